@@ -1,0 +1,641 @@
+//! Record batches: the unit a producer sends, a broker appends and a chunk
+//! stores, byte for byte the same in all three places.
+//!
+//! ```text
+//! batch header (56 bytes)
+//! offset size field
+//!      0    8 base offset        u64, assigned by the broker (producers send 0)
+//!      8    4 batch bytes        u32, the whole batch, header included
+//!     12    4 checksum           CRC-32C of bytes 16..batch bytes
+//!     16    1 version            1
+//!     17    1 attributes         0 (reserved)
+//!     18    2 reserved           0
+//!     20    4 record count       u32, 1..=BATCH_RECORDS_MAX
+//!     24    8 first timestamp    i64 ms since the Unix epoch
+//!     32    8 max timestamp      i64 ms, the largest of the records'
+//!     40    8 producer id        u64, 0 when none
+//!     48    4 base sequence      u32, the producer's sequence of record 0
+//!     52    4 reserved           0
+//!     56    - records
+//!
+//! record (20 bytes + variable)
+//!      0    4 record bytes       u32, this record, this field included
+//!      4    4 timestamp delta    i32 ms from the first timestamp
+//!      8    4 key bytes          u32
+//!     12    4 value bytes        u32
+//!     16    2 header count       u16
+//!     18    2 attributes         0 (reserved)
+//!     20    - key, value, then each header: u16 name bytes, name,
+//!             u32 value bytes, value
+//! ```
+//!
+//! The base offset sits outside the checksum so the broker can stamp it in
+//! place after copying the batch into its buffer. Record `i` has offset
+//! `base offset + i`.
+
+use crate::checksum::crc32c;
+use crate::codec::{le_i64, le_u16, le_u32, le_u64};
+use crate::error::DecodeError;
+use crate::limits::{BATCH_BYTES_MAX, BATCH_RECORDS_MAX, RECORD_BYTES_MAX, RECORD_HEADERS_MAX};
+
+/// Bytes of a batch header.
+pub const BATCH_HEADER_BYTES: usize = 56;
+/// Bytes of a record's fixed part.
+pub const RECORD_HEADER_BYTES: usize = 20;
+/// The batch version this build writes and reads.
+pub const BATCH_VERSION: u8 = 1;
+
+pub const BASE_OFFSET_OFFSET: usize = 0;
+pub const BATCH_BYTES_OFFSET: usize = 8;
+pub const CHECKSUM_OFFSET: usize = 12;
+/// The checksum covers the batch from here to its end.
+pub const CHECKSUMMED_FROM: usize = 16;
+const VERSION_OFFSET: usize = 16;
+const ATTRIBUTES_OFFSET: usize = 17;
+const RECORD_COUNT_OFFSET: usize = 20;
+const FIRST_TIMESTAMP_OFFSET: usize = 24;
+const MAX_TIMESTAMP_OFFSET: usize = 32;
+const PRODUCER_ID_OFFSET: usize = 40;
+const BASE_SEQUENCE_OFFSET: usize = 48;
+
+const _: () = assert!(BATCH_HEADER_BYTES == BASE_SEQUENCE_OFFSET + 8);
+
+/// One header of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader<'a> {
+    pub name: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// A record as read from a validated batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Offset within the batch: the record's offset is base offset + this.
+    pub offset_delta: u32,
+    pub timestamp_ms: i64,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    header_count: u16,
+    header_bytes: &'a [u8],
+}
+
+impl<'a> Record<'a> {
+    /// The record's headers, in the order the producer gave them.
+    pub fn headers(&self) -> impl Iterator<Item = RecordHeader<'a>> {
+        let mut rest = self.header_bytes;
+        (0..self.header_count).map(move |_| {
+            // Validated by `BatchView::validate`: lengths are in bounds.
+            let name_len = usize::from(le_u16(rest, 0));
+            let name = &rest[2..2 + name_len];
+            let value_len = le_u32(rest, 2 + name_len) as usize;
+            let value_at = 6 + name_len;
+            let value = &rest[value_at..value_at + value_len];
+            rest = &rest[value_at + value_len..];
+            RecordHeader { name, value }
+        })
+    }
+
+    /// How many headers the record has.
+    pub fn header_count(&self) -> usize {
+        usize::from(self.header_count)
+    }
+}
+
+/// Builds one batch into a reusable buffer: no allocation per record once the
+/// buffer has grown to the batch size.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    buf: Vec<u8>,
+    records: u32,
+    first_timestamp_ms: i64,
+    max_timestamp_ms: i64,
+}
+
+impl Default for BatchBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BatchBuilder {
+    pub fn new() -> BatchBuilder {
+        BatchBuilder::with_capacity(0)
+    }
+
+    pub fn with_capacity(bytes: usize) -> BatchBuilder {
+        let mut buf = Vec::with_capacity(bytes.max(BATCH_HEADER_BYTES));
+        buf.resize(BATCH_HEADER_BYTES, 0);
+        BatchBuilder {
+            buf,
+            records: 0,
+            first_timestamp_ms: 0,
+            max_timestamp_ms: i64::MIN,
+        }
+    }
+
+    /// Bytes a record with these fields takes in a batch.
+    pub fn record_bytes(key: &[u8], value: &[u8], headers: &[RecordHeader<'_>]) -> usize {
+        RECORD_HEADER_BYTES
+            + key.len()
+            + value.len()
+            + headers
+                .iter()
+                .map(|h| 6 + h.name.len() + h.value.len())
+                .sum::<usize>()
+    }
+
+    /// Records added so far.
+    pub fn len(&self) -> u32 {
+        self.records
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// Bytes the batch would take if finished now.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether a record of `record_bytes` still fits under `batch_bytes_max`.
+    pub fn fits(&self, record_bytes: usize, batch_bytes_max: usize) -> bool {
+        self.buf.len() + record_bytes <= batch_bytes_max.min(BATCH_BYTES_MAX as usize)
+            && self.records < BATCH_RECORDS_MAX
+    }
+
+    /// Append a record. Refuses a record over `RECORD_BYTES_MAX`, more than
+    /// `RECORD_HEADERS_MAX` headers, a header name over 65535 bytes, a
+    /// timestamp more than ±24 days from the batch's first, or a batch over
+    /// its limits; the batch is unchanged on error.
+    pub fn push(
+        &mut self,
+        timestamp_ms: i64,
+        key: &[u8],
+        value: &[u8],
+        headers: &[RecordHeader<'_>],
+    ) -> Result<(), DecodeError> {
+        let record_bytes = Self::record_bytes(key, value, headers);
+        if record_bytes > RECORD_BYTES_MAX as usize {
+            return Err(DecodeError::TooLarge {
+                what: "record",
+                len: record_bytes as u64,
+                max: u64::from(RECORD_BYTES_MAX),
+            });
+        }
+        if headers.len() > RECORD_HEADERS_MAX as usize
+            || headers.iter().any(|h| h.name.len() > usize::from(u16::MAX))
+        {
+            return Err(DecodeError::Invalid {
+                what: "record",
+                reason: "too many headers or a header name over 65535 bytes",
+            });
+        }
+        if !self.fits(record_bytes, BATCH_BYTES_MAX as usize) {
+            return Err(DecodeError::TooLarge {
+                what: "batch",
+                len: (self.buf.len() + record_bytes) as u64,
+                max: u64::from(BATCH_BYTES_MAX),
+            });
+        }
+        if self.records == 0 {
+            self.first_timestamp_ms = timestamp_ms;
+        }
+        let delta =
+            i32::try_from(timestamp_ms.wrapping_sub(self.first_timestamp_ms)).map_err(|_| {
+                DecodeError::Invalid {
+                    what: "record",
+                    reason: "timestamp more than 24 days from the batch's first",
+                }
+            })?;
+        self.max_timestamp_ms = self.max_timestamp_ms.max(timestamp_ms);
+        let b = &mut self.buf;
+        b.extend_from_slice(&(record_bytes as u32).to_le_bytes());
+        b.extend_from_slice(&delta.to_le_bytes());
+        b.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(headers.len() as u16).to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(key);
+        b.extend_from_slice(value);
+        for h in headers {
+            b.extend_from_slice(&(h.name.len() as u16).to_le_bytes());
+            b.extend_from_slice(h.name);
+            b.extend_from_slice(&(h.value.len() as u32).to_le_bytes());
+            b.extend_from_slice(h.value);
+        }
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Finish the batch: fill the header and checksum, and return its bytes.
+    /// The builder is reset by [`BatchBuilder::clear`].
+    pub fn finish(&mut self, producer_id: u64, base_sequence: u32) -> &[u8] {
+        let len = self.buf.len();
+        let b = &mut self.buf;
+        b[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&0u64.to_le_bytes());
+        b[BATCH_BYTES_OFFSET..BATCH_BYTES_OFFSET + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        b[VERSION_OFFSET] = BATCH_VERSION;
+        b[ATTRIBUTES_OFFSET] = 0;
+        b[18..20].copy_from_slice(&[0, 0]);
+        b[RECORD_COUNT_OFFSET..RECORD_COUNT_OFFSET + 4]
+            .copy_from_slice(&self.records.to_le_bytes());
+        b[FIRST_TIMESTAMP_OFFSET..FIRST_TIMESTAMP_OFFSET + 8]
+            .copy_from_slice(&self.first_timestamp_ms.to_le_bytes());
+        let max_ts = if self.records == 0 {
+            self.first_timestamp_ms
+        } else {
+            self.max_timestamp_ms
+        };
+        b[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&max_ts.to_le_bytes());
+        b[PRODUCER_ID_OFFSET..PRODUCER_ID_OFFSET + 8].copy_from_slice(&producer_id.to_le_bytes());
+        b[BASE_SEQUENCE_OFFSET..BASE_SEQUENCE_OFFSET + 4]
+            .copy_from_slice(&base_sequence.to_le_bytes());
+        b[52..56].copy_from_slice(&[0; 4]);
+        let crc = crc32c(&b[CHECKSUMMED_FROM..]);
+        b[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        &self.buf
+    }
+
+    /// Forget the records, keep the buffer.
+    pub fn clear(&mut self) {
+        self.buf.truncate(BATCH_HEADER_BYTES);
+        self.buf[..].fill(0);
+        self.records = 0;
+        self.first_timestamp_ms = 0;
+        self.max_timestamp_ms = i64::MIN;
+    }
+}
+
+/// A batch whose structure and checksum were verified.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchView<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> BatchView<'a> {
+    /// Length of the batch that starts `bytes`, read from its header, if the
+    /// header is there. Used to walk batches laid end to end.
+    pub fn peek_len(bytes: &[u8]) -> Option<u32> {
+        (bytes.len() >= BATCH_HEADER_BYTES).then(|| le_u32(bytes, BATCH_BYTES_OFFSET))
+    }
+
+    /// Verify one batch occupying exactly `bytes`: lengths, version,
+    /// checksum, and every record's bounds. Nothing of the batch is trusted
+    /// before this returns.
+    pub fn validate(bytes: &'a [u8]) -> Result<BatchView<'a>, DecodeError> {
+        if bytes.len() < BATCH_HEADER_BYTES {
+            return Err(DecodeError::Truncated {
+                what: "batch",
+                need: BATCH_HEADER_BYTES as u64,
+                have: bytes.len() as u64,
+            });
+        }
+        let batch_bytes = le_u32(bytes, BATCH_BYTES_OFFSET);
+        if batch_bytes > BATCH_BYTES_MAX {
+            return Err(DecodeError::TooLarge {
+                what: "batch",
+                len: u64::from(batch_bytes),
+                max: u64::from(BATCH_BYTES_MAX),
+            });
+        }
+        if batch_bytes as usize != bytes.len() {
+            return Err(DecodeError::Invalid {
+                what: "batch",
+                reason: "batch length field does not match the bytes given",
+            });
+        }
+        let version = bytes[VERSION_OFFSET];
+        if version != BATCH_VERSION {
+            return Err(DecodeError::UnsupportedVersion {
+                what: "batch",
+                version: u16::from(version),
+            });
+        }
+        let stored = le_u32(bytes, CHECKSUM_OFFSET);
+        let computed = crc32c(&bytes[CHECKSUMMED_FROM..]);
+        if stored != computed {
+            return Err(DecodeError::Checksum {
+                what: "batch",
+                stored,
+                computed,
+            });
+        }
+        let count = le_u32(bytes, RECORD_COUNT_OFFSET);
+        if count == 0 || count > BATCH_RECORDS_MAX {
+            return Err(DecodeError::Invalid {
+                what: "batch",
+                reason: "record count is zero or over BATCH_RECORDS_MAX",
+            });
+        }
+        let mut at = BATCH_HEADER_BYTES;
+        for _ in 0..count {
+            at += validate_record(&bytes[at..])?;
+        }
+        if at != bytes.len() {
+            return Err(DecodeError::Invalid {
+                what: "batch",
+                reason: "bytes left after the last record",
+            });
+        }
+        Ok(BatchView { bytes })
+    }
+
+    /// Wrap bytes this process validated earlier (its own buffers). Panics
+    /// on a header too short to read, never reads out of bounds later since
+    /// the record walk stays within `bytes`; use only on trusted bytes.
+    pub fn trusted(bytes: &'a [u8]) -> BatchView<'a> {
+        assert!(bytes.len() >= BATCH_HEADER_BYTES);
+        BatchView { bytes }
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    pub fn base_offset(&self) -> u64 {
+        le_u64(self.bytes, BASE_OFFSET_OFFSET)
+    }
+    pub fn record_count(&self) -> u32 {
+        le_u32(self.bytes, RECORD_COUNT_OFFSET)
+    }
+    /// One past the last record's offset.
+    pub fn next_offset(&self) -> u64 {
+        self.base_offset() + u64::from(self.record_count())
+    }
+    pub fn first_timestamp_ms(&self) -> i64 {
+        le_i64(self.bytes, FIRST_TIMESTAMP_OFFSET)
+    }
+    pub fn max_timestamp_ms(&self) -> i64 {
+        le_i64(self.bytes, MAX_TIMESTAMP_OFFSET)
+    }
+    pub fn producer_id(&self) -> u64 {
+        le_u64(self.bytes, PRODUCER_ID_OFFSET)
+    }
+    pub fn base_sequence(&self) -> u32 {
+        le_u32(self.bytes, BASE_SEQUENCE_OFFSET)
+    }
+
+    /// The records, in offset order.
+    pub fn records(&self) -> RecordIter<'a> {
+        RecordIter {
+            rest: &self.bytes[BATCH_HEADER_BYTES..],
+            next_delta: 0,
+            remaining: self.record_count(),
+            first_timestamp_ms: self.first_timestamp_ms(),
+        }
+    }
+}
+
+/// Stamp the broker-assigned base offset into a batch's header in place.
+/// The checksum does not cover it, so nothing else changes.
+pub fn set_base_offset(batch: &mut [u8], base_offset: u64) {
+    batch[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
+}
+
+/// Check one record at the start of `bytes`; returns its length.
+fn validate_record(bytes: &[u8]) -> Result<usize, DecodeError> {
+    const WHAT: &str = "record";
+    if bytes.len() < RECORD_HEADER_BYTES {
+        return Err(DecodeError::Truncated {
+            what: WHAT,
+            need: RECORD_HEADER_BYTES as u64,
+            have: bytes.len() as u64,
+        });
+    }
+    let record_bytes = le_u32(bytes, 0) as usize;
+    if record_bytes > RECORD_BYTES_MAX as usize {
+        return Err(DecodeError::TooLarge {
+            what: WHAT,
+            len: record_bytes as u64,
+            max: u64::from(RECORD_BYTES_MAX),
+        });
+    }
+    if record_bytes < RECORD_HEADER_BYTES || record_bytes > bytes.len() {
+        return Err(DecodeError::Invalid {
+            what: WHAT,
+            reason: "record length outside its batch",
+        });
+    }
+    let key = le_u32(bytes, 8) as usize;
+    let value = le_u32(bytes, 12) as usize;
+    let headers = le_u16(bytes, 16);
+    if u32::from(headers) > RECORD_HEADERS_MAX {
+        return Err(DecodeError::Invalid {
+            what: WHAT,
+            reason: "more headers than RECORD_HEADERS_MAX",
+        });
+    }
+    let mut at = RECORD_HEADER_BYTES
+        .checked_add(key)
+        .and_then(|a| a.checked_add(value))
+        .filter(|a| *a <= record_bytes)
+        .ok_or(DecodeError::Invalid {
+            what: WHAT,
+            reason: "key and value lengths exceed the record",
+        })?;
+    for _ in 0..headers {
+        if at + 2 > record_bytes {
+            return Err(DecodeError::Invalid {
+                what: WHAT,
+                reason: "header outside the record",
+            });
+        }
+        let name = usize::from(le_u16(bytes, at));
+        if at + 6 + name > record_bytes {
+            return Err(DecodeError::Invalid {
+                what: WHAT,
+                reason: "header outside the record",
+            });
+        }
+        let value = le_u32(bytes, at + 2 + name) as usize;
+        at = (at + 6 + name)
+            .checked_add(value)
+            .filter(|a| *a <= record_bytes)
+            .ok_or(DecodeError::Invalid {
+                what: WHAT,
+                reason: "header outside the record",
+            })?;
+    }
+    if at != record_bytes {
+        return Err(DecodeError::Invalid {
+            what: WHAT,
+            reason: "record length does not match its fields",
+        });
+    }
+    Ok(record_bytes)
+}
+
+/// Iterator over a validated batch's records.
+#[derive(Debug, Clone)]
+pub struct RecordIter<'a> {
+    rest: &'a [u8],
+    next_delta: u32,
+    remaining: u32,
+    first_timestamp_ms: i64,
+}
+
+impl<'a> Iterator for RecordIter<'a> {
+    type Item = Record<'a>;
+
+    fn next(&mut self) -> Option<Record<'a>> {
+        if self.remaining == 0 || self.rest.len() < RECORD_HEADER_BYTES {
+            return None;
+        }
+        let b = self.rest;
+        let len = (le_u32(b, 0) as usize).min(b.len());
+        let delta = le_u32(b, 4) as i32;
+        let key_len = le_u32(b, 8) as usize;
+        let value_len = le_u32(b, 12) as usize;
+        let key_end = (RECORD_HEADER_BYTES + key_len).min(len);
+        let value_end = (key_end + value_len).min(len);
+        let record = Record {
+            offset_delta: self.next_delta,
+            timestamp_ms: self.first_timestamp_ms.wrapping_add(i64::from(delta)),
+            key: &b[RECORD_HEADER_BYTES..key_end],
+            value: &b[key_end..value_end],
+            header_count: le_u16(b, 16),
+            header_bytes: &b[value_end..len],
+        };
+        self.rest = &b[len.max(RECORD_HEADER_BYTES).min(b.len())..];
+        self.next_delta += 1;
+        self.remaining -= 1;
+        Some(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let mut b = BatchBuilder::new();
+        b.push(1_000, b"k1", b"v1", &[]).unwrap();
+        b.push(
+            1_005,
+            b"",
+            b"value two",
+            &[RecordHeader {
+                name: b"h",
+                value: b"x",
+            }],
+        )
+        .unwrap();
+        b.finish(9, 3).to_vec()
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut bytes = sample();
+        set_base_offset(&mut bytes, 40);
+        let v = BatchView::validate(&bytes).unwrap();
+        assert_eq!(v.base_offset(), 40);
+        assert_eq!(v.record_count(), 2);
+        assert_eq!(v.next_offset(), 42);
+        assert_eq!(v.first_timestamp_ms(), 1_000);
+        assert_eq!(v.max_timestamp_ms(), 1_005);
+        assert_eq!(v.producer_id(), 9);
+        assert_eq!(v.base_sequence(), 3);
+        let r: Vec<_> = v.records().collect();
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].key, r[0].value, r[0].timestamp_ms),
+            (&b"k1"[..], &b"v1"[..], 1_000)
+        );
+        assert_eq!(r[1].offset_delta, 1);
+        assert_eq!(r[1].timestamp_ms, 1_005);
+        let h: Vec<_> = r[1].headers().collect();
+        assert_eq!(
+            h,
+            vec![RecordHeader {
+                name: b"h",
+                value: b"x"
+            }]
+        );
+    }
+
+    /// The exact bytes of a one-record batch: the format's golden vector.
+    #[test]
+    fn golden_vector() {
+        let mut b = BatchBuilder::new();
+        b.push(0x0102_0304_0506, b"key", b"value", &[]).unwrap();
+        let bytes = b.finish(0, 0).to_vec();
+        let mut expected = Vec::new();
+        expected.extend_from_slice(&0u64.to_le_bytes()); // base offset
+        expected.extend_from_slice(&84u32.to_le_bytes()); // batch bytes: 56 + 28
+        expected.extend_from_slice(&[0; 4]); // checksum, filled below
+        expected.extend_from_slice(&[1, 0, 0, 0]); // version, attributes, reserved
+        expected.extend_from_slice(&1u32.to_le_bytes()); // record count
+        expected.extend_from_slice(&0x0102_0304_0506i64.to_le_bytes());
+        expected.extend_from_slice(&0x0102_0304_0506i64.to_le_bytes());
+        expected.extend_from_slice(&0u64.to_le_bytes()); // producer id
+        expected.extend_from_slice(&[0; 8]); // base sequence, reserved
+        expected.extend_from_slice(&28u32.to_le_bytes()); // record bytes
+        expected.extend_from_slice(&0i32.to_le_bytes()); // timestamp delta
+        expected.extend_from_slice(&3u32.to_le_bytes());
+        expected.extend_from_slice(&5u32.to_le_bytes());
+        expected.extend_from_slice(&[0, 0, 0, 0]); // header count, attributes
+        expected.extend_from_slice(b"keyvalue");
+        let crc = crate::checksum::crc32c(&expected[16..]);
+        expected[12..16].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(bytes, expected);
+        assert_eq!(
+            crc, 0xEF8E_23AC,
+            "golden checksum changed: the format changed"
+        );
+    }
+
+    #[test]
+    fn refuses_corruption_anywhere_in_the_checksummed_part() {
+        let bytes = sample();
+        for i in CHECKSUMMED_FROM..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            assert!(BatchView::validate(&b).is_err(), "flip at {i} accepted");
+        }
+    }
+
+    #[test]
+    fn refuses_truncation_and_bad_lengths() {
+        let bytes = sample();
+        for n in 0..bytes.len() {
+            assert!(
+                BatchView::validate(&bytes[..n]).is_err(),
+                "truncated to {n} accepted"
+            );
+        }
+        // A forged record length that still checksums must be caught.
+        let mut b = bytes.clone();
+        b[BATCH_HEADER_BYTES..BATCH_HEADER_BYTES + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let crc = crc32c(&b[CHECKSUMMED_FROM..]);
+        b[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            BatchView::validate(&b),
+            Err(DecodeError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn builder_refuses_oversized_record_and_keeps_batch() {
+        let mut b = BatchBuilder::new();
+        b.push(0, b"a", b"b", &[]).unwrap();
+        let big = vec![0u8; RECORD_BYTES_MAX as usize];
+        assert!(b.push(0, b"", &big, &[]).is_err());
+        assert_eq!(b.len(), 1);
+        let bytes = b.finish(0, 0).to_vec();
+        assert_eq!(BatchView::validate(&bytes).unwrap().record_count(), 1);
+    }
+
+    #[test]
+    fn clear_reuses() {
+        let mut b = BatchBuilder::new();
+        b.push(5, b"a", b"b", &[]).unwrap();
+        b.finish(0, 0);
+        b.clear();
+        b.push(7, b"c", b"d", &[]).unwrap();
+        let bytes = b.finish(0, 0).to_vec();
+        let v = BatchView::validate(&bytes).unwrap();
+        assert_eq!(v.first_timestamp_ms(), 7);
+        assert_eq!(v.records().next().unwrap().key, b"c");
+    }
+}
