@@ -1,0 +1,45 @@
+//! The control plane's error type.
+
+/// Why a control-plane operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// A topic name failed validation; the string says what is wrong.
+    #[error("invalid topic name: {0}")]
+    InvalidTopicName(String),
+    /// A topic with this name already exists.
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    /// No topic with this name exists.
+    #[error("topic {0} not found")]
+    TopicNotFound(String),
+    /// A topic was asked for with too few or too many segments.
+    #[error("invalid segment count {count}: must be 1..={max}")]
+    InvalidSegmentCount {
+        /// The count asked for.
+        count: u32,
+        /// [`SEGMENTS_PER_TOPIC_MAX`](crate::SEGMENTS_PER_TOPIC_MAX).
+        max: u32,
+    },
+    /// The layout already holds [`TOPICS_MAX`](crate::TOPICS_MAX) topics.
+    #[error("too many topics: the limit is {max}")]
+    TooManyTopics {
+        /// [`TOPICS_MAX`](crate::TOPICS_MAX).
+        max: usize,
+    },
+    /// A shard count of zero: every segment needs an owning shard.
+    #[error("invalid shard count 0: a broker has at least one shard")]
+    InvalidShardCount,
+    /// Persisted layout data failed validation.
+    #[error("corrupt layout data at {path}: {reason}")]
+    Corrupt {
+        /// Where the data came from (an object path, or `<bytes>` when
+        /// decoded from memory).
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The filer failed.
+    #[error(transparent)]
+    Filer(#[from] filer::FilerError),
+}

@@ -1,0 +1,61 @@
+//! [`Segment`]: one append-only log of a topic over a key range.
+
+use crate::KeyRange;
+
+/// A segment's id, unique within its topic and never reused.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct SegmentId(pub u32);
+
+impl std::fmt::Display for SegmentId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Whether a segment still takes writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentState {
+    /// Takes writes; its range is part of the topic's live tiling of the ring.
+    Open,
+    /// Takes no more writes; readers continue with its successors.
+    Sealed,
+}
+
+/// One append-only log of a topic, covering `range` of the key-hash ring.
+///
+/// Plain data: the invariants that relate segments to each other (open
+/// ranges tile the ring, successors exist) are checked at the [`Topic`]
+/// level.
+///
+/// [`Topic`]: crate::Topic
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Segment {
+    /// Unique within the topic.
+    pub id: SegmentId,
+    /// Bumped whenever ownership of the segment moves, so a broker can
+    /// reject commands and writes addressed to an older owner.
+    pub epoch: u32,
+    /// The key hashes this segment takes.
+    pub range: KeyRange,
+    /// Open or sealed.
+    pub state: SegmentState,
+    /// Index of the shard (core) that owns the segment on its broker.
+    pub shard: u16,
+    /// For a sealed segment, the segments that took over its range; readers
+    /// finish this segment before reading them. Empty while open.
+    pub successors: Vec<SegmentId>,
+    /// When the segment was created, in milliseconds since the Unix epoch
+    /// (as given by the caller's clock).
+    pub created_ms: u64,
+}
+
+impl Segment {
+    /// True if the segment still takes writes.
+    pub fn is_open(&self) -> bool {
+        self.state == SegmentState::Open
+    }
+}

@@ -1,0 +1,430 @@
+//! [`Topic`]: a named set of segments, and its persisted JSON form.
+//!
+//! # Persisted form
+//!
+//! The service stores each topic as one JSON object at
+//! `topics/<namespace>/<name>/topic.json` (pretty-printed UTF-8, so an
+//! operator can read it):
+//!
+//! ```json
+//! {
+//!   "version": 1,
+//!   "name": "payments/orders",
+//!   "created_ms": 1700000000000,
+//!   "segments": [
+//!     {
+//!       "id": 0,
+//!       "epoch": 0,
+//!       "range": { "start": 0, "end": 2147483648 },
+//!       "state": "open",
+//!       "shard": 0,
+//!       "successors": [],
+//!       "created_ms": 1700000000000
+//!     },
+//!     {
+//!       "id": 1,
+//!       "epoch": 0,
+//!       "range": { "start": 2147483648, "end": 4294967296 },
+//!       "state": "open",
+//!       "shard": 1,
+//!       "successors": [],
+//!       "created_ms": 1700000000000
+//!     }
+//!   ]
+//! }
+//! ```
+//!
+//! | field | meaning |
+//! | --- | --- |
+//! | `version` | format version, [`TOPIC_JSON_VERSION`]; read first, other versions are rejected |
+//! | `name` | `namespace/name`, validated as a [`TopicName`] |
+//! | `created_ms` | creation time, ms since the Unix epoch |
+//! | `segments` | every segment ever created, open and sealed, in strictly increasing `id` order |
+//! | `segments[].range` | `[start, end)` with `start < end <= 2^32` |
+//! | `segments[].state` | `"open"` or `"sealed"` |
+//! | `segments[].shard` | owning shard index when written; re-mapped modulo the shard count on load |
+//! | `segments[].successors` | ids of the segments that replaced a sealed one; empty while open |
+//!
+//! Decoding rejects, with a reason: input over [`TOPIC_JSON_BYTES_MAX`],
+//! malformed JSON, unknown versions, invalid names or ranges, duplicate or
+//! unordered ids, successors that do not exist, and open ranges that do not
+//! tile the ring exactly. Unknown fields are ignored so a newer writer can
+//! add optional fields without a version bump.
+
+use crate::{ControlError, KeyRange, Segment, SegmentId, SegmentState, TopicName, RING_END};
+
+/// The version written into, and required of, a topic's JSON form.
+pub const TOPIC_JSON_VERSION: u32 = 1;
+
+/// Largest topic JSON accepted, in bytes. A segment takes about 200 bytes
+/// pretty-printed, so this holds tens of thousands of segments of split and
+/// merge history while keeping a corrupt file from exhausting memory.
+pub const TOPIC_JSON_BYTES_MAX: u64 = 16 << 20;
+
+/// Where [`Topic::from_json_bytes`] says corrupt input came from when it was
+/// not read from a named object.
+const UNNAMED_SOURCE: &str = "<bytes>";
+
+/// A topic: its name and every segment it has had.
+///
+/// Always valid: built by [`Layout`](crate::Layout) or decoded (and checked)
+/// by [`Topic::from_json_bytes`]. Segments are kept in increasing id order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topic {
+    pub(crate) name: TopicName,
+    pub(crate) segments: Vec<Segment>,
+    pub(crate) created_ms: u64,
+}
+
+/// The persisted shape, borrowed for writing.
+#[derive(serde::Serialize)]
+struct TopicJsonOut<'a> {
+    version: u32,
+    name: &'a TopicName,
+    created_ms: u64,
+    segments: &'a [Segment],
+}
+
+/// The persisted shape, owned for reading.
+#[derive(serde::Deserialize)]
+struct TopicJsonIn {
+    name: TopicName,
+    created_ms: u64,
+    segments: Vec<Segment>,
+}
+
+/// Read first, so a future version gets a clear "unsupported version" error
+/// rather than whatever its new shape fails on.
+#[derive(serde::Deserialize)]
+struct TopicJsonVersion {
+    version: u32,
+}
+
+impl Topic {
+    /// The topic's name.
+    pub fn name(&self) -> &TopicName {
+        &self.name
+    }
+
+    /// Every segment, open and sealed, in increasing id order.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// When the topic was created, ms since the Unix epoch.
+    pub fn created_ms(&self) -> u64 {
+        self.created_ms
+    }
+
+    /// The segment with this id, if any.
+    pub fn segment(&self, id: SegmentId) -> Option<&Segment> {
+        self.segments
+            .binary_search_by_key(&id, |s| s.id)
+            .ok()
+            .map(|i| &self.segments[i])
+    }
+
+    /// The open segments, in id order. Their ranges tile the ring.
+    pub fn open_segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.iter().filter(|s| s.is_open())
+    }
+
+    /// The open segment whose range contains `hash`. Always `Some` for a
+    /// valid topic; an `Option` so callers never need to panic.
+    /// Linear in the number of segments: fine for the control plane, while
+    /// clients route with their own index.
+    pub fn segment_for_hash(&self, hash: u32) -> Option<&Segment> {
+        self.open_segments().find(|s| s.range.contains(hash))
+    }
+
+    /// The persisted JSON form (see the module docs).
+    pub fn to_json_bytes(&self) -> Vec<u8> {
+        let out = TopicJsonOut {
+            version: TOPIC_JSON_VERSION,
+            name: &self.name,
+            created_ms: self.created_ms,
+            segments: &self.segments,
+        };
+        let mut bytes = serde_json::to_vec_pretty(&out)
+            .expect("plain structs with string keys always serialize to JSON");
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// Decode and validate the persisted JSON form. Corrupt input gives
+    /// [`ControlError::Corrupt`] with path `<bytes>` and the reason; it never
+    /// panics.
+    pub fn from_json_bytes(bytes: &[u8]) -> Result<Topic, ControlError> {
+        Topic::from_json_bytes_at(bytes, UNNAMED_SOURCE)
+    }
+
+    /// [`Topic::from_json_bytes`], naming `path` in any error.
+    pub(crate) fn from_json_bytes_at(bytes: &[u8], path: &str) -> Result<Topic, ControlError> {
+        decode(bytes).map_err(|reason| ControlError::Corrupt {
+            path: path.to_owned(),
+            reason,
+        })
+    }
+
+    /// Check the invariants every topic holds: segments in strictly
+    /// increasing id order (so ids are unique), open segments have no
+    /// successors, successors exist and differ from the segment, and the
+    /// open ranges tile the ring exactly.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        let name = &self.name;
+        if self.segments.is_empty() {
+            return Err(format!("topic {name} has no segments"));
+        }
+        for pair in self.segments.windows(2) {
+            let (a, b) = (pair[0].id, pair[1].id);
+            if a == b {
+                return Err(format!("topic {name}: duplicate segment id {a}"));
+            }
+            if a > b {
+                return Err(format!("topic {name}: segment id {b} listed after {a}"));
+            }
+        }
+        for segment in &self.segments {
+            let id = segment.id;
+            if segment.state == SegmentState::Open && !segment.successors.is_empty() {
+                return Err(format!("topic {name}: open segment {id} has successors"));
+            }
+            for successor in &segment.successors {
+                if *successor == id {
+                    return Err(format!("topic {name}: segment {id} succeeds itself"));
+                }
+                if self.segment(*successor).is_none() {
+                    return Err(format!(
+                        "topic {name}: segment {id} names missing successor {successor}"
+                    ));
+                }
+            }
+        }
+        let mut open: Vec<(KeyRange, SegmentId)> =
+            self.open_segments().map(|s| (s.range, s.id)).collect();
+        open.sort();
+        let mut next_start: u64 = 0;
+        for (range, id) in &open {
+            let start = u64::from(range.start());
+            if start > next_start {
+                return Err(format!(
+                    "topic {name}: no open segment covers [{next_start:#x}, {start:#x})"
+                ));
+            }
+            if start < next_start {
+                return Err(format!(
+                    "topic {name}: open segment {id} {range} overlaps the one before it"
+                ));
+            }
+            next_start = range.end();
+        }
+        if next_start != RING_END {
+            return Err(format!(
+                "topic {name}: no open segment covers [{next_start:#x}, {RING_END:#x})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<Topic, String> {
+    if bytes.len() as u64 > TOPIC_JSON_BYTES_MAX {
+        return Err(format!(
+            "{} bytes is over the {TOPIC_JSON_BYTES_MAX}-byte limit",
+            bytes.len()
+        ));
+    }
+    let version: TopicJsonVersion =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a topic JSON object: {e}"))?;
+    if version.version != TOPIC_JSON_VERSION {
+        return Err(format!(
+            "unsupported version {} (this build reads version {TOPIC_JSON_VERSION})",
+            version.version
+        ));
+    }
+    let json: TopicJsonIn =
+        serde_json::from_slice(bytes).map_err(|e| format!("invalid topic JSON: {e}"))?;
+    let topic = Topic {
+        name: json.name,
+        segments: json.segments,
+        created_ms: json.created_ms,
+    };
+    topic.validate()?;
+    Ok(topic)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn segment(id: u32, start: u32, end: u64, state: SegmentState, successors: &[u32]) -> Segment {
+        Segment {
+            id: SegmentId(id),
+            epoch: 0,
+            range: KeyRange::new(start, end).unwrap(),
+            state,
+            shard: 0,
+            successors: successors.iter().copied().map(SegmentId).collect(),
+            created_ms: 7,
+        }
+    }
+
+    /// Segment 0 over the whole ring, sealed and split into 1 and 2.
+    fn split_topic() -> Topic {
+        let half = 1 << 31;
+        Topic {
+            name: TopicName::parse("ns/t").unwrap(),
+            segments: vec![
+                segment(0, 0, RING_END, SegmentState::Sealed, &[1, 2]),
+                segment(1, 0, half, SegmentState::Open, &[]),
+                segment(2, half as u32, RING_END, SegmentState::Open, &[]),
+            ],
+            created_ms: 5,
+        }
+    }
+
+    fn corrupt_reason(bytes: &[u8]) -> String {
+        match Topic::from_json_bytes(bytes) {
+            Err(ControlError::Corrupt { path, reason }) => {
+                assert_eq!(path, "<bytes>");
+                reason
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lookups() {
+        let topic = split_topic();
+        topic.validate().unwrap();
+        assert_eq!(topic.segment(SegmentId(2)).unwrap().id, SegmentId(2));
+        assert!(topic.segment(SegmentId(3)).is_none());
+        let open: Vec<u32> = topic.open_segments().map(|s| s.id.0).collect();
+        assert_eq!(open, [1, 2]);
+        assert_eq!(topic.segment_for_hash(0).unwrap().id, SegmentId(1));
+        assert_eq!(
+            topic.segment_for_hash((1 << 31) - 1).unwrap().id,
+            SegmentId(1)
+        );
+        assert_eq!(topic.segment_for_hash(1 << 31).unwrap().id, SegmentId(2));
+        assert_eq!(topic.segment_for_hash(u32::MAX).unwrap().id, SegmentId(2));
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let topic = split_topic();
+        let bytes = topic.to_json_bytes();
+        assert_eq!(Topic::from_json_bytes(&bytes).unwrap(), topic);
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.contains("\"version\": 1"), "{text}");
+        assert!(text.contains("\"name\": \"ns/t\""), "{text}");
+        assert!(text.contains("\"state\": \"sealed\""), "{text}");
+    }
+
+    #[test]
+    fn golden_json_decodes() {
+        // The example from the module docs: pins the field names.
+        let golden = br#"{
+          "version": 1, "name": "payments/orders", "created_ms": 1700000000000,
+          "segments": [
+            {"id": 0, "epoch": 0, "range": {"start": 0, "end": 2147483648},
+             "state": "open", "shard": 0, "successors": [], "created_ms": 1700000000000},
+            {"id": 1, "epoch": 0, "range": {"start": 2147483648, "end": 4294967296},
+             "state": "open", "shard": 1, "successors": [], "created_ms": 1700000000000}
+          ],
+          "added_by_a_newer_writer": true
+        }"#;
+        let topic = Topic::from_json_bytes(golden).unwrap();
+        assert_eq!(topic.name().to_string(), "payments/orders");
+        assert_eq!(topic.segments()[1].shard, 1);
+    }
+
+    #[test]
+    fn rejects_corrupt_input_with_a_reason() {
+        assert!(corrupt_reason(b"").contains("not a topic JSON object"));
+        assert!(corrupt_reason(b"\xff\xfe").contains("not a topic JSON object"));
+        assert!(corrupt_reason(b"[1,2]").contains("not a topic JSON object"));
+        assert!(corrupt_reason(br#"{"version": 2}"#).contains("unsupported version 2"));
+        assert!(corrupt_reason(br#"{"version": 1}"#).contains("invalid topic JSON"));
+        let good = String::from_utf8(split_topic().to_json_bytes()).unwrap();
+        let cases = [
+            (good.replace("ns/t", "ns/../t"), "namespace/name"),
+            (
+                good.replace("4294967296", "4294967297"),
+                "invalid key range",
+            ),
+            (good.replace("\"open\"", "\"ajar\""), "unknown variant"),
+            (
+                good.replace("\"id\": 2", "\"id\": 1"),
+                "duplicate segment id 1",
+            ),
+            (good.replace("\"id\": 0", "\"id\": 9"), "listed after 9"),
+            (
+                good.replace("\"sealed\"", "\"open\""),
+                "open segment 0 has successors",
+            ),
+            (
+                good.replace("\n        2\n", "\n        7\n"),
+                "missing successor 7",
+            ),
+            (
+                good.replace("\n        1,\n", "\n        0,\n"),
+                "succeeds itself",
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_ne!(text, good, "case {expected:?} did not change the input");
+            let reason = corrupt_reason(text.as_bytes());
+            assert!(reason.contains(expected), "{expected:?} not in {reason:?}");
+        }
+        let too_big = vec![b' '; TOPIC_JSON_BYTES_MAX as usize + 1];
+        assert!(corrupt_reason(&too_big).contains("limit"));
+    }
+
+    #[test]
+    fn rejects_gaps_and_overlaps() {
+        let mut gap = split_topic();
+        gap.segments[2].range = KeyRange::new((1 << 31) + 1, RING_END).unwrap();
+        let reason = corrupt_reason(&gap.to_json_bytes());
+        assert!(
+            reason.contains("no open segment covers [0x80000000, 0x80000001)"),
+            "{reason}"
+        );
+
+        let mut overlap = split_topic();
+        overlap.segments[2].range = KeyRange::new((1 << 31) - 1, RING_END).unwrap();
+        assert!(corrupt_reason(&overlap.to_json_bytes()).contains("overlaps"));
+
+        let mut short = split_topic();
+        short.segments[2].range = KeyRange::new(1 << 31, RING_END - 1).unwrap();
+        assert!(corrupt_reason(&short.to_json_bytes()).contains("0xffffffff"));
+
+        let mut none_open = split_topic();
+        none_open.segments.truncate(1);
+        none_open.segments[0].successors.clear();
+        none_open.segments[0].state = SegmentState::Sealed;
+        assert!(corrupt_reason(&none_open.to_json_bytes()).contains("no open segment covers [0x0"));
+
+        let mut empty = split_topic();
+        empty.segments.clear();
+        assert!(corrupt_reason(&empty.to_json_bytes()).contains("no segments"));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A cheap deterministic fuzz: every prefix and single-byte mutation of
+        // a valid document must decode or fail cleanly.
+        let good = split_topic().to_json_bytes();
+        for len in 0..good.len() {
+            let _ = Topic::from_json_bytes(&good[..len]);
+        }
+        for i in 0..good.len() {
+            for byte in [b'0', b'9', b'"', b'{', b'-', 0xff] {
+                let mut mutated = good.clone();
+                mutated[i] = byte;
+                let _ = Topic::from_json_bytes(&mutated);
+            }
+        }
+    }
+}

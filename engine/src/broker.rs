@@ -1,0 +1,251 @@
+//! Starting and stopping a broker: the filer, the embedded control plane,
+//! one glommio shard per core with its TCP listener, and the QUIC thread.
+//! `run` blocks until SIGINT or SIGTERM, then seals and flushes every
+//! buffer before it returns.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use control::ControlService;
+use filer::{Filer, LocalFiler};
+use glommio::{LocalExecutorBuilder, Placement};
+use wire::message::ShardAddress;
+
+use crate::config::BrokerConfig;
+use crate::control_plane::{
+    ControlRequest, EmbeddedControl, ShardCommand, CONTROL_REQUESTS_QUEUED_MAX,
+    SHARD_COMMANDS_QUEUED_MAX,
+};
+use crate::error::EngineError;
+use crate::quic::{inbox_loop, QuicLimits, QuicThread};
+use crate::shard::Shard;
+
+/// Memory glommio registers per executor for its I/O buffers. Three times
+/// this is locked per executor; 1 MiB keeps two shards within the 8 MiB
+/// locked-memory limit a normal user has (PLATFORM.md).
+const IO_MEMORY_BYTES: usize = 1 << 20;
+/// io_uring depth per executor; 2048 registers within the same limit.
+const RING_DEPTH: usize = 2048;
+
+/// Run a broker until SIGINT or SIGTERM.
+pub fn run(config: BrokerConfig) -> Result<(), EngineError> {
+    let signals = block_signals();
+    let broker = Broker::start(config)?;
+    wait_for(signals);
+    log::info!("shutting down: flushing buffers");
+    broker.stop()
+}
+
+/// A running broker.
+pub struct Broker {
+    control: flume::Sender<ControlRequest>,
+    control_thread: Option<std::thread::JoinHandle<()>>,
+    shard_threads: Vec<glommio::ExecutorJoinHandle<()>>,
+    quic: Option<QuicThread>,
+    addresses: Vec<ShardAddress>,
+}
+
+impl Broker {
+    /// Start everything and return once every shard serves.
+    pub fn start(config: BrokerConfig) -> Result<Broker, EngineError> {
+        config.validate().map_err(EngineError::Config)?;
+        let shard_count = config.shard_count();
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;
+        let filer: Arc<dyn Filer> = Arc::new(LocalFiler::open(config.data_dir.join("filer"))?);
+        let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
+        let quic_config = crate::tls::server_config(cert, key)?;
+
+        let addresses: Vec<ShardAddress> = (0..shard_count)
+            .map(|i| {
+                let a = config.shard_address(i).to_string();
+                ShardAddress {
+                    tcp: a.clone(),
+                    quic: a,
+                }
+            })
+            .collect();
+        let (control_tx, control_rx) = flume::bounded(CONTROL_REQUESTS_QUEUED_MAX);
+        let mut command_txs = Vec::new();
+        let mut inbox_txs = Vec::new();
+        let mut shard_threads = Vec::new();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), EngineError>>();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for index in 0..shard_count {
+            let (command_tx, command_rx) =
+                flume::bounded::<ShardCommand>(SHARD_COMMANDS_QUEUED_MAX);
+            let (inbox_tx, inbox_rx) = flume::bounded(config.quic_inbox_frames_max);
+            command_txs.push(command_tx);
+            inbox_txs.push(inbox_tx);
+            let placement = if config.pin_shards {
+                Placement::Fixed(index % cpus)
+            } else {
+                Placement::Unbound
+            };
+            let config = Rc::new(config.clone());
+            let config_send = (*config).clone();
+            drop(config);
+            let filer = filer.clone();
+            let control = control_tx.clone();
+            let addresses = addresses.clone();
+            let ready = ready_tx.clone();
+            let io_memory = (IO_MEMORY_BYTES * 2 / shard_count.max(2)).max(128 << 10);
+            let handle = LocalExecutorBuilder::new(placement)
+                .name(&format!("kelp-shard-{index}"))
+                .io_memory(io_memory)
+                .ring_depth(RING_DEPTH)
+                .spawn(move || async move {
+                    let config = Rc::new(config_send);
+                    let addr = config.shard_address(index);
+                    let listener = match glommio::net::TcpListener::bind(addr) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = ready.send(Err(EngineError::Shard {
+                                shard: index,
+                                reason: format!("bind TCP {addr}: {e}"),
+                            }));
+                            return;
+                        }
+                    };
+                    let shard = Rc::new(Shard {
+                        index,
+                        config,
+                        filer,
+                        topics: RefCell::new(HashMap::new()),
+                        control,
+                        shard_addresses: Rc::new(addresses),
+                        connections: Cell::new(0),
+                    });
+                    glommio::spawn_local(shard.clone().tick_forever()).detach();
+                    glommio::spawn_local(crate::tcp::accept_loop(shard.clone(), listener)).detach();
+                    glommio::spawn_local(inbox_loop(shard.clone(), inbox_rx)).detach();
+                    let _ = ready.send(Ok(()));
+                    // Commands arrive until shutdown, which ends the shard.
+                    while let Ok(command) = command_rx.recv_async().await {
+                        let last = matches!(command, ShardCommand::Shutdown { .. });
+                        shard.handle_command(command).await;
+                        if last {
+                            break;
+                        }
+                    }
+                })
+                .map_err(|e| EngineError::Shard {
+                    shard: index,
+                    reason: format!("start executor: {e}"),
+                })?;
+            shard_threads.push(handle);
+        }
+        drop(ready_tx);
+        for _ in 0..shard_count {
+            match ready_rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(EngineError::Shard {
+                        shard: usize::MAX,
+                        reason: "a shard did not start".into(),
+                    })
+                }
+            }
+        }
+
+        // The control plane loads the layout and has every shard open its
+        // segments (recovering and flushing what an earlier run left)
+        // before any client is served over QUIC.
+        let service = ControlService::open(filer.clone(), shard_count as u16, 0)?;
+        let mut control = EmbeddedControl::new(service, command_txs);
+        control
+            .announce_all()
+            .map_err(|reason| EngineError::Shard {
+                shard: usize::MAX,
+                reason,
+            })?;
+        let control_thread = std::thread::Builder::new()
+            .name("kelp-control".into())
+            .spawn(move || control.run(control_rx))
+            .map_err(|e| EngineError::io("spawn control thread", "", e))?;
+
+        let quic = QuicThread::start(
+            quic_config,
+            (0..shard_count).map(|i| config.shard_address(i)).collect(),
+            inbox_txs,
+            QuicLimits {
+                connections_per_shard_max: config.connections_per_shard_max,
+                requests_in_flight_max: config.connection_requests_in_flight_max,
+            },
+        )?;
+        log::info!(
+            "kelp broker serving {} shard(s) at {} (TCP and QUIC), data in {}",
+            shard_count,
+            config.listen,
+            config.data_dir.display()
+        );
+        Ok(Broker {
+            control: control_tx,
+            control_thread: Some(control_thread),
+            shard_threads,
+            quic: Some(quic),
+            addresses,
+        })
+    }
+
+    /// Each shard's addresses.
+    pub fn addresses(&self) -> &[ShardAddress] {
+        &self.addresses
+    }
+
+    /// Stop serving, seal and flush every buffer, and join every thread.
+    pub fn stop(mut self) -> Result<(), EngineError> {
+        if let Some(quic) = self.quic.take() {
+            quic.stop();
+        }
+        let (tx, rx) = flume::bounded(1);
+        let flushed = if self
+            .control
+            .send(ControlRequest::Shutdown { reply: tx })
+            .is_ok()
+        {
+            rx.recv()
+                .unwrap_or_else(|_| Err("control plane stopped".into()))
+        } else {
+            Err("control plane stopped".into())
+        };
+        if let Some(t) = self.control_thread.take() {
+            let _ = t.join();
+        }
+        for t in self.shard_threads.drain(..) {
+            let _ = t.join();
+        }
+        flushed.map_err(|reason| EngineError::Shard {
+            shard: usize::MAX,
+            reason,
+        })
+    }
+}
+
+/// Block SIGINT and SIGTERM in this thread before any other starts, so
+/// every thread inherits the mask and `wait_for` alone receives them.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain libc signal-set calls on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for(set: libc::sigset_t) {
+    let mut signal: libc::c_int = 0;
+    // SAFETY: `set` was built by `block_signals`; sigwait only writes
+    // `signal`.
+    unsafe {
+        libc::sigwait(&set, &mut signal);
+    }
+    log::info!("received signal {signal}");
+}

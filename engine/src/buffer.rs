@@ -1,0 +1,388 @@
+//! Memory-mapped segment buffers: where ingested batches land, and where a
+//! chunk file is built in place before it is written to the filer.
+//!
+//! A buffer is a file under `<data-dir>/buffers/` laid out exactly like a
+//! chunk (`docs/chunk-format.md`): a 64-byte header region, then batches
+//! end to end, then room for the index. Appending copies a batch once from
+//! the receive buffer into the mapping; sealing writes the index and the
+//! header in place, and the sealed mapping is handed to the filer as the
+//! chunk's bytes. The file survives a crash of the broker: on restart it is
+//! re-read, every batch checked by its checksum, and flushed.
+//!
+//! This module never does network I/O and never blocks on the filer.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use memmap2::{Mmap, MmapMut};
+use wire::batch::{set_base_offset, BatchView};
+use wire::chunk::{
+    chunk_bytes_max, encode_index, index_bytes, ChunkHeader, ChunkIndexBuilder, ChunkIndexEntry,
+    CHUNK_HEADER_BYTES, CHUNK_MAGIC,
+};
+
+use crate::error::EngineError;
+
+/// Where the header's segment id and base offset live before sealing; the
+/// sealed header (with its checksum) overwrites them with the same values.
+const SEGMENT_ID_OFFSET: usize = 12;
+const BASE_OFFSET_OFFSET: usize = 16;
+
+/// The buffer being appended to.
+#[derive(Debug)]
+pub(crate) struct ActiveBuffer {
+    path: PathBuf,
+    map: MmapMut,
+    segment_id: u32,
+    base_offset: u64,
+    next_offset: u64,
+    data_bytes: usize,
+    data_capacity: usize,
+    index: ChunkIndexBuilder,
+    opened_at: Instant,
+}
+
+impl ActiveBuffer {
+    /// Create the file, reserve its blocks (so a full disk fails here, not
+    /// as a SIGBUS on a later write to the mapping), and map it.
+    pub(crate) fn create(
+        path: PathBuf,
+        segment_id: u32,
+        base_offset: u64,
+        data_capacity: usize,
+    ) -> Result<ActiveBuffer, EngineError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| EngineError::io("create dir", dir, e))?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| EngineError::io("create buffer", &path, e))?;
+        let map_bytes = chunk_bytes_max(data_capacity as u64);
+        reserve(&file, map_bytes).map_err(|e| EngineError::io("fallocate buffer", &path, e))?;
+        let mut map = map_file(&file, &path)?;
+        map[..8].copy_from_slice(&CHUNK_MAGIC);
+        map[SEGMENT_ID_OFFSET..SEGMENT_ID_OFFSET + 4].copy_from_slice(&segment_id.to_le_bytes());
+        map[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
+        Ok(ActiveBuffer {
+            path,
+            map,
+            segment_id,
+            base_offset,
+            next_offset: base_offset,
+            data_bytes: 0,
+            data_capacity,
+            index: ChunkIndexBuilder::new(data_capacity as u64),
+            opened_at: Instant::now(),
+        })
+    }
+
+    /// Re-open a buffer left by an earlier run. Batches are accepted from
+    /// the start while each checks out (length, checksum, contiguous
+    /// offsets); the first that does not ends the buffer, since nothing
+    /// after it was ever acknowledged.
+    pub(crate) fn recover(path: PathBuf, segment_id: u32) -> Result<ActiveBuffer, EngineError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| EngineError::io("open buffer", &path, e))?;
+        let map = map_file(&file, &path)?;
+        let corrupt = |reason: &str| EngineError::Shard {
+            shard: usize::MAX,
+            reason: format!("buffer {}: {reason}", path.display()),
+        };
+        if map.len() < CHUNK_HEADER_BYTES || map[..8] != CHUNK_MAGIC {
+            return Err(corrupt("no chunk magic"));
+        }
+        let stored_segment = u32::from_le_bytes(
+            map[SEGMENT_ID_OFFSET..SEGMENT_ID_OFFSET + 4]
+                .try_into()
+                .map_err(|_| corrupt("short header"))?,
+        );
+        if stored_segment != segment_id {
+            return Err(corrupt("belongs to another segment"));
+        }
+        let base_offset = u64::from_le_bytes(
+            map[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8]
+                .try_into()
+                .map_err(|_| corrupt("short header"))?,
+        );
+        // A buffer sealed before the crash has a valid header: its data
+        // ends where the header says, before the index.
+        let sealed_end = ChunkHeader::decode(&map[..CHUNK_HEADER_BYTES])
+            .ok()
+            .map(|h| CHUNK_HEADER_BYTES + h.data_bytes as usize);
+        let data_capacity = data_capacity_for(map.len() as u64) as usize;
+        let scan_end = sealed_end
+            .unwrap_or(CHUNK_HEADER_BYTES + data_capacity)
+            .min(map.len());
+        let mut index = ChunkIndexBuilder::new(data_capacity as u64);
+        let mut next_offset = base_offset;
+        let mut position = CHUNK_HEADER_BYTES;
+        while position < scan_end {
+            let rest = &map[position..scan_end];
+            let Some(len) = BatchView::peek_len(rest) else {
+                break;
+            };
+            let len = len as usize;
+            if len == 0 || len > rest.len() {
+                break;
+            }
+            let Ok(batch) = BatchView::validate(&rest[..len]) else {
+                break;
+            };
+            if batch.base_offset() != next_offset {
+                break;
+            }
+            index.observe((position - CHUNK_HEADER_BYTES) as u64, &batch);
+            next_offset = batch.next_offset();
+            position += len;
+        }
+        let mut map = map;
+        // Zero the header checksum: the buffer is open again until sealed.
+        map[60..64].fill(0);
+        Ok(ActiveBuffer {
+            path,
+            map,
+            segment_id,
+            base_offset,
+            next_offset,
+            data_bytes: position - CHUNK_HEADER_BYTES,
+            data_capacity,
+            index,
+            opened_at: Instant::now(),
+        })
+    }
+
+    pub(crate) fn base_offset(&self) -> u64 {
+        self.base_offset
+    }
+    pub(crate) fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.data_bytes == 0
+    }
+    pub(crate) fn opened_at(&self) -> Instant {
+        self.opened_at
+    }
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether a batch of `len` bytes fits.
+    pub(crate) fn fits(&self, len: usize) -> bool {
+        self.data_bytes + len <= self.data_capacity
+    }
+
+    /// Copy a validated batch in and stamp its base offset. The caller
+    /// checked `fits`. Returns the offsets `[base, next)` it was given.
+    pub(crate) fn append(&mut self, batch: &BatchView<'_>) -> (u64, u64) {
+        let bytes = batch.bytes();
+        debug_assert!(self.fits(bytes.len()));
+        let at = CHUNK_HEADER_BYTES + self.data_bytes;
+        let dst = &mut self.map[at..at + bytes.len()];
+        dst.copy_from_slice(bytes);
+        let base = self.next_offset;
+        set_base_offset(dst, base);
+        let stored = BatchView::trusted(dst);
+        self.index.observe(self.data_bytes as u64, &stored);
+        self.data_bytes += bytes.len();
+        self.next_offset = base + u64::from(stored.record_count());
+        (base, self.next_offset)
+    }
+
+    /// The batches appended so far.
+    pub(crate) fn data(&self) -> &[u8] {
+        &self.map[CHUNK_HEADER_BYTES..CHUNK_HEADER_BYTES + self.data_bytes]
+    }
+
+    pub(crate) fn index(&self) -> &[ChunkIndexEntry] {
+        self.index.entries()
+    }
+
+    /// Write the index and header in place: the mapping now holds a whole
+    /// chunk file.
+    pub(crate) fn seal(mut self) -> Result<SealedBuffer, EngineError> {
+        let entries = self.index.entries().len();
+        let index_at = CHUNK_HEADER_BYTES + self.data_bytes;
+        let index_len = index_bytes(entries as u64) as usize;
+        encode_index(
+            self.index.entries(),
+            &mut self.map[index_at..index_at + index_len],
+        );
+        let header = ChunkHeader {
+            segment_id: self.segment_id,
+            base_offset: self.base_offset,
+            next_offset: self.next_offset,
+            data_bytes: self.data_bytes as u64,
+            min_timestamp_ms: self.index.min_timestamp_ms(),
+            max_timestamp_ms: self.index.max_timestamp_ms(),
+            index_entries: entries as u32,
+        };
+        self.map[..CHUNK_HEADER_BYTES].copy_from_slice(&header.encode());
+        let index = self.index.entries().to_vec();
+        let map = self
+            .map
+            .make_read_only()
+            .map_err(|e| EngineError::io("seal buffer", &self.path, e))?;
+        Ok(SealedBuffer {
+            path: self.path,
+            map,
+            header,
+            index,
+        })
+    }
+}
+
+/// A sealed buffer: a whole chunk file in a read-only mapping, waiting to
+/// be written to the filer (and still served to readers until it is).
+#[derive(Debug)]
+pub(crate) struct SealedBuffer {
+    path: PathBuf,
+    map: Mmap,
+    header: ChunkHeader,
+    index: Vec<ChunkIndexEntry>,
+}
+
+impl SealedBuffer {
+    pub(crate) fn header(&self) -> &ChunkHeader {
+        &self.header
+    }
+    pub(crate) fn index(&self) -> &[ChunkIndexEntry] {
+        &self.index
+    }
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The chunk file's bytes.
+    pub(crate) fn chunk_bytes(&self) -> &[u8] {
+        &self.map[..self.header.file_bytes() as usize]
+    }
+    pub(crate) fn data(&self) -> &[u8] {
+        &self.map[CHUNK_HEADER_BYTES..CHUNK_HEADER_BYTES + self.header.data_bytes as usize]
+    }
+}
+
+/// The data capacity a buffer of `map_bytes` was created with: the largest
+/// `c` with `chunk_bytes_max(c) <= map_bytes` (the function is strictly
+/// increasing, so this inverts `create`).
+fn data_capacity_for(map_bytes: u64) -> u64 {
+    let (mut lo, mut hi) = (0u64, map_bytes);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if chunk_bytes_max(mid) <= map_bytes {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
+fn map_file(file: &File, path: &Path) -> Result<MmapMut, EngineError> {
+    // SAFETY: the file is private to this broker (under its data dir) and
+    // only this process maps it; nothing truncates it while mapped.
+    unsafe { MmapMut::map_mut(file) }.map_err(|e| EngineError::io("mmap buffer", path, e))
+}
+
+fn reserve(file: &File, bytes: u64) -> std::io::Result<()> {
+    // SAFETY: plain syscall on an open descriptor.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
+    if rc == 0 {
+        Ok(())
+    } else if rc == libc::EOPNOTSUPP {
+        // Filesystems without fallocate: size it sparse instead.
+        file.set_len(bytes)
+    } else {
+        Err(std::io::Error::from_raw_os_error(rc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::chunk::ChunkView;
+    use wire::BatchBuilder;
+
+    fn batch(n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new();
+        for i in 0..n {
+            b.push(1000 + i as i64, format!("k{i}").as_bytes(), b"value", &[])
+                .unwrap();
+        }
+        b.finish(0, 0).to_vec()
+    }
+
+    #[test]
+    fn append_seal_is_a_valid_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut buf = ActiveBuffer::create(dir.path().join("b"), 3, 10, 64 << 10).unwrap();
+        let bytes = batch(5);
+        for _ in 0..20 {
+            let v = BatchView::validate(&bytes).unwrap();
+            buf.append(&v);
+        }
+        assert_eq!(buf.next_offset(), 110);
+        let sealed = buf.seal().unwrap();
+        let chunk = ChunkView::open(sealed.chunk_bytes()).unwrap();
+        assert_eq!(chunk.header().base_offset, 10);
+        assert_eq!(chunk.header().next_offset, 110);
+        assert_eq!(chunk.header().segment_id, 3);
+        assert_eq!(chunk.batches().count(), 20);
+    }
+
+    #[test]
+    fn recover_keeps_valid_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b");
+        let bytes = batch(3);
+        {
+            let mut buf = ActiveBuffer::create(path.clone(), 1, 0, 64 << 10).unwrap();
+            for _ in 0..4 {
+                buf.append(&BatchView::validate(&bytes).unwrap());
+            }
+            // Simulate a torn fifth batch: half its bytes.
+            let at = CHUNK_HEADER_BYTES + buf.data_bytes;
+            let half = bytes.len() / 2;
+            buf.map[at..at + half].copy_from_slice(&bytes[..half]);
+        }
+        let buf = ActiveBuffer::recover(path.clone(), 1).unwrap();
+        assert_eq!(buf.next_offset(), 12);
+        assert_eq!(buf.data().len(), 4 * bytes.len());
+        assert!(
+            ActiveBuffer::recover(path, 2).is_err(),
+            "wrong segment refused"
+        );
+    }
+
+    #[test]
+    fn capacity_inverts() {
+        for c in [0u64, 1, 4095, 4096, 65536, 8 << 20, (8 << 20) + 17] {
+            assert_eq!(data_capacity_for(chunk_bytes_max(c)), c);
+        }
+    }
+
+    #[test]
+    fn recover_sealed_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b");
+        let bytes = batch(2);
+        let mut buf = ActiveBuffer::create(path.clone(), 1, 7, 64 << 10).unwrap();
+        buf.append(&BatchView::validate(&bytes).unwrap());
+        let sealed = buf.seal().unwrap();
+        drop(sealed);
+        let again = ActiveBuffer::recover(path, 1).unwrap();
+        assert_eq!(again.base_offset(), 7);
+        assert_eq!(again.next_offset(), 9);
+        let resealed = again.seal().unwrap();
+        ChunkView::open(resealed.chunk_bytes()).unwrap();
+    }
+}

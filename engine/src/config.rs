@@ -1,0 +1,113 @@
+//! Broker settings: every limit the broker enforces, named with its unit,
+//! with the defaults a single-node user gets.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default address of shard 0; shard `i` listens on the next ports.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:7420";
+
+/// Everything a broker needs to start.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Holds `filer/` (the local-directory filer), `buffers/` (unflushed
+    /// memory-mapped buffers) and `tls/` (the QUIC certificate).
+    pub data_dir: PathBuf,
+    /// Shard 0's TCP and QUIC address; shard `i` uses port + `i`.
+    pub listen: SocketAddr,
+    /// Shards (glommio executors); 0 means one per available core.
+    pub shards: usize,
+    /// A segment's buffer is sealed and flushed when its batches reach this.
+    pub buffer_bytes: u64,
+    /// ... or when its first batch is this old.
+    pub flush_age_ms: u64,
+    /// ... or when a `durable` producer has waited this long.
+    pub durable_linger_ms: u64,
+    /// Sealed buffers of one segment waiting for the filer; past this,
+    /// producers of that segment wait (backpressure).
+    pub sealed_buffers_max: usize,
+    /// Open connections per shard (TCP and QUIC each).
+    pub connections_per_shard_max: usize,
+    /// Requests one connection may have in flight before the broker stops
+    /// reading from it.
+    pub connection_requests_in_flight_max: usize,
+    /// Frames queued from the QUIC threads to one shard.
+    pub quic_inbox_frames_max: usize,
+    /// Longest a fetch may wait for data.
+    pub fetch_wait_ms_max: u32,
+    /// How often a shard checks buffer ages.
+    pub tick_ms: u64,
+    /// Whether to pin shard `i` to CPU `i`.
+    pub pin_shards: bool,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            data_dir: PathBuf::from("kelp-data"),
+            listen: LISTEN_DEFAULT.parse().expect("constant address parses"),
+            shards: 0,
+            buffer_bytes: 8 << 20,
+            flush_age_ms: 1000,
+            durable_linger_ms: 10,
+            sealed_buffers_max: 4,
+            connections_per_shard_max: 1024,
+            connection_requests_in_flight_max: 256,
+            quic_inbox_frames_max: 256,
+            fetch_wait_ms_max: 30_000,
+            tick_ms: 5,
+            pin_shards: true,
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// The number of shards this config resolves to on this machine.
+    pub fn shard_count(&self) -> usize {
+        if self.shards > 0 {
+            self.shards
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// Shard `index`'s address (TCP and UDP).
+    pub fn shard_address(&self, index: usize) -> SocketAddr {
+        let mut addr = self.listen;
+        addr.set_port(self.listen.port() + index as u16);
+        addr
+    }
+
+    pub(crate) fn flush_age(&self) -> Duration {
+        Duration::from_millis(self.flush_age_ms)
+    }
+
+    pub(crate) fn durable_linger(&self) -> Duration {
+        Duration::from_millis(self.durable_linger_ms)
+    }
+
+    /// Refuse settings that cannot work, with the reason.
+    pub fn validate(&self) -> Result<(), String> {
+        let shards = self.shard_count();
+        if shards == 0 || shards > 256 {
+            return Err(format!("--shards must be 1..=256, got {shards}"));
+        }
+        if u32::from(self.listen.port()) + shards as u32 > 65_536 {
+            return Err("listen port + shard count exceeds 65535".into());
+        }
+        if self.listen.port() == 0 {
+            return Err("listen port 0 is not supported: shards need known ports".into());
+        }
+        if self.buffer_bytes < 64 << 10 || self.buffer_bytes > 1 << 30 {
+            return Err("buffer bytes must be between 64 KiB and 1 GiB".into());
+        }
+        if self.sealed_buffers_max == 0 || self.connection_requests_in_flight_max == 0 {
+            return Err("limits must be at least 1".into());
+        }
+        if self.tick_ms == 0 {
+            return Err("tick must be at least 1 ms".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,31 @@
+//! kelp's broker: the data plane.
+//!
+//! One glommio executor (a *shard*) per core owns the segments the control
+//! plane placed on it. A batch arrives over TCP (glommio sockets on the
+//! shard itself) or QUIC (quinn on one tokio thread, handed to the shard
+//! through a bounded channel), is validated, given offsets and copied once
+//! into the segment's memory-mapped buffer. Sealed buffers are written to
+//! the filer as chunk files straight from the mapping. Reads come from the
+//! buffers or the chunks, then tail live.
+//!
+//! Nothing here locks across cores: shards share no mutable state, and
+//! talk to the control plane and the QUIC thread through bounded channels.
+
+mod broker;
+mod buffer;
+pub mod config;
+mod connection;
+mod control_plane;
+pub mod error;
+mod quic;
+mod request;
+mod segment;
+mod serve_error;
+mod shard;
+mod tcp;
+mod tls;
+
+pub use broker::{run, Broker};
+pub use config::BrokerConfig;
+pub use error::EngineError;
+pub use tls::ALPN;

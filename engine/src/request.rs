@@ -1,0 +1,259 @@
+//! Turning one verified request frame into its answer, whatever transport
+//! it came on. Produce is handled inline (its bytes are appended before the
+//! next frame of the connection is read, which keeps per-key order); what
+//! must wait (a durable ack, a long-polling fetch, an admin request that
+//! goes to the control plane) comes back as a future that the transport
+//! runs beside the connection.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use wire::batch::BatchView;
+use wire::frame::FrameHeader;
+use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
+use wire::message::{Fetched, FETCHED_PREFIX_BYTES};
+use wire::{key_hash, AckMode, ErrorCode, Request, Response};
+
+use crate::control_plane::ControlRequest;
+use crate::serve_error::ServeError;
+use crate::shard::{SegmentLookup, Shard};
+
+/// The answer to one request.
+pub(crate) enum Reply {
+    /// No answer (a produce with ack `none` that succeeded).
+    Silent,
+    /// A whole response frame.
+    Now(Vec<u8>),
+    /// A response frame once the future completes.
+    Later(Pin<Box<dyn Future<Output = Vec<u8>>>>),
+}
+
+pub(crate) fn response_frame(request_id: u32, response: &Response<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    response.encode(request_id, &mut out);
+    out
+}
+
+pub(crate) fn error_frame(request_id: u32, error: &ServeError) -> Vec<u8> {
+    response_frame(
+        request_id,
+        &Response::Error {
+            code: error.code,
+            message: error.message.clone(),
+        },
+    )
+}
+
+fn answer<T>(
+    request_id: u32,
+    result: Result<T, ServeError>,
+    ok: impl FnOnce(T) -> Vec<u8>,
+) -> Vec<u8> {
+    match result {
+        Ok(v) => ok(v),
+        Err(e) => error_frame(request_id, &e),
+    }
+}
+
+/// Handle one request whose header and checksum the transport verified.
+pub(crate) async fn handle_frame(shard: &Rc<Shard>, header: &FrameHeader, payload: &[u8]) -> Reply {
+    let id = header.request_id;
+    if !header.frame_type.is_request() {
+        let e = ServeError::new(
+            ErrorCode::Malformed,
+            "a response frame was sent to the broker",
+        );
+        return Reply::Now(error_frame(id, &e));
+    }
+    let request = match Request::decode(header.frame_type, payload) {
+        Ok(r) => r,
+        Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
+    };
+    match request {
+        Request::Shards => Reply::Now(response_frame(
+            id,
+            &Response::Shards {
+                shards: shard.shard_addresses.as_ref().clone(),
+            },
+        )),
+        Request::Produce {
+            topic,
+            segment,
+            ack,
+            batch,
+        } => produce(shard, id, topic, segment, ack, batch).await,
+        Request::Fetch {
+            topic,
+            segment,
+            from,
+            max_bytes,
+            max_wait_ms,
+        } => {
+            let cell = match local_segment(shard, &topic, segment) {
+                Ok(c) => c,
+                Err(e) => return Reply::Now(error_frame(id, &e)),
+            };
+            let max_bytes = (max_bytes as usize)
+                .clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
+            let max_wait =
+                Duration::from_millis(u64::from(max_wait_ms.min(shard.config.fetch_wait_ms_max)));
+            Reply::Later(Box::pin(async move {
+                let result = cell.fetch(from, max_bytes, max_wait).await;
+                answer(id, result, |f| {
+                    response_frame(
+                        id,
+                        &Response::Fetched(Fetched {
+                            segment,
+                            start_offset: f.start_offset,
+                            next_offset: f.next_offset,
+                            high_watermark: f.high_watermark,
+                            sealed: false,
+                            batches: &f.batches,
+                        }),
+                    )
+                })
+            }))
+        }
+        Request::CreateTopic { topic, segments } => {
+            let control = shard.control.clone();
+            Reply::Later(Box::pin(async move {
+                let result = ask(&control, |reply| ControlRequest::CreateTopic {
+                    topic,
+                    segments,
+                    reply,
+                })
+                .await;
+                answer(id, result, |t| response_frame(id, &Response::Topic(t)))
+            }))
+        }
+        Request::DeleteTopic { topic } => {
+            let control = shard.control.clone();
+            Reply::Later(Box::pin(async move {
+                let result = ask(&control, |reply| ControlRequest::DeleteTopic {
+                    topic,
+                    reply,
+                })
+                .await;
+                answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        Request::ListTopics => {
+            let control = shard.control.clone();
+            Reply::Later(Box::pin(async move {
+                let result = ask(&control, |reply| ControlRequest::ListTopics { reply }).await;
+                answer(id, result, |topics| {
+                    response_frame(id, &Response::TopicList { topics })
+                })
+            }))
+        }
+        Request::DescribeTopic { topic } => {
+            let control = shard.control.clone();
+            Reply::Later(Box::pin(async move {
+                let result = ask(&control, |reply| ControlRequest::DescribeTopic {
+                    topic,
+                    reply,
+                })
+                .await;
+                answer(id, result, |t| response_frame(id, &Response::Topic(t)))
+            }))
+        }
+    }
+}
+
+async fn ask<T>(
+    control: &flume::Sender<ControlRequest>,
+    make: impl FnOnce(flume::Sender<Result<T, ServeError>>) -> ControlRequest,
+) -> Result<T, ServeError> {
+    let (tx, rx) = flume::bounded(1);
+    let gone = || ServeError::new(ErrorCode::Internal, "the control plane is shutting down");
+    control.send_async(make(tx)).await.map_err(|_| gone())?;
+    rx.recv_async().await.map_err(|_| gone())?
+}
+
+fn local_segment(
+    shard: &Shard,
+    topic: &str,
+    segment: u32,
+) -> Result<Rc<crate::segment::SegmentCell>, ServeError> {
+    match shard.lookup(topic, segment) {
+        SegmentLookup::Here(cell) => Ok(cell),
+        SegmentLookup::Elsewhere { shard: owner } => Err(ServeError::new(
+            ErrorCode::NotOwner,
+            format!("segment {segment} of {topic} is owned by shard {owner}"),
+        )),
+        SegmentLookup::Sealed => Err(ServeError::new(
+            ErrorCode::SegmentSealed,
+            format!("segment {segment} of {topic} is sealed"),
+        )),
+        SegmentLookup::NoSegment => Err(ServeError::new(
+            ErrorCode::SegmentNotFound,
+            format!("topic {topic} has no segment {segment}"),
+        )),
+        SegmentLookup::NoTopic => Err(ServeError::new(
+            ErrorCode::TopicNotFound,
+            format!("topic {topic} does not exist"),
+        )),
+    }
+}
+
+async fn produce(
+    shard: &Rc<Shard>,
+    id: u32,
+    topic: &str,
+    segment: u32,
+    ack: AckMode,
+    batch: &[u8],
+) -> Reply {
+    let cell = match local_segment(shard, topic, segment) {
+        Ok(c) => c,
+        Err(e) => return Reply::Now(error_frame(id, &e)),
+    };
+    let view = match BatchView::validate(batch) {
+        Ok(v) => v,
+        Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
+    };
+    // Keyless records may go to any segment; keyed ones must hash into it,
+    // or per-key order would break when segments split.
+    if let Some(r) = view
+        .records()
+        .find(|r| !r.key.is_empty() && !cell.covers(key_hash(r.key)))
+    {
+        let e = ServeError::new(
+            ErrorCode::KeyOutOfRange,
+            format!(
+                "record {} has key hash {:#010x}, outside segment {segment} [{:#x}, {:#x})",
+                r.offset_delta,
+                key_hash(r.key),
+                cell.range_start,
+                cell.range_end
+            ),
+        );
+        return Reply::Now(error_frame(id, &e));
+    }
+    let (base, next) = match cell.append(&view).await {
+        Ok(offsets) => offsets,
+        Err(e) => return Reply::Now(error_frame(id, &e)),
+    };
+    let produced = move || {
+        response_frame(
+            id,
+            &Response::Produced {
+                segment,
+                base_offset: base,
+                record_count: (next - base) as u32,
+            },
+        )
+    };
+    match ack {
+        AckMode::None => Reply::Silent,
+        AckMode::Leader => Reply::Now(produced()),
+        AckMode::Durable => Reply::Later(Box::pin(async move {
+            match cell.wait_flushed(next).await {
+                Ok(()) => produced(),
+                Err(e) => error_frame(id, &ServeError::storage(&e)),
+            }
+        })),
+    }
+}

@@ -1,0 +1,835 @@
+//! One segment as its owning shard holds it: the active buffer, sealed
+//! buffers on their way to the filer, the chunks already there, and the
+//! waiters (long-polling readers, `durable` producers, producers held back
+//! by a full flush queue).
+//!
+//! A segment is touched only by its shard's thread. Filer calls run on the
+//! shard's blocking pool (`spawn_blocking`) so a slow filer never stalls the
+//! shard; it only stops that segment's producers once `sealed_buffers_max`
+//! buffers wait (backpressure, never loss).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use event_listener::Event;
+use filer::{Filer, ObjectPath};
+use wire::batch::BatchView;
+use wire::chunk::{
+    decode_index, seek_offset, seek_timestamp, BatchWalk, ChunkHeader, ChunkIndexEntry,
+    CHUNK_HEADER_BYTES,
+};
+use wire::{ErrorCode, FetchFrom};
+
+use crate::buffer::{ActiveBuffer, SealedBuffer};
+use crate::config::BrokerConfig;
+use crate::error::EngineError;
+use crate::serve_error::ServeError;
+
+/// Figures other threads may read (describe): written only by the owner.
+#[derive(Debug, Default)]
+pub(crate) struct SegmentStats {
+    pub(crate) next_offset: AtomicU64,
+    pub(crate) appended_bytes: AtomicU64,
+}
+
+/// A chunk in the filer.
+#[derive(Debug, Clone)]
+struct ChunkMeta {
+    path: ObjectPath,
+    header: ChunkHeader,
+}
+
+/// The mutable state; see [`SegmentCell`].
+#[derive(Debug)]
+struct SegmentState {
+    next_offset: u64,
+    /// Every offset below this is in a chunk in the filer.
+    flushed_offset: u64,
+    active: Option<ActiveBuffer>,
+    /// Oldest first; the front is the one being flushed.
+    sealed: VecDeque<Arc<SealedBuffer>>,
+    chunks: Vec<ChunkMeta>,
+    flushing: bool,
+    /// When the oldest unanswered `durable` producer started waiting.
+    durable_waiting_since: Option<Instant>,
+    /// The last chunk index read from the filer, to serve sequential reads.
+    index_cache: Option<(u64, Rc<Vec<ChunkIndexEntry>>)>,
+}
+
+/// A segment owned by this shard.
+#[derive(Debug)]
+pub(crate) struct SegmentCell {
+    pub(crate) id: u32,
+    pub(crate) range_start: u32,
+    pub(crate) range_end: u64,
+    buffers_dir: PathBuf,
+    chunk_prefix: ObjectPath,
+    filer: Arc<dyn Filer>,
+    config: Rc<BrokerConfig>,
+    pub(crate) stats: Arc<SegmentStats>,
+    state: RefCell<SegmentState>,
+    closed: Cell<bool>,
+    appended: Event,
+    flushed: Event,
+    space: Event,
+}
+
+/// What a fetch found.
+#[derive(Debug)]
+pub(crate) struct FetchResult {
+    pub(crate) start_offset: u64,
+    pub(crate) next_offset: u64,
+    pub(crate) high_watermark: u64,
+    pub(crate) batches: Vec<u8>,
+}
+
+async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    glommio::executor().spawn_blocking(f).await
+}
+
+fn chunk_name(base_offset: u64) -> String {
+    format!("{base_offset:020}.chunk")
+}
+
+impl SegmentCell {
+    /// Open a segment: find its chunks in the filer, recover buffers left
+    /// on local disk by an earlier run, and flush them before returning, so
+    /// offsets continue where they stopped and nothing acknowledged is lost.
+    pub(crate) async fn open(
+        config: Rc<BrokerConfig>,
+        filer: Arc<dyn Filer>,
+        topic_prefix: &str,
+        buffers_dir: PathBuf,
+        id: u32,
+        range_start: u32,
+        range_end: u64,
+    ) -> Result<Rc<SegmentCell>, EngineError> {
+        let chunk_prefix = ObjectPath::new(format!("{topic_prefix}/{id}"))?;
+        let chunks = {
+            let filer = filer.clone();
+            let prefix = chunk_prefix.clone();
+            blocking(move || load_chunks(filer.as_ref(), &prefix)).await?
+        };
+        let chunk_end = chunks.last().map_or(0, |c| c.header.next_offset);
+        let recovered = {
+            let dir = buffers_dir.clone();
+            blocking(move || recover_buffers(&dir, id)).await?
+        };
+        let mut next_offset = chunk_end;
+        let mut sealed = VecDeque::new();
+        for buffer in recovered {
+            if buffer.next_offset() <= chunk_end {
+                // Flushed before the crash, not yet deleted.
+                let path = buffer.path().to_path_buf();
+                drop(buffer);
+                std::fs::remove_file(&path).map_err(|e| EngineError::io("remove", &path, e))?;
+                continue;
+            }
+            if buffer.base_offset() != next_offset {
+                return Err(EngineError::Shard {
+                    shard: usize::MAX,
+                    reason: format!(
+                        "segment {id}: buffer {} starts at offset {} but the segment ends at {next_offset}",
+                        buffer.path().display(),
+                        buffer.base_offset()
+                    ),
+                });
+            }
+            next_offset = buffer.next_offset();
+            if buffer.is_empty() {
+                let path = buffer.path().to_path_buf();
+                drop(buffer);
+                std::fs::remove_file(&path).map_err(|e| EngineError::io("remove", &path, e))?;
+            } else {
+                sealed.push_back(Arc::new(buffer.seal()?));
+            }
+        }
+        let stats = Arc::new(SegmentStats::default());
+        stats.next_offset.store(next_offset, Ordering::Relaxed);
+        let cell = Rc::new(SegmentCell {
+            id,
+            range_start,
+            range_end,
+            buffers_dir,
+            chunk_prefix,
+            filer,
+            config,
+            stats,
+            state: RefCell::new(SegmentState {
+                next_offset,
+                flushed_offset: chunk_end,
+                active: None,
+                sealed,
+                chunks,
+                flushing: false,
+                durable_waiting_since: None,
+                index_cache: None,
+            }),
+            closed: Cell::new(false),
+            appended: Event::new(),
+            flushed: Event::new(),
+            space: Event::new(),
+        });
+        if !cell.state.borrow().sealed.is_empty() {
+            log::info!(
+                "segment {}/{id}: recovered buffers up to offset {next_offset}; flushing",
+                cell.chunk_prefix
+            );
+            cell.start_flush();
+            cell.wait_flushed(next_offset).await?;
+        }
+        Ok(cell)
+    }
+
+    /// Whether a key hash belongs to this segment.
+    pub(crate) fn covers(&self, hash: u32) -> bool {
+        hash >= self.range_start && u64::from(hash) < self.range_end
+    }
+
+    /// Append a validated batch; waits while the flush queue is full.
+    pub(crate) async fn append(
+        self: &Rc<Self>,
+        batch: &BatchView<'_>,
+    ) -> Result<(u64, u64), ServeError> {
+        let len = batch.bytes().len();
+        loop {
+            if self.closed.get() {
+                return Err(ServeError::new(
+                    ErrorCode::TopicNotFound,
+                    "topic was deleted",
+                ));
+            }
+            let listener = {
+                let mut state = self.state.borrow_mut();
+                let needs_roll = state.active.as_ref().is_none_or(|a| !a.fits(len));
+                if !needs_roll {
+                    let active = state.active.as_mut().ok_or_else(ServeError::internal)?;
+                    let (base, next) = active.append(batch);
+                    state.next_offset = next;
+                    drop(state);
+                    self.stats.next_offset.store(next, Ordering::Relaxed);
+                    self.stats
+                        .appended_bytes
+                        .fetch_add(len as u64, Ordering::Relaxed);
+                    self.appended.notify(usize::MAX);
+                    return Ok((base, next));
+                }
+                if state.sealed.len() < self.config.sealed_buffers_max {
+                    let sealed_one = self.seal_active(&mut state)?;
+                    let capacity = (self.config.buffer_bytes as usize).max(len);
+                    let path = self
+                        .buffers_dir
+                        .join(format!("{:020}.buf", state.next_offset));
+                    state.active = Some(
+                        ActiveBuffer::create(path, self.id, state.next_offset, capacity)
+                            .map_err(|e| ServeError::storage(&e))?,
+                    );
+                    drop(state);
+                    if sealed_one {
+                        self.start_flush();
+                    }
+                    continue;
+                }
+                self.space.listen()
+            };
+            // Re-check after registering, then wait for the flusher.
+            if self.state.borrow().sealed.len() < self.config.sealed_buffers_max {
+                continue;
+            }
+            listener.await;
+        }
+    }
+
+    /// Seal the active buffer if it holds anything. Returns whether it did.
+    fn seal_active(&self, state: &mut SegmentState) -> Result<bool, ServeError> {
+        match state.active.take() {
+            Some(active) if !active.is_empty() => {
+                let sealed = active.seal().map_err(|e| ServeError::storage(&e))?;
+                state.sealed.push_back(Arc::new(sealed));
+                Ok(true)
+            }
+            Some(active) => {
+                state.active = Some(active);
+                Ok(false)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Called by the shard's ticker: seal by age, or early for waiting
+    /// `durable` producers.
+    pub(crate) fn tick(self: &Rc<Self>, now: Instant) {
+        let sealed = {
+            let mut state = self.state.borrow_mut();
+            let Some(active) = state.active.as_ref() else {
+                return;
+            };
+            if active.is_empty() || state.sealed.len() >= self.config.sealed_buffers_max {
+                return;
+            }
+            let aged = now.duration_since(active.opened_at()) >= self.config.flush_age();
+            let durable = state
+                .durable_waiting_since
+                .is_some_and(|t| now.duration_since(t) >= self.config.durable_linger());
+            if !(aged || durable) {
+                return;
+            }
+            match self.seal_active(&mut state) {
+                Ok(sealed) => sealed,
+                Err(e) => {
+                    log::error!("segment {}: seal failed: {}", self.chunk_prefix, e.message);
+                    false
+                }
+            }
+        };
+        if sealed {
+            self.start_flush();
+        }
+    }
+
+    /// Seal whatever is buffered and wait until it is in the filer.
+    pub(crate) async fn flush_all(self: &Rc<Self>) -> Result<(), ServeError> {
+        let target = {
+            let mut state = self.state.borrow_mut();
+            self.seal_active(&mut state)?;
+            state.next_offset
+        };
+        self.start_flush();
+        self.wait_flushed(target)
+            .await
+            .map_err(|e| ServeError::storage(&e))
+    }
+
+    fn start_flush(self: &Rc<Self>) {
+        {
+            let mut state = self.state.borrow_mut();
+            if state.flushing || state.sealed.is_empty() {
+                return;
+            }
+            state.flushing = true;
+        }
+        let cell = self.clone();
+        glommio::spawn_local(async move { cell.flush_loop().await }).detach();
+    }
+
+    /// Write sealed buffers to the filer in order, retrying with backoff: a
+    /// filer that stops answering holds producers back, it loses nothing.
+    async fn flush_loop(self: Rc<Self>) {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            if self.closed.get() {
+                break;
+            }
+            let Some(buffer) = self.state.borrow().sealed.front().cloned() else {
+                break;
+            };
+            let filer = self.filer.clone();
+            let path = match self
+                .chunk_prefix
+                .join(&chunk_name(buffer.header().base_offset))
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    log::error!("segment {}: chunk path: {e}", self.chunk_prefix);
+                    break;
+                }
+            };
+            let job_buffer = buffer.clone();
+            let job_path = path.clone();
+            let result = blocking(move || -> Result<(), String> {
+                filer
+                    .put(&job_path, job_buffer.chunk_bytes())
+                    .map_err(|e| e.to_string())?;
+                std::fs::remove_file(job_buffer.path())
+                    .map_err(|e| format!("remove {}: {e}", job_buffer.path().display()))
+            })
+            .await;
+            match result {
+                Ok(()) => {
+                    backoff = Duration::from_millis(50);
+                    let mut state = self.state.borrow_mut();
+                    state.sealed.pop_front();
+                    state.flushed_offset = buffer.header().next_offset;
+                    state.chunks.push(ChunkMeta {
+                        path,
+                        header: *buffer.header(),
+                    });
+                    if state.flushed_offset >= state.next_offset
+                        || state.active.as_ref().is_none_or(|a| a.is_empty())
+                    {
+                        state.durable_waiting_since = None;
+                    }
+                    drop(state);
+                    self.flushed.notify(usize::MAX);
+                    self.space.notify(usize::MAX);
+                }
+                Err(e) => {
+                    log::error!(
+                        "segment {}: flush of chunk {path} failed, retrying in {backoff:?}: {e}",
+                        self.chunk_prefix
+                    );
+                    glommio::timer::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        self.state.borrow_mut().flushing = false;
+    }
+
+    /// Wait until every offset below `offset` is in the filer.
+    pub(crate) async fn wait_flushed(&self, offset: u64) -> Result<(), EngineError> {
+        loop {
+            let listener = self.flushed.listen();
+            {
+                let mut state = self.state.borrow_mut();
+                if state.flushed_offset >= offset {
+                    return Ok(());
+                }
+                if self.closed.get() {
+                    return Err(EngineError::Shard {
+                        shard: usize::MAX,
+                        reason: "segment closed before flush".into(),
+                    });
+                }
+                if state.durable_waiting_since.is_none() {
+                    state.durable_waiting_since = Some(Instant::now());
+                }
+            }
+            listener.await;
+        }
+    }
+
+    /// Stop serving: the topic is being deleted. Removes local buffers.
+    pub(crate) fn close(&self) {
+        self.closed.set(true);
+        let mut state = self.state.borrow_mut();
+        state.active = None;
+        state.sealed.clear();
+        drop(state);
+        if let Err(e) = std::fs::remove_dir_all(&self.buffers_dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!("remove {}: {e}", self.buffers_dir.display());
+            }
+        }
+        self.appended.notify(usize::MAX);
+        self.flushed.notify(usize::MAX);
+        self.space.notify(usize::MAX);
+    }
+
+    /// Read batches from `from`, waiting up to `max_wait` for new data.
+    pub(crate) async fn fetch(
+        self: &Rc<Self>,
+        from: FetchFrom,
+        max_bytes: usize,
+        max_wait: Duration,
+    ) -> Result<FetchResult, ServeError> {
+        let start = self.resolve(from).await?;
+        let deadline = Instant::now() + max_wait;
+        loop {
+            let listener = self.appended.listen();
+            let next = self.state.borrow().next_offset;
+            if start < next || self.closed.get() {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(FetchResult {
+                    start_offset: start,
+                    next_offset: start,
+                    high_watermark: next,
+                    batches: Vec::new(),
+                });
+            }
+            let _ = glommio::timer::timeout(deadline - now, async {
+                listener.await;
+                Ok(())
+            })
+            .await;
+        }
+        if self.closed.get() {
+            return Err(ServeError::new(
+                ErrorCode::TopicNotFound,
+                "topic was deleted",
+            ));
+        }
+        if let Some(result) = self.read_memory(start, max_bytes) {
+            return Ok(result);
+        }
+        self.read_chunks(start, max_bytes).await
+    }
+
+    /// Turn a start position into an offset.
+    async fn resolve(self: &Rc<Self>, from: FetchFrom) -> Result<u64, ServeError> {
+        let (earliest, next) = {
+            let state = self.state.borrow();
+            let earliest = state
+                .chunks
+                .first()
+                .map(|c| c.header.base_offset)
+                .or_else(|| state.sealed.front().map(|s| s.header().base_offset))
+                .or_else(|| state.active.as_ref().map(|a| a.base_offset()))
+                .unwrap_or(state.next_offset);
+            (earliest, state.next_offset)
+        };
+        match from {
+            FetchFrom::Earliest => Ok(earliest),
+            FetchFrom::Latest => Ok(next),
+            FetchFrom::Offset(o) if o > next => Err(ServeError::new(
+                ErrorCode::InvalidArgument,
+                format!("offset {o} is past the end of segment {} ({next})", self.id),
+            )),
+            FetchFrom::Offset(o) => Ok(o.max(earliest)),
+            FetchFrom::Timestamp(t) => self.find_timestamp(t).await,
+        }
+    }
+
+    /// The first offset whose record timestamp is at least `t`, or the end.
+    async fn find_timestamp(self: &Rc<Self>, t: i64) -> Result<u64, ServeError> {
+        let candidates: Vec<ChunkMeta> = {
+            let state = self.state.borrow();
+            state
+                .chunks
+                .iter()
+                .filter(|c| c.header.max_timestamp_ms >= t)
+                .cloned()
+                .collect()
+        };
+        for chunk in candidates {
+            let index = self.chunk_index(&chunk).await?;
+            let position = seek_timestamp(&index, t) as u64;
+            let len = chunk.header.data_bytes - position;
+            let data = self
+                .read_range(
+                    &chunk.path,
+                    CHUNK_HEADER_BYTES as u64 + position,
+                    len as usize,
+                )
+                .await?;
+            if let Some(offset) = first_at_or_after(&data, t)? {
+                return Ok(offset);
+            }
+        }
+        let state = self.state.borrow();
+        let memory = state
+            .sealed
+            .iter()
+            .map(|s| (s.data(), s.index()))
+            .chain(state.active.iter().map(|a| (a.data(), a.index())));
+        for (data, index) in memory {
+            let position = seek_timestamp(index, t) as usize;
+            if let Some(offset) = first_at_or_after(&data[position..], t)? {
+                return Ok(offset);
+            }
+        }
+        Ok(state.next_offset)
+    }
+
+    /// Serve from a buffer still in memory, if `start` is in one.
+    fn read_memory(&self, start: u64, max_bytes: usize) -> Option<FetchResult> {
+        let state = self.state.borrow();
+        let buffers = state
+            .sealed
+            .iter()
+            .map(|s| {
+                (
+                    s.header().base_offset,
+                    s.header().next_offset,
+                    s.data(),
+                    s.index(),
+                )
+            })
+            .chain(
+                state
+                    .active
+                    .iter()
+                    .map(|a| (a.base_offset(), a.next_offset(), a.data(), a.index())),
+            );
+        for (base, next, data, index) in buffers {
+            if start < base || start >= next {
+                continue;
+            }
+            let position = seek_offset(index, start) as usize;
+            let (from, to, next_offset) = whole_batches(data, position, start, max_bytes);
+            return Some(FetchResult {
+                start_offset: start,
+                next_offset,
+                high_watermark: state.next_offset,
+                batches: data[from..to].to_vec(),
+            });
+        }
+        None
+    }
+
+    /// Serve from a chunk in the filer.
+    async fn read_chunks(
+        self: &Rc<Self>,
+        start: u64,
+        max_bytes: usize,
+    ) -> Result<FetchResult, ServeError> {
+        let (chunk, high_watermark) = {
+            let state = self.state.borrow();
+            let i = state
+                .chunks
+                .partition_point(|c| c.header.next_offset <= start);
+            let chunk = state.chunks.get(i).cloned().ok_or_else(|| {
+                ServeError::new(
+                    ErrorCode::Internal,
+                    format!("offset {start} of segment {} is in no chunk", self.id),
+                )
+            })?;
+            (chunk, state.next_offset)
+        };
+        let index = self.chunk_index(&chunk).await?;
+        let position = seek_offset(&index, start) as u64;
+        let data_end = chunk.header.data_bytes;
+        // Read what the reader asked for plus the scan from the index entry;
+        // if the first batch is bigger, read again with its size.
+        let mut want = (max_bytes as u64 + u64::from(wire::limits::CHUNK_INDEX_INTERVAL_BYTES))
+            .min(data_end - position);
+        loop {
+            let data = self
+                .read_range(
+                    &chunk.path,
+                    CHUNK_HEADER_BYTES as u64 + position,
+                    want as usize,
+                )
+                .await?;
+            let mut first = None;
+            let mut end = 0usize;
+            let mut next_offset = start;
+            for item in BatchWalk::new(&data) {
+                let Ok((at, batch)) = item else { break };
+                if batch.next_offset() <= start {
+                    continue;
+                }
+                if first.is_none() {
+                    first = Some(at);
+                } else if at - first.unwrap_or(at) + batch.bytes().len() > max_bytes {
+                    break;
+                }
+                end = at + batch.bytes().len();
+                next_offset = batch.next_offset();
+            }
+            if let Some(first) = first {
+                let mut batches = data;
+                batches.truncate(end);
+                batches.drain(..first);
+                return Ok(FetchResult {
+                    start_offset: start,
+                    next_offset,
+                    high_watermark,
+                    batches,
+                });
+            }
+            // No whole batch past `start` in what was read: either the batch
+            // is larger than `want` or the chunk is corrupt.
+            let needed =
+                needed_bytes(&data, start).filter(|n| *n > want && position + n <= data_end);
+            match needed {
+                Some(n) => want = n,
+                None => {
+                    return Err(ServeError::new(
+                        ErrorCode::Storage,
+                        format!("chunk {} is corrupt near offset {start}", chunk.path),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The index of a chunk, from the one-entry cache or the filer.
+    async fn chunk_index(&self, chunk: &ChunkMeta) -> Result<Rc<Vec<ChunkIndexEntry>>, ServeError> {
+        if let Some((base, index)) = &self.state.borrow().index_cache {
+            if *base == chunk.header.base_offset {
+                return Ok(index.clone());
+            }
+        }
+        let bytes = self
+            .read_range(
+                &chunk.path,
+                chunk.header.index_position(),
+                chunk.header.index_bytes() as usize,
+            )
+            .await?;
+        let index = Rc::new(decode_index(&chunk.header, &bytes).map_err(|e| {
+            ServeError::new(ErrorCode::Storage, format!("chunk {}: {e}", chunk.path))
+        })?);
+        self.state.borrow_mut().index_cache = Some((chunk.header.base_offset, index.clone()));
+        Ok(index)
+    }
+
+    async fn read_range(
+        &self,
+        path: &ObjectPath,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, ServeError> {
+        let filer = self.filer.clone();
+        let path = path.clone();
+        blocking(move || {
+            let mut buf = vec![0u8; len];
+            let mut done = 0;
+            while done < len {
+                let n = filer
+                    .read_at(&path, offset + done as u64, &mut buf[done..])
+                    .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
+                if n == 0 {
+                    return Err(ServeError::new(
+                        ErrorCode::Storage,
+                        format!("chunk {path} is shorter than its header says"),
+                    ));
+                }
+                done += n;
+            }
+            Ok(buf)
+        })
+        .await
+    }
+}
+
+/// Within `data` (trusted batches this broker wrote), from the batch at
+/// `position`: the byte range of whole batches that hold offsets from
+/// `start` on, at most `max_bytes` unless a single batch is larger, and the
+/// offset after them.
+fn whole_batches(
+    data: &[u8],
+    position: usize,
+    start: u64,
+    max_bytes: usize,
+) -> (usize, usize, u64) {
+    let mut at = position;
+    let mut from = None;
+    let mut to = position;
+    let mut next_offset = start;
+    while at < data.len() {
+        let Some(len) = BatchView::peek_len(&data[at..]) else {
+            break;
+        };
+        let len = len as usize;
+        let batch = BatchView::trusted(&data[at..at + len]);
+        if batch.next_offset() > start {
+            let first = *from.get_or_insert(at);
+            if at > first && at + len - first > max_bytes {
+                break;
+            }
+            to = at + len;
+            next_offset = batch.next_offset();
+        }
+        at += len;
+    }
+    (from.unwrap_or(to), to, next_offset)
+}
+
+/// If a batch holding offsets from `start` begins in `data` but is cut off,
+/// the bytes from the start of `data` to its end.
+fn needed_bytes(data: &[u8], start: u64) -> Option<u64> {
+    let mut at = 0usize;
+    while at + wire::batch::BATCH_HEADER_BYTES <= data.len() {
+        let len = BatchView::peek_len(&data[at..])? as usize;
+        if len < wire::batch::BATCH_HEADER_BYTES {
+            return None;
+        }
+        let base = u64::from_le_bytes(data[at..at + 8].try_into().ok()?);
+        if at + len > data.len() {
+            return (base <= start || at == 0).then_some((at + len) as u64);
+        }
+        at += len;
+    }
+    None
+}
+
+/// The first record offset in `data` (batches read from a chunk, validated
+/// here) with timestamp at least `t`.
+fn first_at_or_after(data: &[u8], t: i64) -> Result<Option<u64>, ServeError> {
+    for item in BatchWalk::new(data) {
+        let (_, batch) =
+            item.map_err(|e| ServeError::new(ErrorCode::Storage, format!("chunk data: {e}")))?;
+        if batch.max_timestamp_ms() < t {
+            continue;
+        }
+        for record in batch.records() {
+            if record.timestamp_ms >= t {
+                return Ok(Some(batch.base_offset() + u64::from(record.offset_delta)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Every chunk of a segment, by base offset, headers verified.
+fn load_chunks(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Vec<ChunkMeta>, EngineError> {
+    let mut chunks = Vec::new();
+    for path in filer.list(prefix)? {
+        let name = path.as_str().rsplit('/').next().unwrap_or("");
+        let Some(base) = name
+            .strip_suffix(".chunk")
+            .and_then(|b| b.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let mut head = [0u8; CHUNK_HEADER_BYTES];
+        let n = filer.read_at(&path, 0, &mut head)?;
+        let header = ChunkHeader::decode(&head[..n]).map_err(|e| EngineError::Shard {
+            shard: usize::MAX,
+            reason: format!("chunk {path}: {e}"),
+        })?;
+        if header.base_offset != base {
+            return Err(EngineError::Shard {
+                shard: usize::MAX,
+                reason: format!(
+                    "chunk {path}: header says base offset {}",
+                    header.base_offset
+                ),
+            });
+        }
+        chunks.push(ChunkMeta { path, header });
+    }
+    chunks.sort_by_key(|c| c.header.base_offset);
+    for pair in chunks.windows(2) {
+        if pair[0].header.next_offset != pair[1].header.base_offset {
+            log::warn!(
+                "chunks {} and {} are not contiguous ({} != {})",
+                pair[0].path,
+                pair[1].path,
+                pair[0].header.next_offset,
+                pair[1].header.base_offset
+            );
+        }
+    }
+    Ok(chunks)
+}
+
+/// Buffers a previous run left for this segment, oldest first.
+fn recover_buffers(
+    dir: &std::path::Path,
+    segment_id: u32,
+) -> Result<Vec<ActiveBuffer>, EngineError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(EngineError::io("read dir", dir, e)),
+    };
+    let mut paths = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| EngineError::io("read dir", dir, e))?;
+        let path = entry.path();
+        let base = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".buf"))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(base) = base {
+            paths.push((base, path));
+        }
+    }
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|(_, path)| ActiveBuffer::recover(path, segment_id))
+        .collect()
+}

@@ -1,0 +1,50 @@
+//! The error a request gets: a code for the client's logic and a message
+//! for its user. Sent to that client only; the broker carries on.
+
+use wire::ErrorCode;
+
+use crate::error::EngineError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServeError {
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
+}
+
+impl ServeError {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> ServeError {
+        ServeError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn storage(e: &EngineError) -> ServeError {
+        ServeError::new(ErrorCode::Storage, e.to_string())
+    }
+
+    pub(crate) fn internal() -> ServeError {
+        ServeError::new(ErrorCode::Internal, "internal error")
+    }
+}
+
+impl From<&wire::DecodeError> for ServeError {
+    fn from(e: &wire::DecodeError) -> ServeError {
+        ServeError::new(ErrorCode::from(e), e.to_string())
+    }
+}
+
+impl From<control::ControlError> for ServeError {
+    fn from(e: control::ControlError) -> ServeError {
+        use control::ControlError as C;
+        let code = match &e {
+            C::InvalidTopicName(_) => ErrorCode::InvalidTopicName,
+            C::TopicExists(_) => ErrorCode::TopicExists,
+            C::TopicNotFound(_) => ErrorCode::TopicNotFound,
+            C::InvalidSegmentCount { .. } => ErrorCode::InvalidArgument,
+            C::TooManyTopics { .. } => ErrorCode::Busy,
+            _ => ErrorCode::Storage,
+        };
+        ServeError::new(code, e.to_string())
+    }
+}

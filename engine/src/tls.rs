@@ -1,0 +1,94 @@
+//! The broker's QUIC identity: a self-signed certificate made on first
+//! start and kept under `<data-dir>/tls/` (`cert.der`, `key.der`), so a
+//! client can pin it with `--tls-ca <data-dir>/tls/cert.der`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use crate::error::EngineError;
+
+/// ALPN protocol id of kelp's native protocol.
+pub const ALPN: &[u8] = b"kelp/1";
+
+/// Load the broker's certificate, making one if there is none.
+pub(crate) fn load_or_create(
+    data_dir: &Path,
+) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>), EngineError> {
+    let dir = data_dir.join("tls");
+    let cert_path = dir.join("cert.der");
+    let key_path = dir.join("key.der");
+    if cert_path.exists() && key_path.exists() {
+        let cert = std::fs::read(&cert_path).map_err(|e| EngineError::io("read", &cert_path, e))?;
+        let key = std::fs::read(&key_path).map_err(|e| EngineError::io("read", &key_path, e))?;
+        return Ok((
+            CertificateDer::from(cert),
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+        ));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| EngineError::io("create dir", &dir, e))?;
+    let names = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    let made =
+        rcgen::generate_simple_self_signed(names).map_err(|e| EngineError::Tls(e.to_string()))?;
+    let cert = made.cert.der().to_vec();
+    let key = made.signing_key.serialize_der();
+    write_private(&key_path, &key)?;
+    std::fs::write(&cert_path, &cert).map_err(|e| EngineError::io("write", &cert_path, e))?;
+    Ok((
+        CertificateDer::from(cert),
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+    ))
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| EngineError::io("create", path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| EngineError::io("write", path, e))
+}
+
+/// quinn's server configuration for the broker.
+pub(crate) fn server_config(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+) -> Result<quinn::ServerConfig, EngineError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| EngineError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .map_err(|e| EngineError::Tls(e.to_string()))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| EngineError::Tls(e.to_string()))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    // One ordered stream per connection carries everything; give it room
+    // for a few large batches in flight.
+    transport
+        .max_concurrent_bidi_streams(4u32.into())
+        .max_concurrent_uni_streams(0u32.into())
+        .stream_receive_window((16u32 << 20).into())
+        .receive_window((32u32 << 20).into())
+        .send_window(32 << 20)
+        .max_idle_timeout(Some(
+            std::time::Duration::from_secs(60)
+                .try_into()
+                .map_err(|_| EngineError::Tls("idle timeout".into()))?,
+        ));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
+}

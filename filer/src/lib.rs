@@ -1,0 +1,51 @@
+//! kelp-filer owns the file store interface, [`Filer`], and its local-directory
+//! backend, [`LocalFiler`]. Everything kelp persists (topic layouts, log chunks,
+//! by-reference payloads) goes through these five methods and nothing else.
+//!
+//! The trait is shaped like redb's `StorageBackend`: small, synchronous, and
+//! with object-store semantics (whole-object atomic `put`, ranged reads,
+//! prefix `list`, recursive `delete`) so an S3-compatible backend can be added
+//! later without changing any caller. It never interprets the bytes it stores.
+//!
+//! Paths are [`ObjectPath`]s: validated, relative, `/`-separated keys. A
+//! backend maps them to whatever its medium uses; [`LocalFiler`] maps them to
+//! plain files under a root directory so any tool can read them.
+
+mod error;
+mod local_filer;
+mod object_path;
+
+pub use error::FilerError;
+pub use local_filer::LocalFiler;
+pub use object_path::{ObjectPath, OBJECT_PATH_BYTES_MAX};
+
+/// A file store with object-store semantics.
+///
+/// Implementations are shared between threads (`Send + Sync`) and are
+/// synchronous: callers that must not block run them on a thread of their own.
+/// An object is a byte string stored whole under an [`ObjectPath`]; there are
+/// no directories, only common prefixes.
+pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
+    /// Store `bytes` as the whole object at `path`, atomically (readers see
+    /// the old object or the new one, never a torn one) and durably (on stable
+    /// storage before returning). Overwrites any existing object.
+    fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError>;
+
+    /// Read up to `buf.len()` bytes of the object at `path`, starting at
+    /// `offset`; returns the number of bytes read, which is short only at the
+    /// end of the object (and 0 at or past it).
+    /// [`FilerError::NotFound`] if the object is absent.
+    fn read_at(&self, path: &ObjectPath, offset: u64, buf: &mut [u8]) -> Result<usize, FilerError>;
+
+    /// The object's length in bytes; [`FilerError::NotFound`] if absent.
+    fn size(&self, path: &ObjectPath) -> Result<u64, FilerError>;
+
+    /// Every object whose path starts with `prefix` followed by `/`,
+    /// recursively, sorted by [`ObjectPath`] order. An empty vec if none.
+    /// The object at `prefix` itself, if any, is not included.
+    fn list(&self, prefix: &ObjectPath) -> Result<Vec<ObjectPath>, FilerError>;
+
+    /// Delete the object at `path` and every object under `path/`, durably.
+    /// Deleting nothing is `Ok`.
+    fn delete(&self, path: &ObjectPath) -> Result<(), FilerError>;
+}
