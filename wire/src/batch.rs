@@ -328,6 +328,18 @@ impl<'a> BatchView<'a> {
                 reason: "record count is zero or over BATCH_RECORDS_MAX",
             });
         }
+        // The base offset is outside the checksum, so anything can be there;
+        // refuse one whose last record's offset would not fit a u64, which
+        // makes `next_offset` total on every validated batch.
+        if le_u64(bytes, BASE_OFFSET_OFFSET)
+            .checked_add(u64::from(count))
+            .is_none()
+        {
+            return Err(DecodeError::Invalid {
+                what: "batch",
+                reason: "base offset + record count overflows u64",
+            });
+        }
         let mut at = BATCH_HEADER_BYTES;
         for _ in 0..count {
             at += validate_record(&bytes[at..])?;
@@ -358,7 +370,8 @@ impl<'a> BatchView<'a> {
     pub fn record_count(&self) -> u32 {
         le_u32(self.bytes, RECORD_COUNT_OFFSET)
     }
-    /// One past the last record's offset.
+    /// One past the last record's offset. `validate` guarantees it fits a
+    /// u64; a base offset stamped later must keep it so.
     pub fn next_offset(&self) -> u64 {
         self.base_offset() + u64::from(self.record_count())
     }
@@ -613,6 +626,21 @@ mod tests {
             BatchView::validate(&b),
             Err(DecodeError::TooLarge { .. })
         ));
+    }
+
+    /// Found by the `batch` fuzz target: a base offset near u64::MAX made
+    /// `next_offset` overflow (a panic in debug builds, a wrapped offset in
+    /// release ones).
+    #[test]
+    fn refuses_base_offset_that_overflows() {
+        let mut bytes = sample();
+        set_base_offset(&mut bytes, u64::MAX - 1);
+        assert!(matches!(
+            BatchView::validate(&bytes),
+            Err(DecodeError::Invalid { .. })
+        ));
+        set_base_offset(&mut bytes, u64::MAX - 2);
+        assert_eq!(BatchView::validate(&bytes).unwrap().next_offset(), u64::MAX);
     }
 
     #[test]

@@ -51,5 +51,12 @@ mod tests {
             key_hash(b"The quick brown fox jumps over the lazy dog"),
             0x2e4f_f723
         );
+        // One of each tail length (1, 2, 3 bytes) and a whole block, as
+        // listed in docs/wire-format.md.
+        assert_eq!(key_hash(b"a"), 0x3c25_69b2);
+        assert_eq!(key_hash(b"ab"), 0x9bbf_d75f);
+        assert_eq!(key_hash(b"abc"), 0xb3dd_93fa);
+        assert_eq!(key_hash(b"abcd"), 0x43ed_676a);
+        assert_eq!(key_hash(b"key"), 0xe29c_6a44);
     }
 }

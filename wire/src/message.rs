@@ -9,6 +9,7 @@
 use crate::codec::{Reader, Writer};
 use crate::error::DecodeError;
 use crate::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
+use crate::limits::STRING_BYTES_MAX;
 
 /// When the broker acknowledges a produce request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -342,7 +343,17 @@ impl<'a> Request<'a> {
                     what: "produce request",
                     reason: "unknown ack mode",
                 })?;
-                let len = usize::from(r.u16()?);
+                let len = r.u16()?;
+                // The same bound as every other string field: the encoder
+                // never writes more, so the decoder accepts no more.
+                if u32::from(len) > STRING_BYTES_MAX {
+                    return Err(DecodeError::TooLarge {
+                        what: "string",
+                        len: u64::from(len),
+                        max: u64::from(STRING_BYTES_MAX),
+                    });
+                }
+                let len = usize::from(len);
                 let topic =
                     std::str::from_utf8(r.take(len)?).map_err(|_| DecodeError::Invalid {
                         what: "produce request",
@@ -752,6 +763,77 @@ mod tests {
         let header =
             frame_header_for_parts(FrameType::FetchResponse, 9, &[&prefix, b"abc", b"def"]);
         assert_eq!(&whole[..FRAME_HEADER_BYTES], &header);
+    }
+
+    /// A produce request's topic had no length bound: a topic over
+    /// STRING_BYTES_MAX decoded, and re-encoding it cut it short.
+    #[test]
+    fn produce_topic_is_bounded_like_every_string() {
+        let topic = "t".repeat(STRING_BYTES_MAX as usize + 1);
+        let mut payload = vec![1, 0, 0, 0, AckMode::Leader as u8];
+        payload.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+        payload.extend_from_slice(topic.as_bytes());
+        assert!(matches!(
+            Request::decode(FrameType::ProduceRequest, &payload),
+            Err(DecodeError::TooLarge { .. })
+        ));
+        let topic = &topic[..STRING_BYTES_MAX as usize];
+        let mut out = Vec::new();
+        Request::Produce {
+            topic,
+            segment: 1,
+            ack: AckMode::Leader,
+            batch: b"",
+        }
+        .encode(1, &mut out);
+        let (h, payload) = decode_frame(&out);
+        assert!(matches!(
+            Request::decode(h.frame_type, payload).unwrap(),
+            Request::Produce { topic: t, .. } if t == topic
+        ));
+    }
+
+    /// A whole fetch request frame, as printed in docs/wire-format.md.
+    #[test]
+    fn golden_fetch_request_frame() {
+        let mut out = Vec::new();
+        Request::Fetch {
+            topic: "ns/t".into(),
+            segment: 1,
+            from: FetchFrom::Offset(42),
+            max_bytes: 1 << 20,
+            max_wait_ms: 500,
+        }
+        .encode(7, &mut out);
+        let expected: &[u8] = &[
+            0x4b, 0x4c, 0x01, 0x11, 0x1b, 0x00, 0x00, 0x00, // "KL", v1, Fetch, 27 bytes
+            0x07, 0x00, 0x00, 0x00, 0xe3, 0x0d, 0xf8, 0x45, // request id 7, checksum
+            0x04, 0x00, 0x6e, 0x73, 0x2f, 0x74, // topic "ns/t"
+            0x01, 0x00, 0x00, 0x00, // segment 1
+            0x00, // from: offset
+            0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // 42
+            0x00, 0x00, 0x10, 0x00, // max bytes 1 MiB
+            0xf4, 0x01, 0x00, 0x00, // max wait 500 ms
+        ];
+        assert_eq!(out, expected);
+    }
+
+    /// A whole error response frame, as printed in docs/wire-format.md.
+    #[test]
+    fn golden_error_response_frame() {
+        let mut out = Vec::new();
+        Response::Error {
+            code: ErrorCode::NotOwner,
+            message: "not mine".into(),
+        }
+        .encode(7, &mut out);
+        let expected: &[u8] = &[
+            0x4b, 0x4c, 0x01, 0xff, 0x0c, 0x00, 0x00, 0x00, // "KL", v1, Error, 12 bytes
+            0x07, 0x00, 0x00, 0x00, 0x4a, 0x8b, 0xe7, 0xa8, // request id 7, checksum
+            0x09, 0x00, // code 9: NotOwner
+            0x08, 0x00, b'n', b'o', b't', b' ', b'm', b'i', b'n', b'e', // message
+        ];
+        assert_eq!(out, expected);
     }
 
     #[test]
