@@ -14,7 +14,7 @@ use filer::{Filer, LocalFiler};
 use glommio::{LocalExecutorBuilder, Placement};
 use wire::message::ShardAddress;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, QuicDriver};
 use crate::control_plane::{
     ControlRequest, EmbeddedControl, ShardCommand, CONTROL_REQUESTS_QUEUED_MAX,
     SHARD_COMMANDS_QUEUED_MAX,
@@ -58,6 +58,9 @@ impl Broker {
         let filer: Arc<dyn Filer> = Arc::new(LocalFiler::open(config.data_dir.join("filer"))?);
         let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
         let quic_config = crate::tls::server_config(cert, key)?;
+        // quinn's ServerConfig is quinn-proto's, so both drivers share it.
+        let shard_quic_config = Arc::new(quic_config.clone());
+        let quic_driver = config.quic_driver;
 
         let addresses: Vec<ShardAddress> = (0..shard_count)
             .map(|i| {
@@ -92,6 +95,7 @@ impl Broker {
             let control = control_tx.clone();
             let addresses = addresses.clone();
             let ready = ready_tx.clone();
+            let server_crypto = shard_quic_config.clone();
             let io_memory = (IO_MEMORY_BYTES * 2 / shard_count.max(2)).max(128 << 10);
             let handle = LocalExecutorBuilder::new(placement)
                 .name(&format!("kelp-shard-{index}"))
@@ -110,6 +114,19 @@ impl Broker {
                             return;
                         }
                     };
+                    let quic_socket = match quic_driver {
+                        QuicDriver::Tokio => None,
+                        QuicDriver::Shard => match std::net::UdpSocket::bind(addr) {
+                            Ok(s) => Some(s),
+                            Err(e) => {
+                                let _ = ready.send(Err(EngineError::Shard {
+                                    shard: index,
+                                    reason: format!("bind UDP {addr}: {e}"),
+                                }));
+                                return;
+                            }
+                        },
+                    };
                     let shard = Rc::new(Shard {
                         index,
                         config,
@@ -121,6 +138,14 @@ impl Broker {
                     });
                     glommio::spawn_local(shard.clone().tick_forever()).detach();
                     glommio::spawn_local(crate::tcp::accept_loop(shard.clone(), listener)).detach();
+                    if let Some(socket) = quic_socket {
+                        glommio::spawn_local(crate::quic_shard::serve(
+                            shard.clone(),
+                            socket,
+                            server_crypto,
+                        ))
+                        .detach();
+                    }
                     glommio::spawn_local(inbox_loop(shard.clone(), inbox_rx)).detach();
                     let _ = ready.send(Ok(()));
                     // Commands arrive until shutdown, which ends the shard.
@@ -168,15 +193,18 @@ impl Broker {
             .spawn(move || control.run(control_rx))
             .map_err(|e| EngineError::io("spawn control thread", "", e))?;
 
-        let quic = QuicThread::start(
-            quic_config,
-            (0..shard_count).map(|i| config.shard_address(i)).collect(),
-            inbox_txs,
-            QuicLimits {
-                connections_per_shard_max: config.connections_per_shard_max,
-                requests_in_flight_max: config.connection_requests_in_flight_max,
-            },
-        )?;
+        let quic = match quic_driver {
+            QuicDriver::Tokio => Some(QuicThread::start(
+                quic_config,
+                (0..shard_count).map(|i| config.shard_address(i)).collect(),
+                inbox_txs,
+                QuicLimits {
+                    connections_per_shard_max: config.connections_per_shard_max,
+                    requests_in_flight_max: config.connection_requests_in_flight_max,
+                },
+            )?),
+            QuicDriver::Shard => None,
+        };
         log::info!(
             "kelp broker serving {} shard(s) at {} (TCP and QUIC), data in {}",
             shard_count,
@@ -187,7 +215,7 @@ impl Broker {
             control: control_tx,
             control_thread: Some(control_thread),
             shard_threads,
-            quic: Some(quic),
+            quic,
             addresses,
         })
     }

@@ -262,6 +262,7 @@ impl SealedBuffer {
         &self.path
     }
     /// The chunk file's bytes.
+    #[cfg(test)]
     pub(crate) fn chunk_bytes(&self) -> &[u8] {
         &self.map[..self.header.file_bytes() as usize]
     }

@@ -40,6 +40,19 @@ pub struct BrokerConfig {
     pub tick_ms: u64,
     /// Whether to pin shard `i` to CPU `i`.
     pub pin_shards: bool,
+    /// Which QUIC driver serves the shards' UDP ports.
+    pub quic_driver: QuicDriver,
+}
+
+/// How QUIC reaches the shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuicDriver {
+    /// quinn on one tokio thread, handing frames to the shards through
+    /// bounded channels (`quic.rs`).
+    Tokio,
+    /// quinn-proto driven on each shard's own thread, quinn-udp doing the
+    /// GSO/GRO syscalls (`quic_shard/`).
+    Shard,
 }
 
 impl Default for BrokerConfig {
@@ -58,6 +71,7 @@ impl Default for BrokerConfig {
             fetch_wait_ms_max: 30_000,
             tick_ms: 5,
             pin_shards: true,
+            quic_driver: QuicDriver::Tokio,
         }
     }
 }

@@ -18,6 +18,7 @@ mod connection;
 mod control_plane;
 pub mod error;
 mod quic;
+mod quic_shard;
 mod request;
 mod segment;
 mod serve_error;
@@ -26,6 +27,6 @@ mod tcp;
 mod tls;
 
 pub use broker::{run, Broker};
-pub use config::BrokerConfig;
+pub use config::{BrokerConfig, QuicDriver};
 pub use error::EngineError;
 pub use tls::ALPN;

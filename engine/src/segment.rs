@@ -341,12 +341,16 @@ impl SegmentCell {
             };
             let job_buffer = buffer.clone();
             let job_path = path.clone();
-            let result = blocking(move || -> Result<(), String> {
+            // The sealed mapping is the chunk: the filer takes the file
+            // itself (the local filer renames it into place, no copy).
+            let result = blocking(move || {
                 filer
-                    .put(&job_path, job_buffer.chunk_bytes())
-                    .map_err(|e| e.to_string())?;
-                std::fs::remove_file(job_buffer.path())
-                    .map_err(|e| format!("remove {}: {e}", job_buffer.path().display()))
+                    .put_file(
+                        &job_path,
+                        job_buffer.path(),
+                        job_buffer.header().file_bytes(),
+                    )
+                    .map_err(|e| e.to_string())
             })
             .await;
             match result {

@@ -247,3 +247,192 @@ fn produce_fetch_restart() {
     drop(c);
     broker.stop().unwrap();
 }
+
+fn batch_at(keys: &[String], timestamp_ms: i64, value_bytes: usize) -> Vec<u8> {
+    let mut b = BatchBuilder::new();
+    let value = vec![b'v'; value_bytes];
+    for k in keys {
+        b.push(timestamp_ms, k.as_bytes(), &value, &[]).unwrap();
+    }
+    b.finish(0, 0).to_vec()
+}
+
+#[test]
+fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let cfg = BrokerConfig {
+        buffer_bytes: 64 << 10,
+        shards: 1,
+        ..config(dir.path(), port)
+    };
+    let broker = Broker::start(cfg).unwrap();
+    let mut c = Conn::open(port);
+    c.call(Request::CreateTopic {
+        topic: "t/seek".into(),
+        segments: 1,
+    });
+    // 300 batches of 10 records, 100-byte values, one timestamp per batch.
+    for i in 0..300i64 {
+        let keys: Vec<String> = (0..10).map(|k| format!("key-{k}")).collect();
+        let b = batch_at(&keys, 1_000_000 + i * 10, 100);
+        let ack = if i == 149 {
+            AckMode::Durable
+        } else {
+            AckMode::Leader
+        };
+        let r = c.call(Request::Produce {
+            topic: "t/seek",
+            segment: 0,
+            ack,
+            batch: &b,
+        });
+        assert!(matches!(decode(&r), Response::Produced { .. }));
+    }
+    let chunks = std::fs::read_dir(dir.path().join("filer/topics/t/seek/0"))
+        .unwrap()
+        .count();
+    assert!(
+        chunks >= 2,
+        "small buffers sealed into several chunks, got {chunks}"
+    );
+
+    let all = fetch_all(&mut c, "t/seek", 0);
+    assert_eq!(all.len(), 3000);
+    assert!(
+        all.iter().enumerate().all(|(i, r)| r.0 == i as u64),
+        "every offset once, in order"
+    );
+
+    // From an offset in the middle of a chunk's batch.
+    let r = c.call(Request::Fetch {
+        topic: "t/seek".into(),
+        segment: 0,
+        from: FetchFrom::Offset(1234),
+        max_bytes: 1,
+        max_wait_ms: 0,
+    });
+    let Response::Fetched(f) = decode(&r) else {
+        panic!()
+    };
+    assert_eq!(f.start_offset, 1234);
+    let first = BatchWalk::new(f.batches).next().unwrap().unwrap().1;
+    assert!(first.base_offset() <= 1234 && 1234 < first.next_offset());
+
+    // By timestamp: batch i has timestamp 1_000_000 + 10 i, so 1_001_005
+    // falls between batches 100 and 101: the answer is offset 1010.
+    let r = c.call(Request::Fetch {
+        topic: "t/seek".into(),
+        segment: 0,
+        from: FetchFrom::Timestamp(1_001_005),
+        max_bytes: 1 << 16,
+        max_wait_ms: 0,
+    });
+    let Response::Fetched(f) = decode(&r) else {
+        panic!()
+    };
+    assert_eq!(f.start_offset, 1010);
+
+    // A timestamp after everything resolves to the end.
+    let r = c.call(Request::Fetch {
+        topic: "t/seek".into(),
+        segment: 0,
+        from: FetchFrom::Timestamp(9_000_000),
+        max_bytes: 1 << 16,
+        max_wait_ms: 0,
+    });
+    let Response::Fetched(f) = decode(&r) else {
+        panic!()
+    };
+    assert_eq!((f.start_offset, f.batches.len()), (3000, 0));
+
+    // Latest long-polls until a record arrives from another connection.
+    let waiter = std::thread::spawn(move || {
+        let mut w = Conn::open(port);
+        let r = w.call(Request::Fetch {
+            topic: "t/seek".into(),
+            segment: 0,
+            from: FetchFrom::Latest,
+            max_bytes: 1 << 16,
+            max_wait_ms: 10_000,
+        });
+        let Response::Fetched(f) = decode(&r) else {
+            panic!()
+        };
+        (f.start_offset, f.next_offset)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let b = batch_at(&["late".to_string()], 2_000_000, 10);
+    c.call(Request::Produce {
+        topic: "t/seek",
+        segment: 0,
+        ack: AckMode::Leader,
+        batch: &b,
+    });
+    assert_eq!(waiter.join().unwrap(), (3000, 3001));
+
+    // Past the end is an error for this request only.
+    let r = c.call(Request::Fetch {
+        topic: "t/seek".into(),
+        segment: 0,
+        from: FetchFrom::Offset(99_999),
+        max_bytes: 1,
+        max_wait_ms: 0,
+    });
+    assert!(matches!(
+        decode(&r),
+        Response::Error {
+            code: ErrorCode::InvalidArgument,
+            ..
+        }
+    ));
+    drop(c);
+    broker.stop().unwrap();
+}
+
+#[test]
+fn keys_outside_the_segment_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = Broker::start(BrokerConfig {
+        shards: 1,
+        ..config(dir.path(), port)
+    })
+    .unwrap();
+    let mut c = Conn::open(port);
+    c.call(Request::CreateTopic {
+        topic: "t/range".into(),
+        segments: 4,
+    });
+    // Find a key that does not hash into segment 0 ([0, 2^30)).
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| wire::key_hash(k.as_bytes()) >= 1 << 30)
+        .unwrap();
+    let b = batch_at(&[key], 1, 1);
+    let r = c.call(Request::Produce {
+        topic: "t/range",
+        segment: 0,
+        ack: AckMode::Leader,
+        batch: &b,
+    });
+    assert!(matches!(
+        decode(&r),
+        Response::Error {
+            code: ErrorCode::KeyOutOfRange,
+            ..
+        }
+    ));
+    let r = c.call(Request::DescribeTopic {
+        topic: "t/range".into(),
+    });
+    let Response::Topic(t) = decode(&r) else {
+        panic!()
+    };
+    assert!(
+        t.segments.iter().all(|s| s.next_offset == 0),
+        "nothing appended"
+    );
+    drop(c);
+    broker.stop().unwrap();
+}

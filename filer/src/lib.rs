@@ -11,6 +11,8 @@
 //! backend maps them to whatever its medium uses; [`LocalFiler`] maps them to
 //! plain files under a root directory so any tool can read them.
 
+use std::path::Path;
+
 mod error;
 mod local_filer;
 mod object_path;
@@ -48,4 +50,34 @@ pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
     /// Delete the object at `path` and every object under `path/`, durably.
     /// Deleting nothing is `Ok`.
     fn delete(&self, path: &ObjectPath) -> Result<(), FilerError>;
+
+    /// Store the first `len` bytes of the local file `local` as the whole
+    /// object at `path`, with `put`'s guarantees, and hand the file over:
+    /// once this returns `Ok` the file no longer exists at `local` (a
+    /// mapping of it the caller holds stays readable). A backend on the same
+    /// filesystem moves the file into place instead of copying its bytes;
+    /// this default reads it and calls `put`.
+    fn put_file(&self, path: &ObjectPath, local: &Path, len: u64) -> Result<(), FilerError> {
+        let io = |op: &'static str| {
+            move |source: std::io::Error| FilerError::Io {
+                op,
+                path: local.display().to_string(),
+                source,
+            }
+        };
+        let mut bytes = std::fs::read(local).map_err(io("read"))?;
+        if (bytes.len() as u64) < len {
+            return Err(FilerError::Io {
+                op: "read",
+                path: local.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "file is shorter than the length to store",
+                ),
+            });
+        }
+        bytes.truncate(len as usize);
+        self.put(path, &bytes)?;
+        std::fs::remove_file(local).map_err(io("remove"))
+    }
 }

@@ -114,6 +114,32 @@ impl Filer for LocalFiler {
         sync_dir(&parent)
     }
 
+    fn put_file(&self, path: &ObjectPath, local: &Path, len: u64) -> Result<(), FilerError> {
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(local)
+            .map_err(io_error("open", local))?;
+        file.set_len(len).map_err(io_error("truncate", local))?;
+        file.sync_data().map_err(io_error("fdatasync", local))?;
+        drop(file);
+        self.create_parent_dirs(path)?;
+        let target = self.file_path(path);
+        match fs::rename(local, &target) {
+            Ok(()) => {}
+            // Another filesystem: copy the bytes instead.
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                let bytes = fs::read(local).map_err(io_error("read", local))?;
+                self.put(path, &bytes)?;
+                return fs::remove_file(local).map_err(io_error("remove", local));
+            }
+            Err(e) => return Err(io_error("rename", local)(e)),
+        }
+        let parent = target
+            .parent()
+            .expect("root joined with a non-empty relative path has a parent");
+        sync_dir(parent)
+    }
+
     fn read_at(&self, path: &ObjectPath, offset: u64, buf: &mut [u8]) -> Result<usize, FilerError> {
         if buf.is_empty() {
             // No read syscall would tell a directory from a file here.
@@ -292,6 +318,60 @@ mod tests {
         let n = filer.read_at(path, 0, &mut buf).unwrap();
         assert_eq!(n, buf.len());
         buf
+    }
+
+    #[test]
+    fn put_file_moves_the_file_and_keeps_its_prefix() {
+        let (dir, filer) = filer();
+        let local = dir.path().join("buffer");
+        std::fs::write(&local, b"chunk bytes and spare room").unwrap();
+        filer.put_file(&p("t/a/0/1.chunk"), &local, 11).unwrap();
+        assert!(!local.exists(), "the file was handed over");
+        assert_eq!(read_all(&filer, &p("t/a/0/1.chunk")), b"chunk bytes");
+        // A missing local file is an error naming it, and stores nothing.
+        let err = filer.put_file(&p("t/a/0/2.chunk"), &local, 1).unwrap_err();
+        assert!(err.to_string().contains("buffer"), "{err}");
+        assert!(filer.size(&p("t/a/0/2.chunk")).unwrap_err().is_not_found());
+    }
+
+    /// The trait's default (what a remote backend without a rename gets).
+    #[test]
+    fn default_put_file_copies_then_removes() {
+        #[derive(Debug)]
+        struct CopyOnly(LocalFiler);
+        impl Filer for CopyOnly {
+            fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
+                self.0.put(path, bytes)
+            }
+            fn read_at(
+                &self,
+                path: &ObjectPath,
+                offset: u64,
+                buf: &mut [u8],
+            ) -> Result<usize, FilerError> {
+                self.0.read_at(path, offset, buf)
+            }
+            fn size(&self, path: &ObjectPath) -> Result<u64, FilerError> {
+                self.0.size(path)
+            }
+            fn list(&self, prefix: &ObjectPath) -> Result<Vec<ObjectPath>, FilerError> {
+                self.0.list(prefix)
+            }
+            fn delete(&self, path: &ObjectPath) -> Result<(), FilerError> {
+                self.0.delete(path)
+            }
+        }
+        let (dir, filer) = filer();
+        let copy = CopyOnly(filer);
+        let local = dir.path().join("buffer");
+        std::fs::write(&local, b"0123456789").unwrap();
+        assert!(
+            copy.put_file(&p("x/y"), &local, 20).is_err(),
+            "longer than the file"
+        );
+        copy.put_file(&p("x/y"), &local, 4).unwrap();
+        assert!(!local.exists());
+        assert_eq!(read_all(&copy.0, &p("x/y")), b"0123");
     }
 
     #[test]

@@ -1,0 +1,311 @@
+//! The client: shard discovery, one lazily opened connection per shard, and
+//! the admin requests.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use wire::message::TopicInfo;
+use wire::{FetchFrom, Request, Response};
+
+use crate::connection::{Connection, ConnectionLimits};
+use crate::error::ClientError;
+use crate::frame_io::ResponseFrame;
+use crate::producer::{Producer, ProducerConfig};
+use crate::subscriber::{SubscribeOptions, Subscriber};
+use crate::transport::{Dialer, Transport};
+
+/// Default for [`ClientOptions::in_flight_requests_max`].
+pub const IN_FLIGHT_REQUESTS_MAX_DEFAULT: usize = 1024;
+/// Default for [`ClientOptions::write_queue_frames_max`].
+pub const WRITE_QUEUE_FRAMES_MAX_DEFAULT: usize = 64;
+/// Default for [`ClientOptions::request_timeout_ms`].
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default for [`ClientOptions::connect_timeout_ms`].
+pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+
+/// Settings of a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Requests awaiting an answer on one connection; a request waits for
+    /// a free slot beyond this.
+    pub in_flight_requests_max: usize,
+    /// Frames queued for writing on one connection.
+    pub write_queue_frames_max: usize,
+    /// How long to wait for an answer (a fetch adds its `max_wait_ms`).
+    pub request_timeout_ms: u64,
+    /// How long to wait for a connection (TCP connect or QUIC handshake).
+    pub connect_timeout_ms: u64,
+    /// CA certificate (DER or PEM) to verify the broker's QUIC certificate
+    /// with. Without it, any server certificate is accepted: kelp brokers
+    /// present self-signed certificates.
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            in_flight_requests_max: IN_FLIGHT_REQUESTS_MAX_DEFAULT,
+            write_queue_frames_max: WRITE_QUEUE_FRAMES_MAX_DEFAULT,
+            request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
+            connect_timeout_ms: CONNECT_TIMEOUT_MS_DEFAULT,
+            tls_ca_file: None,
+        }
+    }
+}
+
+/// A connection to one kelp broker: cheap to clone, all clones share the
+/// connections.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    options: ClientOptions,
+    dialer: Dialer,
+    bootstrap: SocketAddr,
+    /// Connection for admin requests (any shard answers them).
+    admin: Mutex<Option<Arc<Connection>>>,
+    shards: Vec<SocketAddr>,
+    /// One slot per shard, filled on first use and refilled after a
+    /// connection fails.
+    connections: Vec<Mutex<Option<Arc<Connection>>>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("bootstrap", &self.inner.bootstrap)
+            .field("shards", &self.inner.shards)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connect to the broker at `broker` (`host:port`), ask it for its
+    /// shards, and return a client that opens a connection per shard when
+    /// it first needs one.
+    pub async fn connect(
+        broker: &str,
+        transport: Transport,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
+        let bootstrap = resolve(broker).await?;
+        let dialer = Dialer::new(transport, bootstrap, options.tls_ca_file.as_deref())?;
+        let limits = limits(&options);
+        let connect_timeout = Duration::from_millis(options.connect_timeout_ms);
+        let admin = Arc::new(dialer.dial(bootstrap, limits, connect_timeout).await?);
+        let frame = admin
+            .call(
+                &Request::Shards,
+                "asking the broker for its shards",
+                Duration::from_millis(options.request_timeout_ms),
+            )
+            .await?;
+        let listed = match frame.response()? {
+            Response::Shards { shards } => shards,
+            _ => return Err(unexpected(&frame, "shards")),
+        };
+        if listed.is_empty() {
+            return Err(ClientError::Layout("the broker lists no shards".into()));
+        }
+        let mut shards = Vec::with_capacity(listed.len());
+        for shard in &listed {
+            let advertised = match transport {
+                Transport::Tcp => &shard.tcp,
+                Transport::Quic => &shard.quic,
+            };
+            let mut addr = resolve(advertised).await?;
+            // A broker listening on 0.0.0.0 advertises that; reach it the
+            // way the bootstrap address did.
+            if addr.ip().is_unspecified() {
+                addr.set_ip(bootstrap.ip());
+            }
+            shards.push(addr);
+        }
+        let connections = shards
+            .iter()
+            .map(|addr| Mutex::new((*addr == bootstrap).then(|| Arc::clone(&admin))))
+            .collect();
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                options,
+                dialer,
+                bootstrap,
+                admin: Mutex::new(Some(admin)),
+                shards,
+                connections,
+            }),
+        })
+    }
+
+    /// The address of each shard, in the broker's order (a segment's
+    /// `shard` indexes this list).
+    pub fn shard_addresses(&self) -> &[SocketAddr] {
+        &self.inner.shards
+    }
+
+    /// Create a topic `namespace/name` with `segments` segments splitting
+    /// the key-hash ring evenly.
+    pub async fn create_topic(&self, topic: &str, segments: u32) -> Result<TopicInfo, ClientError> {
+        let frame = self
+            .admin_call(
+                &Request::CreateTopic {
+                    topic: topic.to_owned(),
+                    segments,
+                },
+                "creating a topic",
+            )
+            .await?;
+        match frame.response()? {
+            Response::Topic(info) => Ok(info),
+            _ => Err(unexpected(&frame, "topic")),
+        }
+    }
+
+    /// Delete a topic and its data.
+    pub async fn delete_topic(&self, topic: &str) -> Result<(), ClientError> {
+        let frame = self
+            .admin_call(
+                &Request::DeleteTopic {
+                    topic: topic.to_owned(),
+                },
+                "deleting a topic",
+            )
+            .await?;
+        match frame.response()? {
+            Response::Done => Ok(()),
+            _ => Err(unexpected(&frame, "done")),
+        }
+    }
+
+    /// The names of every topic.
+    pub async fn list_topics(&self) -> Result<Vec<String>, ClientError> {
+        let frame = self
+            .admin_call(&Request::ListTopics, "listing topics")
+            .await?;
+        match frame.response()? {
+            Response::TopicList { topics } => Ok(topics),
+            _ => Err(unexpected(&frame, "topic list")),
+        }
+    }
+
+    /// A topic's layout: its segments, their ranges, owners and offsets.
+    pub async fn describe_topic(&self, topic: &str) -> Result<TopicInfo, ClientError> {
+        let frame = self
+            .admin_call(
+                &Request::DescribeTopic {
+                    topic: topic.to_owned(),
+                },
+                "describing a topic",
+            )
+            .await?;
+        match frame.response()? {
+            Response::Topic(info) => Ok(info),
+            _ => Err(unexpected(&frame, "topic")),
+        }
+    }
+
+    /// A producer for `topic` that routes each record by its key.
+    pub async fn producer(
+        &self,
+        topic: &str,
+        config: ProducerConfig,
+    ) -> Result<Producer, ClientError> {
+        Producer::start(self.clone(), topic, config).await
+    }
+
+    /// Read every segment of `topic` starting at `from`.
+    pub async fn subscribe(
+        &self,
+        topic: &str,
+        from: FetchFrom,
+        options: SubscribeOptions,
+    ) -> Result<Subscriber, ClientError> {
+        Subscriber::start(self.clone(), topic, from, options).await
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.inner.options.request_timeout_ms)
+    }
+
+    async fn admin_call(
+        &self,
+        request: &Request<'_>,
+        operation: &'static str,
+    ) -> Result<ResponseFrame, ClientError> {
+        let conn = {
+            let mut slot = self.inner.admin.lock().await;
+            self.fresh(&mut slot, self.inner.bootstrap).await?
+        };
+        conn.call(request, operation, self.request_timeout()).await
+    }
+
+    /// The connection to shard `shard`, opened if needed.
+    pub(crate) async fn connection(&self, shard: u16) -> Result<Arc<Connection>, ClientError> {
+        let i = usize::from(shard);
+        let (Some(slot), Some(addr)) = (self.inner.connections.get(i), self.inner.shards.get(i))
+        else {
+            return Err(ClientError::Layout(format!(
+                "a segment is owned by shard {shard} but the broker lists {} shards",
+                self.inner.shards.len()
+            )));
+        };
+        let mut slot = slot.lock().await;
+        self.fresh(&mut slot, *addr).await
+    }
+
+    /// The connection in `slot`, replaced by a new one if absent or failed.
+    async fn fresh(
+        &self,
+        slot: &mut Option<Arc<Connection>>,
+        addr: SocketAddr,
+    ) -> Result<Arc<Connection>, ClientError> {
+        if let Some(conn) = slot.as_ref().filter(|c| !c.is_failed()) {
+            return Ok(Arc::clone(conn));
+        }
+        let conn = Arc::new(
+            self.inner
+                .dialer
+                .dial(
+                    addr,
+                    limits(&self.inner.options),
+                    Duration::from_millis(self.inner.options.connect_timeout_ms),
+                )
+                .await?,
+        );
+        log::debug!("connected to {}", conn.addr());
+        *slot = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+}
+
+fn limits(options: &ClientOptions) -> ConnectionLimits {
+    ConnectionLimits {
+        in_flight_requests_max: options.in_flight_requests_max,
+        write_queue_frames_max: options.write_queue_frames_max,
+    }
+}
+
+pub(crate) fn unexpected(frame: &ResponseFrame, expected: &'static str) -> ClientError {
+    ClientError::UnexpectedResponse {
+        expected,
+        got: frame.header.frame_type,
+    }
+}
+
+/// Resolve `host:port` to its first address.
+async fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
+    let connect_error = |reason: String| ClientError::Connect {
+        addr: addr.to_owned(),
+        reason,
+    };
+    tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| connect_error(e.to_string()))?
+        .next()
+        .ok_or_else(|| connect_error("the name resolves to no address".into()))
+}

@@ -1,0 +1,89 @@
+//! The one error every client operation returns.
+
+use std::sync::Arc;
+
+use wire::frame::FrameType;
+use wire::{DecodeError, ErrorCode};
+
+/// Why a client operation failed.
+///
+/// It is `Clone` so one connection failure can be handed to every request
+/// that was waiting on that connection.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The broker (or one of its shards) could not be reached.
+    #[error("cannot reach broker at {addr}: {reason}")]
+    Connect {
+        /// The address that was dialed.
+        addr: String,
+        /// What went wrong, from the OS or the QUIC handshake.
+        reason: String,
+    },
+    /// The broker refused the request.
+    #[error("broker refused the request: {message} ({code:?})")]
+    Broker {
+        /// The broker's error code.
+        code: ErrorCode,
+        /// The broker's explanation.
+        message: String,
+    },
+    /// Reading from or writing to a connection failed.
+    #[error("{operation} failed: {source}")]
+    Io {
+        /// What the client was doing.
+        operation: &'static str,
+        /// The OS error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The broker sent bytes that are not a valid frame, message or batch.
+    #[error("invalid data from broker: {0}")]
+    Decode(#[from] DecodeError),
+    /// The broker answered with a message of the wrong kind.
+    #[error("unexpected response from broker: wanted {expected}, got {got:?}")]
+    UnexpectedResponse {
+        /// The response kind the request calls for.
+        expected: &'static str,
+        /// The frame type that came back.
+        got: FrameType,
+    },
+    /// No answer within the configured time.
+    #[error("{operation} timed out after {after_ms} ms")]
+    Timeout {
+        /// What the client was waiting for.
+        operation: &'static str,
+        /// The limit that passed.
+        after_ms: u64,
+    },
+    /// The connection closed before the answer came.
+    #[error("connection to broker closed")]
+    Closed,
+    /// The topic layout cannot serve the request (no open segment for a
+    /// key, a shard index the broker did not list, no segments at all).
+    #[error("topic layout: {0}")]
+    Layout(String),
+    /// A record the client refuses to send (too large, too many headers).
+    #[error("invalid record: {0}")]
+    InvalidRecord(DecodeError),
+    /// Client configuration that cannot be used (an unreadable CA file).
+    #[error("client configuration: {0}")]
+    Config(String),
+}
+
+impl ClientError {
+    pub(crate) fn io(operation: &'static str, source: std::io::Error) -> ClientError {
+        ClientError::Io {
+            operation,
+            source: Arc::new(source),
+        }
+    }
+
+    /// The broker's error code, if the broker refused the request.
+    pub fn broker_code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Broker { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}

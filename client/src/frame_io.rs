@@ -1,0 +1,216 @@
+//! Reading response frames from a byte stream (a TCP connection or a QUIC
+//! stream). Every header and payload is verified before anything uses it.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::{DecodeError, Response};
+
+use crate::error::ClientError;
+
+/// One verified frame: header checked, payload checksum checked. The
+/// payload is refcounted so records handed to the user can point into it.
+#[derive(Debug, Clone)]
+pub(crate) struct ResponseFrame {
+    pub(crate) header: FrameHeader,
+    pub(crate) payload: bytes::Bytes,
+}
+
+impl ResponseFrame {
+    /// Decode the payload. A broker `Error` becomes `ClientError::Broker`.
+    pub(crate) fn response(&self) -> Result<Response<'_>, ClientError> {
+        match Response::decode(self.header.frame_type, &self.payload)? {
+            Response::Error { code, message } => Err(ClientError::Broker { code, message }),
+            other => Ok(other),
+        }
+    }
+}
+
+/// Why a frame could not be read.
+#[derive(Debug)]
+pub(crate) enum FrameReadError {
+    /// The stream cannot be trusted any more (bad header, cut short, I/O
+    /// error): every request waiting on it fails.
+    Stream(ClientError),
+    /// The frame was framed correctly but its payload checksum failed: only
+    /// the request it answers fails, the stream stays usable.
+    Payload { request_id: u32, error: DecodeError },
+}
+
+/// Read one frame. `Ok(None)` means the peer closed the stream cleanly at
+/// a frame boundary.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Option<ResponseFrame>, FrameReadError> {
+    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
+    let mut filled = 0;
+    while filled < FRAME_HEADER_BYTES {
+        let n = reader
+            .read(&mut header_bytes[filled..])
+            .await
+            .map_err(|e| FrameReadError::Stream(ClientError::io("reading a frame header", e)))?;
+        if n == 0 {
+            if filled == 0 {
+                return Ok(None);
+            }
+            return Err(FrameReadError::Stream(ClientError::Decode(
+                DecodeError::Truncated {
+                    what: "frame header",
+                    need: FRAME_HEADER_BYTES as u64,
+                    have: filled as u64,
+                },
+            )));
+        }
+        filled += n;
+    }
+    let header = FrameHeader::decode(&header_bytes)
+        .map_err(|e| FrameReadError::Stream(ClientError::Decode(e)))?;
+    // `decode` bounded the length by FRAME_PAYLOAD_BYTES_MAX.
+    let len = header.payload_bytes as usize;
+    let mut payload = vec![0u8; len];
+    let mut filled = 0;
+    while filled < len {
+        let n = reader
+            .read(&mut payload[filled..])
+            .await
+            .map_err(|e| FrameReadError::Stream(ClientError::io("reading a frame payload", e)))?;
+        if n == 0 {
+            return Err(FrameReadError::Stream(ClientError::Decode(
+                DecodeError::Truncated {
+                    what: "frame payload",
+                    need: len as u64,
+                    have: filled as u64,
+                },
+            )));
+        }
+        filled += n;
+    }
+    header
+        .verify_payload(&payload)
+        .map_err(|error| FrameReadError::Payload {
+            request_id: header.request_id,
+            error,
+        })?;
+    Ok(Some(ResponseFrame {
+        header,
+        payload: payload.into(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::frame::FrameType;
+    use wire::ErrorCode;
+
+    fn frames() -> Vec<u8> {
+        let mut out = Vec::new();
+        Response::Done.encode(1, &mut out);
+        Response::Produced {
+            segment: 3,
+            base_offset: 10,
+            record_count: 2,
+        }
+        .encode(2, &mut out);
+        Response::Error {
+            code: ErrorCode::InvalidTopicName,
+            message: "bad name".into(),
+        }
+        .encode(3, &mut out);
+        out
+    }
+
+    async fn read_all(bytes: &[u8]) -> Vec<Result<Option<ResponseFrame>, FrameReadError>> {
+        let mut reader = bytes;
+        let mut out = Vec::new();
+        loop {
+            let r = read_frame(&mut reader).await;
+            let stop = !matches!(r, Ok(Some(_)));
+            out.push(r);
+            if stop {
+                return out;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_frames_in_order_then_clean_end() {
+        let bytes = frames();
+        let got = read_all(&bytes).await;
+        assert_eq!(got.len(), 4);
+        let f = got[0].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!(f.header.request_id, 1);
+        assert!(matches!(f.response().unwrap(), Response::Done));
+        let f = got[1].as_ref().unwrap().as_ref().unwrap();
+        assert!(matches!(
+            f.response().unwrap(),
+            Response::Produced {
+                record_count: 2,
+                ..
+            }
+        ));
+        let f = got[2].as_ref().unwrap().as_ref().unwrap();
+        assert!(matches!(
+            f.response(),
+            Err(ClientError::Broker {
+                code: ErrorCode::InvalidTopicName,
+                ..
+            })
+        ));
+        assert!(matches!(got[3], Ok(None)));
+    }
+
+    #[tokio::test]
+    async fn truncated_stream_is_an_error_at_every_cut() {
+        let bytes = frames();
+        let mut one = Vec::new();
+        Response::Done.encode(1, &mut one);
+        for cut in 1..bytes.len() {
+            let got = read_all(&bytes[..cut]).await;
+            let last = got.last().unwrap();
+            // A cut exactly at a frame boundary is a clean end.
+            let at_boundary = got.len() > 1 && matches!(last, Ok(None));
+            if !at_boundary {
+                assert!(
+                    matches!(last, Err(FrameReadError::Stream(ClientError::Decode(_)))),
+                    "cut at {cut}: {last:?}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn corrupt_header_is_fatal_corrupt_payload_is_not() {
+        let mut bytes = frames();
+        bytes[0] = b'X';
+        let got = read_all(&bytes).await;
+        assert!(matches!(
+            got[0],
+            Err(FrameReadError::Stream(ClientError::Decode(
+                DecodeError::BadMagic { .. }
+            )))
+        ));
+
+        let mut bytes = Vec::new();
+        Response::Produced {
+            segment: 3,
+            base_offset: 10,
+            record_count: 2,
+        }
+        .encode(9, &mut bytes);
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xFF;
+        Response::Done.encode(10, &mut bytes);
+        let mut reader = bytes.as_slice();
+        match read_frame(&mut reader).await {
+            Err(FrameReadError::Payload { request_id, error }) => {
+                assert_eq!(request_id, 9);
+                assert!(matches!(error, DecodeError::Checksum { .. }));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The next frame still reads.
+        let next = read_frame(&mut reader).await.unwrap().unwrap();
+        assert_eq!(next.header.frame_type, FrameType::DoneResponse);
+    }
+}

@@ -1,0 +1,173 @@
+//! Routing: which open segment of a topic takes a key.
+//!
+//! A key goes to the open segment whose key-hash range `[start, end)`
+//! contains `wire::key_hash(key)`. The empty key hashes like any other key
+//! (to 0, so to the segment that starts the ring): keyless records then all
+//! land in one segment, keep their publish order, and pass a broker's
+//! range check. Spreading them round-robin would balance load but needs a
+//! broker that exempts empty keys from that check.
+
+use wire::key_hash;
+use wire::message::TopicInfo;
+
+use crate::error::ClientError;
+
+/// One open segment, as routing needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Route {
+    pub(crate) segment: u32,
+    pub(crate) shard: u16,
+    start: u32,
+    end: u64,
+}
+
+/// The open segments of a topic, sorted by range start.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    routes: Vec<Route>,
+}
+
+impl Layout {
+    /// The routing table of a topic. Refuses a topic with no open segment
+    /// or with open segments whose ranges overlap (a broker bug that would
+    /// break per-key order).
+    pub(crate) fn new(topic: &TopicInfo) -> Result<Layout, ClientError> {
+        let mut routes: Vec<Route> = topic
+            .segments
+            .iter()
+            .filter(|s| !s.sealed)
+            .map(|s| Route {
+                segment: s.id,
+                shard: s.shard,
+                start: s.start,
+                end: s.end,
+            })
+            .collect();
+        if routes.is_empty() {
+            return Err(ClientError::Layout(format!(
+                "topic {} has no open segment",
+                topic.name
+            )));
+        }
+        routes.sort_by_key(|r| r.start);
+        if routes.windows(2).any(|w| w[0].end > u64::from(w[1].start)) {
+            return Err(ClientError::Layout(format!(
+                "open segments of topic {} overlap",
+                topic.name
+            )));
+        }
+        Ok(Layout { routes })
+    }
+
+    /// The open segments, by range start.
+    pub(crate) fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// Index in [`Layout::routes`] of the segment holding `hash`, if an open
+    /// segment covers it.
+    pub(crate) fn route_hash(&self, hash: u32) -> Option<usize> {
+        let after = self.routes.partition_point(|r| r.start <= hash);
+        let i = after.checked_sub(1)?;
+        (u64::from(hash) < self.routes[i].end).then_some(i)
+    }
+
+    /// Index in [`Layout::routes`] of the segment taking `key`.
+    pub(crate) fn route_key(&self, key: &[u8]) -> Option<usize> {
+        self.route_hash(key_hash(key))
+    }
+}
+
+/// The id of the open segment of `topic` that takes records with `key`, if
+/// one covers its hash.
+pub fn segment_for_key(topic: &TopicInfo, key: &[u8]) -> Option<u32> {
+    let layout = Layout::new(topic).ok()?;
+    layout.route_key(key).map(|i| layout.routes[i].segment)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::message::SegmentInfo;
+
+    fn segment(id: u32, start: u32, end: u64, sealed: bool) -> SegmentInfo {
+        SegmentInfo {
+            id,
+            epoch: 1,
+            start,
+            end,
+            sealed,
+            shard: (id % 2) as u16,
+            next_offset: 0,
+            successors: vec![],
+        }
+    }
+
+    fn topic(segments: Vec<SegmentInfo>) -> TopicInfo {
+        TopicInfo {
+            name: "ns/t".into(),
+            segments,
+        }
+    }
+
+    #[test]
+    fn hashes_go_to_the_segment_covering_them() {
+        let quarter = 1u64 << 30;
+        // Listed out of order, with a sealed parent that must be ignored.
+        let t = topic(vec![
+            segment(3, (2 * quarter) as u32, 1 << 32, false),
+            segment(0, 0, 1 << 32, true),
+            segment(1, 0, quarter, false),
+            segment(2, quarter as u32, 2 * quarter, false),
+        ]);
+        let layout = Layout::new(&t).unwrap();
+        let seg = |h: u32| layout.routes()[layout.route_hash(h).unwrap()].segment;
+        assert_eq!(seg(0), 1);
+        assert_eq!(seg(quarter as u32 - 1), 1);
+        assert_eq!(seg(quarter as u32), 2);
+        assert_eq!(seg((2 * quarter) as u32 - 1), 2);
+        assert_eq!(seg((2 * quarter) as u32), 3);
+        assert_eq!(seg(u32::MAX), 3);
+        // Keys route by their hash; the empty key hashes to 0.
+        assert_eq!(segment_for_key(&t, b""), Some(1));
+        let h = key_hash(b"hello");
+        assert_eq!(segment_for_key(&t, b"hello"), Some(seg(h)));
+    }
+
+    #[test]
+    fn gaps_and_bad_layouts() {
+        let t = topic(vec![segment(1, 100, 200, false)]);
+        let layout = Layout::new(&t).unwrap();
+        assert_eq!(layout.route_hash(99), None);
+        assert_eq!(layout.route_hash(100), Some(0));
+        assert_eq!(layout.route_hash(199), Some(0));
+        assert_eq!(layout.route_hash(200), None);
+        assert!(Layout::new(&topic(vec![segment(1, 0, 1 << 32, true)])).is_err());
+        assert!(Layout::new(&topic(vec![
+            segment(1, 0, 200, false),
+            segment(2, 100, 1 << 32, false)
+        ]))
+        .is_err());
+    }
+
+    #[test]
+    fn every_key_of_a_full_ring_routes() {
+        let n = 7u64;
+        let segments = (0..n)
+            .map(|i| {
+                let start = (i << 32) / n;
+                let end = ((i + 1) << 32) / n;
+                segment(i as u32, start as u32, end, false)
+            })
+            .collect();
+        let layout = Layout::new(&topic(segments)).unwrap();
+        for k in 0..10_000u32 {
+            let key = k.to_le_bytes();
+            let i = layout.route_key(&key).unwrap();
+            let r = layout.routes()[i];
+            let h = u64::from(key_hash(&key));
+            assert!(u64::from(r.start) <= h && h < r.end);
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! kelp's client SDK: admin requests, a producer that routes records by key
+//! to the shard owning each segment, and a subscriber that reads every
+//! segment of a topic, over TCP or QUIC.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kelp_client::ClientError> {
+//! use kelp_client::{Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions, Transport};
+//! let client = Client::connect("127.0.0.1:7420", Transport::Tcp, ClientOptions::default()).await?;
+//! client.create_topic("demo/events", 4).await?;
+//! let producer = client.producer("demo/events", ProducerConfig::default()).await?;
+//! producer.send(b"user-1", b"clicked", &[]).await?;
+//! let acked = producer.flush().await?;
+//! let mut sub = client
+//!     .subscribe("demo/events", FetchFrom::Earliest, SubscribeOptions::default())
+//!     .await?;
+//! if let Some(record) = sub.next().await {
+//!     println!("{:?} (after {acked} acked)", record?);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Shards: a broker runs one shard per core, each with its own address. The
+//! client asks the address it is given for the list and opens one
+//! connection per shard, lazily, carrying many requests at once.
+//!
+//! Every byte from a broker is checked (frame checksums, batch checksums,
+//! bounds) before use; bad bytes give [`ClientError::Decode`], never a
+//! panic.
+
+mod client;
+mod connection;
+mod error;
+mod frame_io;
+mod layout;
+mod producer;
+mod subscriber;
+mod transport;
+
+pub use client::{
+    Client, ClientOptions, CONNECT_TIMEOUT_MS_DEFAULT, IN_FLIGHT_REQUESTS_MAX_DEFAULT,
+    REQUEST_TIMEOUT_MS_DEFAULT, WRITE_QUEUE_FRAMES_MAX_DEFAULT,
+};
+pub use error::ClientError;
+pub use layout::segment_for_key;
+pub use producer::{
+    Producer, ProducerConfig, BATCH_BYTES_MAX_DEFAULT, IN_FLIGHT_BATCHES_MAX_DEFAULT,
+    LINGER_MS_DEFAULT, RESEND_ATTEMPTS_MAX,
+};
+pub use subscriber::{
+    OwnedRecord, SubscribeOptions, Subscriber, FETCHES_BUFFERED_MAX_DEFAULT,
+    FETCH_MAX_BYTES_DEFAULT, FETCH_MAX_WAIT_MS_DEFAULT,
+};
+pub use transport::{Transport, KELP_ALPN, KELP_SERVER_NAME};
+pub use wire::message::{SegmentInfo, TopicInfo};
+pub use wire::{AckMode, ErrorCode, FetchFrom};

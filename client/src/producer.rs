@@ -1,0 +1,727 @@
+//! The routing producer: records are hashed by key into a batch per open
+//! segment, and each batch goes to the shard that owns its segment.
+//!
+//! Order: all batches of one segment leave in order on that shard's one
+//! connection, and the broker handles a connection's requests in order, so
+//! records of one key are appended in the order `send` was called.
+//!
+//! Resends: a batch refused with `NotOwner` or `SegmentSealed` is resent
+//! after refreshing the layout, split by key if the segment was split. A
+//! resend that happens after a later batch of the same segment was already
+//! appended can reorder those keys; that is acceptable for v0 because the
+//! v0 broker never seals or moves segments (so this path never runs), and
+//! the control plane's "move a key only after the old segment is sealed"
+//! rule will close it later. Batches carry producer id 0 (none): there is
+//! no broker-side de-duplication yet, so transport failures are reported,
+//! not retried.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use wire::batch::{BatchView, RecordHeader};
+use wire::{AckMode, BatchBuilder, Request, Response};
+
+use crate::client::{unexpected, Client};
+use crate::connection::{is_stale_layout, PendingResponse};
+use crate::error::ClientError;
+use crate::frame_io::ResponseFrame;
+use crate::layout::{Layout, Route};
+
+/// Default for [`ProducerConfig::batch_bytes_max`]: 1 MiB.
+pub const BATCH_BYTES_MAX_DEFAULT: usize = 1 << 20;
+/// Default for [`ProducerConfig::linger_ms`].
+pub const LINGER_MS_DEFAULT: u64 = 5;
+/// Default for [`ProducerConfig::in_flight_batches_max`].
+pub const IN_FLIGHT_BATCHES_MAX_DEFAULT: usize = 64;
+/// Times a batch refused for a stale layout is re-routed and resent.
+pub const RESEND_ATTEMPTS_MAX: u32 = 5;
+/// Wait before the first resend, doubled for each later one, so a broker
+/// in the middle of a split has time to open the successors.
+const RESEND_BACKOFF_MS: u64 = 50;
+/// The producer id batches carry: 0 means "none" (no de-duplication).
+const PRODUCER_ID_NONE: u64 = 0;
+
+/// Settings of a [`Producer`].
+#[derive(Debug, Clone, Copy)]
+pub struct ProducerConfig {
+    /// When the broker acknowledges a batch.
+    pub ack: AckMode,
+    /// A segment's batch is sent once it reaches this many bytes (capped by
+    /// `wire::limits::BATCH_BYTES_MAX`; one larger record goes alone).
+    pub batch_bytes_max: usize,
+    /// A batch that has not filled is sent this long after its first
+    /// record; 0 sends every record at once.
+    pub linger_ms: u64,
+    /// Batches sent but not yet acknowledged; `send` waits beyond this.
+    pub in_flight_batches_max: usize,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            ack: AckMode::Leader,
+            batch_bytes_max: BATCH_BYTES_MAX_DEFAULT,
+            linger_ms: LINGER_MS_DEFAULT,
+            in_flight_batches_max: IN_FLIGHT_BATCHES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// Publishes records to one topic, routing each by its key.
+///
+/// After the first failure (a broker error other than a stale layout, a
+/// lost connection, a timeout) every later `send` and `flush` returns that
+/// error: records sent after it may or may not have been stored. Call
+/// [`Producer::flush`] before dropping a producer; dropping it abandons
+/// records not yet sent.
+pub struct Producer {
+    shared: Arc<Shared>,
+    linger: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("topic", &self.shared.topic)
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.linger.abort();
+    }
+}
+
+struct Shared {
+    client: Client,
+    topic: String,
+    config: ProducerConfig,
+    batches: tokio::sync::Mutex<Accumulator>,
+    /// One permit per batch awaiting its acknowledgement.
+    in_flight: Arc<Semaphore>,
+    in_flight_batches_max: u32,
+    acked_records: AtomicU64,
+    failed: AtomicBool,
+    failure: Mutex<Option<ClientError>>,
+    /// The newest layout, replaced after a stale-layout refusal.
+    layout: Mutex<(u64, Arc<Layout>)>,
+    layout_version: AtomicU64,
+    /// Wakes the linger task when a batch gets its first record.
+    linger_wake: Notify,
+}
+
+/// The batches being filled, one per open segment of `layout`.
+struct Accumulator {
+    layout: Arc<Layout>,
+    layout_version: u64,
+    open: Vec<OpenBatch>,
+    /// Shards written with ack `none` since the last flush, which checks
+    /// them for errors the broker sent back.
+    shards_written: Vec<u16>,
+}
+
+struct OpenBatch {
+    builder: BatchBuilder,
+    /// When the first record went in.
+    since: Option<Instant>,
+}
+
+impl Accumulator {
+    fn new(layout: Arc<Layout>, layout_version: u64) -> Accumulator {
+        let open = layout
+            .routes()
+            .iter()
+            .map(|_| OpenBatch {
+                builder: BatchBuilder::new(),
+                since: None,
+            })
+            .collect();
+        Accumulator {
+            layout,
+            layout_version,
+            open,
+            shards_written: Vec::new(),
+        }
+    }
+}
+
+impl Producer {
+    pub(crate) async fn start(
+        client: Client,
+        topic: &str,
+        config: ProducerConfig,
+    ) -> Result<Producer, ClientError> {
+        let info = client.describe_topic(topic).await?;
+        let layout = Arc::new(Layout::new(&info)?);
+        let in_flight_batches_max =
+            u32::try_from(config.in_flight_batches_max.max(1)).unwrap_or(u32::MAX);
+        let shared = Arc::new(Shared {
+            client,
+            topic: topic.to_owned(),
+            config,
+            batches: tokio::sync::Mutex::new(Accumulator::new(Arc::clone(&layout), 0)),
+            in_flight: Arc::new(Semaphore::new(in_flight_batches_max as usize)),
+            in_flight_batches_max,
+            acked_records: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            layout: Mutex::new((0, layout)),
+            layout_version: AtomicU64::new(0),
+            linger_wake: Notify::new(),
+        });
+        let linger = tokio::spawn(linger_loop(
+            Arc::clone(&shared),
+            Duration::from_millis(config.linger_ms),
+        ));
+        Ok(Producer { shared, linger })
+    }
+
+    /// The topic this producer writes.
+    pub fn topic(&self) -> &str {
+        &self.shared.topic
+    }
+
+    /// Add a record to its segment's batch, timestamped now. Returns once
+    /// the record is batched (not stored); waits while
+    /// `in_flight_batches_max` batches await acknowledgement.
+    pub async fn send(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        headers: &[(&[u8], &[u8])],
+    ) -> Result<(), ClientError> {
+        self.send_at(now_ms(), key, value, headers).await
+    }
+
+    /// [`Producer::send`] with the record's timestamp (ms since the Unix
+    /// epoch) given by the caller.
+    pub async fn send_at(
+        &self,
+        timestamp_ms: i64,
+        key: &[u8],
+        value: &[u8],
+        headers: &[(&[u8], &[u8])],
+    ) -> Result<(), ClientError> {
+        let shared = &self.shared;
+        shared.check_failure()?;
+        let converted: Vec<RecordHeader<'_>>;
+        let headers: &[RecordHeader<'_>] = if headers.is_empty() {
+            &[]
+        } else {
+            converted = headers
+                .iter()
+                .map(|(name, value)| RecordHeader { name, value })
+                .collect();
+            &converted
+        };
+        let mut acc = shared.batches.lock().await;
+        shared.sync_layout(&mut acc).await?;
+        let i = acc.layout.route_key(key).ok_or_else(|| {
+            ClientError::Layout(format!(
+                "no open segment of {} covers key hash {:#010x}",
+                shared.topic,
+                wire::key_hash(key)
+            ))
+        })?;
+        let limit = shared.config.batch_bytes_max;
+        let record_bytes = BatchBuilder::record_bytes(key, value, headers);
+        if must_send_before(&acc.open[i].builder, record_bytes, limit) {
+            shared.dispatch(&mut acc, i).await?;
+        }
+        if let Err(e) = acc.open[i].builder.push(timestamp_ms, key, value, headers) {
+            // A full batch or a timestamp too far from the batch's first:
+            // send what is there and start a new batch with this record.
+            if acc.open[i].builder.is_empty() {
+                return Err(ClientError::InvalidRecord(e));
+            }
+            shared.dispatch(&mut acc, i).await?;
+            acc.open[i]
+                .builder
+                .push(timestamp_ms, key, value, headers)
+                .map_err(ClientError::InvalidRecord)?;
+        }
+        let open = &mut acc.open[i];
+        if is_full(&open.builder, limit) || shared.config.linger_ms == 0 {
+            shared.dispatch(&mut acc, i).await?;
+        } else if open.since.is_none() {
+            open.since = Some(Instant::now());
+            shared.linger_wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Send every batch not yet sent and wait until each batch in flight is
+    /// acknowledged (with ack `none`: until the broker has handled them,
+    /// checked by a round trip on each connection used). Returns the
+    /// records acknowledged so far (with ack `none`: sent), or the first
+    /// failure.
+    pub async fn flush(&self) -> Result<u64, ClientError> {
+        let shared = &self.shared;
+        let shards_written = {
+            let mut acc = shared.batches.lock().await;
+            shared.sync_layout(&mut acc).await?;
+            for i in 0..acc.open.len() {
+                shared.dispatch(&mut acc, i).await?;
+            }
+            std::mem::take(&mut acc.shards_written)
+        };
+        // Every permit back means every batch was settled.
+        let all = shared
+            .in_flight
+            .acquire_many(shared.in_flight_batches_max)
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        drop(all);
+        for shard in shards_written {
+            let conn = shared.client.connection(shard).await?;
+            // The broker handles a connection's requests in order, so once
+            // this answer is back every earlier produce was handled and any
+            // error it caused has arrived.
+            conn.call(
+                &Request::Shards,
+                "confirming unacknowledged produces",
+                shared.client.request_timeout(),
+            )
+            .await?;
+            if let Some(e) = conn.take_unsolicited_errors().into_iter().next() {
+                shared.fail(e);
+            }
+        }
+        shared.check_failure()?;
+        Ok(self.acked_records())
+    }
+
+    /// Records acknowledged so far (with ack `none`: sent).
+    pub fn acked_records(&self) -> u64 {
+        self.shared.acked_records.load(Ordering::Relaxed)
+    }
+}
+
+impl Shared {
+    fn check_failure(&self) -> Result<(), ClientError> {
+        if !self.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Remember the first failure; later ones are consequences of it.
+    fn fail(&self, error: ClientError) {
+        log::debug!("producer for {} failed: {error}", self.topic);
+        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(error);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// Adopt a layout refreshed by a resend: send the batches built for the
+    /// old one first (a stale one is resent), then batch for the new one.
+    async fn sync_layout(self: &Arc<Self>, acc: &mut Accumulator) -> Result<(), ClientError> {
+        if self.layout_version.load(Ordering::Acquire) == acc.layout_version {
+            return Ok(());
+        }
+        for i in 0..acc.open.len() {
+            self.dispatch(acc, i).await?;
+        }
+        let (version, layout) = self
+            .layout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let shards_written = std::mem::take(&mut acc.shards_written);
+        *acc = Accumulator::new(layout, version);
+        acc.shards_written = shards_written;
+        Ok(())
+    }
+
+    /// Send open batch `i` if it has records. Waits for an in-flight slot.
+    async fn dispatch(
+        self: &Arc<Self>,
+        acc: &mut Accumulator,
+        i: usize,
+    ) -> Result<(), ClientError> {
+        let result = self.try_dispatch(acc, i).await;
+        if let Err(e) = &result {
+            self.fail(e.clone());
+        }
+        result
+    }
+
+    async fn try_dispatch(
+        self: &Arc<Self>,
+        acc: &mut Accumulator,
+        i: usize,
+    ) -> Result<(), ClientError> {
+        let Some(route) = acc.layout.routes().get(i).copied() else {
+            return Ok(());
+        };
+        let open = &mut acc.open[i];
+        if open.builder.is_empty() {
+            return Ok(());
+        }
+        let records = open.builder.len();
+        let batch_bytes = open.builder.bytes();
+        let permit = Arc::clone(&self.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        let ack = self.config.ack;
+        let submitted = match self.client.connection(route.shard).await {
+            Ok(conn) => {
+                let batch = open.builder.finish(PRODUCER_ID_NONE, 0);
+                conn.submit(
+                    &Request::Produce {
+                        topic: &self.topic,
+                        segment: route.segment,
+                        ack,
+                        batch,
+                    },
+                    ack != AckMode::None,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        // Sent or failed, the records leave the builder: a failure is
+        // reported, never silently retried.
+        open.builder.clear();
+        open.since = None;
+        let submitted = submitted?;
+        match submitted.response {
+            None => {
+                self.acked_records
+                    .fetch_add(u64::from(records), Ordering::Relaxed);
+                if !acc.shards_written.contains(&route.shard) {
+                    acc.shards_written.push(route.shard);
+                }
+            }
+            Some(pending) => {
+                let batch = submitted
+                    .frame
+                    .slice(submitted.frame.len().saturating_sub(batch_bytes)..);
+                tokio::spawn(Arc::clone(self).settle(pending, batch, permit));
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for one batch's acknowledgement; resend it on a stale layout.
+    /// The in-flight slot is held until the batch is settled either way.
+    async fn settle(
+        self: Arc<Self>,
+        pending: PendingResponse,
+        batch: Bytes,
+        _permit: OwnedSemaphorePermit,
+    ) {
+        let result = pending
+            .wait(
+                "waiting for a produce acknowledgement",
+                self.client.request_timeout(),
+            )
+            .await;
+        match self.acknowledged(result) {
+            Ok(n) => {
+                self.acked_records
+                    .fetch_add(u64::from(n), Ordering::Relaxed);
+            }
+            Err(e) if is_stale_layout(&e) => {
+                if let Err(e) = self.resend(batch).await {
+                    self.fail(e);
+                }
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// The record count of a produce acknowledgement.
+    fn acknowledged(&self, frame: Result<ResponseFrame, ClientError>) -> Result<u32, ClientError> {
+        let frame = frame?;
+        match frame.response()? {
+            Response::Produced { record_count, .. } => Ok(record_count),
+            _ => Err(unexpected(&frame, "produced")),
+        }
+    }
+
+    /// Re-route a refused batch on a fresh layout and send it again, one
+    /// piece at a time; rare, so simple beats fast here.
+    async fn resend(self: &Arc<Self>, batch: Bytes) -> Result<(), ClientError> {
+        let mut work = vec![batch];
+        for attempt in 0..RESEND_ATTEMPTS_MAX {
+            if work.is_empty() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(RESEND_BACKOFF_MS << attempt)).await;
+            let layout = self.refresh_layout().await?;
+            let mut refused = Vec::new();
+            for batch in work.drain(..) {
+                for (route, piece) in regroup(&layout, &batch)? {
+                    let conn = self.client.connection(route.shard).await?;
+                    let submitted = conn
+                        .submit(
+                            &Request::Produce {
+                                topic: &self.topic,
+                                segment: route.segment,
+                                ack: self.config.ack,
+                                batch: &piece,
+                            },
+                            true,
+                        )
+                        .await?;
+                    let result = match submitted.response {
+                        Some(p) => {
+                            p.wait(
+                                "waiting for a resend acknowledgement",
+                                self.client.request_timeout(),
+                            )
+                            .await
+                        }
+                        None => Err(ClientError::Closed),
+                    };
+                    match self.acknowledged(result) {
+                        Ok(n) => {
+                            self.acked_records
+                                .fetch_add(u64::from(n), Ordering::Relaxed);
+                        }
+                        Err(e) if is_stale_layout(&e) => refused.push(Bytes::from(piece)),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            work = refused;
+        }
+        if work.is_empty() {
+            Ok(())
+        } else {
+            Err(ClientError::Layout(format!(
+                "the layout of {} kept changing: gave up resending after {RESEND_ATTEMPTS_MAX} attempts",
+                self.topic
+            )))
+        }
+    }
+
+    /// Ask the broker for the topic's layout and publish it to the
+    /// accumulator (adopted on the next send or flush).
+    async fn refresh_layout(&self) -> Result<Arc<Layout>, ClientError> {
+        let info = self.client.describe_topic(&self.topic).await?;
+        let layout = Arc::new(Layout::new(&info)?);
+        let mut current = self.layout.lock().unwrap_or_else(|p| p.into_inner());
+        let version = current.0 + 1;
+        *current = (version, Arc::clone(&layout));
+        self.layout_version.store(version, Ordering::Release);
+        Ok(layout)
+    }
+}
+
+/// Split a batch this producer built into one batch per segment of
+/// `layout`, keeping each record's key, value, headers, timestamp and order.
+fn regroup(layout: &Layout, batch: &[u8]) -> Result<Vec<(Route, Vec<u8>)>, ClientError> {
+    let view = BatchView::validate(batch)?;
+    let mut builders: Vec<Option<BatchBuilder>> = layout.routes().iter().map(|_| None).collect();
+    let mut headers = Vec::new();
+    for record in view.records() {
+        let i = layout.route_key(record.key).ok_or_else(|| {
+            ClientError::Layout(format!(
+                "no open segment covers key hash {:#010x}",
+                wire::key_hash(record.key)
+            ))
+        })?;
+        headers.clear();
+        headers.extend(record.headers());
+        builders[i]
+            .get_or_insert_with(BatchBuilder::new)
+            .push(record.timestamp_ms, record.key, record.value, &headers)
+            .map_err(ClientError::InvalidRecord)?;
+    }
+    Ok(builders
+        .into_iter()
+        .zip(layout.routes())
+        .filter_map(|(b, route)| b.map(|mut b| (*route, b.finish(PRODUCER_ID_NONE, 0).to_vec())))
+        .collect())
+}
+
+/// Whether a batch must be sent before a record of `record_bytes` joins
+/// it: it has records and this one would take it past `batch_bytes_max`.
+/// (An empty batch takes any record, so one record larger than the limit
+/// travels alone.)
+fn must_send_before(batch: &BatchBuilder, record_bytes: usize, batch_bytes_max: usize) -> bool {
+    !batch.is_empty() && !batch.fits(record_bytes, batch_bytes_max)
+}
+
+/// Whether a batch is as large as it may grow and should be sent now.
+fn is_full(batch: &BatchBuilder, batch_bytes_max: usize) -> bool {
+    batch.bytes() >= batch_bytes_max
+}
+
+/// Send batches whose first record has waited `linger`; sleeps until the
+/// next such deadline, or until a batch gets its first record.
+async fn linger_loop(shared: Arc<Shared>, linger: Duration) {
+    loop {
+        shared.linger_wake.notified().await;
+        let mut deadline = Instant::now() + linger;
+        loop {
+            tokio::time::sleep_until(deadline.into()).await;
+            let mut acc = shared.batches.lock().await;
+            let now = Instant::now();
+            let mut next: Option<Instant> = None;
+            for i in 0..acc.open.len() {
+                let Some(since) = acc.open[i].since else {
+                    continue;
+                };
+                if now.duration_since(since) >= linger {
+                    // A failure is recorded for send and flush to report.
+                    let _ = shared.dispatch(&mut acc, i).await;
+                } else {
+                    let due = since + linger;
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
+            }
+            match next {
+                Some(due) => deadline = due,
+                None => break,
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::message::{SegmentInfo, TopicInfo};
+
+    fn layout(bounds: &[u64]) -> Layout {
+        let segments = bounds
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| SegmentInfo {
+                id: i as u32 + 10,
+                epoch: 1,
+                start: w[0] as u32,
+                end: w[1],
+                sealed: false,
+                shard: 0,
+                next_offset: 0,
+                successors: vec![],
+            })
+            .collect();
+        Layout::new(&TopicInfo {
+            name: "ns/t".into(),
+            segments,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn regroup_splits_by_key_and_keeps_order_and_fields() {
+        let mut b = BatchBuilder::new();
+        for i in 0..200u32 {
+            let key = format!("key-{}", i % 17);
+            let value = format!("value-{i}");
+            let h: &[RecordHeader<'_>] = if i % 5 == 0 {
+                &[RecordHeader {
+                    name: b"h",
+                    value: b"x",
+                }]
+            } else {
+                &[]
+            };
+            b.push(1_000 + i64::from(i), key.as_bytes(), value.as_bytes(), h)
+                .unwrap();
+        }
+        let batch = b.finish(0, 0).to_vec();
+        let halves = layout(&[0, 1 << 31, 1 << 32]);
+        let pieces = regroup(&halves, &batch).unwrap();
+        assert_eq!(pieces.len(), 2);
+        let mut total = 0;
+        for (route, piece) in &pieces {
+            let view = BatchView::validate(piece).unwrap();
+            let mut last_ts = i64::MIN;
+            for r in view.records() {
+                let i = halves.route_key(r.key).unwrap();
+                assert_eq!(halves.routes()[i].segment, route.segment);
+                // Publish order within a piece is kept.
+                assert!(r.timestamp_ms > last_ts);
+                last_ts = r.timestamp_ms;
+                let n: i64 = r.timestamp_ms - 1_000;
+                assert_eq!(r.value, format!("value-{n}").as_bytes());
+                assert_eq!(r.header_count(), usize::from(n % 5 == 0));
+                total += 1;
+            }
+        }
+        assert_eq!(total, 200);
+        // One segment over the whole ring: the batch comes back whole.
+        let whole = regroup(&layout(&[0, 1 << 32]), &batch).unwrap();
+        assert_eq!(whole.len(), 1);
+        assert_eq!(whole[0].1, batch);
+    }
+
+    #[test]
+    fn accumulator_has_a_batch_per_open_segment() {
+        let l = Arc::new(layout(&[0, 1 << 30, 1 << 31, 1 << 32]));
+        let acc = Accumulator::new(Arc::clone(&l), 3);
+        assert_eq!(acc.open.len(), 3);
+        assert!(acc.open.iter().all(|o| o.builder.is_empty()));
+    }
+
+    #[test]
+    fn batches_fill_to_the_configured_size() {
+        // The decisions `send` makes for one segment's batch.
+        let limit = 4096;
+        let mut b = BatchBuilder::new();
+        let mut sent = Vec::new();
+        let mut send = |b: &mut BatchBuilder| {
+            sent.push(b.finish(0, 0).to_vec());
+            b.clear();
+        };
+        for i in 0..1000u32 {
+            // Every 100th record is larger than a whole batch.
+            let v = vec![b'v'; if i % 100 == 99 { 10_000 } else { 100 }];
+            let rb = BatchBuilder::record_bytes(b"k", &v, &[]);
+            if must_send_before(&b, rb, limit) {
+                send(&mut b);
+            }
+            b.push(i64::from(i), b"k", &v, &[]).unwrap();
+            if is_full(&b, limit) {
+                send(&mut b);
+            }
+        }
+        if !b.is_empty() {
+            send(&mut b);
+        }
+        let mut records = 0;
+        for s in &sent {
+            let view = BatchView::validate(s).unwrap();
+            if view.record_count() == 1 && s.len() > limit {
+                // The oversized record went alone.
+                assert!(view.records().all(|r| r.value.len() == 10_000));
+            } else {
+                assert!(s.len() <= limit, "{}", s.len());
+                assert!(view.records().all(|r| r.value.len() == 100));
+            }
+            records += view.record_count();
+        }
+        assert_eq!(records, 1000);
+        assert_eq!(sent.iter().filter(|s| s.len() > limit).count(), 10);
+    }
+}

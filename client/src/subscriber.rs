@@ -1,0 +1,393 @@
+//! The subscriber: one fetch loop per segment, feeding one bounded queue.
+//!
+//! Each loop long-polls its segment's owning shard and forwards the records
+//! of each fetch, in offset order, as one queue item; so records of one
+//! segment (and so of one key) arrive in the order they were published.
+//! Records of different segments interleave in no particular order.
+//!
+//! Records point into the fetched frame (`Bytes`), so no record is copied;
+//! a record kept alive keeps its whole fetch response alive.
+//!
+//! A sealed segment is read to its end and its loop stops. Successors of a
+//! sealed segment are not followed yet: the v0 broker never seals.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use wire::chunk::BatchWalk;
+use wire::message::{Fetched, SegmentInfo};
+use wire::{FetchFrom, Request, Response};
+
+use crate::client::{unexpected, Client};
+use crate::connection::is_stale_layout;
+use crate::error::ClientError;
+use crate::frame_io::ResponseFrame;
+
+/// Default for [`SubscribeOptions::max_bytes`]: 1 MiB.
+pub const FETCH_MAX_BYTES_DEFAULT: u32 = 1 << 20;
+/// Default for [`SubscribeOptions::max_wait_ms`].
+pub const FETCH_MAX_WAIT_MS_DEFAULT: u32 = 500;
+/// Default for [`SubscribeOptions::fetches_buffered_max`].
+pub const FETCHES_BUFFERED_MAX_DEFAULT: usize = 16;
+/// Times a fetch loop re-reads the layout after "not the owner" before it
+/// gives up.
+const STALE_RETRIES_MAX: u32 = 5;
+/// Wait before re-reading the layout after "not the owner".
+const STALE_BACKOFF_MS: u64 = 100;
+
+/// Settings of a [`Subscriber`].
+#[derive(Debug, Clone, Copy)]
+pub struct SubscribeOptions {
+    /// Bytes one fetch asks for (at least one whole batch comes back).
+    pub max_bytes: u32,
+    /// How long the broker holds a fetch open when there is no new data.
+    pub max_wait_ms: u32,
+    /// Fetch responses queued for the reader, over all segments; loops wait
+    /// beyond this. Memory is bounded by about this times `max_bytes`.
+    pub fetches_buffered_max: usize,
+}
+
+impl Default for SubscribeOptions {
+    fn default() -> Self {
+        SubscribeOptions {
+            max_bytes: FETCH_MAX_BYTES_DEFAULT,
+            max_wait_ms: FETCH_MAX_WAIT_MS_DEFAULT,
+            fetches_buffered_max: FETCHES_BUFFERED_MAX_DEFAULT,
+        }
+    }
+}
+
+/// One record as read from a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedRecord {
+    /// The segment it was appended to.
+    pub segment: u32,
+    /// Its offset in that segment.
+    pub offset: u64,
+    /// The producer's timestamp, ms since the Unix epoch.
+    pub timestamp_ms: i64,
+    pub key: Bytes,
+    pub value: Bytes,
+    /// `(name, value)` pairs in the producer's order.
+    pub headers: Vec<(Bytes, Bytes)>,
+}
+
+type Delivery = Result<Vec<OwnedRecord>, ClientError>;
+
+/// Reads a topic. Dropping it stops its fetch loops.
+pub struct Subscriber {
+    queue: mpsc::Receiver<Delivery>,
+    ready: VecDeque<OwnedRecord>,
+    loops: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("segments", &self.loops.len())
+            .field("ready", &self.ready.len())
+            .finish()
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        for l in &self.loops {
+            l.abort();
+        }
+    }
+}
+
+impl Subscriber {
+    pub(crate) async fn start(
+        client: Client,
+        topic: &str,
+        from: FetchFrom,
+        options: SubscribeOptions,
+    ) -> Result<Subscriber, ClientError> {
+        let info = client.describe_topic(topic).await?;
+        if info.segments.is_empty() {
+            return Err(ClientError::Layout(format!(
+                "topic {topic} has no segments"
+            )));
+        }
+        let (tx, queue) = mpsc::channel(options.fetches_buffered_max.max(1));
+        let loops = info
+            .segments
+            .into_iter()
+            .map(|segment| {
+                let fetch = SegmentFetch {
+                    client: client.clone(),
+                    topic: topic.to_owned(),
+                    segment,
+                    options,
+                    tx: tx.clone(),
+                };
+                tokio::spawn(fetch.run(from))
+            })
+            .collect();
+        Ok(Subscriber {
+            queue,
+            ready: VecDeque::new(),
+            loops,
+        })
+    }
+
+    /// The next record, waiting for one if none is buffered. `None` once
+    /// every segment's loop has ended (all segments sealed and read, or
+    /// failed). An error ends only the loop of the segment it came from.
+    pub async fn next(&mut self) -> Option<Result<OwnedRecord, ClientError>> {
+        loop {
+            if let Some(r) = self.ready.pop_front() {
+                return Some(Ok(r));
+            }
+            match self.queue.recv().await? {
+                Ok(records) => self.ready.extend(records),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// The next record if one is already here, without waiting: lets a
+    /// reader flush its output before it blocks on [`Subscriber::next`].
+    pub fn next_if_ready(&mut self) -> Option<Result<OwnedRecord, ClientError>> {
+        loop {
+            if let Some(r) = self.ready.pop_front() {
+                return Some(Ok(r));
+            }
+            match self.queue.try_recv().ok()? {
+                Ok(records) => self.ready.extend(records),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+/// The fetch loop of one segment.
+struct SegmentFetch {
+    client: Client,
+    topic: String,
+    segment: SegmentInfo,
+    options: SubscribeOptions,
+    tx: mpsc::Sender<Delivery>,
+}
+
+impl SegmentFetch {
+    async fn run(mut self, from: FetchFrom) {
+        if let Err(e) = self.fetch_until_end(from).await {
+            let _ = self.tx.send(Err(e)).await;
+        }
+    }
+
+    async fn fetch_until_end(&mut self, mut from: FetchFrom) -> Result<(), ClientError> {
+        let timeout = self.client.request_timeout()
+            + Duration::from_millis(u64::from(self.options.max_wait_ms));
+        // The next offset to deliver: skips anything a fetch returns twice.
+        let mut delivered_to = 0u64;
+        let mut stale_retries = 0;
+        loop {
+            let conn = self.client.connection(self.segment.shard).await?;
+            let request = Request::Fetch {
+                topic: self.topic.clone(),
+                segment: self.segment.id,
+                from,
+                max_bytes: self.options.max_bytes,
+                max_wait_ms: self.options.max_wait_ms,
+            };
+            let frame = match conn.call(&request, "fetching records", timeout).await {
+                Ok(f) => f,
+                Err(e) if is_stale_layout(&e) && stale_retries < STALE_RETRIES_MAX => {
+                    stale_retries += 1;
+                    tokio::time::sleep(Duration::from_millis(STALE_BACKOFF_MS)).await;
+                    self.refresh().await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            stale_retries = 0;
+            let (records, fetched_next, done) = {
+                let fetched = match frame.response()? {
+                    Response::Fetched(f) => f,
+                    _ => return Err(unexpected(&frame, "fetched")),
+                };
+                if fetched.segment != self.segment.id {
+                    return Err(ClientError::UnexpectedResponse {
+                        expected: "fetched records of the segment asked for",
+                        got: frame.header.frame_type,
+                    });
+                }
+                let records = records_of(&frame, &fetched, delivered_to)?;
+                let done = fetched.sealed && fetched.next_offset >= fetched.high_watermark;
+                (records, fetched.next_offset, done)
+            };
+            if let Some(last) = records.last() {
+                delivered_to = last.offset + 1;
+            }
+            from = FetchFrom::Offset(fetched_next.max(delivered_to));
+            if !records.is_empty() && self.tx.send(Ok(records)).await.is_err() {
+                return Ok(()); // The subscriber is gone.
+            }
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Re-read the segment's owner after "not the owner".
+    async fn refresh(&mut self) -> Result<(), ClientError> {
+        let info = self.client.describe_topic(&self.topic).await?;
+        match info.segments.into_iter().find(|s| s.id == self.segment.id) {
+            Some(s) => {
+                self.segment = s;
+                Ok(())
+            }
+            None => Err(ClientError::Layout(format!(
+                "segment {} of {} is gone",
+                self.segment.id, self.topic
+            ))),
+        }
+    }
+}
+
+/// The records of a fetch response from `start_offset` (and from
+/// `delivered_to`) on, validating every batch, pointing into the frame.
+fn records_of(
+    frame: &ResponseFrame,
+    fetched: &Fetched<'_>,
+    delivered_to: u64,
+) -> Result<Vec<OwnedRecord>, ClientError> {
+    let first = fetched.start_offset.max(delivered_to);
+    let mut out = Vec::new();
+    let mut expected_base: Option<u64> = None;
+    for batch in BatchWalk::new(fetched.batches) {
+        let (_, batch) = batch?;
+        // Batches of one fetch are contiguous; anything else is a broker
+        // bug that would break offset order.
+        if expected_base.is_some_and(|e| e != batch.base_offset()) {
+            return Err(ClientError::Decode(wire::DecodeError::Invalid {
+                what: "fetch response",
+                reason: "batch offsets are not contiguous",
+            }));
+        }
+        expected_base = Some(batch.next_offset());
+        if batch.next_offset() <= first {
+            continue;
+        }
+        for record in batch.records() {
+            let offset = batch.base_offset() + u64::from(record.offset_delta);
+            if offset < first {
+                continue;
+            }
+            out.push(OwnedRecord {
+                segment: fetched.segment,
+                offset,
+                timestamp_ms: record.timestamp_ms,
+                key: frame.payload.slice_ref(record.key),
+                value: frame.payload.slice_ref(record.value),
+                headers: record
+                    .headers()
+                    .map(|h| {
+                        (
+                            frame.payload.slice_ref(h.name),
+                            frame.payload.slice_ref(h.value),
+                        )
+                    })
+                    .collect(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::batch::{set_base_offset, RecordHeader};
+    use wire::frame::FrameHeader;
+    use wire::BatchBuilder;
+
+    fn batch(base: u64, n: u32) -> Vec<u8> {
+        let mut b = BatchBuilder::new();
+        for i in 0..n {
+            let off = base + u64::from(i);
+            b.push(
+                off as i64,
+                format!("k{off}").as_bytes(),
+                format!("v{off}").as_bytes(),
+                &[RecordHeader {
+                    name: b"n",
+                    value: b"h",
+                }],
+            )
+            .unwrap();
+        }
+        let mut bytes = b.finish(0, 0).to_vec();
+        set_base_offset(&mut bytes, base);
+        bytes
+    }
+
+    fn frame(start_offset: u64, batches: &[Vec<u8>]) -> ResponseFrame {
+        let joined: Vec<u8> = batches.concat();
+        let mut out = Vec::new();
+        Response::Fetched(Fetched {
+            segment: 4,
+            start_offset,
+            next_offset: 0,
+            high_watermark: 0,
+            sealed: false,
+            batches: &joined,
+        })
+        .encode(1, &mut out);
+        let header = FrameHeader::decode(out[..16].try_into().unwrap()).unwrap();
+        ResponseFrame {
+            header,
+            payload: Bytes::from(out[16..].to_vec()),
+        }
+    }
+
+    fn offsets(f: &ResponseFrame, delivered_to: u64) -> Result<Vec<u64>, ClientError> {
+        let Response::Fetched(fetched) = f.response()? else {
+            panic!()
+        };
+        Ok(records_of(f, &fetched, delivered_to)?
+            .iter()
+            .map(|r| r.offset)
+            .collect())
+    }
+
+    #[test]
+    fn records_from_start_offset_in_order() {
+        let f = frame(12, &[batch(10, 5), batch(15, 5)]);
+        assert_eq!(offsets(&f, 0).unwrap(), (12..20).collect::<Vec<_>>());
+        assert_eq!(offsets(&f, 17).unwrap(), (17..20).collect::<Vec<_>>());
+        let Response::Fetched(fetched) = f.response().unwrap() else {
+            panic!()
+        };
+        let r = &records_of(&f, &fetched, 0).unwrap()[0];
+        assert_eq!(r.segment, 4);
+        assert_eq!(&r.key[..], b"k12");
+        assert_eq!(&r.value[..], b"v12");
+        assert_eq!(r.timestamp_ms, 12);
+        assert_eq!(r.headers, vec![(Bytes::from("n"), Bytes::from("h"))]);
+    }
+
+    #[test]
+    fn corrupt_or_gapped_batches_are_errors() {
+        let mut bad = batch(10, 5);
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert!(matches!(
+            offsets(&frame(10, &[bad]), 0),
+            Err(ClientError::Decode(_))
+        ));
+        let truncated = batch(10, 5);
+        let f = frame(10, &[truncated[..truncated.len() - 3].to_vec()]);
+        assert!(matches!(offsets(&f, 0), Err(ClientError::Decode(_))));
+        let f = frame(10, &[batch(10, 5), batch(16, 5)]);
+        assert!(matches!(offsets(&f, 0), Err(ClientError::Decode(_))));
+    }
+}

@@ -1,0 +1,349 @@
+//! One QUIC connection on the shard: quinn-proto's `Connection`, the one
+//! bidirectional stream the client opens, the frames cut from it and the
+//! answers written back to it, and how the connection ends. It does no I/O:
+//! the driver feeds it datagrams and timeouts and sends what it queues.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use quinn_proto::{
+    ConnectionHandle, Dir, Event, ReadError, StreamEvent, StreamId, VarInt, WriteError,
+};
+use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+
+use super::requests::{Inbound, Requests};
+use crate::request::error_frame;
+use crate::serve_error::ServeError;
+
+/// After the server finished its side of the stream, how long it waits for
+/// the client to acknowledge the last answers before it closes anyway.
+const FINISH_LINGER: Duration = Duration::from_secs(2);
+/// Application close codes.
+const CLOSE_DONE: u32 = 0;
+const CLOSE_BAD_FRAME: u32 = 1;
+const CLOSE_STREAM_RESET: u32 = 2;
+/// Sent to streams beyond the first: kelp uses one stream per connection.
+const EXTRA_STREAM_REFUSED: u32 = 3;
+
+/// Cuts frames out of stream bytes, asking for no more than the current
+/// piece (header or payload) needs, so nothing beyond one frame is read
+/// ahead of the in-flight limit.
+#[derive(Default)]
+struct FrameReader {
+    header_bytes: [u8; FRAME_HEADER_BYTES],
+    header_len: usize,
+    header: Option<FrameHeader>,
+    payload: Vec<u8>,
+}
+
+enum Cut {
+    NeedMore,
+    Frame(FrameHeader, Vec<u8>),
+    Bad(wire::DecodeError),
+}
+
+impl FrameReader {
+    /// Bytes the current piece still needs.
+    fn wanted(&self) -> usize {
+        match &self.header {
+            None => FRAME_HEADER_BYTES - self.header_len,
+            Some(h) => h.payload_bytes as usize - self.payload.len(),
+        }
+    }
+
+    /// Takes at most `wanted()` bytes.
+    fn take(&mut self, bytes: &[u8]) -> Cut {
+        match self.header {
+            None => {
+                let end = self.header_len + bytes.len();
+                self.header_bytes[self.header_len..end].copy_from_slice(bytes);
+                self.header_len = end;
+                if self.header_len < FRAME_HEADER_BYTES {
+                    return Cut::NeedMore;
+                }
+                self.header_len = 0;
+                match FrameHeader::decode(&self.header_bytes) {
+                    Ok(header) => {
+                        // decode bounds payload_bytes by FRAME_PAYLOAD_BYTES_MAX.
+                        self.payload = Vec::with_capacity(header.payload_bytes as usize);
+                        self.header = Some(header);
+                        self.complete()
+                    }
+                    Err(e) => Cut::Bad(e),
+                }
+            }
+            Some(_) => {
+                self.payload.extend_from_slice(bytes);
+                self.complete()
+            }
+        }
+    }
+
+    fn complete(&mut self) -> Cut {
+        match self.header {
+            Some(header) if self.payload.len() == header.payload_bytes as usize => {
+                self.header = None;
+                Cut::Frame(header, std::mem::take(&mut self.payload))
+            }
+            _ => Cut::NeedMore,
+        }
+    }
+}
+
+pub(super) struct QuicConnection {
+    pub(super) handle: ConnectionHandle,
+    pub(super) connection: quinn_proto::Connection,
+    pub(super) requests: Rc<Requests>,
+    in_flight_max: usize,
+    stream: Option<StreamId>,
+    reader: FrameReader,
+    /// False once the stream ended, was reset or broke its framing.
+    reading: bool,
+    recv_finished: bool,
+    /// Bytes of the front outbound answer already written to the stream.
+    written: usize,
+    send_finished: bool,
+    /// When to close if the client has not acknowledged our finished side.
+    close_at: Option<Instant>,
+    /// How the connection ends once our side is finished.
+    close_code: (u32, &'static str),
+    /// The instant of this connection's entry in the driver's timer queue.
+    pub(super) timer_armed: Option<Instant>,
+}
+
+impl QuicConnection {
+    pub(super) fn new(
+        handle: ConnectionHandle,
+        connection: quinn_proto::Connection,
+        requests: Rc<Requests>,
+        in_flight_max: usize,
+    ) -> QuicConnection {
+        QuicConnection {
+            handle,
+            connection,
+            requests,
+            in_flight_max,
+            stream: None,
+            reader: FrameReader::default(),
+            reading: true,
+            recv_finished: false,
+            written: 0,
+            send_finished: false,
+            close_at: None,
+            close_code: (CLOSE_DONE, "done"),
+            timer_armed: None,
+        }
+    }
+
+    /// The earliest instant this connection needs a turn without input.
+    pub(super) fn next_timeout(&mut self) -> Option<Instant> {
+        match (self.connection.poll_timeout(), self.close_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// One turn of protocol work: timers, application events, reading
+    /// frames, writing answers, ending. Endpoint events are the driver's.
+    pub(super) fn drive(&mut self, now: Instant) {
+        if self.connection.poll_timeout().is_some_and(|at| at <= now) {
+            self.connection.handle_timeout(now);
+        }
+        if self.close_at.is_some_and(|at| at <= now) {
+            let (code, reason) = self.close_code;
+            self.close(now, code, reason);
+        }
+        while let Some(event) = self.connection.poll() {
+            match event {
+                Event::ConnectionLost { reason } => {
+                    log::debug!("QUIC connection {:?} lost: {reason}", self.handle);
+                    self.reading = false;
+                    self.close_at = None;
+                    self.requests.close();
+                }
+                Event::Stream(StreamEvent::Finished { id }) if Some(id) == self.stream => {
+                    // Every answer, and the FIN, reached the client.
+                    let (code, reason) = self.close_code;
+                    self.close(now, code, reason);
+                }
+                Event::Stream(StreamEvent::Stopped { id, .. }) if Some(id) == self.stream => {
+                    // The client no longer reads answers: nothing left to do.
+                    self.close(now, CLOSE_DONE, "answers stopped by client");
+                }
+                // Readable, Writable and Opened need no bookkeeping: every
+                // turn tries to accept, read and write.
+                _ => {}
+            }
+        }
+        if self.connection.is_closed() {
+            return;
+        }
+        self.accept_streams();
+        self.read_frames(now);
+        self.write_answers(now);
+        self.finish_if_done(now);
+    }
+
+    fn close(&mut self, now: Instant, code: u32, reason: &'static str) {
+        self.reading = false;
+        self.close_at = None;
+        self.requests.close();
+        if !self.connection.is_closed() {
+            self.connection.close(
+                now,
+                VarInt::from_u32(code),
+                Bytes::from_static(reason.as_bytes()),
+            );
+        }
+    }
+
+    /// The first bidirectional stream carries the requests; others are
+    /// refused in both directions.
+    fn accept_streams(&mut self) {
+        while let Some(id) = self.connection.streams().accept(Dir::Bi) {
+            if self.stream.is_none() {
+                self.stream = Some(id);
+                continue;
+            }
+            let code = VarInt::from_u32(EXTRA_STREAM_REFUSED);
+            let _ = self.connection.recv_stream(id).stop(code);
+            let _ = self.connection.send_stream(id).reset(code);
+        }
+    }
+
+    fn read_frames(&mut self, now: Instant) {
+        let Some(id) = self.stream else {
+            return;
+        };
+        if !self.reading || self.requests.in_flight() >= self.in_flight_max {
+            // At the limit nothing is read, so no flow-control credit goes
+            // back and the client's window closes: QUIC's backpressure.
+            return;
+        }
+        let mut recv = self.connection.recv_stream(id);
+        let mut chunks = match recv.read(true) {
+            Ok(chunks) => chunks,
+            Err(_) => {
+                self.reading = false;
+                return;
+            }
+        };
+        let mut reset = false;
+        while self.requests.in_flight() < self.in_flight_max {
+            let wanted = self.reader.wanted();
+            let cut = if wanted == 0 {
+                // An empty payload completes without bytes.
+                self.reader.take(&[])
+            } else {
+                match chunks.next(wanted) {
+                    Ok(Some(chunk)) => self.reader.take(&chunk.bytes),
+                    Ok(None) => {
+                        self.reading = false;
+                        self.recv_finished = true;
+                        break;
+                    }
+                    Err(ReadError::Blocked) => break,
+                    Err(ReadError::Reset(code)) => {
+                        log::debug!("QUIC connection {:?}: stream reset {code}", self.handle);
+                        reset = true;
+                        break;
+                    }
+                }
+            };
+            match cut {
+                Cut::NeedMore => {}
+                Cut::Frame(header, payload) => {
+                    self.requests.push(Inbound::Frame { header, payload });
+                }
+                Cut::Bad(e) => {
+                    // The stream cannot be resynchronised: answer and close
+                    // once the answers before it are written.
+                    log::warn!("QUIC connection {:?}: closing: {e}", self.handle);
+                    self.requests
+                        .push(Inbound::Fatal(error_frame(0, &ServeError::from(&e))));
+                    self.reading = false;
+                    break;
+                }
+            }
+        }
+        // finalize() queues MAX_STREAM_DATA/MAX_DATA for the bytes taken;
+        // the driver transmits after every turn, so the credit goes out.
+        let _ = chunks.finalize();
+        if reset {
+            self.close(now, CLOSE_STREAM_RESET, "stream reset");
+        }
+    }
+
+    fn write_answers(&mut self, now: Instant) {
+        let Some(id) = self.stream else {
+            return;
+        };
+        if self.send_finished {
+            return;
+        }
+        let mut written_answers = 0;
+        let mut failed = false;
+        {
+            let mut outbound = self.requests.outbound();
+            while let Some(front) = outbound.front() {
+                match self
+                    .connection
+                    .send_stream(id)
+                    .write(&front[self.written..])
+                {
+                    Ok(n) => {
+                        self.written += n;
+                        if self.written < front.len() {
+                            // Flow control or congestion: a Writable event
+                            // or the next turn resumes.
+                            break;
+                        }
+                        outbound.pop_front();
+                        self.written = 0;
+                        written_answers += 1;
+                    }
+                    Err(WriteError::Blocked) => break,
+                    Err(WriteError::Stopped(_) | WriteError::ClosedStream) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if written_answers > 0 {
+            self.requests.release(written_answers);
+        }
+        if failed {
+            self.close(now, CLOSE_DONE, "answers stopped by client");
+        }
+    }
+
+    /// Finishes our side of the stream once nothing more will be answered:
+    /// after a fatal frame's answer, or after the client's FIN once every
+    /// request is answered. The connection closes when the client has
+    /// acknowledged everything (`Finished`) or after `FINISH_LINGER`.
+    fn finish_if_done(&mut self, now: Instant) {
+        let Some(id) = self.stream else {
+            return;
+        };
+        if self.send_finished || !self.requests.outbound().is_empty() || self.written > 0 {
+            return;
+        }
+        let fatal = self.requests.is_fatal();
+        if !(fatal || (self.recv_finished && self.requests.in_flight() == 0)) {
+            return;
+        }
+        self.send_finished = true;
+        if self.connection.send_stream(id).finish().is_err() {
+            self.close(now, CLOSE_DONE, "done");
+            return;
+        }
+        self.close_at = Some(now + FINISH_LINGER);
+        if fatal {
+            // Take nothing else: answers still pending are dropped, as on TCP.
+            self.requests.close();
+            self.close_code = (CLOSE_BAD_FRAME, "bad frame");
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! A broker started in this process with `QuicDriver::Shard` (quinn-proto
+//! driven on each shard's own thread), spoken to over real loopback QUIC by
+//! a plain quinn client: create, pipelined produce, fetch back, concurrent
+//! connections, bad input.
+#![allow(clippy::unwrap_used)]
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kelp_engine::{Broker, BrokerConfig, QuicDriver};
+use wire::chunk::BatchWalk;
+use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::message::Fetched;
+use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
+
+/// Produce requests a pipelined producer keeps in flight.
+const PIPELINE_DEPTH: usize = 128;
+/// Longest any single test step may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+/// A port `p` such that TCP and UDP on `p` and `p + 1` are free now.
+fn ports() -> u16 {
+    let base = 40_000 + (std::process::id() % 1_000) as u16 * 20;
+    loop {
+        let p = base + NEXT_PORT.fetch_add(2, Ordering::Relaxed);
+        let free = (p..p + 2).all(|q| {
+            TcpListener::bind(("127.0.0.1", q)).is_ok() && UdpSocket::bind(("127.0.0.1", q)).is_ok()
+        });
+        if free {
+            return p;
+        }
+    }
+}
+
+fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
+    BrokerConfig {
+        quic_driver: QuicDriver::Shard,
+        shards: 2,
+        pin_shards: false,
+        data_dir: dir.to_path_buf(),
+        listen: format!("127.0.0.1:{port}").parse().unwrap(),
+        ..BrokerConfig::default()
+    }
+}
+
+fn start(dir: &std::path::Path) -> (Broker, u16) {
+    let port = ports();
+    (Broker::start(config(dir, port)).unwrap(), port)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A quinn client endpoint that trusts the broker's own certificate.
+fn client(data_dir: &std::path::Path) -> quinn::Endpoint {
+    let cert = std::fs::read(data_dir.join("tls/cert.der")).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.into()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![kelp_engine::ALPN.to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+    endpoint
+}
+
+struct Conn {
+    connection: quinn::Connection,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    next_id: u32,
+}
+
+impl Conn {
+    async fn open(endpoint: &quinn::Endpoint, port: u16) -> Conn {
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let connection = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
+        let (send, recv) = connection.open_bi().await.unwrap();
+        Conn {
+            connection,
+            send,
+            recv,
+            next_id: 1,
+        }
+    }
+
+    async fn send(&mut self, request: Request<'_>) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut out = Vec::new();
+        request.encode(id, &mut out);
+        self.send.write_all(&out).await.unwrap();
+        id
+    }
+
+    /// The next answer, or None once the broker ended the stream or the
+    /// connection.
+    async fn read_frame(&mut self) -> Option<(FrameHeader, Vec<u8>)> {
+        let mut h = [0u8; FRAME_HEADER_BYTES];
+        self.recv.read_exact(&mut h).await.ok()?;
+        let header = FrameHeader::decode(&h).unwrap();
+        let mut payload = vec![0u8; header.payload_bytes as usize];
+        self.recv.read_exact(&mut payload).await.unwrap();
+        header.verify_payload(&payload).unwrap();
+        Some((header, payload))
+    }
+
+    async fn call(&mut self, request: Request<'_>) -> (FrameHeader, Vec<u8>) {
+        let id = self.send(request).await;
+        let frame = self.read_frame().await.unwrap();
+        assert_eq!(frame.0.request_id, id);
+        frame
+    }
+}
+
+fn decode(frame: &(FrameHeader, Vec<u8>)) -> Response<'_> {
+    Response::decode(frame.0.frame_type, &frame.1).unwrap()
+}
+
+/// 100 records whose values name the producer and the record's sequence.
+fn batch(producer: u32, first: u64) -> Vec<u8> {
+    let mut b = BatchBuilder::new();
+    for seq in first..first + 100 {
+        let value = format!("{producer}:{seq}");
+        b.push(
+            1_700_000_000_000,
+            format!("k{seq}").as_bytes(),
+            value.as_bytes(),
+            &[],
+        )
+        .unwrap();
+    }
+    b.finish(0, 0).to_vec()
+}
+
+/// Creates a one-segment topic through shard 0 and returns its owner.
+async fn create_topic(endpoint: &quinn::Endpoint, port: u16, topic: &str) -> u16 {
+    let mut c = Conn::open(endpoint, port).await;
+    let created = c
+        .call(Request::CreateTopic {
+            topic: topic.into(),
+            segments: 1,
+        })
+        .await;
+    let Response::Topic(info) = decode(&created) else {
+        panic!("{:?}", decode(&created))
+    };
+    assert_eq!(info.segments.len(), 1);
+    c.connection.close(0u32.into(), b"done");
+    info.segments[0].shard
+}
+
+fn create_topic_over_tcp(port: u16, topic: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut out = Vec::new();
+    Request::CreateTopic {
+        topic: topic.into(),
+        segments: 1,
+    }
+    .encode(1, &mut out);
+    stream.write_all(&out).unwrap();
+    let mut h = [0u8; FRAME_HEADER_BYTES];
+    stream.read_exact(&mut h).unwrap();
+    let header = FrameHeader::decode(&h).unwrap();
+    let mut payload = vec![0u8; header.payload_bytes as usize];
+    stream.read_exact(&mut payload).unwrap();
+    let frame = (header, payload);
+    let Response::Topic(info) = decode(&frame) else {
+        panic!("{:?}", decode(&frame))
+    };
+    info.segments[0].shard
+}
+
+/// Produces `batches` batches of 100 records with `PIPELINE_DEPTH` in
+/// flight; checks each ack.
+async fn produce_pipelined(c: &mut Conn, topic: &str, producer: u32, batches: u64) {
+    let mut sent = 0u64;
+    let mut acked = 0u64;
+    while acked < batches {
+        while sent < batches && sent - acked < PIPELINE_DEPTH as u64 {
+            let b = batch(producer, sent * 100);
+            c.send(Request::Produce {
+                topic,
+                segment: 0,
+                ack: AckMode::Leader,
+                batch: &b,
+            })
+            .await;
+            sent += 1;
+        }
+        let frame = c.read_frame().await.unwrap();
+        assert!(
+            matches!(
+                decode(&frame),
+                Response::Produced {
+                    record_count: 100,
+                    ..
+                }
+            ),
+            "{:?}",
+            decode(&frame)
+        );
+        acked += 1;
+    }
+}
+
+/// Every record of segment 0, as (offset, value).
+async fn fetch_all(c: &mut Conn, topic: &str) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut from = FetchFrom::Earliest;
+    loop {
+        let frame = c
+            .call(Request::Fetch {
+                topic: topic.into(),
+                segment: 0,
+                from,
+                max_bytes: 1 << 20,
+                max_wait_ms: 0,
+            })
+            .await;
+        let Response::Fetched(Fetched {
+            start_offset,
+            next_offset,
+            high_watermark,
+            batches,
+            ..
+        }) = decode(&frame)
+        else {
+            panic!("not a fetch response: {:?}", decode(&frame));
+        };
+        for item in BatchWalk::new(batches) {
+            let (_, b) = item.unwrap();
+            for r in b.records() {
+                let offset = b.base_offset() + u64::from(r.offset_delta);
+                if offset >= start_offset {
+                    out.push((offset, r.value.to_vec()));
+                }
+            }
+        }
+        if next_offset >= high_watermark {
+            return out;
+        }
+        from = FetchFrom::Offset(next_offset);
+    }
+}
+
+fn assert_every_offset_once(records: &[(u64, Vec<u8>)], count: u64) {
+    assert_eq!(records.len() as u64, count);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.0, i as u64, "every offset once, in order");
+    }
+}
+
+#[test]
+fn pipelined_produce_then_fetch_everything_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port) = start(dir.path());
+    runtime().block_on(async {
+        let endpoint = client(dir.path());
+        let owner = create_topic(&endpoint, port, "t/pipe").await;
+        let mut c = Conn::open(&endpoint, port + owner).await;
+        tokio::time::timeout(STEP_TIMEOUT, produce_pipelined(&mut c, "t/pipe", 0, 2_000))
+            .await
+            .expect("produce finished in time");
+        let records = tokio::time::timeout(STEP_TIMEOUT, fetch_all(&mut c, "t/pipe"))
+            .await
+            .expect("fetch finished in time");
+        assert_every_offset_once(&records, 200_000);
+        for (i, r) in records.iter().enumerate() {
+            assert_eq!(r.1, format!("0:{i}").as_bytes());
+        }
+        // A clean end: our FIN, then the broker's FIN after the answers.
+        c.send.finish().unwrap();
+        assert!(c.read_frame().await.is_none());
+        endpoint.close(0u32.into(), b"done");
+    });
+    broker.stop().unwrap();
+}
+
+#[test]
+fn concurrent_connections_produce_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port) = start(dir.path());
+    runtime().block_on(async {
+        let endpoint = client(dir.path());
+        let owner = create_topic(&endpoint, port, "t/multi").await;
+        let mut conns = Vec::new();
+        for _ in 0..3 {
+            conns.push(Conn::open(&endpoint, port + owner).await);
+        }
+        let [a, b, c] = &mut conns[..] else {
+            unreachable!()
+        };
+        let all = async {
+            tokio::join!(
+                produce_pipelined(a, "t/multi", 0, 300),
+                produce_pipelined(b, "t/multi", 1, 300),
+                produce_pipelined(c, "t/multi", 2, 300),
+            )
+        };
+        tokio::time::timeout(STEP_TIMEOUT, all)
+            .await
+            .expect("produce finished in time");
+        let records = fetch_all(&mut conns[0], "t/multi").await;
+        assert_every_offset_once(&records, 90_000);
+        // Each connection's records keep the order it sent them in.
+        let mut next = [0u64; 3];
+        for (_, value) in &records {
+            let value = std::str::from_utf8(value).unwrap();
+            let (producer, seq) = value.split_once(':').unwrap();
+            let producer: usize = producer.parse().unwrap();
+            assert_eq!(seq.parse::<u64>().unwrap(), next[producer]);
+            next[producer] += 1;
+        }
+        assert_eq!(next, [30_000; 3]);
+        endpoint.close(0u32.into(), b"done");
+    });
+    broker.stop().unwrap();
+}
+
+#[test]
+fn garbage_closes_only_its_own_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port) = start(dir.path());
+    runtime().block_on(async {
+        let endpoint = client(dir.path());
+        let owner = create_topic(&endpoint, port, "t/bad").await;
+        let mut good = Conn::open(&endpoint, port + owner).await;
+        let b = batch(0, 0);
+        let r = good
+            .call(Request::Produce {
+                topic: "t/bad",
+                segment: 0,
+                ack: AckMode::Leader,
+                batch: &b,
+            })
+            .await;
+        assert!(matches!(decode(&r), Response::Produced { .. }));
+
+        // A corrupt payload is answered and the connection goes on.
+        let mut frame = Vec::new();
+        Request::Produce {
+            topic: "t/bad",
+            segment: 0,
+            ack: AckMode::Leader,
+            batch: &b,
+        }
+        .encode(77, &mut frame);
+        let last = frame.len() - 1;
+        frame[last] ^= 1;
+        good.send.write_all(&frame).await.unwrap();
+        let r = good.read_frame().await.unwrap();
+        assert_eq!(r.0.request_id, 77);
+        assert!(matches!(
+            decode(&r),
+            Response::Error {
+                code: ErrorCode::Checksum,
+                ..
+            }
+        ));
+
+        let mut bad = Conn::open(&endpoint, port + owner).await;
+        bad.send.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let step = async {
+            let r = bad.read_frame().await.expect("an error frame");
+            assert!(
+                matches!(decode(&r), Response::Error { .. }),
+                "{:?}",
+                decode(&r)
+            );
+            assert!(bad.read_frame().await.is_none(), "closed after bad magic");
+            // The broker closes the whole connection, not just the stream.
+            let reason = bad.connection.closed().await;
+            assert!(
+                matches!(reason, quinn::ConnectionError::ApplicationClosed(_)),
+                "{reason:?}"
+            );
+        };
+        tokio::time::timeout(STEP_TIMEOUT, step)
+            .await
+            .expect("bad connection closed in time");
+
+        let r = good
+            .call(Request::Produce {
+                topic: "t/bad",
+                segment: 0,
+                ack: AckMode::Leader,
+                batch: &b,
+            })
+            .await;
+        assert!(matches!(
+            decode(&r),
+            Response::Produced {
+                base_offset: 100,
+                ..
+            }
+        ));
+        assert_every_offset_once(&fetch_all(&mut good, "t/bad").await, 200);
+        endpoint.close(0u32.into(), b"done");
+    });
+    broker.stop().unwrap();
+}
+
+#[test]
+fn limits_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = ports();
+    let broker = Broker::start(BrokerConfig {
+        connection_requests_in_flight_max: 4,
+        connections_per_shard_max: 2,
+        ..config(dir.path(), port)
+    })
+    .unwrap();
+    runtime().block_on(async {
+        let endpoint = client(dir.path());
+        // Over TCP, so no QUIC connection is still draining on the owner
+        // when the two below fill its table.
+        let owner = create_topic_over_tcp(port, "t/limits");
+        let mut first = Conn::open(&endpoint, port + owner).await;
+        let _second = Conn::open(&endpoint, port + owner).await;
+        let addr: SocketAddr = format!("127.0.0.1:{}", port + owner).parse().unwrap();
+        let refused = endpoint.connect(addr, "localhost").unwrap().await;
+        assert!(
+            matches!(refused, Err(quinn::ConnectionError::ConnectionClosed(_))),
+            "third connection refused: {refused:?}"
+        );
+        // 128 pipelined requests against an in-flight limit of 4: the
+        // broker stops reading and flow control holds the client back,
+        // and every request is still answered in order.
+        tokio::time::timeout(
+            STEP_TIMEOUT,
+            produce_pipelined(&mut first, "t/limits", 0, 500),
+        )
+        .await
+        .expect("produce finished in time");
+        assert_every_offset_once(&fetch_all(&mut first, "t/limits").await, 50_000);
+        endpoint.close(0u32.into(), b"done");
+    });
+    broker.stop().unwrap();
+}

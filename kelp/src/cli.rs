@@ -1,0 +1,385 @@
+//! The command line: every subcommand and its arguments.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use client::{AckMode, FetchFrom, Transport};
+
+/// How the escaping of keys and values reads in help texts.
+const ESCAPING_HELP: &str = "Keys and values print as-is when they are printable UTF-8; \
+tab, newline, carriage return and backslash print as \\t, \\n, \\r and \\\\, and other \
+control bytes and bytes that are not valid UTF-8 print as \\xNN.";
+
+/// kelp: a message queue with key-ordered, key-range segmented topics.
+#[derive(Debug, Parser)]
+#[command(name = "kelp", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a broker until SIGINT or SIGTERM.
+    Serve(ServeArgs),
+    /// Create, list, describe and delete topics.
+    Topic {
+        #[command(subcommand)]
+        command: TopicCommand,
+    },
+    /// Publish stdin lines `KEY<TAB>VALUE` to a topic.
+    ///
+    /// Each line is split on its first tab; a line without a tab is a value
+    /// with no key. Bytes are sent as-is (no unescaping); the line ending is
+    /// dropped. At the end prints `acknowledged N records` (with --ack none:
+    /// `sent N records`).
+    Pub(PubArgs),
+    /// Print a topic's records as `KEY<TAB>VALUE` lines.
+    #[command(after_help = ESCAPING_HELP)]
+    Sub(SubArgs),
+    /// Inspect chunk files.
+    Chunk {
+        #[command(subcommand)]
+        command: ChunkCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Directory for buffers and (with the local filer) chunks.
+    #[arg(long, default_value = "./kelp-data")]
+    pub data_dir: PathBuf,
+    /// Address of shard 0; shard i listens on this port + i (TCP and UDP).
+    #[arg(long, default_value = "127.0.0.1:7420")]
+    pub listen: SocketAddr,
+    /// Number of shards; 0 means one per core.
+    #[arg(long, default_value_t = 0)]
+    pub shards: usize,
+}
+
+/// How to reach the broker; every client command takes these.
+#[derive(Debug, Args)]
+pub struct BrokerArgs {
+    /// Any shard address of the broker.
+    #[arg(long, default_value = "127.0.0.1:7420")]
+    pub broker: String,
+    /// Transport to the broker.
+    #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
+    pub transport: TransportArg,
+    /// CA certificate (DER or PEM) to verify the broker's QUIC certificate.
+    /// Without it any certificate is accepted, since brokers present
+    /// self-signed ones.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    Tcp,
+    Quic,
+}
+
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Transport {
+        match t {
+            TransportArg::Tcp => Transport::Tcp,
+            TransportArg::Quic => Transport::Quic,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    /// Create a topic.
+    Create {
+        /// `namespace/name`.
+        topic: String,
+        /// Segments to split the key-hash ring into.
+        #[arg(long, default_value_t = 1)]
+        segments: u32,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// List topics, one name per line.
+    List {
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Show a topic's segments: id, key-hash range, state, shard, next offset.
+    Describe {
+        topic: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Delete a topic and its data.
+    Delete {
+        topic: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AckArg {
+    /// Fire and forget (errors the broker reports still fail the command).
+    None,
+    /// In the owning shard's memory.
+    Leader,
+    /// In a chunk stored in the filer.
+    Durable,
+}
+
+impl From<AckArg> for AckMode {
+    fn from(a: AckArg) -> AckMode {
+        match a {
+            AckArg::None => AckMode::None,
+            AckArg::Leader => AckMode::Leader,
+            AckArg::Durable => AckMode::Durable,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PubArgs {
+    /// `namespace/name`.
+    pub topic: String,
+    /// When the broker acknowledges a batch.
+    #[arg(long, value_enum, default_value_t = AckArg::Leader)]
+    pub ack: AckArg,
+    /// Send a segment's batch once it reaches this many bytes.
+    #[arg(long, default_value_t = client::BATCH_BYTES_MAX_DEFAULT)]
+    pub batch_bytes: usize,
+    /// Send a batch that has not filled this long after its first record.
+    #[arg(long, default_value_t = client::LINGER_MS_DEFAULT)]
+    pub linger_ms: u64,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SubArgs {
+    /// `namespace/name`.
+    pub topic: String,
+    /// Where to start in every segment: `earliest`, `latest`, an offset
+    /// (`1234`), an RFC 3339 time (`2026-11-30T15:00:00Z`) or `@<epoch-ms>`.
+    #[arg(long, default_value = "latest", value_parser = parse_from)]
+    pub from: FetchFrom,
+    /// Exit after this many records; without it, tail forever.
+    #[arg(long)]
+    pub count: Option<u64>,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChunkCommand {
+    /// Verify a chunk file and print `OFFSET<TAB>TIMESTAMP_MS<TAB>KEY<TAB>VALUE`
+    /// per record.
+    #[command(after_help = ESCAPING_HELP)]
+    Cat {
+        /// The chunk file.
+        file: PathBuf,
+    },
+}
+
+/// Parse a `--from` value.
+pub fn parse_from(s: &str) -> anyhow::Result<FetchFrom> {
+    match s {
+        "earliest" => return Ok(FetchFrom::Earliest),
+        "latest" => return Ok(FetchFrom::Latest),
+        _ => {}
+    }
+    if let Some(ms) = s.strip_prefix('@') {
+        let ms: i64 = ms
+            .parse()
+            .with_context(|| format!("`{s}`: expected @<milliseconds since the Unix epoch>"))?;
+        return Ok(FetchFrom::Timestamp(ms));
+    }
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        let offset: u64 = s
+            .parse()
+            .with_context(|| format!("`{s}`: offset out of range"))?;
+        return Ok(FetchFrom::Offset(offset));
+    }
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| {
+            anyhow!(
+                "`{s}` is not earliest, latest, an offset, @<epoch-ms> or an RFC 3339 time ({e})"
+            )
+        })?;
+    let ms = t.unix_timestamp_nanos() / 1_000_000;
+    match i64::try_from(ms) {
+        Ok(ms) => Ok(FetchFrom::Timestamp(ms)),
+        Err(_) => bail!("`{s}`: time out of range"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("kelp").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn from_values() {
+        assert_eq!(parse_from("earliest").unwrap(), FetchFrom::Earliest);
+        assert_eq!(parse_from("latest").unwrap(), FetchFrom::Latest);
+        assert_eq!(parse_from("0").unwrap(), FetchFrom::Offset(0));
+        assert_eq!(parse_from("1234").unwrap(), FetchFrom::Offset(1234));
+        assert_eq!(
+            parse_from("@1700000000123").unwrap(),
+            FetchFrom::Timestamp(1_700_000_000_123)
+        );
+        assert_eq!(
+            parse_from("2026-11-30T15:00:00Z").unwrap(),
+            FetchFrom::Timestamp(1_796_050_800_000)
+        );
+        assert_eq!(
+            parse_from("2026-11-30T16:00:00.250+01:00").unwrap(),
+            FetchFrom::Timestamp(1_796_050_800_250)
+        );
+        for bad in ["", "soon", "@x", "-5", "99999999999999999999", "2026-11-30"] {
+            assert!(parse_from(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let Command::Serve(s) = parse(&["serve"]).command else {
+            panic!()
+        };
+        assert_eq!(s.data_dir, PathBuf::from("./kelp-data"));
+        assert_eq!(s.listen, "127.0.0.1:7420".parse().unwrap());
+        assert_eq!(s.shards, 0);
+
+        let Command::Pub(p) = parse(&["pub", "ns/t"]).command else {
+            panic!()
+        };
+        assert_eq!(p.topic, "ns/t");
+        assert_eq!(p.ack, AckArg::Leader);
+        assert_eq!(p.batch_bytes, 1 << 20);
+        assert_eq!(p.linger_ms, 5);
+        assert_eq!(p.broker.broker, "127.0.0.1:7420");
+        assert_eq!(p.broker.transport, TransportArg::Tcp);
+        assert!(p.broker.tls_ca.is_none());
+
+        let Command::Sub(s) = parse(&["sub", "ns/t"]).command else {
+            panic!()
+        };
+        assert_eq!(s.from, FetchFrom::Latest);
+        assert_eq!(s.count, None);
+    }
+
+    #[test]
+    fn every_command_parses() {
+        let Command::Topic {
+            command:
+                TopicCommand::Create {
+                    topic,
+                    segments,
+                    broker,
+                },
+        } = parse(&[
+            "topic",
+            "create",
+            "ns/t",
+            "--segments",
+            "8",
+            "--broker",
+            "10.0.0.1:9000",
+            "--transport",
+            "quic",
+            "--tls-ca",
+            "ca.pem",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!((topic.as_str(), segments), ("ns/t", 8));
+        assert_eq!(broker.broker, "10.0.0.1:9000");
+        assert_eq!(broker.transport, TransportArg::Quic);
+        assert_eq!(broker.tls_ca, Some(PathBuf::from("ca.pem")));
+
+        assert!(matches!(
+            parse(&["topic", "list"]).command,
+            Command::Topic {
+                command: TopicCommand::List { .. }
+            }
+        ));
+        assert!(matches!(
+            parse(&["topic", "describe", "a/b"]).command,
+            Command::Topic {
+                command: TopicCommand::Describe { .. }
+            }
+        ));
+        assert!(matches!(
+            parse(&["topic", "delete", "a/b"]).command,
+            Command::Topic {
+                command: TopicCommand::Delete { .. }
+            }
+        ));
+        let Command::Pub(p) = parse(&[
+            "pub",
+            "a/b",
+            "--ack",
+            "none",
+            "--batch-bytes",
+            "4096",
+            "--linger-ms",
+            "0",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!((p.ack, p.batch_bytes, p.linger_ms), (AckArg::None, 4096, 0));
+        let Command::Sub(s) = parse(&["sub", "a/b", "--from", "earliest", "--count", "10"]).command
+        else {
+            panic!()
+        };
+        assert_eq!((s.from, s.count), (FetchFrom::Earliest, Some(10)));
+        assert!(matches!(
+            parse(&["chunk", "cat", "x.chunk"]).command,
+            Command::Chunk {
+                command: ChunkCommand::Cat { .. }
+            }
+        ));
+        let serve = parse(&[
+            "serve",
+            "--data-dir",
+            "/tmp/d",
+            "--listen",
+            "0.0.0.0:9000",
+            "--shards",
+            "2",
+        ]);
+        let Command::Serve(s) = serve.command else {
+            panic!()
+        };
+        assert_eq!(s.shards, 2);
+    }
+
+    #[test]
+    fn refuses_bad_arguments() {
+        let bad: &[&[&str]] = &[
+            &["pub", "a/b", "--ack", "all"],
+            &["sub", "a/b", "--from", "yesterday"],
+            &["topic", "create", "a/b", "--segments", "-1"],
+            &["topic", "list", "--transport", "udp"],
+            &["serve", "--listen", "not-an-address"],
+            &["serve", "--buffer-bytes", "1"],
+        ];
+        for args in bad {
+            assert!(
+                Cli::try_parse_from(std::iter::once("kelp").chain(args.iter().copied())).is_err(),
+                "{args:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! The `kelp` binary: run a broker, manage topics, publish and subscribe
+//! from the shell, and inspect chunk files.
+//!
+//! `kelp serve` runs the broker on the calling thread (the engine starts its
+//! own executors); the client commands run on a tokio runtime built here,
+//! so the broker never starts inside one.
+
+mod cli;
+mod commands;
+mod text;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{ChunkCommand, Cli, Command};
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => commands::serve(args),
+        Command::Chunk {
+            command: ChunkCommand::Cat { file },
+        } => commands::chunk_cat(&file),
+        Command::Topic { command } => run_async(commands::topic(command)),
+        Command::Pub(args) => run_async(commands::publish(args)),
+        Command::Sub(args) => run_async(commands::subscribe(args)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kelp: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_async(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(command)
+}

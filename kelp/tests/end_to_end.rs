@@ -1,0 +1,393 @@
+//! The real `kelp` binary on loopback: a broker process, and the CLI as a
+//! user runs it. Uses `$KELP_BIN` when set (the release build CI makes),
+//! else the binary cargo built for this test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+fn kelp_bin() -> PathBuf {
+    std::env::var_os("KELP_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kelp")))
+}
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+/// Ports for one broker (two shards), distinct per test and per process.
+fn port() -> u16 {
+    let base = 40_000 + (std::process::id() % 1_000) as u16 * 16;
+    base + NEXT_PORT.fetch_add(4, Ordering::Relaxed)
+}
+
+struct Broker {
+    child: Child,
+    port: u16,
+    data_dir: PathBuf,
+}
+
+impl Broker {
+    fn start(data_dir: &Path, port: u16) -> Broker {
+        let child = Command::new(kelp_bin())
+            .args(["serve", "--shards", "2", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start kelp serve");
+        let broker = Broker {
+            child,
+            port,
+            data_dir: data_dir.to_path_buf(),
+        };
+        broker.wait_ready();
+        broker
+    }
+
+    /// Ready when both shards accept and the admin path answers.
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let up = (0..2).all(|i| TcpStream::connect(("127.0.0.1", self.port + i)).is_ok());
+            if up && self.cli(&["topic", "list"]).status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker did not start on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn broker_arg(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(kelp_bin())
+            .args(args)
+            .arg("--broker")
+            .arg(self.broker_arg())
+            .output()
+            .expect("run kelp")
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+    }
+
+    fn stop(mut self) {
+        let term = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "broker exited with {status}");
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Publish `lines` through `kelp pub`, returning its stdout.
+fn publish(broker: &Broker, topic: &str, transport: &str, ack: &str, lines: &[u8]) -> String {
+    let mut child = Command::new(kelp_bin())
+        .args([
+            "pub",
+            topic,
+            "--transport",
+            transport,
+            "--ack",
+            ack,
+            "--broker",
+        ])
+        .arg(broker.broker_arg())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let payload = lines.to_vec();
+    let writer = std::thread::spawn(move || {
+        stdin.write_all(&payload).unwrap();
+    });
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    writer.join().unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "kelp pub failed: {status}, stdout {out}");
+    out
+}
+
+/// Read `count` records with `kelp sub`, as (key, value) lines.
+fn subscribe(
+    broker: &Broker,
+    topic: &str,
+    transport: &str,
+    from: &str,
+    count: usize,
+) -> Vec<(String, String)> {
+    let mut child = Command::new(kelp_bin())
+        .args([
+            "sub",
+            topic,
+            "--transport",
+            transport,
+            "--from",
+            from,
+            "--count",
+        ])
+        .arg(count.to_string())
+        .arg("--broker")
+        .arg(broker.broker_arg())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let reader = BufReader::new(child.stdout.take().unwrap());
+    let mut records = Vec::with_capacity(count);
+    for line in reader.lines() {
+        let line = line.unwrap();
+        let (k, v) = line.split_once('\t').unwrap_or(("", line.as_str()));
+        records.push((k.to_string(), v.to_string()));
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "kelp sub failed: {status}");
+    records
+}
+
+/// Lines `key-K<TAB>K:SEQ` with SEQ counting up per key.
+fn keyed_lines(records: usize, keys: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(records * 24);
+    for i in 0..records {
+        let k = i % keys;
+        let seq = i / keys;
+        writeln!(out, "key-{k}\t{k}:{seq}").unwrap();
+    }
+    out
+}
+
+/// Every record once, and each key's records in publish order.
+fn check_complete_and_ordered(records: &[(String, String)], total: usize, keys: usize) {
+    assert_eq!(records.len(), total, "record count");
+    let mut next_seq: HashMap<&str, usize> = HashMap::new();
+    for (key, value) in records {
+        let (k, seq) = value.split_once(':').expect("value shape");
+        assert_eq!(key, &format!("key-{k}"), "key matches value");
+        let seq: usize = seq.parse().unwrap();
+        let expected = next_seq.entry(key.as_str()).or_insert(0);
+        assert_eq!(
+            seq, *expected,
+            "key {key}: got seq {seq}, expected {expected}"
+        );
+        *expected += 1;
+    }
+    assert_eq!(next_seq.len(), keys, "every key seen");
+    let per_key = total / keys;
+    assert!(
+        next_seq.values().all(|n| *n == per_key),
+        "every key complete"
+    );
+}
+
+fn million_records_over(transport: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(dir.path(), port());
+    let out = broker.cli(&["topic", "create", "load/million", "--segments", "4"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    const TOTAL: usize = 1_000_000;
+    const KEYS: usize = 1_000;
+    let out = publish(
+        &broker,
+        "load/million",
+        transport,
+        "leader",
+        &keyed_lines(TOTAL, KEYS),
+    );
+    assert!(
+        out.contains(&format!("acknowledged {TOTAL} records")),
+        "pub said: {out}"
+    );
+    let records = subscribe(&broker, "load/million", transport, "earliest", TOTAL);
+    check_complete_and_ordered(&records, TOTAL, KEYS);
+    // Describe shows the four segments' offsets adding up.
+    let out = broker.cli(&["topic", "describe", "load/million"]);
+    assert!(out.status.success());
+    broker.stop();
+}
+
+#[test]
+fn a_million_keyed_records_over_tcp() {
+    million_records_over("tcp");
+}
+
+#[test]
+fn a_million_keyed_records_over_quic() {
+    million_records_over("quic");
+}
+
+#[test]
+fn kill_minus_nine_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = Broker::start(dir.path(), port);
+    assert!(broker
+        .cli(&["topic", "create", "crash/test", "--segments", "4"])
+        .status
+        .success());
+    const TOTAL: usize = 20_000;
+    const KEYS: usize = 100;
+    let out = publish(
+        &broker,
+        "crash/test",
+        "tcp",
+        "leader",
+        &keyed_lines(TOTAL, KEYS),
+    );
+    assert!(
+        out.contains(&format!("acknowledged {TOTAL} records")),
+        "pub said: {out}"
+    );
+    // Straight after the acks, before the 1 s age flush: nothing in the filer yet.
+    broker.kill9();
+
+    let broker = Broker::start(dir.path(), port);
+    let records = subscribe(&broker, "crash/test", "tcp", "earliest", TOTAL);
+    check_complete_and_ordered(&records, TOTAL, KEYS);
+
+    // Recovery flushed the buffers: chunk files exist and `chunk cat` reads them.
+    let chunks = chunk_files(&broker.data_dir.join("filer/topics/crash/test"));
+    assert!(
+        !chunks.is_empty(),
+        "recovered buffers were flushed as chunks"
+    );
+    let mut in_chunks = 0;
+    for chunk in &chunks {
+        let out = Command::new(kelp_bin())
+            .arg("chunk")
+            .arg("cat")
+            .arg(chunk)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "chunk cat {}: {}",
+            chunk.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        in_chunks += String::from_utf8_lossy(&out.stdout).lines().count();
+    }
+    assert_eq!(
+        in_chunks, TOTAL,
+        "every record is in a chunk after recovery"
+    );
+
+    // Offsets continue where they stopped.
+    let out = publish(
+        &broker,
+        "crash/test",
+        "tcp",
+        "durable",
+        &keyed_lines(KEYS, KEYS),
+    );
+    assert!(out.contains(&format!("acknowledged {KEYS} records")));
+    let records = subscribe(&broker, "crash/test", "tcp", "earliest", TOTAL + KEYS);
+    assert_eq!(records.len(), TOTAL + KEYS);
+    broker.stop();
+}
+
+fn chunk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "chunk") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn restart_keeps_topics_and_records_and_bad_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = Broker::start(dir.path(), port);
+    for bad in [
+        "../escape",
+        "a/b/c",
+        "noslash",
+        "a/..",
+        &format!("a/{}", "x".repeat(250)),
+    ] {
+        let out = broker.cli(&["topic", "create", bad]);
+        assert!(!out.status.success(), "topic {bad:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+        assert!(
+            err.contains("topic"),
+            "error for {bad:?} names the problem: {err}"
+        );
+    }
+    assert!(broker
+        .cli(&["topic", "create", "keep/me", "--segments", "2"])
+        .status
+        .success());
+    let out = publish(
+        &broker,
+        "keep/me",
+        "quic",
+        "leader",
+        b"a\t1\nb\t2\nno-tab-line\n",
+    );
+    assert!(out.contains("acknowledged 3 records"), "{out}");
+    broker.stop();
+
+    let broker = Broker::start(dir.path(), port);
+    let listed = broker.cli(&["topic", "list"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "keep/me");
+    let mut records = subscribe(&broker, "keep/me", "tcp", "earliest", 3);
+    records.sort();
+    assert_eq!(
+        records,
+        vec![
+            (String::new(), "no-tab-line".to_string()),
+            ("a".to_string(), "1".to_string()),
+            ("b".to_string(), "2".to_string()),
+        ]
+    );
+    assert!(broker.cli(&["topic", "delete", "keep/me"]).status.success());
+    let listed = broker.cli(&["topic", "list"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "");
+    assert!(!dir.path().join("filer/topics/keep/me/topic.json").exists());
+    broker.stop();
+}
