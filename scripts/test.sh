@@ -24,12 +24,14 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
-step "build the kelp binary (release, used by the integration tests)"
-cargo build --release -p kelp
-export KELP_BIN="$PWD/target/release/kelp"
+# Tests run in the release profile: the broker under test is the one users
+# run, and the build is shared with the benchmark smoke run below.
+step "cargo test --release"
+cargo test --workspace --release
 
-step "cargo test"
-cargo test --workspace
+step "benchmark smoke (every ingest case, tiny sizes, baselines included)"
+cargo build --release -p kelp-benches
+target/release/ingest --smoke
 
 step "fuzz smoke (each decoder, ${FUZZ_SECONDS:=15}s)"
 FUZZ_SECONDS="$FUZZ_SECONDS" bash fuzz/smoke.sh

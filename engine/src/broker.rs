@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use control::ControlService;
 use filer::{Filer, LocalFiler};
-use glommio::{LocalExecutorBuilder, Placement};
+use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 use wire::message::ShardAddress;
 
 use crate::config::{BrokerConfig, QuicDriver};
@@ -29,6 +29,14 @@ use crate::shard::Shard;
 const IO_MEMORY_BYTES: usize = 1 << 20;
 /// io_uring depth per executor; 2048 registers within the same limit.
 const RING_DEPTH: usize = 2048;
+
+/// Threads of each shard's blocking pool: one can sit in a chunk's
+/// fdatasync while another prepares the next buffer, so the shard never
+/// waits for a spare buffer behind a flush.
+const BLOCKING_THREADS: usize = 2;
+
+/// How long a stopping shard waits for its connections to end.
+const CONNECTIONS_DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// Run a broker until SIGINT or SIGTERM.
 pub fn run(config: BrokerConfig) -> Result<(), EngineError> {
@@ -101,10 +109,11 @@ impl Broker {
                 .name(&format!("kelp-shard-{index}"))
                 .io_memory(io_memory)
                 .ring_depth(RING_DEPTH)
+                .blocking_thread_pool_placement(PoolPlacement::Unbound(BLOCKING_THREADS))
                 .spawn(move || async move {
                     let config = Rc::new(config_send);
                     let addr = config.shard_address(index);
-                    let listener = match glommio::net::TcpListener::bind(addr) {
+                    let (listener, listener_fd) = match bind_tcp(addr) {
                         Ok(l) => l,
                         Err(e) => {
                             let _ = ready.send(Err(EngineError::Shard {
@@ -116,7 +125,8 @@ impl Broker {
                     };
                     let quic_socket = match quic_driver {
                         QuicDriver::Tokio => None,
-                        QuicDriver::Shard => match std::net::UdpSocket::bind(addr) {
+                        QuicDriver::Shard => match retry_in_use(|| std::net::UdpSocket::bind(addr))
+                        {
                             Ok(s) => Some(s),
                             Err(e) => {
                                 let _ = ready.send(Err(EngineError::Shard {
@@ -135,17 +145,28 @@ impl Broker {
                         control,
                         shard_addresses: Rc::new(addresses),
                         connections: Cell::new(0),
+                        stopping: Cell::new(false),
+                        stop: event_listener::Event::new(),
                     });
                     glommio::spawn_local(shard.clone().tick_forever()).detach();
-                    glommio::spawn_local(crate::tcp::accept_loop(shard.clone(), listener)).detach();
-                    if let Some(socket) = quic_socket {
-                        glommio::spawn_local(crate::quic_shard::serve(
-                            shard.clone(),
-                            socket,
-                            server_crypto,
-                        ))
-                        .detach();
-                    }
+                    // Tasks that own a socket are awaited at shutdown, so the
+                    // ports are closed before `stop` returns.
+                    let accept = glommio::spawn_local(crate::tcp::accept_loop(
+                        shard.clone(),
+                        listener,
+                        listener_fd,
+                    ));
+                    let quic = quic_socket.map(|socket| {
+                        let shard = shard.clone();
+                        glommio::spawn_local(async move {
+                            let stopping = shard.clone();
+                            futures_lite::future::or(
+                                crate::quic_shard::serve(shard, socket, server_crypto),
+                                async move { stopping.stopped().await },
+                            )
+                            .await;
+                        })
+                    });
                     glommio::spawn_local(inbox_loop(shard.clone(), inbox_rx)).detach();
                     let _ = ready.send(Ok(()));
                     // Commands arrive until shutdown, which ends the shard.
@@ -156,6 +177,11 @@ impl Broker {
                             break;
                         }
                     }
+                    accept.await;
+                    if let Some(quic) = quic {
+                        quic.await;
+                    }
+                    shard.wait_connections_closed(CONNECTIONS_DRAIN_WAIT).await;
                 })
                 .map_err(|e| EngineError::Shard {
                     shard: index,
@@ -251,6 +277,54 @@ impl Broker {
             shard: usize::MAX,
             reason,
         })
+    }
+}
+
+/// Bind a shard's TCP listener. glommio's own `bind` sets SO_REUSEPORT,
+/// which would let a second broker (or a listener a stopped one left
+/// behind) share the port and silently take half the connections; this
+/// one refuses a port in use.
+///
+/// Returns the listener and its descriptor (glommio's listener does not
+/// expose it), which the accept loop shuts down when the shard stops.
+fn bind_tcp(
+    addr: std::net::SocketAddr,
+) -> std::io::Result<(glommio::net::TcpListener, std::os::unix::io::RawFd)> {
+    use std::os::unix::io::{FromRawFd, IntoRawFd};
+    let domain = socket2::Domain::for_address(addr);
+    let socket = retry_in_use(|| {
+        let socket =
+            socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())?;
+        Ok(socket)
+    })?;
+    socket.listen(1024)?;
+    let fd = socket.into_raw_fd();
+    // SAFETY: the descriptor is a bound, listening TCP socket we own, and
+    // ownership moves to the listener.
+    Ok((unsafe { glommio::net::TcpListener::from_raw_fd(fd) }, fd))
+}
+
+/// How long a bind retries a port that is still in use.
+const BIND_RETRY_LIMIT: Duration = Duration::from_secs(5);
+
+/// Retry `bind` while the port is in use, for a few seconds: a broker
+/// restarted at once may find its previous run's sockets still being torn
+/// down by the kernel. Past the limit the error stands (another process
+/// holds the port).
+pub(crate) fn retry_in_use<T>(mut bind: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let deadline = std::time::Instant::now() + BIND_RETRY_LIMIT;
+    loop {
+        match bind() {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -53,33 +53,11 @@ impl ActiveBuffer {
         base_offset: u64,
         data_capacity: usize,
     ) -> Result<ActiveBuffer, EngineError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| EngineError::io("create dir", dir, e))?;
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(|e| EngineError::io("create buffer", &path, e))?;
-        let map_bytes = chunk_bytes_max(data_capacity as u64);
-        reserve(&file, map_bytes).map_err(|e| EngineError::io("fallocate buffer", &path, e))?;
-        let mut map = map_file(&file, &path)?;
-        map[..8].copy_from_slice(&CHUNK_MAGIC);
-        map[SEGMENT_ID_OFFSET..SEGMENT_ID_OFFSET + 4].copy_from_slice(&segment_id.to_le_bytes());
-        map[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
-        Ok(ActiveBuffer {
+        SpareBuffer::make(path.clone(), data_capacity, false)?.activate(
             path,
-            map,
             segment_id,
             base_offset,
-            next_offset: base_offset,
-            data_bytes: 0,
-            data_capacity,
-            index: ChunkIndexBuilder::new(data_capacity as u64),
-            opened_at: Instant::now(),
-        })
+        )
     }
 
     /// Re-open a buffer left by an earlier run. Batches are accepted from
@@ -241,6 +219,98 @@ impl ActiveBuffer {
     }
 }
 
+/// A buffer file made ahead of time on the blocking pool, every page of
+/// its mapping already faulted in for writing, so the shard that takes it
+/// as its next active buffer pays no page faults while appending.
+#[derive(Debug)]
+pub(crate) struct SpareBuffer {
+    path: PathBuf,
+    map: MmapMut,
+    data_capacity: usize,
+}
+
+impl SpareBuffer {
+    /// Make a spare at `path` (a name recovery ignores).
+    pub(crate) fn create(path: PathBuf, data_capacity: usize) -> Result<SpareBuffer, EngineError> {
+        SpareBuffer::make(path, data_capacity, true)
+    }
+
+    fn make(
+        path: PathBuf,
+        data_capacity: usize,
+        prefault: bool,
+    ) -> Result<SpareBuffer, EngineError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| EngineError::io("create dir", dir, e))?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| EngineError::io("create buffer", &path, e))?;
+        let map_bytes = chunk_bytes_max(data_capacity as u64);
+        reserve(&file, map_bytes).map_err(|e| EngineError::io("fallocate buffer", &path, e))?;
+        let mut map = map_file(&file, &path)?;
+        if prefault {
+            // Writing the zero each page already holds takes the page fault
+            // (and the write fault) here, on the blocking pool's thread.
+            let base = map.as_mut_ptr();
+            for at in (0..map.len()).step_by(PAGE_BYTES) {
+                // SAFETY: `at` is within the mapping. Volatile, so the store
+                // of a zero over a zero is not optimised away.
+                unsafe { std::ptr::write_volatile(base.add(at), 0) };
+            }
+        }
+        Ok(SpareBuffer {
+            path,
+            map,
+            data_capacity,
+        })
+    }
+
+    pub(crate) fn data_capacity(&self) -> usize {
+        self.data_capacity
+    }
+
+    /// Become the active buffer of `segment_id` from `base_offset`, under
+    /// its final name.
+    pub(crate) fn activate(
+        self,
+        path: PathBuf,
+        segment_id: u32,
+        base_offset: u64,
+    ) -> Result<ActiveBuffer, EngineError> {
+        let mut map = self.map;
+        map[..8].copy_from_slice(&CHUNK_MAGIC);
+        map[SEGMENT_ID_OFFSET..SEGMENT_ID_OFFSET + 4].copy_from_slice(&segment_id.to_le_bytes());
+        map[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
+        if self.path != path {
+            std::fs::rename(&self.path, &path)
+                .map_err(|e| EngineError::io("rename spare buffer", &self.path, e))?;
+        }
+        Ok(ActiveBuffer {
+            path,
+            map,
+            segment_id,
+            base_offset,
+            next_offset: base_offset,
+            data_bytes: 0,
+            data_capacity: self.data_capacity,
+            index: ChunkIndexBuilder::new(self.data_capacity as u64),
+            opened_at: Instant::now(),
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The page size prefaulting steps by.
+const PAGE_BYTES: usize = 4096;
+
 /// A sealed buffer: a whole chunk file in a read-only mapping, waiting to
 /// be written to the filer (and still served to readers until it is).
 #[derive(Debug)]
@@ -362,6 +432,19 @@ mod tests {
             ActiveBuffer::recover(path, 2).is_err(),
             "wrong segment refused"
         );
+    }
+
+    #[test]
+    fn spare_becomes_a_buffer_under_its_final_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let spare = SpareBuffer::create(dir.path().join("spare.buf"), 64 << 10).unwrap();
+        let path = dir.path().join("00000000000000000005.buf");
+        let mut buf = spare.activate(path.clone(), 2, 5).unwrap();
+        assert!(path.exists() && !dir.path().join("spare.buf").exists());
+        buf.append(&BatchView::validate(&batch(2)).unwrap());
+        drop(buf);
+        let again = ActiveBuffer::recover(path, 2).unwrap();
+        assert_eq!((again.base_offset(), again.next_offset()), (5, 7));
     }
 
     #[test]

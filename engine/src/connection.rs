@@ -102,9 +102,19 @@ where
     let mut payload = Vec::new();
     loop {
         outbox.acquire(in_flight_max).await;
-        match reader.read_exact(&mut header_bytes).await {
-            Ok(()) => {}
-            Err(e) => {
+        let read = futures_lite::future::or(
+            async { Some(reader.read_exact(&mut header_bytes).await) },
+            async {
+                shard.stopped().await;
+                None
+            },
+        )
+        .await;
+        match read {
+            // Shutting down: the connection ends between frames.
+            None => break,
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
                 if e.kind() != std::io::ErrorKind::UnexpectedEof {
                     log::debug!("{peer}: read: {e}");
                 }

@@ -83,8 +83,10 @@ impl QuicThread {
         let mut endpoints = Vec::new();
         for (i, (addr, inbox)) in addresses.into_iter().zip(inboxes).enumerate() {
             let _guard = runtime.enter();
-            let endpoint = quinn::Endpoint::server(server_config.clone(), addr)
-                .map_err(|e| EngineError::io("bind QUIC", addr.to_string(), e))?;
+            let endpoint = crate::broker::retry_in_use(|| {
+                quinn::Endpoint::server(server_config.clone(), addr)
+            })
+            .map_err(|e| EngineError::io("bind QUIC", addr.to_string(), e))?;
             endpoints.push(endpoint.clone());
             runtime.spawn(accept_loop(i, endpoint, inbox, limits));
         }

@@ -25,7 +25,7 @@ use wire::chunk::{
 };
 use wire::{ErrorCode, FetchFrom};
 
-use crate::buffer::{ActiveBuffer, SealedBuffer};
+use crate::buffer::{ActiveBuffer, SealedBuffer, SpareBuffer};
 use crate::config::BrokerConfig;
 use crate::error::EngineError;
 use crate::serve_error::ServeError;
@@ -59,7 +59,13 @@ struct SegmentState {
     durable_waiting_since: Option<Instant>,
     /// The last chunk index read from the filer, to serve sequential reads.
     index_cache: Option<(u64, Rc<Vec<ChunkIndexEntry>>)>,
+    /// The next active buffer, prepared off the shard's thread.
+    spare: Option<SpareBuffer>,
+    spare_pending: bool,
 }
+
+/// The name of a segment's spare buffer file (recovery ignores it).
+const SPARE_FILE: &str = "spare.buf";
 
 /// A segment owned by this shard.
 #[derive(Debug)]
@@ -116,6 +122,12 @@ impl SegmentCell {
             blocking(move || load_chunks(filer.as_ref(), &prefix)).await?
         };
         let chunk_end = chunks.last().map_or(0, |c| c.header.next_offset);
+        match std::fs::remove_file(buffers_dir.join(SPARE_FILE)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(EngineError::io("remove", buffers_dir.join(SPARE_FILE), e))
+            }
+            _ => {}
+        }
         let recovered = {
             let dir = buffers_dir.clone();
             blocking(move || recover_buffers(&dir, id)).await?
@@ -169,6 +181,8 @@ impl SegmentCell {
                 flushing: false,
                 durable_waiting_since: None,
                 index_cache: None,
+                spare: None,
+                spare_pending: false,
             }),
             closed: Cell::new(false),
             appended: Event::new(),
@@ -225,14 +239,18 @@ impl SegmentCell {
                     let path = self
                         .buffers_dir
                         .join(format!("{:020}.buf", state.next_offset));
-                    state.active = Some(
-                        ActiveBuffer::create(path, self.id, state.next_offset, capacity)
-                            .map_err(|e| ServeError::storage(&e))?,
-                    );
+                    let next = match state.spare.take() {
+                        Some(spare) if spare.data_capacity() >= len => {
+                            spare.activate(path, self.id, state.next_offset)
+                        }
+                        _ => ActiveBuffer::create(path, self.id, state.next_offset, capacity),
+                    };
+                    state.active = Some(next.map_err(|e| ServeError::storage(&e))?);
                     drop(state);
                     if sealed_one {
                         self.start_flush();
                     }
+                    self.prepare_spare();
                     continue;
                 }
                 self.space.listen()
@@ -292,8 +310,9 @@ impl SegmentCell {
         }
     }
 
-    /// Seal whatever is buffered and wait until it is in the filer.
-    pub(crate) async fn flush_all(self: &Rc<Self>) -> Result<(), ServeError> {
+    /// Shutdown: seal whatever is buffered, wait until it is in the filer,
+    /// and take no more writes.
+    pub(crate) async fn shut_down(self: &Rc<Self>) -> Result<(), ServeError> {
         let target = {
             let mut state = self.state.borrow_mut();
             self.seal_active(&mut state)?;
@@ -302,7 +321,41 @@ impl SegmentCell {
         self.start_flush();
         self.wait_flushed(target)
             .await
-            .map_err(|e| ServeError::storage(&e))
+            .map_err(|e| ServeError::storage(&e))?;
+        // A spare being made on the blocking pool must finish before the
+        // executor goes away; none is started once the shard stops.
+        self.closed.set(true);
+        while self.state.borrow().spare_pending {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+
+    /// Make the next buffer on the blocking pool while this one fills.
+    fn prepare_spare(self: &Rc<Self>) {
+        {
+            let mut state = self.state.borrow_mut();
+            if state.spare.is_some() || state.spare_pending || self.closed.get() {
+                return;
+            }
+            state.spare_pending = true;
+        }
+        let cell = self.clone();
+        let path = self.buffers_dir.join(SPARE_FILE);
+        let capacity = self.config.buffer_bytes as usize;
+        glommio::spawn_local(async move {
+            let made = blocking(move || SpareBuffer::create(path, capacity)).await;
+            let mut state = cell.state.borrow_mut();
+            state.spare_pending = false;
+            match made {
+                Ok(spare) if cell.closed.get() => {
+                    let _ = std::fs::remove_file(spare.path());
+                }
+                Ok(spare) => state.spare = Some(spare),
+                Err(e) => log::warn!("segment {}: spare buffer: {e}", cell.chunk_prefix),
+            }
+        })
+        .detach();
     }
 
     fn start_flush(self: &Rc<Self>) {
@@ -414,6 +467,7 @@ impl SegmentCell {
         let mut state = self.state.borrow_mut();
         state.active = None;
         state.sealed.clear();
+        state.spare = None;
         drop(state);
         if let Err(e) = std::fs::remove_dir_all(&self.buffers_dir) {
             if e.kind() != std::io::ErrorKind::NotFound {

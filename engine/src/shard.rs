@@ -35,6 +35,9 @@ pub(crate) struct Shard {
     pub(crate) control: flume::Sender<ControlRequest>,
     pub(crate) shard_addresses: Rc<Vec<ShardAddress>>,
     pub(crate) connections: Cell<usize>,
+    /// Set when the shard shuts down: listeners and connections end.
+    pub(crate) stopping: Cell<bool>,
+    pub(crate) stop: event_listener::Event,
 }
 
 /// Where a segment lives, from this shard's point of view.
@@ -78,8 +81,29 @@ impl Shard {
                 let _ = reply.send_async(()).await;
             }
             ShardCommand::Shutdown { reply } => {
+                self.stopping.set(true);
+                self.stop.notify(usize::MAX);
                 let _ = reply.send_async(self.flush_everything().await).await;
             }
+        }
+    }
+
+    /// Resolves once the shard is shutting down.
+    pub(crate) async fn stopped(&self) {
+        loop {
+            let listener = self.stop.listen();
+            if self.stopping.get() {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    /// Wait (at most `limit`) until every connection task has ended.
+    pub(crate) async fn wait_connections_closed(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.connections.get() > 0 && Instant::now() < deadline {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
         }
     }
 
@@ -148,7 +172,7 @@ impl Shard {
     async fn flush_everything(&self) -> Result<(), String> {
         let mut failures = Vec::new();
         for cell in self.all_segments() {
-            if let Err(e) = cell.flush_all().await {
+            if let Err(e) = cell.shut_down().await {
                 failures.push(format!("segment {}: {}", cell.id, e.message));
             }
         }

@@ -1,6 +1,7 @@
 //! TCP ingest: each shard listens on its own port with glommio's io_uring
 //! sockets and serves its connections on its own thread.
 
+use std::os::unix::io::RawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -11,9 +12,25 @@ use crate::connection::{admit, busy_frame, serve};
 use crate::shard::Shard;
 
 /// Accept connections forever.
-pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: RawFd) {
     loop {
-        match listener.accept().await {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.stopped().await;
+            None
+        })
+        .await;
+        let Some(accepted) = accepted else {
+            // Shutting down. An accept may still be queued in io_uring,
+            // holding the socket (and the port) open after it is closed;
+            // shutting the socket down completes it, so the port is free
+            // when the broker's `stop` returns.
+            // SAFETY: `fd` belongs to `listener`, which is still open.
+            unsafe {
+                libc::shutdown(fd, libc::SHUT_RDWR);
+            }
+            return;
+        };
+        match accepted {
             Ok(mut stream) => {
                 let peer = stream
                     .peer_addr()

@@ -15,10 +15,20 @@ use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
+/// Two consecutive ports, free for TCP and UDP now, below the ephemeral
+/// range (32768 and up) so no client connection can take them meanwhile.
 fn port() -> u16 {
-    // Spread tests over ports by process id so parallel runs do not clash.
-    let base = 20_000 + (std::process::id() % 2_000) as u16 * 10;
-    base + NEXT_PORT.fetch_add(3, Ordering::Relaxed)
+    let base = 20_000 + (std::process::id() % 500) as u16 * 10;
+    loop {
+        let p = base + NEXT_PORT.fetch_add(3, Ordering::Relaxed) % 4_900;
+        let free = (p..p + 2).all(|q| {
+            std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
+                && std::net::UdpSocket::bind(("127.0.0.1", q)).is_ok()
+        });
+        if free {
+            return p;
+        }
+    }
 }
 
 fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {

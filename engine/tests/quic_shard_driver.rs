@@ -24,9 +24,11 @@ static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
 /// A port `p` such that TCP and UDP on `p` and `p + 1` are free now.
 fn ports() -> u16 {
-    let base = 40_000 + (std::process::id() % 1_000) as u16 * 20;
+    // Below the ephemeral range (32768 and up), so no client connection can
+    // take the port between this check and the broker's bind.
+    let base = 25_000 + (std::process::id() % 500) as u16 * 10;
     loop {
-        let p = base + NEXT_PORT.fetch_add(2, Ordering::Relaxed);
+        let p = base + NEXT_PORT.fetch_add(2, Ordering::Relaxed) % 2_500;
         let free = (p..p + 2).all(|q| {
             TcpListener::bind(("127.0.0.1", q)).is_ok() && UdpSocket::bind(("127.0.0.1", q)).is_ok()
         });

@@ -1,5 +1,5 @@
 //! The real `kelp` binary on loopback: a broker process, and the CLI as a
-//! user runs it. Uses `$KELP_BIN` when set (the release build CI makes),
+//! user runs it. Uses `$KELP_BIN` when set (to test another build),
 //! else the binary cargo built for this test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,10 +19,20 @@ fn kelp_bin() -> PathBuf {
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
-/// Ports for one broker (two shards), distinct per test and per process.
+/// Ports for one broker (two shards), free for TCP and UDP now, below the
+/// ephemeral range (32768 and up) so no client connection takes them.
 fn port() -> u16 {
-    let base = 40_000 + (std::process::id() % 1_000) as u16 * 16;
-    base + NEXT_PORT.fetch_add(4, Ordering::Relaxed)
+    let base = 10_000 + (std::process::id() % 1_000) as u16 * 8;
+    loop {
+        let p = base + NEXT_PORT.fetch_add(4, Ordering::Relaxed) % 1_800;
+        let free = (p..p + 2).all(|q| {
+            std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
+                && std::net::UdpSocket::bind(("127.0.0.1", q)).is_ok()
+        });
+        if free {
+            return p;
+        }
+    }
 }
 
 struct Broker {

@@ -40,6 +40,20 @@ pub(super) struct QuicSocket {
     readiness: glommio::net::UdpSocket,
 }
 
+impl Drop for QuicSocket {
+    fn drop(&mut self) {
+        // A readiness peek may still be queued in the shard's io_uring, and
+        // it holds the socket open (and its port bound) until it completes;
+        // shutting the socket down completes it now. An unconnected UDP
+        // socket answers ENOTCONN but still wakes its readers.
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: plain syscall on a descriptor this struct owns.
+        unsafe {
+            libc::shutdown(self.socket.as_raw_fd(), libc::SHUT_RDWR);
+        }
+    }
+}
+
 impl QuicSocket {
     pub(super) fn new(socket: UdpSocket) -> io::Result<QuicSocket> {
         // Sets O_NONBLOCK, UDP_GRO, IP_PKTINFO, IP_RECVTOS and no-fragment.
