@@ -60,12 +60,24 @@ struct SegmentState {
     /// The last chunk index read from the filer, to serve sequential reads.
     index_cache: Option<(u64, Rc<Vec<ChunkIndexEntry>>)>,
     /// The next active buffer, prepared off the shard's thread.
-    spare: Option<SpareBuffer>,
-    spare_pending: bool,
+    spares: Vec<SpareBuffer>,
+    /// Spares being made on the blocking pool.
+    spares_pending: usize,
+    /// Names the next spare file.
+    spare_counter: u64,
 }
 
-/// The name of a segment's spare buffer file (recovery ignores it).
-const SPARE_FILE: &str = "spare.buf";
+/// Spare buffers a segment keeps ready. Two, made in parallel on the
+/// shard's two blocking threads, keep up with a shard that fills a buffer
+/// about as fast as one thread can fault one in (measured: see
+/// BENCHMARKS.md); each costs `buffer_bytes` of page cache, and only
+/// segments that roll buffers ever get any.
+const SPARES_MAX: usize = 2;
+
+/// Spare buffer files are named `spare-N.buf`; recovery ignores them.
+fn is_spare_file(name: &str) -> bool {
+    name.starts_with("spare-") && name.ends_with(".buf")
+}
 
 /// A segment owned by this shard.
 #[derive(Debug)]
@@ -122,12 +134,6 @@ impl SegmentCell {
             blocking(move || load_chunks(filer.as_ref(), &prefix)).await?
         };
         let chunk_end = chunks.last().map_or(0, |c| c.header.next_offset);
-        match std::fs::remove_file(buffers_dir.join(SPARE_FILE)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(EngineError::io("remove", buffers_dir.join(SPARE_FILE), e))
-            }
-            _ => {}
-        }
         let recovered = {
             let dir = buffers_dir.clone();
             blocking(move || recover_buffers(&dir, id)).await?
@@ -181,8 +187,9 @@ impl SegmentCell {
                 flushing: false,
                 durable_waiting_since: None,
                 index_cache: None,
-                spare: None,
-                spare_pending: false,
+                spares: Vec::new(),
+                spares_pending: 0,
+                spare_counter: 0,
             }),
             closed: Cell::new(false),
             appended: Event::new(),
@@ -239,7 +246,7 @@ impl SegmentCell {
                     let path = self
                         .buffers_dir
                         .join(format!("{:020}.buf", state.next_offset));
-                    let next = match state.spare.take() {
+                    let next = match state.spares.pop() {
                         Some(spare) if spare.data_capacity() >= len => {
                             spare.activate(path, self.id, state.next_offset)
                         }
@@ -325,37 +332,41 @@ impl SegmentCell {
         // A spare being made on the blocking pool must finish before the
         // executor goes away; none is started once the shard stops.
         self.closed.set(true);
-        while self.state.borrow().spare_pending {
+        while self.state.borrow().spares_pending > 0 {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
         Ok(())
     }
 
-    /// Make the next buffer on the blocking pool while this one fills.
+    /// Make the next buffers on the blocking pool while this one fills.
     fn prepare_spare(self: &Rc<Self>) {
-        {
-            let mut state = self.state.borrow_mut();
-            if state.spare.is_some() || state.spare_pending || self.closed.get() {
-                return;
-            }
-            state.spare_pending = true;
-        }
-        let cell = self.clone();
-        let path = self.buffers_dir.join(SPARE_FILE);
-        let capacity = self.config.buffer_bytes as usize;
-        glommio::spawn_local(async move {
-            let made = blocking(move || SpareBuffer::create(path, capacity)).await;
-            let mut state = cell.state.borrow_mut();
-            state.spare_pending = false;
-            match made {
-                Ok(spare) if cell.closed.get() => {
-                    let _ = std::fs::remove_file(spare.path());
+        loop {
+            let path = {
+                let mut state = self.state.borrow_mut();
+                if state.spares.len() + state.spares_pending >= SPARES_MAX || self.closed.get() {
+                    return;
                 }
-                Ok(spare) => state.spare = Some(spare),
-                Err(e) => log::warn!("segment {}: spare buffer: {e}", cell.chunk_prefix),
-            }
-        })
-        .detach();
+                state.spares_pending += 1;
+                state.spare_counter += 1;
+                self.buffers_dir
+                    .join(format!("spare-{}.buf", state.spare_counter))
+            };
+            let cell = self.clone();
+            let capacity = self.config.buffer_bytes as usize;
+            glommio::spawn_local(async move {
+                let made = blocking(move || SpareBuffer::create(path, capacity)).await;
+                let mut state = cell.state.borrow_mut();
+                state.spares_pending -= 1;
+                match made {
+                    Ok(spare) if cell.closed.get() => {
+                        let _ = std::fs::remove_file(spare.path());
+                    }
+                    Ok(spare) => state.spares.push(spare),
+                    Err(e) => log::warn!("segment {}: spare buffer: {e}", cell.chunk_prefix),
+                }
+            })
+            .detach();
+        }
     }
 
     fn start_flush(self: &Rc<Self>) {
@@ -467,7 +478,7 @@ impl SegmentCell {
         let mut state = self.state.borrow_mut();
         state.active = None;
         state.sealed.clear();
-        state.spare = None;
+        state.spares.clear();
         drop(state);
         if let Err(e) = std::fs::remove_dir_all(&self.buffers_dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -876,6 +887,15 @@ fn recover_buffers(
     for entry in entries {
         let entry = entry.map_err(|e| EngineError::io("read dir", dir, e))?;
         let path = entry.path();
+        // Spares an earlier run made but never used hold no records.
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(is_spare_file)
+        {
+            std::fs::remove_file(&path).map_err(|e| EngineError::io("remove", &path, e))?;
+            continue;
+        }
         let base = path
             .file_name()
             .and_then(|n| n.to_str())

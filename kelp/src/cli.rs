@@ -57,6 +57,23 @@ pub struct ServeArgs {
     /// Number of shards; 0 means one per core.
     #[arg(long, default_value_t = 0)]
     pub shards: usize,
+    /// A segment's buffer is sealed and flushed at this size.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub buffer_bytes: u64,
+    /// ... or at this age.
+    #[arg(long, default_value_t = 1000)]
+    pub flush_age_ms: u64,
+    /// How QUIC is driven: quinn on one tokio thread handing frames to the
+    /// shards, or quinn-proto on each shard's own thread.
+    #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]
+    pub quic_driver: QuicDriverArg,
+}
+
+/// `--quic-driver` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum QuicDriverArg {
+    Tokio,
+    Shard,
 }
 
 /// How to reach the broker; every client command takes these.

@@ -19,6 +19,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir,
         listen: args.listen,
         shards: args.shards,
+        buffer_bytes: args.buffer_bytes,
+        flush_age_ms: args.flush_age_ms,
+        quic_driver: match args.quic_driver {
+            crate::cli::QuicDriverArg::Tokio => engine::QuicDriver::Tokio,
+            crate::cli::QuicDriverArg::Shard => engine::QuicDriver::Shard,
+        },
         // Every other limit keeps the engine's default.
         ..engine::BrokerConfig::default()
     };

@@ -43,8 +43,14 @@ struct Broker {
 
 impl Broker {
     fn start(data_dir: &Path, port: u16) -> Broker {
+        Broker::start_with(data_dir, port, &[])
+    }
+
+    fn start_with(data_dir: &Path, port: u16, extra: &[&str]) -> Broker {
         let child = Command::new(kelp_bin())
-            .args(["serve", "--shards", "2", "--listen"])
+            .args(["serve", "--shards", "2"])
+            .args(extra)
+            .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--data-dir")
             .arg(data_dir)
@@ -399,5 +405,31 @@ fn restart_keeps_topics_and_records_and_bad_names_are_refused() {
     let listed = broker.cli(&["topic", "list"]);
     assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "");
     assert!(!dir.path().join("filer/topics/keep/me/topic.json").exists());
+    broker.stop();
+}
+
+#[test]
+fn quic_driven_on_the_shards_carries_keyed_records_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_with(dir.path(), port(), &["--quic-driver", "shard"]);
+    assert!(broker
+        .cli(&["topic", "create", "load/shard-quic", "--segments", "4"])
+        .status
+        .success());
+    const TOTAL: usize = 200_000;
+    const KEYS: usize = 500;
+    let out = publish(
+        &broker,
+        "load/shard-quic",
+        "quic",
+        "leader",
+        &keyed_lines(TOTAL, KEYS),
+    );
+    assert!(
+        out.contains(&format!("acknowledged {TOTAL} records")),
+        "pub said: {out}"
+    );
+    let records = subscribe(&broker, "load/shard-quic", "quic", "earliest", TOTAL);
+    check_complete_and_ordered(&records, TOTAL, KEYS);
     broker.stop();
 }

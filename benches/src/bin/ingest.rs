@@ -36,7 +36,7 @@ use std::{
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{ArgAction, Parser, ValueEnum};
-use engine::{Broker, BrokerConfig};
+use engine::{Broker, BrokerConfig, QuicDriver};
 use kelp_benches::baseline::{
     cpu_time, current_thread_runtime, parse_reply, quinn_sink, tcp_sink, SinkReport, REPLY_BYTES,
     SERVER_NAME,
@@ -75,6 +75,13 @@ const QUIC_STREAM_RECEIVE_WINDOW_BYTES: u32 = 16 << 20;
 const QUIC_RECEIVE_WINDOW_BYTES: u32 = 32 << 20;
 const QUIC_SEND_WINDOW_BYTES: u64 = 32 << 20;
 
+/// The broker's QUIC driver, as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Driver {
+    Tokio,
+    Shard,
+}
+
 #[derive(Parser, Debug, Clone)]
 #[command(
     about = "kelp ingest throughput over TCP and QUIC, with raw TCP and raw quinn \
@@ -107,6 +114,10 @@ struct Args {
     /// The broker's buffer size, MiB.
     #[arg(long, default_value_t = 8)]
     buffer_mib: u64,
+    /// How the broker drives QUIC: quinn on a tokio thread handing frames
+    /// to the shard, or quinn-proto on the shard itself.
+    #[arg(long, value_enum, default_value_t = Driver::Tokio)]
+    quic_driver: Driver,
     /// Time limit of each case, seconds.
     #[arg(long, default_value_t = 120)]
     timeout_s: u64,
@@ -247,6 +258,10 @@ fn broker_child(args: &Args) -> Result<()> {
         shards: args.shards,
         pin_shards: args.pin_shards,
         buffer_bytes: args.buffer_mib << 20,
+        quic_driver: match args.quic_driver {
+            Driver::Tokio => QuicDriver::Tokio,
+            Driver::Shard => QuicDriver::Shard,
+        },
         ..Default::default()
     })?;
     let mut stdout = std::io::stdout().lock();
@@ -312,6 +327,11 @@ impl BrokerChild {
             .arg(args.pin_shards.to_string())
             .arg("--buffer-mib")
             .arg(args.buffer_mib.to_string())
+            .arg("--quic-driver")
+            .arg(match args.quic_driver {
+                Driver::Tokio => "tokio",
+                Driver::Shard => "shard",
+            })
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
