@@ -22,6 +22,7 @@ use crate::control_plane::{
 use crate::error::EngineError;
 use crate::quic::{inbox_loop, QuicLimits, QuicThread};
 use crate::shard::Shard;
+use crate::signals::TerminationSignals;
 
 /// Memory glommio registers per executor for its I/O buffers. Three times
 /// this is locked per executor; 1 MiB keeps two shards within the 8 MiB
@@ -40,9 +41,10 @@ const CONNECTIONS_DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// Run a broker until SIGINT or SIGTERM.
 pub fn run(config: BrokerConfig) -> Result<(), EngineError> {
-    let signals = block_signals();
+    let signals = TerminationSignals::block();
     let broker = Broker::start(config)?;
-    wait_for(signals);
+    let signal = signals.wait();
+    log::info!("received signal {signal}");
     log::info!("shutting down: flushing buffers");
     broker.stop()
 }
@@ -326,28 +328,4 @@ pub(crate) fn retry_in_use<T>(mut bind: impl FnMut() -> std::io::Result<T>) -> s
             other => return other,
         }
     }
-}
-
-/// Block SIGINT and SIGTERM in this thread before any other starts, so
-/// every thread inherits the mask and `wait_for` alone receives them.
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain libc signal-set calls on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-fn wait_for(set: libc::sigset_t) {
-    let mut signal: libc::c_int = 0;
-    // SAFETY: `set` was built by `block_signals`; sigwait only writes
-    // `signal`.
-    unsafe {
-        libc::sigwait(&set, &mut signal);
-    }
-    log::info!("received signal {signal}");
 }

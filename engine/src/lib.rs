@@ -23,10 +23,12 @@ mod request;
 mod segment;
 mod serve_error;
 mod shard;
+pub mod signals;
 mod tcp;
 mod tls;
 
 pub use broker::{run, Broker};
 pub use config::{BrokerConfig, QuicDriver};
 pub use error::EngineError;
+pub use signals::TerminationSignals;
 pub use tls::ALPN;

@@ -36,7 +36,7 @@ use std::{
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{ArgAction, Parser, ValueEnum};
-use engine::{Broker, BrokerConfig, QuicDriver};
+use engine::{Broker, BrokerConfig, QuicDriver, TerminationSignals};
 use kelp_benches::baseline::{
     cpu_time, current_thread_runtime, parse_reply, quinn_sink, tcp_sink, SinkReport, REPLY_BYTES,
     SERVER_NAME,
@@ -251,7 +251,7 @@ fn broker_child(args: &Args) -> Result<()> {
         .clone()
         .context("--broker-child needs --data-dir")?;
     let listen = args.listen.context("--broker-child needs --listen")?;
-    let signals = block_signals();
+    let signals = TerminationSignals::block();
     let broker = Broker::start(BrokerConfig {
         data_dir,
         listen,
@@ -278,31 +278,9 @@ fn broker_child(args: &Args) -> Result<()> {
                 libc::kill(libc::getpid(), libc::SIGTERM);
             }
         })?;
-    wait_for(signals);
+    signals.wait();
     broker.stop()?;
     Ok(())
-}
-
-/// Block SIGINT and SIGTERM before any thread starts, so every thread
-/// inherits the mask and only `wait_for` receives them.
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain libc signal-set calls on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-fn wait_for(set: libc::sigset_t) {
-    let mut signal: libc::c_int = 0;
-    // SAFETY: `set` was built by `block_signals`; sigwait only writes `signal`.
-    unsafe {
-        libc::sigwait(&set, &mut signal);
-    }
 }
 
 /// The broker child as the parent sees it. Dropping it kills the child if
