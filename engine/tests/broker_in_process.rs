@@ -446,3 +446,138 @@ fn keys_outside_the_segment_are_refused() {
     drop(c);
     broker.stop().unwrap();
 }
+
+/// Every kind of bad frame gets a clear error on its own connection; the
+/// ones that break framing close that connection; no other client notices
+/// and nothing acknowledged is lost.
+#[test]
+fn bad_frames_get_clear_errors_and_hurt_no_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = Broker::start(BrokerConfig {
+        shards: 1,
+        ..config(dir.path(), port)
+    })
+    .unwrap();
+    let mut good = Conn::open(port);
+    good.call(Request::CreateTopic {
+        topic: "t/bad".into(),
+        segments: 1,
+    });
+    let b = batch(&["k"], "acked");
+    let r = good.call(Request::Produce {
+        topic: "t/bad",
+        segment: 0,
+        ack: AckMode::Leader,
+        batch: &b,
+    });
+    assert!(matches!(decode(&r), Response::Produced { .. }));
+
+    let error_of = |frame: &(FrameHeader, Vec<u8>)| match decode(frame) {
+        Response::Error { code, message } => (code, message),
+        other => panic!("expected an error, got {other:?}"),
+    };
+    let valid = {
+        let mut out = Vec::new();
+        Request::ListTopics.encode(9, &mut out);
+        out
+    };
+
+    // Framing errors: answered, then the connection is closed.
+    let mut wrong_version = valid.clone();
+    wrong_version[2] = 7;
+    let mut oversized = valid.clone();
+    oversized[4..8].copy_from_slice(&(wire::limits::FRAME_PAYLOAD_BYTES_MAX + 1).to_le_bytes());
+    let mut unknown_type = valid.clone();
+    unknown_type[3] = 0x7E;
+    for (bytes, code, words) in [
+        (wrong_version, ErrorCode::UnsupportedVersion, "version"),
+        (oversized, ErrorCode::TooLarge, "too large"),
+        (unknown_type, ErrorCode::Malformed, "frame type"),
+    ] {
+        let mut c = Conn::open(port);
+        c.send_raw(&bytes);
+        let (got, message) = error_of(&c.read_frame().unwrap());
+        assert_eq!(got, code, "{message}");
+        assert!(
+            message.contains(words),
+            "{message:?} should mention {words:?}"
+        );
+        assert!(c.read_frame().is_none(), "connection closed after {code:?}");
+    }
+
+    // Stream-preserving errors: answered, and the connection carries on.
+    let mut c = Conn::open(port);
+    let mut corrupt = valid.clone();
+    corrupt[12] ^= 0xFF; // the frame checksum
+    c.send_raw(&corrupt);
+    let (code, _) = error_of(&c.read_frame().unwrap());
+    assert_eq!(code, ErrorCode::Checksum);
+    let mut response_frame = Vec::new();
+    Response::Done.encode(3, &mut response_frame);
+    c.send_raw(&response_frame);
+    let (code, _) = error_of(&c.read_frame().unwrap());
+    assert_eq!(code, ErrorCode::Malformed);
+    for name in [
+        "../escape",
+        "a/b/c",
+        "a\0b/c",
+        &format!("a/{}", "n".repeat(250)),
+    ] {
+        let r = c.call(Request::Produce {
+            topic: name,
+            segment: 0,
+            ack: AckMode::Leader,
+            batch: &b,
+        });
+        assert!(
+            matches!(decode(&r), Response::Error { .. }),
+            "{name:?} accepted"
+        );
+        let r = c.call(Request::CreateTopic {
+            topic: name.into(),
+            segments: 1,
+        });
+        let (code, message) = error_of(&r);
+        assert_eq!(code, ErrorCode::InvalidTopicName, "{name:?}: {message}");
+    }
+    let r = c.call(Request::CreateTopic {
+        topic: "t/zero".into(),
+        segments: 0,
+    });
+    assert_eq!(error_of(&r).0, ErrorCode::InvalidArgument);
+    let r = c.call(Request::ListTopics);
+    assert!(
+        matches!(decode(&r), Response::TopicList { .. }),
+        "still usable"
+    );
+
+    // A frame cut off mid-payload by a client that goes away.
+    let mut cut = Conn::open(port);
+    let mut produce = Vec::new();
+    Request::Produce {
+        topic: "t/bad",
+        segment: 0,
+        ack: AckMode::Leader,
+        batch: &b,
+    }
+    .encode(1, &mut produce);
+    cut.send_raw(&produce[..produce.len() / 2]);
+    drop(cut);
+
+    // The well-behaved client never noticed, and its record is intact.
+    let r = good.call(Request::Produce {
+        topic: "t/bad",
+        segment: 0,
+        ack: AckMode::Leader,
+        batch: &b,
+    });
+    assert!(
+        matches!(decode(&r), Response::Produced { base_offset: 1, .. }),
+        "{:?}",
+        decode(&r)
+    );
+    assert_eq!(fetch_all(&mut good, "t/bad", 0).len(), 2);
+    drop(good);
+    broker.stop().unwrap();
+}
