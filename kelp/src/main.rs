@@ -16,8 +16,15 @@ use clap::Parser;
 use cli::{ChunkCommand, Cli, Command};
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    // A broker says where it serves and when it stops; client commands
+    // print only warnings. RUST_LOG overrides both.
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        .init();
     let result = match cli.command {
         Command::Serve(args) => commands::serve(args),
         Command::Chunk {
