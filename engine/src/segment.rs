@@ -230,7 +230,7 @@ impl SegmentCell {
                 let needs_roll = state.active.as_ref().is_none_or(|a| !a.fits(len));
                 if !needs_roll {
                     let active = state.active.as_mut().ok_or_else(ServeError::internal)?;
-                    let (base, next) = active.append(batch);
+                    let (base, next) = active.append(batch).map_err(|e| ServeError::storage(&e))?;
                     state.next_offset = next;
                     drop(state);
                     self.stats.next_offset.store(next, Ordering::Relaxed);

@@ -57,8 +57,8 @@ pub struct ServeArgs {
     /// Number of shards; 0 means one per core.
     #[arg(long, default_value_t = 0)]
     pub shards: usize,
-    /// A segment's buffer is sealed and flushed at this size.
-    #[arg(long, default_value_t = 8 << 20)]
+    /// A segment's buffer is sealed and flushed at this size (64 KiB to 1 GiB).
+    #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(65_536..=1 << 30))]
     pub buffer_bytes: u64,
     /// ... or at this age.
     #[arg(long, default_value_t = 1000)]

@@ -318,9 +318,15 @@ impl ChunkIndexBuilder {
 
     /// Record a batch appended at `position` (relative to the data start).
     pub fn observe(&mut self, position: u64, batch: &BatchView<'_>) {
+        self.observe_at(position, batch.base_offset(), batch);
+    }
+
+    /// Record a batch appended at `position` that was given `base_offset`
+    /// on its way in (the view may still show the producer's zero).
+    pub fn observe_at(&mut self, position: u64, base_offset: u64, batch: &BatchView<'_>) {
         if position >= self.next_indexed_position {
             self.entries.push(ChunkIndexEntry {
-                offset: batch.base_offset(),
+                offset: base_offset,
                 max_timestamp_before_ms: self.max_timestamp_ms,
                 position: position as u32,
             });
