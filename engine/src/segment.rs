@@ -67,12 +67,11 @@ struct SegmentState {
     spare_counter: u64,
 }
 
-/// Spare buffers a segment keeps ready. Two, made in parallel on the
-/// shard's two blocking threads, keep up with a shard that fills a buffer
-/// about as fast as one thread can fault one in (measured: see
-/// BENCHMARKS.md); each costs `buffer_bytes` of page cache, and only
-/// segments that roll buffers ever get any.
-const SPARES_MAX: usize = 2;
+/// Spare buffers a segment keeps ready. Making one (create, fallocate,
+/// map) takes well under a millisecond on the blocking pool, far less than
+/// filling one, so one is enough; each costs `buffer_bytes` of reserved
+/// disk, and only segments that roll buffers ever get one.
+const SPARES_MAX: usize = 1;
 
 /// Spare buffer files are named `spare-N.buf`; recovery ignores them.
 fn is_spare_file(name: &str) -> bool {
