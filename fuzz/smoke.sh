@@ -38,7 +38,7 @@ for target in $(cargo fuzz list); do
     if cargo fuzz run "$target" "corpus/$target" "seeds/$target" -- \
         -max_total_time="$fuzz_seconds" -max_len=8192 -print_final_stats=1 \
         >"$log" 2>&1; then
-        runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+        runs=$(sed -n 's/.*stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$log" | tail -n 1)
         echo "smoke: $target ok ($runs runs)"
     else
         echo "smoke: $target FAILED, log $PWD/$log:"
