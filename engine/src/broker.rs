@@ -229,6 +229,7 @@ impl Broker {
                 QuicLimits {
                     connections_per_shard_max: config.connections_per_shard_max,
                     requests_in_flight_max: config.connection_requests_in_flight_max,
+                    inbox_bytes_max: config.quic_inbox_bytes_max,
                 },
             )?),
             QuicDriver::Shard => None,

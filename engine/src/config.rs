@@ -34,6 +34,9 @@ pub struct BrokerConfig {
     pub connection_requests_in_flight_max: usize,
     /// Frames queued from the QUIC threads to one shard.
     pub quic_inbox_frames_max: usize,
+    /// Payload bytes the QUIC thread may hold for one shard (frames read
+    /// and not yet handled); past it, it stops reading from the network.
+    pub quic_inbox_bytes_max: usize,
     /// Longest a fetch may wait for data.
     pub fetch_wait_ms_max: u32,
     /// How often a shard checks buffer ages.
@@ -68,6 +71,7 @@ impl Default for BrokerConfig {
             connections_per_shard_max: 1024,
             connection_requests_in_flight_max: 256,
             quic_inbox_frames_max: 256,
+            quic_inbox_bytes_max: 64 << 20,
             fetch_wait_ms_max: 30_000,
             tick_ms: 5,
             pin_shards: true,
@@ -118,6 +122,9 @@ impl BrokerConfig {
         }
         if self.sealed_buffers_max == 0 || self.connection_requests_in_flight_max == 0 {
             return Err("limits must be at least 1".into());
+        }
+        if self.quic_inbox_bytes_max < wire::limits::FRAME_PAYLOAD_BYTES_MAX as usize {
+            return Err("the QUIC inbox must hold at least one largest frame (8 MiB)".into());
         }
         if self.tick_ms == 0 {
             return Err("tick must be at least 1 ms".into());

@@ -27,6 +27,11 @@ use crate::shard::Shard;
 /// Answers below this size are coalesced into one write.
 const COALESCE_BYTES_MAX: usize = 64 << 10;
 
+/// A connection keeps its receive buffer up to this size between frames; a
+/// larger frame (up to `FRAME_PAYLOAD_BYTES_MAX`) gets a buffer that is
+/// released after it, so idle connections hold at most this much each.
+const RECEIVE_BUFFER_KEPT_BYTES: usize = 2 << 20;
+
 /// Answers waiting to be written, and the in-flight count that bounds them.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
@@ -150,6 +155,9 @@ where
                 let outbox = outbox.clone();
                 glommio::spawn_local(async move { outbox.push(future.await) }).detach();
             }
+        }
+        if payload.len() > RECEIVE_BUFFER_KEPT_BYTES {
+            payload = Vec::new();
         }
     }
     outbox.close();

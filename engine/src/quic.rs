@@ -28,6 +28,9 @@ pub(crate) struct QuicFrame {
     header: FrameHeader,
     payload: Vec<u8>,
     reply: flume::Sender<Vec<u8>>,
+    /// The payload's share of the shard's inbox budget, returned when the
+    /// shard drops the frame.
+    _budget: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// The shard side: handle frames from the QUIC thread.
@@ -58,6 +61,7 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<QuicFram
 pub(crate) struct QuicLimits {
     pub(crate) connections_per_shard_max: usize,
     pub(crate) requests_in_flight_max: usize,
+    pub(crate) inbox_bytes_max: usize,
 }
 
 /// The running QUIC thread.
@@ -110,6 +114,7 @@ async fn accept_loop(
     limits: QuicLimits,
 ) {
     let connections = Arc::new(AtomicUsize::new(0));
+    let budget = Arc::new(tokio::sync::Semaphore::new(limits.inbox_bytes_max));
     while let Some(incoming) = endpoint.accept().await {
         if connections.load(Ordering::Relaxed) >= limits.connections_per_shard_max {
             log::warn!("shard {shard}: refusing QUIC connection: connection limit");
@@ -119,9 +124,10 @@ async fn accept_loop(
         connections.fetch_add(1, Ordering::Relaxed);
         let inbox = inbox.clone();
         let connections = connections.clone();
+        let budget = budget.clone();
         tokio::spawn(async move {
             match incoming.await {
-                Ok(connection) => serve_connection(connection, inbox, limits).await,
+                Ok(connection) => serve_connection(connection, inbox, budget, limits).await,
                 Err(e) => log::debug!("shard {shard}: QUIC handshake: {e}"),
             }
             connections.fetch_sub(1, Ordering::Relaxed);
@@ -132,6 +138,7 @@ async fn accept_loop(
 async fn serve_connection(
     connection: quinn::Connection,
     inbox: flume::Sender<QuicFrame>,
+    budget: Arc<tokio::sync::Semaphore>,
     limits: QuicLimits,
 ) {
     let peer = connection.remote_address();
@@ -172,6 +179,15 @@ async fn serve_connection(
                 break;
             }
         };
+        // The header passed its size check, so this fits the budget, which
+        // holds at least one largest frame.
+        let Ok(share) = budget
+            .clone()
+            .acquire_many_owned(header.payload_bytes)
+            .await
+        else {
+            break;
+        };
         let mut payload = vec![0u8; header.payload_bytes as usize];
         if recv.read_exact(&mut payload).await.is_err() {
             break;
@@ -185,6 +201,7 @@ async fn serve_connection(
             header,
             payload,
             reply: reply_tx.clone(),
+            _budget: share,
         };
         if inbox.send_async(frame).await.is_err() {
             let _ = reply_tx.try_send(error_frame(
