@@ -31,6 +31,17 @@ fn port() -> u16 {
     }
 }
 
+/// A broker with one shard on fresh ports; returns it and its port.
+fn one_shard_broker(dir: &std::path::Path) -> (Broker, u16) {
+    let port = port();
+    let broker = Broker::start(BrokerConfig {
+        shards: 1,
+        ..config(dir, port)
+    })
+    .unwrap();
+    (broker, port)
+}
+
 fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
     BrokerConfig {
         data_dir: dir.to_path_buf(),
@@ -403,12 +414,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
 #[test]
 fn keys_outside_the_segment_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let port = port();
-    let broker = Broker::start(BrokerConfig {
-        shards: 1,
-        ..config(dir.path(), port)
-    })
-    .unwrap();
+    let (broker, port) = one_shard_broker(dir.path());
     let mut c = Conn::open(port);
     c.call(Request::CreateTopic {
         topic: "t/range".into(),
@@ -453,12 +459,7 @@ fn keys_outside_the_segment_are_refused() {
 #[test]
 fn bad_frames_get_clear_errors_and_hurt_no_one() {
     let dir = tempfile::tempdir().unwrap();
-    let port = port();
-    let broker = Broker::start(BrokerConfig {
-        shards: 1,
-        ..config(dir.path(), port)
-    })
-    .unwrap();
+    let (broker, port) = one_shard_broker(dir.path());
     let mut good = Conn::open(port);
     good.call(Request::CreateTopic {
         topic: "t/bad".into(),
