@@ -454,3 +454,31 @@ fn limits_hold() {
     });
     broker.stop().unwrap();
 }
+
+/// A broker that stops closes its QUIC connections: a client learns it at
+/// once (ApplicationClosed), not after its 60 s idle timeout.
+#[test]
+fn stopping_the_broker_closes_quic_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port) = start(dir.path());
+    let rt = runtime();
+    let mut c = rt.block_on(async {
+        let endpoint = client(dir.path());
+        let mut c = Conn::open(&endpoint, port).await;
+        let r = c.call(Request::ListTopics).await;
+        assert!(matches!(decode(&r), Response::TopicList { .. }));
+        c
+    });
+    let stopper = std::thread::spawn(move || broker.stop());
+    rt.block_on(async {
+        let reason = tokio::time::timeout(Duration::from_secs(10), c.connection.closed())
+            .await
+            .expect("the client learned of the close well before its idle timeout");
+        assert!(
+            matches!(reason, quinn::ConnectionError::ApplicationClosed(_)),
+            "{reason:?}"
+        );
+        assert!(c.read_frame().await.is_none());
+    });
+    stopper.join().unwrap().unwrap();
+}

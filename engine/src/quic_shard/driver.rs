@@ -98,10 +98,14 @@ impl Driver {
         })
     }
 
-    /// Serves until the socket fails.
+    /// Serves until the socket fails or the shard stops.
     pub(super) async fn run(mut self) -> io::Result<()> {
         loop {
             let now = Instant::now();
+            if self.shard.stopping.get() {
+                self.close_all(now);
+                return Ok(());
+            }
             let more_to_receive = self.receive(now)?;
             self.expire_timers(now);
             self.retry_blocked();
@@ -129,7 +133,32 @@ impl Driver {
             if timeout.is_zero() {
                 continue;
             }
-            self.socket.wait(timeout, woken).await?;
+            let stopping = self.shard.clone();
+            let other = futures_lite::future::or(woken, async move { stopping.stopped().await });
+            self.socket.wait(timeout, other).await?;
+        }
+    }
+
+    /// Shutdown: tell every peer the connection is closed (one CONNECTION_CLOSE
+    /// each, best effort: no retransmission once the shard is gone), so
+    /// clients learn it at once instead of after their idle timeout.
+    fn close_all(&mut self, now: Instant) {
+        for c in self.connections.iter_mut().flatten() {
+            c.connection.close(
+                now,
+                0u32.into(),
+                bytes::Bytes::from_static(b"broker shutting down"),
+            );
+            c.requests.close();
+            self.blocked = None;
+            let _ = transmit(
+                &mut c.connection,
+                &self.socket,
+                &mut self.send_buf,
+                &mut self.blocked,
+                self.gso_segments_max,
+                now,
+            );
         }
     }
 
