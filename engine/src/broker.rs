@@ -87,6 +87,7 @@ impl Broker {
         let mut shard_threads = Vec::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), EngineError>>();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let io_memory = (IO_MEMORY_BYTES * 2 / shard_count.max(2)).max(128 << 10);
         for index in 0..shard_count {
             let (command_tx, command_rx) =
                 flume::bounded::<ShardCommand>(SHARD_COMMANDS_QUEUED_MAX);
@@ -98,15 +99,12 @@ impl Broker {
             } else {
                 Placement::Unbound
             };
-            let config = Rc::new(config.clone());
-            let config_send = (*config).clone();
-            drop(config);
+            let config_send = config.clone();
             let filer = filer.clone();
             let control = control_tx.clone();
             let addresses = addresses.clone();
             let ready = ready_tx.clone();
             let server_crypto = shard_quic_config.clone();
-            let io_memory = (IO_MEMORY_BYTES * 2 / shard_count.max(2)).max(128 << 10);
             let handle = LocalExecutorBuilder::new(placement)
                 .name(&format!("kelp-shard-{index}"))
                 .io_memory(io_memory)

@@ -78,6 +78,34 @@ fn is_spare_file(name: &str) -> bool {
     name.starts_with("spare-") && name.ends_with(".buf")
 }
 
+/// A buffer still in memory, sealed or active, as readers see it.
+struct MemoryBuffer<'a> {
+    base_offset: u64,
+    next_offset: u64,
+    data: &'a [u8],
+    index: &'a [ChunkIndexEntry],
+}
+
+impl SegmentState {
+    /// The buffers not yet in the filer, oldest first: the sealed ones,
+    /// then the active one.
+    fn memory_buffers(&self) -> impl Iterator<Item = MemoryBuffer<'_>> {
+        let sealed = self.sealed.iter().map(|s| MemoryBuffer {
+            base_offset: s.header().base_offset,
+            next_offset: s.header().next_offset,
+            data: s.data(),
+            index: s.index(),
+        });
+        let active = self.active.iter().map(|a| MemoryBuffer {
+            base_offset: a.base_offset(),
+            next_offset: a.next_offset(),
+            data: a.data(),
+            index: a.index(),
+        });
+        sealed.chain(active)
+    }
+}
+
 /// A segment owned by this shard.
 #[derive(Debug)]
 pub(crate) struct SegmentCell {
@@ -539,8 +567,7 @@ impl SegmentCell {
                 .chunks
                 .first()
                 .map(|c| c.header.base_offset)
-                .or_else(|| state.sealed.front().map(|s| s.header().base_offset))
-                .or_else(|| state.active.as_ref().map(|a| a.base_offset()))
+                .or_else(|| state.memory_buffers().next().map(|b| b.base_offset))
                 .unwrap_or(state.next_offset);
             (earliest, state.next_offset)
         };
@@ -583,14 +610,9 @@ impl SegmentCell {
             }
         }
         let state = self.state.borrow();
-        let memory = state
-            .sealed
-            .iter()
-            .map(|s| (s.data(), s.index()))
-            .chain(state.active.iter().map(|a| (a.data(), a.index())));
-        for (data, index) in memory {
-            let position = seek_timestamp(index, t) as usize;
-            if let Some(offset) = first_at_or_after(&data[position..], t)? {
+        for buffer in state.memory_buffers() {
+            let position = seek_timestamp(buffer.index, t) as usize;
+            if let Some(offset) = first_at_or_after(&buffer.data[position..], t)? {
                 return Ok(offset);
             }
         }
@@ -600,37 +622,17 @@ impl SegmentCell {
     /// Serve from a buffer still in memory, if `start` is in one.
     fn read_memory(&self, start: u64, max_bytes: usize) -> Option<FetchResult> {
         let state = self.state.borrow();
-        let buffers = state
-            .sealed
-            .iter()
-            .map(|s| {
-                (
-                    s.header().base_offset,
-                    s.header().next_offset,
-                    s.data(),
-                    s.index(),
-                )
-            })
-            .chain(
-                state
-                    .active
-                    .iter()
-                    .map(|a| (a.base_offset(), a.next_offset(), a.data(), a.index())),
-            );
-        for (base, next, data, index) in buffers {
-            if start < base || start >= next {
-                continue;
-            }
-            let position = seek_offset(index, start) as usize;
-            let (from, to, next_offset) = whole_batches(data, position, start, max_bytes);
-            return Some(FetchResult {
-                start_offset: start,
-                next_offset,
-                high_watermark: state.next_offset,
-                batches: data[from..to].to_vec(),
-            });
-        }
-        None
+        let buffer = state
+            .memory_buffers()
+            .find(|b| b.base_offset <= start && start < b.next_offset)?;
+        let position = seek_offset(buffer.index, start) as usize;
+        let (from, to, next_offset) = whole_batches(buffer.data, position, start, max_bytes);
+        Some(FetchResult {
+            start_offset: start,
+            next_offset,
+            high_watermark: state.next_offset,
+            batches: buffer.data[from..to].to_vec(),
+        })
     }
 
     /// Serve from a chunk in the filer.
