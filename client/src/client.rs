@@ -13,6 +13,7 @@ use wire::{FetchFrom, Request, Response};
 use crate::connection::{Connection, ConnectionLimits};
 use crate::error::ClientError;
 use crate::frame_io::ResponseFrame;
+use crate::payload::PayloadRoute;
 use crate::producer::{Producer, ProducerConfig};
 use crate::subscriber::{SubscribeOptions, Subscriber};
 use crate::transport::{Dialer, Transport};
@@ -42,6 +43,11 @@ pub struct ClientOptions {
     /// with. Without it, any server certificate is accepted: kelp brokers
     /// present self-signed certificates.
     pub tls_ca_file: Option<PathBuf>,
+    /// The broker's filer directory (`<data dir>/filer`), if this client
+    /// can reach it: payloads passed by reference are then written and
+    /// read there directly, and the broker never carries their bytes.
+    /// Without it they go through the broker's upload path.
+    pub payload_dir: Option<PathBuf>,
 }
 
 impl Default for ClientOptions {
@@ -52,6 +58,7 @@ impl Default for ClientOptions {
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             connect_timeout_ms: CONNECT_TIMEOUT_MS_DEFAULT,
             tls_ca_file: None,
+            payload_dir: None,
         }
     }
 }
@@ -69,10 +76,11 @@ pub(crate) struct ClientInner {
     bootstrap: SocketAddr,
     /// Connection for admin requests (any shard answers them).
     admin: Mutex<Option<Arc<Connection>>>,
-    shards: Vec<SocketAddr>,
+    pub(crate) shards: Vec<SocketAddr>,
     /// One slot per shard, filled on first use and refilled after a
     /// connection fails.
     connections: Vec<Mutex<Option<Arc<Connection>>>>,
+    pub(crate) payloads: PayloadRoute,
 }
 
 impl std::fmt::Debug for Client {
@@ -93,6 +101,7 @@ impl Client {
         transport: Transport,
         options: ClientOptions,
     ) -> Result<Client, ClientError> {
+        let payloads = PayloadRoute::open(options.payload_dir.as_deref())?;
         let bootstrap = resolve(broker).await?;
         let dialer = Dialer::new(transport, bootstrap, options.tls_ca_file.as_deref())?;
         let limits = limits(&options);
@@ -138,6 +147,7 @@ impl Client {
                 admin: Mutex::new(Some(admin)),
                 shards,
                 connections,
+                payloads,
             }),
         })
     }

@@ -69,6 +69,16 @@ pub enum ClientError {
     /// Client configuration that cannot be used (an unreadable CA file).
     #[error("client configuration: {0}")]
     Config(String),
+    /// The payload a record refers to could not be read: it is missing or
+    /// altered. Only that record is affected; the subscriber goes on.
+    #[error("payload of record {offset} in segment {segment}: {error}")]
+    Payload {
+        segment: u32,
+        offset: u64,
+        /// Why (`PayloadNotFound` or `PayloadMismatch` from
+        /// [`ClientError::broker_code`] of this, or a transport error).
+        error: Box<ClientError>,
+    },
 }
 
 impl ClientError {
@@ -83,6 +93,7 @@ impl ClientError {
     pub fn broker_code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Broker { code, .. } => Some(*code),
+            ClientError::Payload { error, .. } => error.broker_code(),
             _ => None,
         }
     }

@@ -100,6 +100,7 @@ mod tests {
             sealed,
             shard: (id % 2) as u16,
             next_offset: 0,
+            appended_bytes: 0,
             successors: vec![],
         }
     }

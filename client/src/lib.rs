@@ -32,6 +32,7 @@ mod connection;
 mod error;
 mod frame_io;
 mod layout;
+mod payload;
 mod producer;
 mod subscriber;
 mod transport;
@@ -42,14 +43,15 @@ pub use client::{
 };
 pub use error::ClientError;
 pub use layout::segment_for_key;
+pub use payload::{PayloadReader, PAYLOAD_PIECE_BYTES};
 pub use producer::{
-    Producer, ProducerConfig, BATCH_BYTES_MAX_DEFAULT, IN_FLIGHT_BATCHES_MAX_DEFAULT,
-    LINGER_MS_DEFAULT, RESEND_ATTEMPTS_MAX,
+    Producer, ProducerConfig, BATCH_BYTES_MAX_DEFAULT, BY_REF_OVER_DEFAULT,
+    IN_FLIGHT_BATCHES_MAX_DEFAULT, LINGER_MS_DEFAULT, RESEND_ATTEMPTS_MAX,
 };
 pub use subscriber::{
-    OwnedRecord, SubscribeOptions, Subscriber, FETCHES_BUFFERED_MAX_DEFAULT,
-    FETCH_MAX_BYTES_DEFAULT, FETCH_MAX_WAIT_MS_DEFAULT,
+    OwnedRecord, SubscribeOptions, Subscriber, ValueSource, FETCHES_BUFFERED_MAX_DEFAULT,
+    FETCH_MAX_BYTES_DEFAULT, FETCH_MAX_WAIT_MS_DEFAULT, RESOLVE_BYTES_MAX_DEFAULT,
 };
 pub use transport::{Transport, KELP_ALPN, KELP_SERVER_NAME};
 pub use wire::message::{SegmentInfo, TopicInfo};
-pub use wire::{AckMode, ErrorCode, FetchFrom};
+pub use wire::{AckMode, ErrorCode, FetchFrom, PayloadId, PayloadRef};

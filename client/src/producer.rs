@@ -23,7 +23,7 @@ use bytes::Bytes;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use wire::batch::{BatchView, RecordHeader};
-use wire::{AckMode, BatchBuilder, Request, Response};
+use wire::{AckMode, BatchBuilder, PayloadRef, Request, Response};
 
 use crate::client::{unexpected, Client};
 use crate::connection::{is_stale_layout, PendingResponse};
@@ -35,6 +35,8 @@ use crate::layout::{Layout, Route};
 pub const BATCH_BYTES_MAX_DEFAULT: usize = 1 << 20;
 /// Default for [`ProducerConfig::linger_ms`].
 pub const LINGER_MS_DEFAULT: u64 = 5;
+/// Default for [`ProducerConfig::by_ref_over`]: 1 MiB.
+pub const BY_REF_OVER_DEFAULT: usize = 1 << 20;
 /// Default for [`ProducerConfig::in_flight_batches_max`].
 pub const IN_FLIGHT_BATCHES_MAX_DEFAULT: usize = 64;
 /// Times a batch refused for a stale layout is re-routed and resent.
@@ -58,6 +60,10 @@ pub struct ProducerConfig {
     pub linger_ms: u64,
     /// Batches sent but not yet acknowledged; `send` waits beyond this.
     pub in_flight_batches_max: usize,
+    /// Values longer than this are uploaded to the filer first and sent as
+    /// a reference ([`crate::Client::upload_payload`]); `None` sends every
+    /// value inline (and refuses one over the record limit).
+    pub by_ref_over: Option<usize>,
 }
 
 impl Default for ProducerConfig {
@@ -67,6 +73,7 @@ impl Default for ProducerConfig {
             batch_bytes_max: BATCH_BYTES_MAX_DEFAULT,
             linger_ms: LINGER_MS_DEFAULT,
             in_flight_batches_max: IN_FLIGHT_BATCHES_MAX_DEFAULT,
+            by_ref_over: Some(BY_REF_OVER_DEFAULT),
         }
     }
 }
@@ -114,6 +121,13 @@ struct Shared {
     layout_version: AtomicU64,
     /// Wakes the linger task when a batch gets its first record.
     linger_wake: Notify,
+}
+
+/// A record's value as given to the producer.
+#[derive(Clone, Copy)]
+enum Value<'a> {
+    Inline(&'a [u8]),
+    Reference(&'a PayloadRef),
 }
 
 /// The batches being filled, one per open segment of `layout`.
@@ -200,7 +214,8 @@ impl Producer {
     }
 
     /// [`Producer::send`] with the record's timestamp (ms since the Unix
-    /// epoch) given by the caller.
+    /// epoch) given by the caller. A value over `by_ref_over` is uploaded
+    /// first (this waits for the upload) and sent as a reference.
     pub async fn send_at(
         &self,
         timestamp_ms: i64,
@@ -208,6 +223,57 @@ impl Producer {
         value: &[u8],
         headers: &[(&[u8], &[u8])],
     ) -> Result<(), ClientError> {
+        if self
+            .shared
+            .config
+            .by_ref_over
+            .is_some_and(|limit| value.len() > limit)
+        {
+            self.shared.check_failure()?;
+            let reference = self
+                .shared
+                .client
+                .upload_payload(&self.shared.topic, value)
+                .await?;
+            return self
+                .push(timestamp_ms, key, Value::Reference(&reference), headers)
+                .await;
+        }
+        self.push(timestamp_ms, key, Value::Inline(value), headers)
+            .await
+    }
+
+    /// Send a record whose value is a payload already uploaded with
+    /// [`crate::Client::upload_payload`], timestamped now.
+    pub async fn send_reference(
+        &self,
+        key: &[u8],
+        reference: &PayloadRef,
+        headers: &[(&[u8], &[u8])],
+    ) -> Result<(), ClientError> {
+        self.push(now_ms(), key, Value::Reference(reference), headers)
+            .await
+    }
+
+    async fn push(
+        &self,
+        timestamp_ms: i64,
+        key: &[u8],
+        value: Value<'_>,
+        headers: &[(&[u8], &[u8])],
+    ) -> Result<(), ClientError> {
+        let encoded;
+        let value_bytes: &[u8] = match value {
+            Value::Inline(v) => v,
+            Value::Reference(r) => {
+                encoded = r.encode();
+                &encoded
+            }
+        };
+        let push = |builder: &mut BatchBuilder, headers: &[RecordHeader<'_>]| match value {
+            Value::Inline(v) => builder.push(timestamp_ms, key, v, headers),
+            Value::Reference(r) => builder.push_reference(timestamp_ms, key, r, headers),
+        };
         let shared = &self.shared;
         shared.check_failure()?;
         let converted: Vec<RecordHeader<'_>>;
@@ -230,21 +296,18 @@ impl Producer {
             ))
         })?;
         let limit = shared.config.batch_bytes_max;
-        let record_bytes = BatchBuilder::record_bytes(key, value, headers);
+        let record_bytes = BatchBuilder::record_bytes(key, value_bytes, headers);
         if must_send_before(&acc.open[i].builder, record_bytes, limit) {
             shared.dispatch(&mut acc, i).await?;
         }
-        if let Err(e) = acc.open[i].builder.push(timestamp_ms, key, value, headers) {
+        if let Err(e) = push(&mut acc.open[i].builder, headers) {
             // A full batch or a timestamp too far from the batch's first:
             // send what is there and start a new batch with this record.
             if acc.open[i].builder.is_empty() {
                 return Err(ClientError::InvalidRecord(e));
             }
             shared.dispatch(&mut acc, i).await?;
-            acc.open[i]
-                .builder
-                .push(timestamp_ms, key, value, headers)
-                .map_err(ClientError::InvalidRecord)?;
+            push(&mut acc.open[i].builder, headers).map_err(ClientError::InvalidRecord)?;
         }
         let open = &mut acc.open[i];
         if is_full(&open.builder, limit) || shared.config.linger_ms == 0 {
@@ -542,10 +605,12 @@ fn regroup(layout: &Layout, batch: &[u8]) -> Result<Vec<(Route, Vec<u8>)>, Clien
         })?;
         headers.clear();
         headers.extend(record.headers());
-        builders[i]
-            .get_or_insert_with(BatchBuilder::new)
-            .push(record.timestamp_ms, record.key, record.value, &headers)
-            .map_err(ClientError::InvalidRecord)?;
+        let builder = builders[i].get_or_insert_with(BatchBuilder::new);
+        match record.reference() {
+            Some(r) => builder.push_reference(record.timestamp_ms, record.key, &r, &headers),
+            None => builder.push(record.timestamp_ms, record.key, record.value, &headers),
+        }
+        .map_err(ClientError::InvalidRecord)?;
     }
     Ok(builders
         .into_iter()
@@ -622,6 +687,7 @@ mod tests {
                 sealed: false,
                 shard: 0,
                 next_offset: 0,
+                appended_bytes: 0,
                 successors: vec![],
             })
             .collect();

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use wire::chunk::BatchWalk;
 use wire::message::{Fetched, SegmentInfo};
-use wire::{FetchFrom, Request, Response};
+use wire::{FetchFrom, PayloadRef, Request, Response};
 
 use crate::client::{unexpected, Client};
 use crate::connection::is_stale_layout;
@@ -48,6 +48,31 @@ pub struct SubscribeOptions {
     /// Fetch responses queued for the reader, over all segments; loops wait
     /// beyond this. Memory is bounded by about this times `max_bytes`.
     pub fetches_buffered_max: usize,
+    /// Replace each reference record's value by its payload, read from the
+    /// filer when the record is taken ([`Subscriber::next`]). Off: records
+    /// come with the reference ([`ValueSource::Reference`]).
+    pub resolve_references: bool,
+    /// Payloads longer than this are not resolved even when
+    /// `resolve_references` is on: the record comes as a reference, to be
+    /// streamed with [`crate::Client::open_payload`]. Bounds memory.
+    pub resolve_bytes_max: u64,
+}
+
+/// Default for [`SubscribeOptions::resolve_bytes_max`]: 256 MiB.
+pub const RESOLVE_BYTES_MAX_DEFAULT: u64 = 256 << 20;
+
+/// Where a record's `value` came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueSource {
+    /// The record carried the value itself.
+    Inline,
+    /// The record carried this reference; `value` is the payload, read and
+    /// verified.
+    Resolved(PayloadRef),
+    /// The record carries this reference and `value` is its 40 encoded
+    /// bytes: resolving was off or the payload is over
+    /// `resolve_bytes_max`.
+    Reference(PayloadRef),
 }
 
 impl Default for SubscribeOptions {
@@ -56,6 +81,8 @@ impl Default for SubscribeOptions {
             max_bytes: FETCH_MAX_BYTES_DEFAULT,
             max_wait_ms: FETCH_MAX_WAIT_MS_DEFAULT,
             fetches_buffered_max: FETCHES_BUFFERED_MAX_DEFAULT,
+            resolve_references: true,
+            resolve_bytes_max: RESOLVE_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -73,6 +100,8 @@ pub struct OwnedRecord {
     pub value: Bytes,
     /// `(name, value)` pairs in the producer's order.
     pub headers: Vec<(Bytes, Bytes)>,
+    /// Whether `value` was inline or came by reference.
+    pub source: ValueSource,
 }
 
 type Delivery = Result<Vec<OwnedRecord>, ClientError>;
@@ -82,6 +111,9 @@ pub struct Subscriber {
     queue: mpsc::Receiver<Delivery>,
     ready: VecDeque<OwnedRecord>,
     loops: Vec<JoinHandle<()>>,
+    client: Client,
+    topic: String,
+    options: SubscribeOptions,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -133,16 +165,24 @@ impl Subscriber {
             queue,
             ready: VecDeque::new(),
             loops,
+            client,
+            topic: topic.to_owned(),
+            options,
         })
     }
 
     /// The next record, waiting for one if none is buffered. `None` once
     /// every segment's loop has ended (all segments sealed and read, or
     /// failed). An error ends only the loop of the segment it came from.
+    ///
+    /// A reference record is resolved here (see
+    /// [`SubscribeOptions::resolve_references`]); a payload that cannot be
+    /// read gives [`ClientError::Payload`] for that record, and the next
+    /// call goes on with the record after it.
     pub async fn next(&mut self) -> Option<Result<OwnedRecord, ClientError>> {
         loop {
             if let Some(r) = self.ready.pop_front() {
-                return Some(Ok(r));
+                return Some(self.resolve(r).await);
             }
             match self.queue.recv().await? {
                 Ok(records) => self.ready.extend(records),
@@ -153,15 +193,52 @@ impl Subscriber {
 
     /// The next record if one is already here, without waiting: lets a
     /// reader flush its output before it blocks on [`Subscriber::next`].
+    /// A record whose payload still has to be read is not ready.
     pub fn next_if_ready(&mut self) -> Option<Result<OwnedRecord, ClientError>> {
         loop {
-            if let Some(r) = self.ready.pop_front() {
-                return Some(Ok(r));
+            if let Some(r) = self.ready.front() {
+                if self.must_resolve(r).is_some() {
+                    return None;
+                }
+                return self.ready.pop_front().map(Ok);
             }
             match self.queue.try_recv().ok()? {
                 Ok(records) => self.ready.extend(records),
                 Err(e) => return Some(Err(e)),
             }
+        }
+    }
+}
+
+impl Subscriber {
+    /// The reference of a record that `next` must resolve, if any.
+    fn must_resolve(&self, record: &OwnedRecord) -> Option<PayloadRef> {
+        match record.source {
+            ValueSource::Reference(r)
+                if self.options.resolve_references
+                    && r.length <= self.options.resolve_bytes_max =>
+            {
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+
+    async fn resolve(&self, mut record: OwnedRecord) -> Result<OwnedRecord, ClientError> {
+        let Some(reference) = self.must_resolve(&record) else {
+            return Ok(record);
+        };
+        match self.client.read_payload(&self.topic, &reference).await {
+            Ok(bytes) => {
+                record.value = bytes;
+                record.source = ValueSource::Resolved(reference);
+                Ok(record)
+            }
+            Err(error) => Err(ClientError::Payload {
+                segment: record.segment,
+                offset: record.offset,
+                error: Box::new(error),
+            }),
         }
     }
 }
@@ -287,6 +364,10 @@ fn records_of(
                 timestamp_ms: record.timestamp_ms,
                 key: frame.payload.slice_ref(record.key),
                 value: frame.payload.slice_ref(record.value),
+                source: match record.reference() {
+                    Some(r) => ValueSource::Reference(r),
+                    None => ValueSource::Inline,
+                },
                 headers: record
                     .headers()
                     .map(|h| {

@@ -123,6 +123,7 @@ fn answer(
                     sealed: false,
                     shard: (i % addrs.len() as u64) as u16,
                     next_offset: 0,
+                    appended_bytes: 0,
                     successors: vec![],
                 })
                 .collect();
@@ -186,6 +187,14 @@ fn answer(
                 _ => r,
             }
         }
+        // The client's payload path is tested against the real broker
+        // (kelp/tests/payloads.rs); this fake stores no payloads.
+        Request::PayloadWrite { .. }
+        | Request::PayloadCommit { .. }
+        | Request::PayloadRead { .. } => error(
+            ErrorCode::PayloadNotFound,
+            "this fake broker stores no payloads",
+        ),
         Request::Fetch { segment, from, .. } => {
             let seg = st
                 .segments

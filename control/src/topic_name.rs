@@ -84,6 +84,22 @@ impl TopicName {
     pub fn object_prefix(&self) -> String {
         format!("topics/{}/{}", self.namespace, self.name)
     }
+
+    /// The filer path of one of this topic's uploaded payloads:
+    /// `topics/<namespace>/<name>/payloads/<bucket>/<payload name>`
+    /// (docs/payloads.md).
+    pub fn payload_path(&self, id: &wire::PayloadId) -> String {
+        format!("{}/{}", self.object_prefix(), id.relative_path())
+    }
+
+    /// The filer prefix holding every payload of this topic.
+    pub fn payloads_prefix(&self) -> String {
+        format!(
+            "{}/{}",
+            self.object_prefix(),
+            wire::payload_ref::PAYLOADS_DIR
+        )
+    }
 }
 
 fn is_name_char(c: char) -> bool {

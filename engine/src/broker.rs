@@ -20,6 +20,8 @@ use crate::control_plane::{
     SHARD_COMMANDS_QUEUED_MAX,
 };
 use crate::error::EngineError;
+use crate::payload::PayloadStore;
+use crate::payload_sweep::PayloadSweeper;
 use crate::quic::{inbox_loop, QuicLimits, QuicThread};
 use crate::shard::Shard;
 use crate::signals::TerminationSignals;
@@ -66,6 +68,7 @@ impl Broker {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;
         let filer: Arc<dyn Filer> = Arc::new(LocalFiler::open(config.data_dir.join("filer"))?);
+        let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
         let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
         let quic_config = crate::tls::server_config(cert, key)?;
         // quinn's ServerConfig is quinn-proto's, so both drivers share it.
@@ -101,6 +104,7 @@ impl Broker {
             };
             let config_send = config.clone();
             let filer = filer.clone();
+            let payloads = payloads.clone();
             let control = control_tx.clone();
             let addresses = addresses.clone();
             let ready = ready_tx.clone();
@@ -137,10 +141,15 @@ impl Broker {
                             }
                         },
                     };
+                    let payload_budget = Rc::new(glommio::sync::Semaphore::new(
+                        config.payload_upload_bytes_max,
+                    ));
                     let shard = Rc::new(Shard {
                         index,
                         config,
                         filer,
+                        payloads,
+                        payload_budget,
                         topics: RefCell::new(HashMap::new()),
                         control,
                         shard_addresses: Rc::new(addresses),
@@ -207,7 +216,15 @@ impl Broker {
         // segments (recovering and flushing what an earlier run left)
         // before any client is served over QUIC.
         let service = ControlService::open(filer.clone(), shard_count as u16, 0)?;
-        let mut control = EmbeddedControl::new(service, command_txs);
+        let sweeper = PayloadSweeper::new(filer.clone(), config.payload_grace_ms);
+        let mut control = EmbeddedControl::new(
+            service,
+            command_txs,
+            payloads,
+            sweeper,
+            Duration::from_millis(config.payload_sweep_interval_ms),
+            Duration::from_millis(config.payload_grace_ms),
+        );
         control
             .announce_all()
             .map_err(|reason| EngineError::Shard {

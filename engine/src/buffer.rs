@@ -211,6 +211,7 @@ impl ActiveBuffer {
             min_timestamp_ms: self.index.min_timestamp_ms(),
             max_timestamp_ms: self.index.max_timestamp_ms(),
             index_entries: entries as u32,
+            has_references: self.index.has_references(),
         };
         let io = |e| EngineError::io("seal buffer", &self.path, e);
         self.file

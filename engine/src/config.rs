@@ -45,6 +45,14 @@ pub struct BrokerConfig {
     pub pin_shards: bool,
     /// Which QUIC driver serves the shards' UDP ports.
     pub quic_driver: QuicDriver,
+    /// An uploaded payload no record refers to is deleted once it is this
+    /// old (and a staged upload not written to for this long).
+    pub payload_grace_ms: u64,
+    /// How often the orphan payload sweep runs.
+    pub payload_sweep_interval_ms: u64,
+    /// Bytes of payload pieces one shard holds while they are written to
+    /// staging files; a connection waits beyond this.
+    pub payload_upload_bytes_max: u64,
 }
 
 /// How QUIC reaches the shards.
@@ -76,6 +84,9 @@ impl Default for BrokerConfig {
             tick_ms: 5,
             pin_shards: true,
             quic_driver: QuicDriver::Tokio,
+            payload_grace_ms: 3_600_000,
+            payload_sweep_interval_ms: 60_000,
+            payload_upload_bytes_max: 64 << 20,
         }
     }
 }
@@ -125,6 +136,14 @@ impl BrokerConfig {
         }
         if self.quic_inbox_bytes_max < wire::limits::FRAME_PAYLOAD_BYTES_MAX as usize {
             return Err("the QUIC inbox must hold at least one largest frame (8 MiB)".into());
+        }
+        if self.payload_sweep_interval_ms == 0 {
+            return Err("the payload sweep interval must be at least 1 ms".into());
+        }
+        if self.payload_upload_bytes_max < u64::from(wire::limits::FRAME_PAYLOAD_BYTES_MAX) {
+            return Err(
+                "the payload upload budget must hold at least one largest frame (8 MiB)".into(),
+            );
         }
         if self.tick_ms == 0 {
             return Err("tick must be at least 1 ms".into());

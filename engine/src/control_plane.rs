@@ -7,12 +7,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use control::{ControlService, Topic, TopicName};
 use wire::message::{SegmentInfo, TopicInfo};
 use wire::ErrorCode;
 
+use crate::payload::PayloadStore;
+use crate::payload_sweep::PayloadSweeper;
 use crate::segment::SegmentStats;
 use crate::serve_error::ServeError;
 
@@ -86,14 +88,29 @@ pub(crate) struct EmbeddedControl {
     service: ControlService,
     shards: Vec<flume::Sender<ShardCommand>>,
     stats: HashMap<(String, u32), Arc<SegmentStats>>,
+    payloads: Arc<PayloadStore>,
+    sweeper: PayloadSweeper,
+    sweep_interval: Duration,
+    payload_grace: Duration,
 }
 
 impl EmbeddedControl {
-    pub(crate) fn new(service: ControlService, shards: Vec<flume::Sender<ShardCommand>>) -> Self {
+    pub(crate) fn new(
+        service: ControlService,
+        shards: Vec<flume::Sender<ShardCommand>>,
+        payloads: Arc<PayloadStore>,
+        sweeper: PayloadSweeper,
+        sweep_interval: Duration,
+        payload_grace: Duration,
+    ) -> Self {
         EmbeddedControl {
             service,
             shards,
             stats: HashMap::new(),
+            payloads,
+            sweeper,
+            sweep_interval,
+            payload_grace,
         }
     }
 
@@ -130,9 +147,21 @@ impl EmbeddedControl {
         Ok(())
     }
 
-    /// Serve requests until shutdown.
+    /// Serve requests until shutdown, sweeping orphan payloads between
+    /// them every `sweep_interval`.
     pub(crate) fn run(mut self, requests: flume::Receiver<ControlRequest>) {
-        while let Ok(request) = requests.recv() {
+        let mut next_sweep = Instant::now() + self.sweep_interval;
+        loop {
+            let wait = next_sweep.saturating_duration_since(Instant::now());
+            let request = match requests.recv_timeout(wait) {
+                Ok(r) => r,
+                Err(flume::RecvTimeoutError::Timeout) => {
+                    self.sweep_payloads();
+                    next_sweep = Instant::now() + self.sweep_interval;
+                    continue;
+                }
+                Err(flume::RecvTimeoutError::Disconnected) => return,
+            };
             match request {
                 ControlRequest::CreateTopic {
                     topic,
@@ -161,6 +190,20 @@ impl EmbeddedControl {
                     return;
                 }
             }
+        }
+    }
+
+    fn sweep_payloads(&mut self) {
+        let report = self.sweeper.sweep(&self.service.topics(), now_ms());
+        let staged = self.payloads.clean_staging(self.payload_grace);
+        if report.deleted > 0 || staged > 0 || report.topics_skipped > 0 {
+            log::info!(
+                "payload sweep: {} orphan(s) and {staged} abandoned upload(s) deleted, \
+                 {} chunk(s) read, {} topic(s) skipped",
+                report.deleted,
+                report.chunks_read,
+                report.topics_skipped
+            );
         }
     }
 
@@ -198,6 +241,7 @@ impl EmbeddedControl {
             let _ = rx.recv_timeout(SHARD_COMMAND_TIMEOUT);
         }
         self.service.delete_topic(&name)?;
+        self.payloads.drop_topic(&name);
         let key = name.to_string();
         self.stats.retain(|(t, _), _| *t != key);
         Ok(())
@@ -231,6 +275,10 @@ impl EmbeddedControl {
                         .stats
                         .get(&(name.clone(), s.id.0))
                         .map_or(0, |st| st.next_offset.load(Ordering::Relaxed)),
+                    appended_bytes: self
+                        .stats
+                        .get(&(name.clone(), s.id.0))
+                        .map_or(0, |st| st.appended_bytes.load(Ordering::Relaxed)),
                     successors: s.successors.iter().map(|id| id.0).collect(),
                 })
                 .collect(),

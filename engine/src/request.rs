@@ -17,6 +17,7 @@ use wire::message::{Fetched, FETCHED_PREFIX_BYTES};
 use wire::{key_hash, AckMode, ErrorCode, Request, Response};
 
 use crate::control_plane::ControlRequest;
+use crate::segment::blocking;
 use crate::serve_error::ServeError;
 use crate::shard::{SegmentLookup, Shard};
 
@@ -116,6 +117,71 @@ pub(crate) async fn handle_frame(shard: &Rc<Shard>, header: &FrameHeader, payloa
                 })
             }))
         }
+        Request::PayloadWrite {
+            topic,
+            id: payload,
+            offset,
+            bytes,
+        } => {
+            let name = match payload_topic(shard, &topic) {
+                Ok(n) => n,
+                Err(e) => return Reply::Now(error_frame(id, &e)),
+            };
+            // Waiting here stops this connection from reading more until
+            // earlier pieces are on disk: the shard's memory stays bounded.
+            let permit = match shard
+                .payload_budget
+                .acquire_static_permit(bytes.len() as u64)
+                .await
+            {
+                Ok(p) => p,
+                Err(_) => return Reply::Now(error_frame(id, &ServeError::internal())),
+            };
+            let store = shard.payloads.clone();
+            let piece = bytes.to_vec();
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.write(&name, &payload, offset, &piece)).await;
+                drop(permit);
+                answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        Request::PayloadCommit { topic, reference } => {
+            let name = match payload_topic(shard, &topic) {
+                Ok(n) => n,
+                Err(e) => return Reply::Now(error_frame(id, &e)),
+            };
+            let store = shard.payloads.clone();
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.commit(&name, &reference)).await;
+                answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        Request::PayloadRead {
+            topic,
+            id: payload,
+            offset,
+            max_bytes,
+        } => {
+            let name = match payload_topic(shard, &topic) {
+                Ok(n) => n,
+                Err(e) => return Reply::Now(error_frame(id, &e)),
+            };
+            let max_bytes = (max_bytes as usize).clamp(1, PAYLOAD_READ_BYTES_MAX);
+            let store = shard.payloads.clone();
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.read(&name, &payload, offset, max_bytes)).await;
+                answer(id, result, |(length, bytes)| {
+                    response_frame(
+                        id,
+                        &Response::PayloadBytes {
+                            length,
+                            offset,
+                            bytes: &bytes,
+                        },
+                    )
+                })
+            }))
+        }
         Request::CreateTopic { topic, segments } => {
             let control = shard.control.clone();
             Reply::Later(Box::pin(async move {
@@ -160,6 +226,22 @@ pub(crate) async fn handle_frame(shard: &Rc<Shard>, header: &FrameHeader, payloa
             }))
         }
     }
+}
+
+/// Most payload bytes one read answers with: a frame's payload less the
+/// response's two u64 fields.
+const PAYLOAD_READ_BYTES_MAX: usize = FRAME_PAYLOAD_BYTES_MAX as usize - 16;
+
+/// The topic of a payload request, which must exist on this broker.
+fn payload_topic(shard: &Shard, topic: &str) -> Result<control::TopicName, ServeError> {
+    let name = control::TopicName::parse(topic)?;
+    if !shard.knows_topic(topic) {
+        return Err(ServeError::new(
+            ErrorCode::TopicNotFound,
+            format!("topic {topic} does not exist"),
+        ));
+    }
+    Ok(name)
 }
 
 async fn ask<T>(

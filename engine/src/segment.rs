@@ -133,7 +133,7 @@ pub(crate) struct FetchResult {
     pub(crate) batches: Vec<u8>,
 }
 
-async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
     glommio::executor().spawn_blocking(f).await
 }
 

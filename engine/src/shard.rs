@@ -16,6 +16,7 @@ use wire::message::ShardAddress;
 use crate::config::BrokerConfig;
 use crate::control_plane::{ControlRequest, SegmentHandle, ShardCommand};
 use crate::error::EngineError;
+use crate::payload::PayloadStore;
 use crate::segment::SegmentCell;
 
 /// What a shard knows of a topic: its whole layout (to tell a client which
@@ -31,6 +32,10 @@ pub(crate) struct Shard {
     pub(crate) index: usize,
     pub(crate) config: Rc<BrokerConfig>,
     pub(crate) filer: Arc<dyn Filer>,
+    /// The upload path for payloads passed by reference.
+    pub(crate) payloads: Arc<PayloadStore>,
+    /// Bytes of payload pieces being written; bounds their memory.
+    pub(crate) payload_budget: Rc<glommio::sync::Semaphore>,
     pub(crate) topics: RefCell<HashMap<String, ShardTopic>>,
     pub(crate) control: flume::Sender<ControlRequest>,
     pub(crate) shard_addresses: Rc<Vec<ShardAddress>>,
@@ -50,6 +55,11 @@ pub(crate) enum SegmentLookup {
 }
 
 impl Shard {
+    /// Whether this broker has topic `topic`.
+    pub(crate) fn knows_topic(&self, topic: &str) -> bool {
+        self.topics.borrow().contains_key(topic)
+    }
+
     pub(crate) fn lookup(&self, topic: &str, segment: u32) -> SegmentLookup {
         let topics = self.topics.borrow();
         let Some(t) = topics.get(topic) else {

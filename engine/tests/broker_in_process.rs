@@ -582,3 +582,155 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     drop(good);
     broker.stop().unwrap();
 }
+
+fn error_code(frame: &(FrameHeader, Vec<u8>)) -> Option<ErrorCode> {
+    match decode(frame) {
+        Response::Error { code, .. } => Some(code),
+        _ => None,
+    }
+}
+
+/// The upload path: pieces in order, a commit that checks length and
+/// checksum, reads back; wrong pieces, wrong commits, unknown topics and
+/// malformed reference records are refused, and nothing is appended.
+#[test]
+fn payload_upload_path_and_bad_references() {
+    use wire::{PayloadId, PayloadRef};
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port) = one_shard_broker(dir.path());
+    let mut c = Conn::open(port);
+    c.call(Request::CreateTopic {
+        topic: "t/big".into(),
+        segments: 1,
+    });
+    let payload: Vec<u8> = (0..5_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    let reference = PayloadRef {
+        id: PayloadId {
+            created_ms: 1_700_000_000_000,
+            nonce: 42,
+        },
+        length: payload.len() as u64,
+        checksum: wire::checksum::crc32c(&payload),
+    };
+    let write = |c: &mut Conn, topic: &str, offset: usize, bytes: &[u8]| {
+        c.call(Request::PayloadWrite {
+            topic: topic.into(),
+            id: reference.id,
+            offset: offset as u64,
+            bytes,
+        })
+    };
+    assert_eq!(
+        error_code(&write(&mut c, "t/none", 0, &payload[..10])),
+        Some(ErrorCode::TopicNotFound)
+    );
+    assert_eq!(
+        error_code(&write(&mut c, "t/big", 10, &payload[10..20])),
+        Some(ErrorCode::PayloadNotFound),
+        "a piece past the start of an upload that never began"
+    );
+    let half = payload.len() / 2;
+    assert!(matches!(
+        decode(&write(&mut c, "t/big", 0, &payload[..half])),
+        Response::Done
+    ));
+    assert_eq!(
+        error_code(&write(&mut c, "t/big", half + 1, &payload[half + 1..])),
+        Some(ErrorCode::InvalidArgument),
+        "a gap between pieces"
+    );
+    assert!(matches!(
+        decode(&write(&mut c, "t/big", half, &payload[half..])),
+        Response::Done
+    ));
+    let mut wrong = reference;
+    wrong.length -= 1;
+    assert_eq!(
+        error_code(&c.call(Request::PayloadCommit {
+            topic: "t/big".into(),
+            reference: wrong,
+        })),
+        Some(ErrorCode::PayloadMismatch)
+    );
+    // The mismatch dropped the upload: start again, then commit right.
+    for (i, piece) in payload.chunks(4 << 20).enumerate() {
+        assert!(matches!(
+            decode(&write(&mut c, "t/big", i << 22, piece)),
+            Response::Done
+        ));
+    }
+    assert!(matches!(
+        decode(&c.call(Request::PayloadCommit {
+            topic: "t/big".into(),
+            reference,
+        })),
+        Response::Done
+    ));
+    let mut read_back = Vec::new();
+    while read_back.len() < payload.len() {
+        let frame = c.call(Request::PayloadRead {
+            topic: "t/big".into(),
+            id: reference.id,
+            offset: read_back.len() as u64,
+            max_bytes: 3 << 20,
+        });
+        let Response::PayloadBytes { length, bytes, .. } = decode(&frame) else {
+            panic!("{:?}", decode(&frame));
+        };
+        assert_eq!(length, payload.len() as u64);
+        assert!(!bytes.is_empty());
+        read_back.extend_from_slice(bytes);
+    }
+    assert!(read_back == payload, "payload read back differs");
+    let mut other = reference.id;
+    other.nonce += 1;
+    assert_eq!(
+        error_code(&c.call(Request::PayloadRead {
+            topic: "t/big".into(),
+            id: other,
+            offset: 0,
+            max_bytes: 10,
+        })),
+        Some(ErrorCode::PayloadNotFound)
+    );
+
+    // A good reference record is appended; a record flagged as a reference
+    // whose value is not one is refused with the whole batch.
+    let mut b = BatchBuilder::new();
+    b.push_reference(1, b"k", &reference, &[]).unwrap();
+    let good = b.finish(0, 0).to_vec();
+    let r = c.call(Request::Produce {
+        topic: "t/big",
+        segment: 0,
+        ack: AckMode::Leader,
+        batch: &good,
+    });
+    assert!(
+        matches!(decode(&r), Response::Produced { .. }),
+        "{:?}",
+        decode(&r)
+    );
+    let mut bad = good.clone();
+    let value_at = wire::batch::BATCH_HEADER_BYTES + wire::batch::RECORD_HEADER_BYTES + 1;
+    bad[value_at] = 99; // version 99
+    let crc = wire::checksum::crc32c(&bad[wire::batch::CHECKSUMMED_FROM..]);
+    bad[wire::batch::CHECKSUM_OFFSET..wire::batch::CHECKSUM_OFFSET + 4]
+        .copy_from_slice(&crc.to_le_bytes());
+    let r = c.call(Request::Produce {
+        topic: "t/big",
+        segment: 0,
+        ack: AckMode::Leader,
+        batch: &bad,
+    });
+    assert_eq!(error_code(&r), Some(ErrorCode::UnsupportedVersion));
+    let r = c.call(Request::DescribeTopic {
+        topic: "t/big".into(),
+    });
+    let Response::Topic(t) = decode(&r) else {
+        panic!()
+    };
+    assert_eq!(t.segments[0].next_offset, 1, "only the good batch is in");
+    assert_eq!(t.segments[0].appended_bytes, good.len() as u64);
+    drop(c);
+    broker.stop().unwrap();
+}

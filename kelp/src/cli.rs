@@ -67,6 +67,13 @@ pub struct ServeArgs {
     /// shards, or quinn-proto on each shard's own thread.
     #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]
     pub quic_driver: QuicDriverArg,
+    /// An uploaded payload that no record refers to is deleted once it is
+    /// this old (docs/payloads.md).
+    #[arg(long, default_value_t = 3_600_000)]
+    pub payload_grace_ms: u64,
+    /// How often the orphan payload sweep runs.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub payload_sweep_ms: u64,
 }
 
 /// `--quic-driver` values.
@@ -90,6 +97,11 @@ pub struct BrokerArgs {
     /// self-signed ones.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// The broker's filer directory (`<data-dir>/filer`), when this machine
+    /// shares it: payloads passed by reference are written and read there
+    /// directly instead of through the broker.
+    #[arg(long, value_name = "DIR")]
+    pub payload_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -171,6 +183,10 @@ pub struct PubArgs {
     /// Send a batch that has not filled this long after its first record.
     #[arg(long, default_value_t = client::LINGER_MS_DEFAULT)]
     pub linger_ms: u64,
+    /// Values longer than this many bytes are uploaded to the filer and
+    /// published as references; `never` sends every value inline.
+    #[arg(long, value_name = "BYTES", default_value = "1048576", value_parser = parse_by_ref_over)]
+    pub by_ref_over: ByRefOver,
     #[command(flatten)]
     pub broker: BrokerArgs,
 }
@@ -186,6 +202,10 @@ pub struct SubArgs {
     /// Exit after this many records; without it, tail forever.
     #[arg(long)]
     pub count: Option<u64>,
+    /// Print payload references as `ref:PATH length=N crc32c=X` instead of
+    /// reading the payloads they name.
+    #[arg(long)]
+    pub references: bool,
     #[command(flatten)]
     pub broker: BrokerArgs,
 }
@@ -199,6 +219,22 @@ pub enum ChunkCommand {
         /// The chunk file.
         file: PathBuf,
     },
+}
+
+/// A `--by-ref-over` value: values longer than this go by reference;
+/// `None` (`never`) keeps every value inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByRefOver(pub Option<usize>);
+
+/// Parse a `--by-ref-over` value: bytes, or `never`.
+pub fn parse_by_ref_over(s: &str) -> anyhow::Result<ByRefOver> {
+    if s == "never" {
+        return Ok(ByRefOver(None));
+    }
+    let bytes = s
+        .parse()
+        .with_context(|| format!("`{s}`: expected a number of bytes or `never`"))?;
+    Ok(ByRefOver(Some(bytes)))
 }
 
 /// Parse a `--from` value.
@@ -281,6 +317,8 @@ mod tests {
         assert_eq!(p.ack, AckArg::Leader);
         assert_eq!(p.batch_bytes, 1 << 20);
         assert_eq!(p.linger_ms, 5);
+        assert_eq!(p.by_ref_over, ByRefOver(Some(1 << 20)));
+        assert!(p.broker.payload_dir.is_none());
         assert_eq!(p.broker.broker, "127.0.0.1:7420");
         assert_eq!(p.broker.transport, TransportArg::Tcp);
         assert!(p.broker.tls_ca.is_none());
@@ -290,6 +328,7 @@ mod tests {
         };
         assert_eq!(s.from, FetchFrom::Latest);
         assert_eq!(s.count, None);
+        assert!(!s.references);
     }
 
     #[test]
@@ -350,17 +389,37 @@ mod tests {
             "4096",
             "--linger-ms",
             "0",
+            "--by-ref-over",
+            "never",
+            "--payload-dir",
+            "/srv/kelp/filer",
         ])
         .command
         else {
             panic!()
         };
         assert_eq!((p.ack, p.batch_bytes, p.linger_ms), (AckArg::None, 4096, 0));
-        let Command::Sub(s) = parse(&["sub", "a/b", "--from", "earliest", "--count", "10"]).command
+        assert_eq!(p.by_ref_over, ByRefOver(None));
+        assert_eq!(p.broker.payload_dir, Some(PathBuf::from("/srv/kelp/filer")));
+        let Command::Pub(p) = parse(&["pub", "a/b", "--by-ref-over", "4096"]).command else {
+            panic!()
+        };
+        assert_eq!(p.by_ref_over, ByRefOver(Some(4096)));
+        let Command::Sub(s) = parse(&[
+            "sub",
+            "a/b",
+            "--from",
+            "earliest",
+            "--count",
+            "10",
+            "--references",
+        ])
+        .command
         else {
             panic!()
         };
         assert_eq!((s.from, s.count), (FetchFrom::Earliest, Some(10)));
+        assert!(s.references);
         assert!(matches!(
             parse(&["chunk", "cat", "x.chunk"]).command,
             Command::Chunk {
@@ -391,6 +450,8 @@ mod tests {
             &["topic", "list", "--transport", "udp"],
             &["serve", "--listen", "not-an-address"],
             &["serve", "--buffer-bytes", "1"],
+            &["serve", "--payload-sweep-ms", "0"],
+            &["pub", "a/b", "--by-ref-over", "big"],
         ];
         for args in bad {
             assert!(

@@ -4,7 +4,9 @@ use std::io::{ErrorKind, Write};
 use std::path::Path;
 
 use anyhow::Context;
-use client::{Client, ClientOptions, ProducerConfig, SubscribeOptions, TopicInfo};
+use client::{
+    Client, ClientError, ClientOptions, ProducerConfig, SubscribeOptions, TopicInfo, ValueSource,
+};
 use tokio::io::AsyncBufReadExt;
 
 use crate::cli::{BrokerArgs, PubArgs, ServeArgs, SubArgs, TopicCommand};
@@ -21,6 +23,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shards: args.shards,
         buffer_bytes: args.buffer_bytes,
         flush_age_ms: args.flush_age_ms,
+        payload_grace_ms: args.payload_grace_ms,
+        payload_sweep_interval_ms: args.payload_sweep_ms,
         quic_driver: match args.quic_driver {
             crate::cli::QuicDriverArg::Tokio => engine::QuicDriver::Tokio,
             crate::cli::QuicDriverArg::Shard => engine::QuicDriver::Shard,
@@ -34,6 +38,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
 async fn connect(broker: &BrokerArgs) -> anyhow::Result<Client> {
     let options = ClientOptions {
         tls_ca_file: broker.tls_ca.clone(),
+        payload_dir: broker.payload_dir.clone(),
         ..ClientOptions::default()
     };
     // The error already says "cannot reach broker at ADDR" when it cannot.
@@ -96,19 +101,27 @@ pub fn describe_table(info: &TopicInfo) -> String {
     segments.sort_by_key(|s| (s.start, s.id));
     let mut out = format!("topic {}\n", info.name);
     out += &format!(
-        "{:>7}  {:>5}  {:<19}  {:<6}  {:>5}  {:>11}  {}\n",
-        "SEGMENT", "EPOCH", "RANGE", "STATE", "SHARD", "NEXT OFFSET", "SUCCESSORS"
+        "{:>7}  {:>5}  {:<19}  {:<6}  {:>5}  {:>11}  {:>14}  {}\n",
+        "SEGMENT",
+        "EPOCH",
+        "RANGE",
+        "STATE",
+        "SHARD",
+        "NEXT OFFSET",
+        "APPENDED BYTES",
+        "SUCCESSORS"
     );
     for s in segments {
         let successors: Vec<String> = s.successors.iter().map(u32::to_string).collect();
         let row = format!(
-            "{:>7}  {:>5}  {:<19}  {:<6}  {:>5}  {:>11}  {}",
+            "{:>7}  {:>5}  {:<19}  {:<6}  {:>5}  {:>11}  {:>14}  {}",
             s.id,
             s.epoch,
             format!("{:08x}-{:08x}", s.start, s.end),
             if s.sealed { "sealed" } else { "open" },
             s.shard,
             s.next_offset,
+            s.appended_bytes,
             if successors.is_empty() {
                 "-".to_owned()
             } else {
@@ -127,6 +140,7 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
         ack: args.ack.into(),
         batch_bytes_max: args.batch_bytes,
         linger_ms: args.linger_ms,
+        by_ref_over: args.by_ref_over.0,
         ..ProducerConfig::default()
     };
     let producer = client
@@ -168,13 +182,18 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
 
 pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
     let client = connect(&args.broker).await?;
+    let options = SubscribeOptions {
+        resolve_references: !args.references,
+        ..SubscribeOptions::default()
+    };
     let mut subscriber = client
-        .subscribe(&args.topic, args.from, SubscribeOptions::default())
+        .subscribe(&args.topic, args.from, options)
         .await
         .with_context(|| format!("cannot subscribe to {}", args.topic))?;
     let mut stdout = std::io::stdout().lock();
     let mut buf = Vec::with_capacity(IO_BUFFER_BYTES);
     let mut printed = 0u64;
+    let mut unreadable = 0u64;
     let result: anyhow::Result<()> = async {
         while args.count.is_none_or(|n| printed < n) {
             let record = match subscriber.next_if_ready() {
@@ -190,10 +209,49 @@ pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
                     }
                 }
             };
-            let record = record.with_context(|| format!("cannot read {}", args.topic))?;
+            let record = match record {
+                Ok(r) => r,
+                // One record's payload is missing or altered: say so and
+                // go on with the rest of the stream.
+                Err(e @ ClientError::Payload { .. }) => {
+                    stdout.write_all(&buf)?;
+                    stdout.flush()?;
+                    buf.clear();
+                    eprintln!("kelp: {e}");
+                    unreadable += 1;
+                    printed += 1;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot read {}", args.topic));
+                }
+            };
             escape_into(&mut buf, &record.key);
             buf.push(b'\t');
-            escape_into(&mut buf, &record.value);
+            match record.source {
+                ValueSource::Reference(r) if args.references => {
+                    buf.extend_from_slice(r.to_string().as_bytes());
+                }
+                // Too large to hold: stream it.
+                ValueSource::Reference(r) => {
+                    stdout.write_all(&buf)?;
+                    buf.clear();
+                    let mut reader = client.open_payload(&args.topic, &r)?;
+                    while let Some(piece) = reader.next_piece().await.with_context(|| {
+                        format!(
+                            "cannot read the payload of record {} in segment {}",
+                            record.offset, record.segment
+                        )
+                    })? {
+                        escape_into(&mut buf, &piece);
+                        stdout.write_all(&buf)?;
+                        buf.clear();
+                    }
+                }
+                ValueSource::Inline | ValueSource::Resolved(_) => {
+                    escape_into(&mut buf, &record.value);
+                }
+            }
             buf.push(b'\n');
             printed += 1;
             if buf.len() >= IO_BUFFER_BYTES {
@@ -206,7 +264,14 @@ pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
         Ok(())
     }
     .await;
-    quiet_broken_pipe(result)
+    quiet_broken_pipe(result)?;
+    if unreadable > 0 {
+        anyhow::bail!(
+            "{unreadable} record(s) of {} had unreadable payloads",
+            args.topic
+        );
+    }
+    Ok(())
 }
 
 /// A reader that went away (`kelp sub ... | head`) is a normal end.
@@ -236,7 +301,10 @@ pub fn chunk_cat(path: &Path) -> anyhow::Result<()> {
                 write!(buf, "{offset}\t{}\t", record.timestamp_ms)?;
                 escape_into(&mut buf, record.key);
                 buf.push(b'\t');
-                escape_into(&mut buf, record.value);
+                match record.reference() {
+                    Some(r) => buf.extend_from_slice(r.to_string().as_bytes()),
+                    None => escape_into(&mut buf, record.value),
+                }
                 buf.push(b'\n');
                 if buf.len() >= IO_BUFFER_BYTES {
                     stdout.write_all(&buf)?;
@@ -269,6 +337,7 @@ mod tests {
                     sealed: false,
                     shard: 1,
                     next_offset: 42,
+                    appended_bytes: 4200,
                     successors: vec![],
                 },
                 SegmentInfo {
@@ -279,6 +348,7 @@ mod tests {
                     sealed: true,
                     shard: 0,
                     next_offset: 7,
+                    appended_bytes: 700,
                     successors: vec![3, 4],
                 },
             ],
@@ -291,5 +361,9 @@ mod tests {
         assert!(lines[2].contains("sealed") && lines[2].ends_with("3,4"));
         assert!(lines[3].contains("80000000-100000000"), "{table}");
         assert!(lines[3].contains("open") && lines[3].contains("42"));
+        assert!(
+            lines[3].contains("4200") && lines[2].contains("700"),
+            "{table}"
+        );
     }
 }

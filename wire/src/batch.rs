@@ -8,7 +8,8 @@
 //!      8    4 batch bytes        u32, the whole batch, header included
 //!     12    4 checksum           CRC-32C of bytes 16..batch bytes
 //!     16    1 version            1
-//!     17    1 attributes         0 (reserved)
+//!     17    1 attributes         bit 0: some record is a payload reference;
+//!                                other bits 0
 //!     18    2 reserved           0
 //!     20    4 record count       u32, 1..=BATCH_RECORDS_MAX
 //!     24    8 first timestamp    i64 ms since the Unix epoch
@@ -24,7 +25,8 @@
 //!      8    4 key bytes          u32
 //!     12    4 value bytes        u32
 //!     16    2 header count       u16
-//!     18    2 attributes         0 (reserved)
+//!     18    2 attributes         bit 0: the value is a payload reference
+//!                                (`payload_ref`); other bits 0
 //!     20    - key, value, then each header: u16 name bytes, name,
 //!             u32 value bytes, value
 //! ```
@@ -37,6 +39,7 @@ use crate::checksum::crc32c;
 use crate::codec::{le_i64, le_u16, le_u32, le_u64};
 use crate::error::DecodeError;
 use crate::limits::{BATCH_BYTES_MAX, BATCH_RECORDS_MAX, RECORD_BYTES_MAX, RECORD_HEADERS_MAX};
+use crate::payload_ref::PayloadRef;
 
 /// Bytes of a batch header.
 pub const BATCH_HEADER_BYTES: usize = 56;
@@ -44,6 +47,10 @@ pub const BATCH_HEADER_BYTES: usize = 56;
 pub const RECORD_HEADER_BYTES: usize = 20;
 /// The batch version this build writes and reads.
 pub const BATCH_VERSION: u8 = 1;
+/// Batch attribute: at least one record's value is a payload reference.
+pub const BATCH_ATTR_REFERENCES: u8 = 1;
+/// Record attribute: the value is a [`PayloadRef`], not the payload.
+pub const RECORD_ATTR_REFERENCE: u16 = 1;
 
 pub const BASE_OFFSET_OFFSET: usize = 0;
 pub const BATCH_BYTES_OFFSET: usize = 8;
@@ -75,6 +82,7 @@ pub struct Record<'a> {
     pub timestamp_ms: i64,
     pub key: &'a [u8],
     pub value: &'a [u8],
+    attributes: u16,
     header_count: u16,
     header_bytes: &'a [u8],
 }
@@ -99,6 +107,15 @@ impl<'a> Record<'a> {
     pub fn header_count(&self) -> usize {
         usize::from(self.header_count)
     }
+
+    /// The payload reference this record's value is, if it is one
+    /// (validated with its batch, so a flagged record always decodes).
+    pub fn reference(&self) -> Option<PayloadRef> {
+        if self.attributes & RECORD_ATTR_REFERENCE == 0 {
+            return None;
+        }
+        PayloadRef::decode(self.value).ok()
+    }
 }
 
 /// Builds one batch into a reusable buffer: no allocation per record once the
@@ -109,6 +126,7 @@ pub struct BatchBuilder {
     records: u32,
     first_timestamp_ms: i64,
     max_timestamp_ms: i64,
+    has_references: bool,
 }
 
 impl Default for BatchBuilder {
@@ -130,6 +148,7 @@ impl BatchBuilder {
             records: 0,
             first_timestamp_ms: 0,
             max_timestamp_ms: i64::MIN,
+            has_references: false,
         }
     }
 
@@ -175,6 +194,37 @@ impl BatchBuilder {
         value: &[u8],
         headers: &[RecordHeader<'_>],
     ) -> Result<(), DecodeError> {
+        self.push_with_attributes(timestamp_ms, key, value, headers, 0)
+    }
+
+    /// Append a record whose value is `reference` (the payload itself is
+    /// in the filer). Same refusals as [`BatchBuilder::push`].
+    pub fn push_reference(
+        &mut self,
+        timestamp_ms: i64,
+        key: &[u8],
+        reference: &PayloadRef,
+        headers: &[RecordHeader<'_>],
+    ) -> Result<(), DecodeError> {
+        self.push_with_attributes(
+            timestamp_ms,
+            key,
+            &reference.encode(),
+            headers,
+            RECORD_ATTR_REFERENCE,
+        )?;
+        self.has_references = true;
+        Ok(())
+    }
+
+    fn push_with_attributes(
+        &mut self,
+        timestamp_ms: i64,
+        key: &[u8],
+        value: &[u8],
+        headers: &[RecordHeader<'_>],
+        attributes: u16,
+    ) -> Result<(), DecodeError> {
         let record_bytes = Self::record_bytes(key, value, headers);
         if record_bytes > RECORD_BYTES_MAX as usize {
             return Err(DecodeError::TooLarge {
@@ -215,7 +265,7 @@ impl BatchBuilder {
         b.extend_from_slice(&(key.len() as u32).to_le_bytes());
         b.extend_from_slice(&(value.len() as u32).to_le_bytes());
         b.extend_from_slice(&(headers.len() as u16).to_le_bytes());
-        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&attributes.to_le_bytes());
         b.extend_from_slice(key);
         b.extend_from_slice(value);
         for h in headers {
@@ -236,7 +286,11 @@ impl BatchBuilder {
         b[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&0u64.to_le_bytes());
         b[BATCH_BYTES_OFFSET..BATCH_BYTES_OFFSET + 4].copy_from_slice(&(len as u32).to_le_bytes());
         b[VERSION_OFFSET] = BATCH_VERSION;
-        b[ATTRIBUTES_OFFSET] = 0;
+        b[ATTRIBUTES_OFFSET] = if self.has_references {
+            BATCH_ATTR_REFERENCES
+        } else {
+            0
+        };
         b[18..20].copy_from_slice(&[0, 0]);
         b[RECORD_COUNT_OFFSET..RECORD_COUNT_OFFSET + 4]
             .copy_from_slice(&self.records.to_le_bytes());
@@ -264,6 +318,7 @@ impl BatchBuilder {
         self.records = 0;
         self.first_timestamp_ms = 0;
         self.max_timestamp_ms = i64::MIN;
+        self.has_references = false;
     }
 }
 
@@ -340,9 +395,17 @@ impl<'a> BatchView<'a> {
                 reason: "base offset + record count overflows u64",
             });
         }
+        let attributes = bytes[ATTRIBUTES_OFFSET];
+        if attributes & !BATCH_ATTR_REFERENCES != 0 {
+            return Err(DecodeError::Invalid {
+                what: "batch",
+                reason: "unknown batch attribute bits",
+            });
+        }
+        let references_allowed = attributes & BATCH_ATTR_REFERENCES != 0;
         let mut at = BATCH_HEADER_BYTES;
         for _ in 0..count {
-            at += validate_record(&bytes[at..])?;
+            at += validate_record(&bytes[at..], references_allowed)?;
         }
         if at != bytes.len() {
             return Err(DecodeError::Invalid {
@@ -381,6 +444,11 @@ impl<'a> BatchView<'a> {
     pub fn max_timestamp_ms(&self) -> i64 {
         le_i64(self.bytes, MAX_TIMESTAMP_OFFSET)
     }
+    /// Whether some record of the batch is a payload reference.
+    pub fn has_references(&self) -> bool {
+        self.bytes[ATTRIBUTES_OFFSET] & BATCH_ATTR_REFERENCES != 0
+    }
+
     pub fn producer_id(&self) -> u64 {
         le_u64(self.bytes, PRODUCER_ID_OFFSET)
     }
@@ -405,8 +473,10 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: u64) {
     batch[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
 }
 
-/// Check one record at the start of `bytes`; returns its length.
-fn validate_record(bytes: &[u8]) -> Result<usize, DecodeError> {
+/// Check one record at the start of `bytes`; returns its length. A record
+/// flagged as a reference must be in a batch flagged as holding references
+/// (`references_allowed`) and its value must decode as a [`PayloadRef`].
+fn validate_record(bytes: &[u8], references_allowed: bool) -> Result<usize, DecodeError> {
     const WHAT: &str = "record";
     if bytes.len() < RECORD_HEADER_BYTES {
         return Err(DecodeError::Truncated {
@@ -438,6 +508,13 @@ fn validate_record(bytes: &[u8]) -> Result<usize, DecodeError> {
             reason: "more headers than RECORD_HEADERS_MAX",
         });
     }
+    let attributes = le_u16(bytes, 18);
+    if attributes & !RECORD_ATTR_REFERENCE != 0 {
+        return Err(DecodeError::Invalid {
+            what: WHAT,
+            reason: "unknown record attribute bits",
+        });
+    }
     let mut at = RECORD_HEADER_BYTES
         .checked_add(key)
         .and_then(|a| a.checked_add(value))
@@ -446,6 +523,16 @@ fn validate_record(bytes: &[u8]) -> Result<usize, DecodeError> {
             what: WHAT,
             reason: "key and value lengths exceed the record",
         })?;
+    if attributes & RECORD_ATTR_REFERENCE != 0 {
+        if !references_allowed {
+            return Err(DecodeError::Invalid {
+                what: WHAT,
+                reason: "a reference record in a batch not flagged as holding references",
+            });
+        }
+        let value_at = RECORD_HEADER_BYTES + key;
+        PayloadRef::decode(&bytes[value_at..value_at + value])?;
+    }
     for _ in 0..headers {
         if at + 2 > record_bytes {
             return Err(DecodeError::Invalid {
@@ -506,6 +593,7 @@ impl<'a> Iterator for RecordIter<'a> {
             timestamp_ms: self.first_timestamp_ms.wrapping_add(i64::from(delta)),
             key: &b[RECORD_HEADER_BYTES..key_end],
             value: &b[key_end..value_end],
+            attributes: le_u16(b, 18),
             header_count: le_u16(b, 16),
             header_bytes: &b[value_end..len],
         };
@@ -535,6 +623,73 @@ mod tests {
         )
         .unwrap();
         b.finish(9, 3).to_vec()
+    }
+
+    fn reference() -> PayloadRef {
+        PayloadRef {
+            id: crate::payload_ref::PayloadId {
+                created_ms: 77,
+                nonce: 5,
+            },
+            length: 9 << 20,
+            checksum: 0x1234_5678,
+        }
+    }
+
+    /// Re-checksum a batch after a test edited bytes under the checksum.
+    fn reseal(bytes: &mut [u8]) {
+        let crc = crc32c(&bytes[CHECKSUMMED_FROM..]);
+        bytes[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn reference_records_round_trip_and_flag_the_batch() {
+        let mut b = BatchBuilder::new();
+        b.push(1, b"a", b"inline", &[]).unwrap();
+        b.push_reference(2, b"b", &reference(), &[]).unwrap();
+        let bytes = b.finish(0, 0).to_vec();
+        let v = BatchView::validate(&bytes).unwrap();
+        assert!(v.has_references());
+        let r: Vec<_> = v.records().collect();
+        assert_eq!(r[0].reference(), None);
+        assert_eq!(r[1].reference(), Some(reference()));
+        assert_eq!(r[1].value, &reference().encode()[..]);
+        b.clear();
+        b.push(1, b"a", b"inline", &[]).unwrap();
+        let plain = b.finish(0, 0).to_vec();
+        assert!(!BatchView::validate(&plain).unwrap().has_references());
+    }
+
+    #[test]
+    fn bad_reference_records_are_refused() {
+        let mut b = BatchBuilder::new();
+        b.push_reference(2, b"b", &reference(), &[]).unwrap();
+        let good = b.finish(0, 0).to_vec();
+        let value_at = BATCH_HEADER_BYTES + RECORD_HEADER_BYTES + 1;
+        // A reference flag without the batch flag.
+        let mut unflagged = good.clone();
+        unflagged[ATTRIBUTES_OFFSET] = 0;
+        reseal(&mut unflagged);
+        assert!(BatchView::validate(&unflagged).is_err());
+        // A flagged value that is not a reference.
+        let mut garbage = good.clone();
+        garbage[value_at] = 9;
+        reseal(&mut garbage);
+        assert!(BatchView::validate(&garbage).is_err());
+        // Unknown attribute bits, on the batch and on a record.
+        let mut batch_bits = good.clone();
+        batch_bits[ATTRIBUTES_OFFSET] |= 0x80;
+        reseal(&mut batch_bits);
+        assert!(BatchView::validate(&batch_bits).is_err());
+        let mut record_bits = good.clone();
+        record_bits[BATCH_HEADER_BYTES + 18] |= 2;
+        reseal(&mut record_bits);
+        assert!(BatchView::validate(&record_bits).is_err());
+        // A flagged batch may hold inline records only.
+        let mut inline_only = sample();
+        inline_only[ATTRIBUTES_OFFSET] = BATCH_ATTR_REFERENCES;
+        reseal(&mut inline_only);
+        assert!(BatchView::validate(&inline_only).is_ok());
     }
 
     #[test]

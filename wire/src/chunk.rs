@@ -10,7 +10,8 @@
 //! chunk header
 //!      0    8 magic               b"KELPCHNK"
 //!      8    2 version             1
-//!     10    2 flags               0
+//!     10    2 flags               bit 0: some batch holds payload references;
+//!                                 other bits 0
 //!     12    4 segment id          u32
 //!     16    8 base offset         u64, offset of the first record
 //!     24    8 next offset         u64, one past the last record
@@ -55,6 +56,9 @@ pub const CHUNK_VERSION: u16 = 1;
 
 const VERSION_OFFSET: usize = 8;
 const FLAGS_OFFSET: usize = 10;
+/// Chunk flag: some batch of the chunk holds payload references, so the
+/// orphan sweep must read it; chunks without it are skipped unread.
+pub const CHUNK_FLAG_REFERENCES: u16 = 1;
 const SEGMENT_ID_OFFSET: usize = 12;
 const BASE_OFFSET_OFFSET: usize = 16;
 const NEXT_OFFSET_OFFSET: usize = 24;
@@ -92,6 +96,8 @@ pub struct ChunkHeader {
     pub min_timestamp_ms: i64,
     pub max_timestamp_ms: i64,
     pub index_entries: u32,
+    /// Some batch holds payload references ([`CHUNK_FLAG_REFERENCES`]).
+    pub has_references: bool,
 }
 
 impl ChunkHeader {
@@ -100,7 +106,12 @@ impl ChunkHeader {
         let mut b = [0u8; CHUNK_HEADER_BYTES];
         b[..8].copy_from_slice(&CHUNK_MAGIC);
         b[VERSION_OFFSET..VERSION_OFFSET + 2].copy_from_slice(&CHUNK_VERSION.to_le_bytes());
-        b[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&0u16.to_le_bytes());
+        let flags = if self.has_references {
+            CHUNK_FLAG_REFERENCES
+        } else {
+            0
+        };
+        b[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&flags.to_le_bytes());
         b[SEGMENT_ID_OFFSET..SEGMENT_ID_OFFSET + 4].copy_from_slice(&self.segment_id.to_le_bytes());
         b[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8]
             .copy_from_slice(&self.base_offset.to_le_bytes());
@@ -146,6 +157,13 @@ impl ChunkHeader {
                 computed,
             });
         }
+        let flags = le_u16(bytes, FLAGS_OFFSET);
+        if flags & !CHUNK_FLAG_REFERENCES != 0 {
+            return Err(DecodeError::Invalid {
+                what: "chunk header",
+                reason: "unknown flag bits",
+            });
+        }
         let header = ChunkHeader {
             segment_id: le_u32(bytes, SEGMENT_ID_OFFSET),
             base_offset: le_u64(bytes, BASE_OFFSET_OFFSET),
@@ -154,6 +172,7 @@ impl ChunkHeader {
             min_timestamp_ms: le_i64(bytes, MIN_TIMESTAMP_OFFSET),
             max_timestamp_ms: le_i64(bytes, MAX_TIMESTAMP_OFFSET),
             index_entries: le_u32(bytes, INDEX_ENTRIES_OFFSET),
+            has_references: flags & CHUNK_FLAG_REFERENCES != 0,
         };
         if header.next_offset < header.base_offset {
             return Err(DecodeError::Invalid {
@@ -303,6 +322,7 @@ pub struct ChunkIndexBuilder {
     next_indexed_position: u64,
     max_timestamp_ms: i64,
     min_timestamp_ms: i64,
+    has_references: bool,
 }
 
 impl ChunkIndexBuilder {
@@ -313,6 +333,7 @@ impl ChunkIndexBuilder {
             next_indexed_position: 0,
             max_timestamp_ms: i64::MIN,
             min_timestamp_ms: i64::MAX,
+            has_references: false,
         }
     }
 
@@ -334,6 +355,12 @@ impl ChunkIndexBuilder {
         }
         self.max_timestamp_ms = self.max_timestamp_ms.max(batch.max_timestamp_ms());
         self.min_timestamp_ms = self.min_timestamp_ms.min(batch.first_timestamp_ms());
+        self.has_references |= batch.has_references();
+    }
+
+    /// Whether some batch seen holds payload references.
+    pub fn has_references(&self) -> bool {
+        self.has_references
     }
 
     pub fn entries(&self) -> &[ChunkIndexEntry] {
@@ -540,6 +567,7 @@ pub fn build_chunk(
         min_timestamp_ms: index.min_timestamp_ms(),
         max_timestamp_ms: index.max_timestamp_ms(),
         index_entries: index.entries().len() as u32,
+        has_references: index.has_references(),
     };
     out[..CHUNK_HEADER_BYTES].copy_from_slice(&header.encode());
     Ok(out)
@@ -617,6 +645,7 @@ mod tests {
             min_timestamp_ms: 5,
             max_timestamp_ms: 6,
             index_entries: 1,
+            has_references: false,
         };
         let b = h.encode();
         assert_eq!(&b[..8], b"KELPCHNK");
@@ -629,6 +658,36 @@ mod tests {
         assert_eq!(b[48], 6);
         assert_eq!(b[56], 1);
         assert_eq!(ChunkHeader::decode(&b).unwrap(), h);
+    }
+
+    #[test]
+    fn reference_flag_round_trips_and_unknown_flags_are_refused() {
+        let mut b = BatchBuilder::new();
+        let reference = crate::payload_ref::PayloadRef {
+            id: crate::payload_ref::PayloadId {
+                created_ms: 1,
+                nonce: 2,
+            },
+            length: 3,
+            checksum: 4,
+        };
+        b.push_reference(10, b"k", &reference, &[]).unwrap();
+        let batch = b.finish(0, 0).to_vec();
+        let chunk = build_chunk(0, 0, &[&batch]).unwrap();
+        assert_eq!(&chunk[10..12], &[1, 0]);
+        let header = *ChunkView::open(&chunk).unwrap().header();
+        assert!(header.has_references);
+        b.clear();
+        b.push(10, b"k", b"inline", &[]).unwrap();
+        let plain = build_chunk(0, 0, &[b.finish(0, 0)]).unwrap();
+        assert!(!ChunkView::open(&plain).unwrap().header().has_references);
+        let mut odd = header;
+        odd.has_references = false;
+        let mut bytes = odd.encode();
+        bytes[10] = 2;
+        let crc = crc32c(&bytes[..HEADER_CHECKSUM_OFFSET]);
+        bytes[HEADER_CHECKSUM_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        assert!(ChunkHeader::decode(&bytes).is_err());
     }
 
     #[test]

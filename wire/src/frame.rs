@@ -46,18 +46,22 @@ pub enum FrameType {
     DescribeTopicRequest = 0x05,
     ProduceRequest = 0x10,
     FetchRequest = 0x11,
+    PayloadWriteRequest = 0x20,
+    PayloadCommitRequest = 0x21,
+    PayloadReadRequest = 0x22,
     ShardsResponse = 0x81,
     TopicResponse = 0x82,
     DoneResponse = 0x83,
     TopicListResponse = 0x84,
     ProduceResponse = 0x90,
     FetchResponse = 0x91,
+    PayloadReadResponse = 0xA2,
     ErrorResponse = 0xFF,
 }
 
 impl FrameType {
     /// Every frame type, for exhaustive tests.
-    pub const ALL: [FrameType; 14] = [
+    pub const ALL: [FrameType; 18] = [
         FrameType::ShardsRequest,
         FrameType::CreateTopicRequest,
         FrameType::DeleteTopicRequest,
@@ -65,12 +69,16 @@ impl FrameType {
         FrameType::DescribeTopicRequest,
         FrameType::ProduceRequest,
         FrameType::FetchRequest,
+        FrameType::PayloadWriteRequest,
+        FrameType::PayloadCommitRequest,
+        FrameType::PayloadReadRequest,
         FrameType::ShardsResponse,
         FrameType::TopicResponse,
         FrameType::DoneResponse,
         FrameType::TopicListResponse,
         FrameType::ProduceResponse,
         FrameType::FetchResponse,
+        FrameType::PayloadReadResponse,
         FrameType::ErrorResponse,
     ];
 

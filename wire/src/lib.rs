@@ -16,6 +16,7 @@ pub mod frame;
 pub mod key_hash;
 pub mod limits;
 pub mod message;
+pub mod payload_ref;
 
 pub use batch::{BatchBuilder, BatchView, Record, RecordHeader};
 pub use chunk::{ChunkHeader, ChunkIndexEntry, ChunkView};
@@ -23,3 +24,4 @@ pub use error::DecodeError;
 pub use frame::{FrameHeader, FrameType};
 pub use key_hash::key_hash;
 pub use message::{AckMode, ErrorCode, FetchFrom, Request, Response};
+pub use payload_ref::{PayloadId, PayloadRef};

@@ -10,6 +10,7 @@ use crate::codec::{Reader, Writer};
 use crate::error::DecodeError;
 use crate::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
 use crate::limits::STRING_BYTES_MAX;
+use crate::payload_ref::{PayloadId, PayloadRef, PAYLOAD_REF_BYTES};
 
 /// When the broker acknowledges a produce request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,6 +76,11 @@ pub enum ErrorCode {
     /// The broker is at a configured limit; retry later.
     Busy,
     Internal,
+    /// No payload by that name in the topic (never uploaded, deleted, or
+    /// an upload that was not in progress).
+    PayloadNotFound,
+    /// A payload's bytes do not match its reference's length or checksum.
+    PayloadMismatch,
     Other(u16),
 }
 
@@ -96,6 +102,8 @@ impl ErrorCode {
             ErrorCode::Storage => 13,
             ErrorCode::Busy => 14,
             ErrorCode::Internal => 15,
+            ErrorCode::PayloadNotFound => 16,
+            ErrorCode::PayloadMismatch => 17,
             ErrorCode::Other(v) => v,
         }
     }
@@ -117,6 +125,8 @@ impl ErrorCode {
             13 => ErrorCode::Storage,
             14 => ErrorCode::Busy,
             15 => ErrorCode::Internal,
+            16 => ErrorCode::PayloadNotFound,
+            17 => ErrorCode::PayloadMismatch,
             v => ErrorCode::Other(v),
         }
     }
@@ -160,6 +170,9 @@ pub struct SegmentInfo {
     pub shard: u16,
     /// One past the last offset appended (the high watermark).
     pub next_offset: u64,
+    /// Bytes of batches appended since the broker opened the segment
+    /// (the ingest counter; not kept across restarts).
+    pub appended_bytes: u64,
     pub successors: Vec<u32>,
 }
 
@@ -203,6 +216,27 @@ pub enum Request<'a> {
         /// How long to wait for data when there is none yet.
         max_wait_ms: u32,
     },
+    /// Write bytes of a payload being uploaded through the broker, at
+    /// `offset`: pieces go in order, the first at 0.
+    PayloadWrite {
+        topic: String,
+        id: PayloadId,
+        offset: u64,
+        bytes: &'a [u8],
+    },
+    /// Finish an upload: the broker checks the bytes against the
+    /// reference's length and checksum and stores the payload in the filer.
+    PayloadCommit {
+        topic: String,
+        reference: PayloadRef,
+    },
+    /// Read up to `max_bytes` of a stored payload from `offset`.
+    PayloadRead {
+        topic: String,
+        id: PayloadId,
+        offset: u64,
+        max_bytes: u32,
+    },
 }
 
 /// What a broker answers.
@@ -222,6 +256,12 @@ pub enum Response<'a> {
         record_count: u32,
     },
     Fetched(Fetched<'a>),
+    /// Bytes of a payload, from `offset`; `length` is the whole payload's.
+    PayloadBytes {
+        length: u64,
+        offset: u64,
+        bytes: &'a [u8],
+    },
     Error {
         code: ErrorCode,
         message: String,
@@ -274,6 +314,9 @@ impl<'a> Request<'a> {
             Request::DescribeTopic { .. } => FrameType::DescribeTopicRequest,
             Request::Produce { .. } => FrameType::ProduceRequest,
             Request::Fetch { .. } => FrameType::FetchRequest,
+            Request::PayloadWrite { .. } => FrameType::PayloadWriteRequest,
+            Request::PayloadCommit { .. } => FrameType::PayloadCommitRequest,
+            Request::PayloadRead { .. } => FrameType::PayloadReadRequest,
         }
     }
 
@@ -319,6 +362,32 @@ impl<'a> Request<'a> {
                 w.u64(value);
                 w.u32(*max_bytes);
                 w.u32(*max_wait_ms);
+            }
+            Request::PayloadWrite {
+                topic,
+                id,
+                offset,
+                bytes,
+            } => {
+                w.string(topic);
+                payload_id(&mut w, id);
+                w.u64(*offset);
+                w.bytes(bytes);
+            }
+            Request::PayloadCommit { topic, reference } => {
+                w.string(topic);
+                w.bytes(&reference.encode());
+            }
+            Request::PayloadRead {
+                topic,
+                id,
+                offset,
+                max_bytes,
+            } => {
+                w.string(topic);
+                payload_id(&mut w, id);
+                w.u64(*offset);
+                w.u32(*max_bytes);
             }
         }
         seal_frame(out, start, self.frame_type(), request_id);
@@ -391,6 +460,22 @@ impl<'a> Request<'a> {
                     max_wait_ms: r.u32()?,
                 }
             }
+            FrameType::PayloadWriteRequest => Request::PayloadWrite {
+                topic: r.string()?,
+                id: read_payload_id(&mut r)?,
+                offset: r.u64()?,
+                bytes: r.rest(),
+            },
+            FrameType::PayloadCommitRequest => Request::PayloadCommit {
+                topic: r.string()?,
+                reference: PayloadRef::decode(r.take(PAYLOAD_REF_BYTES)?)?,
+            },
+            FrameType::PayloadReadRequest => Request::PayloadRead {
+                topic: r.string()?,
+                id: read_payload_id(&mut r)?,
+                offset: r.u64()?,
+                max_bytes: r.u32()?,
+            },
             _ => {
                 return Err(DecodeError::Invalid {
                     what: "request",
@@ -412,6 +497,7 @@ impl<'a> Response<'a> {
             Response::TopicList { .. } => FrameType::TopicListResponse,
             Response::Produced { .. } => FrameType::ProduceResponse,
             Response::Fetched(_) => FrameType::FetchResponse,
+            Response::PayloadBytes { .. } => FrameType::PayloadReadResponse,
             Response::Error { .. } => FrameType::ErrorResponse,
         }
     }
@@ -440,6 +526,7 @@ impl<'a> Response<'a> {
                     w.u8(u8::from(s.sealed));
                     w.u16(s.shard);
                     w.u64(s.next_offset);
+                    w.u64(s.appended_bytes);
                     w.count(s.successors.len());
                     for id in &s.successors {
                         w.u32(*id);
@@ -465,6 +552,15 @@ impl<'a> Response<'a> {
             Response::Fetched(f) => {
                 w.bytes(&f.encode_prefix());
                 w.bytes(f.batches);
+            }
+            Response::PayloadBytes {
+                length,
+                offset,
+                bytes,
+            } => {
+                w.u64(*length);
+                w.u64(*offset);
+                w.bytes(bytes);
             }
             Response::Error { code, message } => {
                 w.u16(code.to_u16());
@@ -492,7 +588,7 @@ impl<'a> Response<'a> {
             }
             FrameType::TopicResponse => {
                 let name = r.string()?;
-                let n = r.count(35)?;
+                let n = r.count(43)?;
                 let mut segments = Vec::with_capacity(n);
                 for _ in 0..n {
                     let id = r.u32()?;
@@ -502,6 +598,7 @@ impl<'a> Response<'a> {
                     let sealed = r.u8()? != 0;
                     let shard = r.u16()?;
                     let next_offset = r.u64()?;
+                    let appended_bytes = r.u64()?;
                     let k = r.count(4)?;
                     let mut successors = Vec::with_capacity(k);
                     for _ in 0..k {
@@ -521,6 +618,7 @@ impl<'a> Response<'a> {
                         sealed,
                         shard,
                         next_offset,
+                        appended_bytes,
                         successors,
                     });
                 }
@@ -548,6 +646,11 @@ impl<'a> Response<'a> {
                 sealed: r.u8()? != 0,
                 batches: r.rest(),
             }),
+            FrameType::PayloadReadResponse => Response::PayloadBytes {
+                length: r.u64()?,
+                offset: r.u64()?,
+                bytes: r.rest(),
+            },
             FrameType::ErrorResponse => Response::Error {
                 code: ErrorCode::from_u16(r.u16()?),
                 message: r.string()?,
@@ -562,6 +665,21 @@ impl<'a> Response<'a> {
         r.finish()?;
         Ok(response)
     }
+}
+
+fn payload_id(w: &mut Writer<'_>, id: &PayloadId) {
+    w.u64(id.created_ms);
+    w.bytes(&id.nonce.to_le_bytes());
+}
+
+fn read_payload_id(r: &mut Reader<'_>) -> Result<PayloadId, DecodeError> {
+    let created_ms = r.u64()?;
+    let mut nonce = [0u8; 16];
+    nonce.copy_from_slice(r.take(16)?);
+    Ok(PayloadId {
+        created_ms,
+        nonce: u128::from_le_bytes(nonce),
+    })
 }
 
 /// Fill the frame header reserved at `out[start..start + 16]` for the
@@ -644,6 +762,35 @@ mod tests {
                 max_bytes: 1,
                 max_wait_ms: 0,
             },
+            Request::PayloadWrite {
+                topic: "ns/t".into(),
+                id: PayloadId {
+                    created_ms: 5,
+                    nonce: u128::MAX - 3,
+                },
+                offset: 4 << 20,
+                bytes: b"piece",
+            },
+            Request::PayloadCommit {
+                topic: "ns/t".into(),
+                reference: PayloadRef {
+                    id: PayloadId {
+                        created_ms: 5,
+                        nonce: 6,
+                    },
+                    length: 7,
+                    checksum: 8,
+                },
+            },
+            Request::PayloadRead {
+                topic: "ns/t".into(),
+                id: PayloadId {
+                    created_ms: 9,
+                    nonce: 10,
+                },
+                offset: 11,
+                max_bytes: 12,
+            },
         ]
     }
 
@@ -665,6 +812,7 @@ mod tests {
                     sealed: false,
                     shard: 1,
                     next_offset: 99,
+                    appended_bytes: 12345,
                     successors: vec![4, 5],
                 }],
             }),
@@ -685,6 +833,11 @@ mod tests {
                 sealed: false,
                 batches: b"bytes",
             }),
+            Response::PayloadBytes {
+                length: 100,
+                offset: 90,
+                bytes: b"ten bytes!",
+            },
             Response::Error {
                 code: ErrorCode::NotOwner,
                 message: "not mine".into(),
@@ -722,11 +875,12 @@ mod tests {
             req.encode(1, &mut out);
             let payload = &out[FRAME_HEADER_BYTES..];
             for n in 0..payload.len() {
-                // Produce's last field is "the rest", so any cut past the
-                // topic decodes; everything else must refuse.
+                // The last field of Produce and PayloadWrite is "the
+                // rest", so any cut past the fixed part decodes;
+                // everything else must refuse.
                 if let Ok(r) = Request::decode(req.frame_type(), &payload[..n]) {
                     assert!(
-                        matches!(r, Request::Produce { .. }),
+                        matches!(r, Request::Produce { .. } | Request::PayloadWrite { .. }),
                         "{req:?} cut to {n} decoded"
                     );
                 }
@@ -739,7 +893,7 @@ mod tests {
             for n in 0..payload.len() {
                 if let Ok(r) = Response::decode(resp.frame_type(), &payload[..n]) {
                     assert!(
-                        matches!(r, Response::Fetched(_)),
+                        matches!(r, Response::Fetched(_) | Response::PayloadBytes { .. }),
                         "{resp:?} cut to {n} decoded"
                     );
                 }

@@ -1,0 +1,335 @@
+//! The orphan sweep: payloads uploaded for a publish that never happened
+//! are deleted once they are older than a grace period and no record
+//! refers to them.
+//!
+//! A reference can only be published after its payload was uploaded, and
+//! chunks are written in offset order, so the sweep reads each chunk once:
+//! it remembers, per segment, the offset up to which chunks were scanned,
+//! and the payloads referenced by what it read. Only chunks whose header
+//! carries the references flag are read past their header. Payloads are
+//! listed by hour bucket; once every payload of a bucket is past the grace
+//! period the bucket is settled (each payload kept or deleted) and is not
+//! listed again.
+//!
+//! References still in a broker's memory buffers are not seen, so the grace
+//! period must be much longer than the flush age (the default is an hour
+//! against a second), and a producer must publish a reference within the
+//! grace period of its upload. State lives in memory: after a restart the
+//! first sweep lists every payload and reads every chunk with references
+//! once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use control::Topic;
+use filer::{Filer, ObjectPath};
+use wire::chunk::{ChunkView, CHUNK_HEADER_BYTES};
+use wire::payload_ref::{bucket_dir_name, PAYLOAD_BUCKET_MS};
+use wire::{ChunkHeader, PayloadId};
+
+/// What one sweep did, for logs and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SweepReport {
+    /// Orphans deleted.
+    pub(crate) deleted: usize,
+    /// Chunks read whole because they hold references.
+    pub(crate) chunks_read: usize,
+    /// Topics skipped because a chunk could not be read (nothing of theirs
+    /// is deleted until every chunk reads).
+    pub(crate) topics_skipped: usize,
+}
+
+/// The sweep's memory of one topic incarnation.
+#[derive(Debug, Default)]
+struct TopicSweep {
+    /// Per segment: chunks with a base offset below this were scanned.
+    scanned_to: HashMap<u32, u64>,
+    /// Payloads of unsettled buckets that a record refers to.
+    referenced: HashSet<PayloadId>,
+    /// Buckets below this are settled; `None` before the first sweep.
+    settled_bucket: Option<u64>,
+}
+
+/// The sweeper; owned by the control plane thread.
+pub(crate) struct PayloadSweeper {
+    filer: Arc<dyn Filer>,
+    grace_ms: u64,
+    /// Keyed by topic name and creation time, so a topic deleted and
+    /// created again starts from nothing.
+    topics: HashMap<(String, u64), TopicSweep>,
+}
+
+impl PayloadSweeper {
+    pub(crate) fn new(filer: Arc<dyn Filer>, grace_ms: u64) -> PayloadSweeper {
+        PayloadSweeper {
+            filer,
+            grace_ms,
+            topics: HashMap::new(),
+        }
+    }
+
+    /// Sweep every topic once at time `now_ms`.
+    pub(crate) fn sweep(&mut self, topics: &[Topic], now_ms: u64) -> SweepReport {
+        let live: HashSet<(String, u64)> = topics
+            .iter()
+            .map(|t| (t.name().to_string(), t.created_ms()))
+            .collect();
+        self.topics.retain(|k, _| live.contains(k));
+        let mut report = SweepReport::default();
+        for topic in topics {
+            let key = (topic.name().to_string(), topic.created_ms());
+            let mut state = self.topics.remove(&key).unwrap_or_default();
+            match self.sweep_topic(topic, &mut state, now_ms, &mut report) {
+                Ok(()) => {}
+                Err(e) => {
+                    report.topics_skipped += 1;
+                    log::warn!("payload sweep of {}: {e}; nothing deleted", topic.name());
+                }
+            }
+            self.topics.insert(key, state);
+        }
+        report
+    }
+
+    fn sweep_topic(
+        &self,
+        topic: &Topic,
+        state: &mut TopicSweep,
+        now_ms: u64,
+        report: &mut SweepReport,
+    ) -> Result<(), String> {
+        let prefix = topic.name().object_prefix();
+        for segment in topic.segments() {
+            let id = segment.id.0;
+            let scanned = state.scanned_to.entry(id).or_insert(0);
+            let chunk_dir = object(&format!("{prefix}/{id}"))?;
+            let chunks = self.filer.list(&chunk_dir).map_err(|e| e.to_string())?;
+            for chunk in chunks {
+                let Some(base) = chunk_base_offset(&chunk) else {
+                    continue;
+                };
+                if base < *scanned {
+                    continue;
+                }
+                let header = self.read_header(&chunk)?;
+                if header.has_references {
+                    self.collect_references(&chunk, state.settled_bucket, &mut state.referenced)?;
+                    report.chunks_read += 1;
+                }
+                *scanned = header.next_offset.max(base + 1);
+            }
+        }
+
+        let cutoff_ms = now_ms.saturating_sub(self.grace_ms);
+        let payloads = topic.name().payloads_prefix();
+        let listed = match state.settled_bucket {
+            None => self
+                .filer
+                .list(&object(&payloads)?)
+                .map_err(|e| e.to_string())?,
+            Some(settled) => {
+                let mut all = Vec::new();
+                for bucket in settled..=now_ms / PAYLOAD_BUCKET_MS {
+                    let dir = object(&format!("{payloads}/{}", bucket_dir_name(bucket)))?;
+                    all.extend(self.filer.list(&dir).map_err(|e| e.to_string())?);
+                }
+                all
+            }
+        };
+        for path in listed {
+            let Some(id) = path
+                .components()
+                .last()
+                .and_then(PayloadId::parse_object_name)
+            else {
+                continue; // Not a payload this broker wrote: leave it.
+            };
+            if id.created_ms > cutoff_ms || state.referenced.contains(&id) {
+                continue;
+            }
+            match self.filer.delete(&path) {
+                Ok(()) => {
+                    report.deleted += 1;
+                    log::info!("deleted orphan payload {path} (no record refers to it)");
+                }
+                Err(e) => log::warn!("deleting orphan payload {path}: {e}"),
+            }
+        }
+        let settled = cutoff_ms / PAYLOAD_BUCKET_MS;
+        state.settled_bucket = Some(settled);
+        state.referenced.retain(|id| id.bucket() >= settled);
+        Ok(())
+    }
+
+    fn read_header(&self, chunk: &ObjectPath) -> Result<ChunkHeader, String> {
+        let mut buf = [0u8; CHUNK_HEADER_BYTES];
+        let n = self
+            .filer
+            .read_at(chunk, 0, &mut buf)
+            .map_err(|e| e.to_string())?;
+        ChunkHeader::decode(&buf[..n]).map_err(|e| format!("chunk {chunk}: {e}"))
+    }
+
+    fn collect_references(
+        &self,
+        chunk: &ObjectPath,
+        settled: Option<u64>,
+        into: &mut HashSet<PayloadId>,
+    ) -> Result<(), String> {
+        let len = self.filer.size(chunk).map_err(|e| e.to_string())?;
+        let mut bytes = vec![0u8; len as usize];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            let n = self
+                .filer
+                .read_at(chunk, filled as u64, &mut bytes[filled..])
+                .map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err(format!("chunk {chunk} shrank while being read"));
+            }
+            filled += n;
+        }
+        let view = ChunkView::open(&bytes).map_err(|e| format!("chunk {chunk}: {e}"))?;
+        for batch in view.batches().filter(|b| b.has_references()) {
+            for record in batch.records() {
+                if let Some(reference) = record.reference() {
+                    if settled.is_none_or(|s| reference.id.bucket() >= s) {
+                        into.insert(reference.id);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn object(path: &str) -> Result<ObjectPath, String> {
+    ObjectPath::new(path).map_err(|e| e.to_string())
+}
+
+/// The base offset in a chunk object's name (`<base:020>.chunk`).
+fn chunk_base_offset(path: &ObjectPath) -> Option<u64> {
+    path.components()
+        .last()?
+        .strip_suffix(".chunk")?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use control::TopicName;
+    use filer::LocalFiler;
+    use wire::batch::set_base_offset;
+    use wire::chunk::build_chunk;
+    use wire::{BatchBuilder, PayloadRef};
+
+    const HOUR: u64 = PAYLOAD_BUCKET_MS;
+
+    fn setup() -> (tempfile::TempDir, Arc<LocalFiler>, Topic) {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = Arc::new(LocalFiler::open(dir.path()).unwrap());
+        let mut service = control::ControlService::open(filer.clone(), 1, 0).unwrap();
+        let topic = service
+            .create_topic(5, &TopicName::parse("ns/t").unwrap(), 1)
+            .unwrap();
+        (dir, filer, topic)
+    }
+
+    fn upload(filer: &LocalFiler, topic: &Topic, created_ms: u64, nonce: u128) -> PayloadRef {
+        let id = PayloadId { created_ms, nonce };
+        let bytes = nonce.to_le_bytes();
+        filer
+            .put(
+                &ObjectPath::new(topic.name().payload_path(&id)).unwrap(),
+                &bytes,
+            )
+            .unwrap();
+        PayloadRef {
+            id,
+            length: 16,
+            checksum: wire::checksum::crc32c(&bytes),
+        }
+    }
+
+    fn publish(filer: &LocalFiler, topic: &Topic, base: u64, refs: &[PayloadRef]) {
+        let mut b = BatchBuilder::new();
+        b.push(1, b"", b"inline", &[]).unwrap();
+        for r in refs {
+            b.push_reference(1, b"", r, &[]).unwrap();
+        }
+        let mut batch = b.finish(0, 0).to_vec();
+        set_base_offset(&mut batch, base);
+        let chunk = build_chunk(0, base, &[&batch]).unwrap();
+        let path = format!("{}/0/{base:020}.chunk", topic.name().object_prefix());
+        filer.put(&ObjectPath::new(path).unwrap(), &chunk).unwrap();
+    }
+
+    fn exists(filer: &LocalFiler, topic: &Topic, r: &PayloadRef) -> bool {
+        filer
+            .size(&ObjectPath::new(topic.name().payload_path(&r.id)).unwrap())
+            .is_ok()
+    }
+
+    #[test]
+    fn orphans_go_after_the_grace_period_referenced_payloads_stay() {
+        let (_dir, filer, topic) = setup();
+        let t0 = 100 * HOUR + 10;
+        let kept = upload(&filer, &topic, t0, 1);
+        let orphan = upload(&filer, &topic, t0, 2);
+        let young = upload(&filer, &topic, t0 + HOUR, 3);
+        publish(&filer, &topic, 0, &[kept]);
+        let mut sweeper = PayloadSweeper::new(filer.clone(), 1_000);
+        // Within the grace period nothing goes.
+        let r = sweeper.sweep(std::slice::from_ref(&topic), t0 + 500);
+        assert_eq!(r.deleted, 0);
+        assert_eq!(r.chunks_read, 1);
+        // Past it, the orphan goes; the referenced and the young stay.
+        let r = sweeper.sweep(std::slice::from_ref(&topic), t0 + 2_000);
+        assert_eq!(r.deleted, 1);
+        assert_eq!(r.chunks_read, 0, "chunks are read once");
+        assert!(exists(&filer, &topic, &kept));
+        assert!(!exists(&filer, &topic, &orphan));
+        assert!(exists(&filer, &topic, &young));
+        // A reference published late, in a new chunk, still saves its
+        // payload; a fresh sweeper (a restarted broker) agrees.
+        publish(&filer, &topic, 2, &[young]);
+        let r = sweeper.sweep(std::slice::from_ref(&topic), t0 + 3 * HOUR);
+        assert_eq!((r.deleted, r.chunks_read), (0, 1));
+        let mut restarted = PayloadSweeper::new(filer.clone(), 1_000);
+        let r = restarted.sweep(std::slice::from_ref(&topic), t0 + 3 * HOUR);
+        assert_eq!((r.deleted, r.chunks_read), (0, 2));
+        assert!(exists(&filer, &topic, &kept) && exists(&filer, &topic, &young));
+    }
+
+    #[test]
+    fn an_unreadable_chunk_stops_deletion() {
+        let (_dir, filer, topic) = setup();
+        let orphan = upload(&filer, &topic, 10, 9);
+        let path = format!("{}/0/{:020}.chunk", topic.name().object_prefix(), 0);
+        filer
+            .put(&ObjectPath::new(path).unwrap(), b"not a chunk")
+            .unwrap();
+        let mut sweeper = PayloadSweeper::new(filer.clone(), 1_000);
+        let r = sweeper.sweep(std::slice::from_ref(&topic), 10 * HOUR);
+        assert_eq!((r.deleted, r.topics_skipped), (0, 1));
+        assert!(exists(&filer, &topic, &orphan));
+    }
+
+    #[test]
+    fn foreign_objects_are_left_alone() {
+        let (_dir, filer, topic) = setup();
+        let stray = ObjectPath::new(format!(
+            "{}/0000000001/notes.txt",
+            topic.name().payloads_prefix()
+        ))
+        .unwrap();
+        filer.put(&stray, b"mine").unwrap();
+        let mut sweeper = PayloadSweeper::new(filer.clone(), 0);
+        let r = sweeper.sweep(std::slice::from_ref(&topic), 10 * HOUR);
+        assert_eq!(r.deleted, 0);
+        assert!(filer.size(&stray).is_ok());
+    }
+}
