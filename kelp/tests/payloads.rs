@@ -44,6 +44,29 @@ async fn appended_bytes(client: &Client, topic: &str) -> u64 {
     info.segments.iter().map(|s| s.appended_bytes).sum()
 }
 
+/// Publish `n` records keyed `k<i>` with values `value(i, len)`, durably.
+async fn publish_all(
+    client: &Client,
+    topic: &str,
+    n: usize,
+    len: usize,
+    by_ref_over: Option<usize>,
+) {
+    let config = ProducerConfig {
+        ack: AckMode::Durable,
+        by_ref_over,
+        ..ProducerConfig::default()
+    };
+    let producer = client.producer(topic, config).await.unwrap();
+    for i in 0..n {
+        producer
+            .send(format!("k{i}").as_bytes(), &value(i as u64, len), &[])
+            .await
+            .unwrap();
+    }
+    assert_eq!(producer.flush().await.unwrap(), n as u64);
+}
+
 /// Read `n` records from the start of `topic`, keyed `k<i>`, and check
 /// each value is `value(i)`. Returns how many came by reference.
 async fn read_and_check(client: &Client, topic: &str, n: usize, len: usize) -> usize {
@@ -91,47 +114,13 @@ async fn four_mib_values_by_reference_and_inline_read_back_identical() {
     const N: usize = 200;
     let len = 4 * MIB;
 
-    let by_ref = client
-        .producer(
-            "big/refs",
-            ProducerConfig {
-                ack: AckMode::Durable,
-                by_ref_over: Some(MIB),
-                ..ProducerConfig::default()
-            },
-        )
-        .await
-        .unwrap();
-    for i in 0..N {
-        by_ref
-            .send(format!("k{i}").as_bytes(), &value(i as u64, len), &[])
-            .await
-            .unwrap();
-    }
-    assert_eq!(by_ref.flush().await.unwrap(), N as u64);
+    publish_all(&client, "big/refs", N, len, Some(MIB)).await;
     let ref_bytes = appended_bytes(&client, "big/refs").await;
     // Each reference record is a few dozen bytes plus batch overhead; the
     // 800 MiB of payload never went through a segment.
     assert!(ref_bytes > 0 && ref_bytes < (N * 200) as u64, "{ref_bytes}");
 
-    let inline = client
-        .producer(
-            "big/inline",
-            ProducerConfig {
-                ack: AckMode::Durable,
-                by_ref_over: None,
-                ..ProducerConfig::default()
-            },
-        )
-        .await
-        .unwrap();
-    for i in 0..N {
-        inline
-            .send(format!("k{i}").as_bytes(), &value(i as u64, len), &[])
-            .await
-            .unwrap();
-    }
-    assert_eq!(inline.flush().await.unwrap(), N as u64);
+    publish_all(&client, "big/inline", N, len, None).await;
     let inline_bytes = appended_bytes(&client, "big/inline").await;
     assert!(inline_bytes >= (N * len) as u64, "{inline_bytes}");
 
