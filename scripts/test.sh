@@ -51,6 +51,9 @@ kelp_bench consume --from chunks --segments 2 --consumers 2
 kelp_bench end-to-end --rate 100000
 kelp_bench backfill
 
+step "criterion smoke (every micro-benchmark once, in test mode)"
+cargo bench -p kelp-benches --bench hot_path -- --test
+
 step "fuzz smoke (each decoder, ${FUZZ_SECONDS:=15}s)"
 FUZZ_SECONDS="$FUZZ_SECONDS" bash fuzz/smoke.sh
 
