@@ -29,9 +29,30 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 step "cargo test --release"
 cargo test --workspace --release
 
-step "benchmark smoke (every ingest case, tiny sizes, baselines included)"
-cargo build --release -p kelp-benches
-target/release/ingest --smoke
+step "kelp bench smoke (every scenario, tiny sizes; baselines, JSON and plot once)"
+cargo build --release -p kelp
+smoke_dir="$(mktemp -d)"
+trap 'rm -rf "$smoke_dir"' EXIT
+kelp_bench() {
+  target/release/kelp bench "$@" --count 20000 --record-bytes 1000 --batch-records 200 \
+    --timeout-s 60 --data-dir "$smoke_dir"
+}
+kelp_bench produce --baseline --json "$smoke_dir/produce.json" --plot "$smoke_dir/produce.png"
+python3 -c 'import json, sys
+doc = json.load(open(sys.argv[1]))
+for key in ("scenario", "transport", "records", "throughput_mb_s", "records_per_s", "latency_us",
+            "broker_cpu_s_per_gb", "broker_peak_rss_mb", "baseline_mb_s", "ratio_to_baseline"):
+    assert key in doc, key
+assert doc["records"] == 20000, doc["records"]' "$smoke_dir/produce.json"
+test -s "$smoke_dir/produce.png"
+kelp_bench produce --transport quic
+kelp_bench consume --from buffers
+kelp_bench consume --from chunks --segments 2 --consumers 2
+kelp_bench end-to-end --rate 100000
+kelp_bench backfill
+
+step "criterion smoke (every micro-benchmark once, in test mode)"
+cargo bench -p kelp-benches --bench hot_path -- --test
 
 step "fuzz smoke (each decoder, ${FUZZ_SECONDS:=15}s)"
 FUZZ_SECONDS="$FUZZ_SECONDS" bash fuzz/smoke.sh

@@ -1,3 +1,16 @@
-//! kelp benchmarks: the parts the load programs in `src/bin` share.
+//! kelp benchmarks: the load generator behind `kelp bench` (scenarios,
+//! the broker child process, host limits, reports and plots), and the
+//! parts the load programs in `src/bin` share.
 
 pub mod baseline;
+pub mod bench;
+pub mod broker_process;
+pub mod frames;
+pub mod host_limits;
+pub mod load;
+pub mod plot;
+pub mod report;
+pub mod workload;
+
+pub use bench::{run, BenchArgs};
+pub use broker_process::BrokerLauncher;

@@ -37,9 +37,10 @@ use crate::error::EngineError;
 const SEGMENT_ID_OFFSET: usize = 12;
 const BASE_OFFSET_OFFSET: usize = 16;
 
-/// The buffer being appended to.
+/// The buffer being appended to. Public (not re-exported) only so the
+/// `bench` feature can hand it to the criterion benchmarks.
 #[derive(Debug)]
-pub(crate) struct ActiveBuffer {
+pub struct ActiveBuffer {
     path: PathBuf,
     file: File,
     map: Mmap,
@@ -55,7 +56,7 @@ pub(crate) struct ActiveBuffer {
 impl ActiveBuffer {
     /// Create the file, reserve its blocks (so a full disk fails here, not
     /// as a SIGBUS on a later write to the mapping), and map it.
-    pub(crate) fn create(
+    pub fn create(
         path: PathBuf,
         segment_id: u32,
         base_offset: u64,
@@ -160,14 +161,14 @@ impl ActiveBuffer {
     }
 
     /// Whether a batch of `len` bytes fits.
-    pub(crate) fn fits(&self, len: usize) -> bool {
+    pub fn fits(&self, len: usize) -> bool {
         self.data_bytes + len <= self.data_capacity
     }
 
     /// Copy a validated batch in, its base offset stamped on the way. The
     /// caller checked `fits`. Returns the offsets `[base, next)` it was
     /// given.
-    pub(crate) fn append(&mut self, batch: &BatchView<'_>) -> Result<(u64, u64), EngineError> {
+    pub fn append(&mut self, batch: &BatchView<'_>) -> Result<(u64, u64), EngineError> {
         let bytes = batch.bytes();
         debug_assert!(self.fits(bytes.len()));
         let at = (CHUNK_HEADER_BYTES + self.data_bytes) as u64;

@@ -34,3 +34,10 @@ pub use config::{BrokerConfig, QuicDriver};
 pub use error::EngineError;
 pub use signals::TerminationSignals;
 pub use tls::ALPN;
+
+/// Internals the criterion benchmarks in `benches/` measure; not an API.
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod bench_internals {
+    pub use crate::buffer::ActiveBuffer;
+}

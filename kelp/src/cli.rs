@@ -39,6 +39,10 @@ pub enum Command {
     /// Print a topic's records as `KEY<TAB>VALUE` lines.
     #[command(after_help = ESCAPING_HELP)]
     Sub(SubArgs),
+    /// Measure a broker: produce, consume, end-to-end or backfill, with
+    /// latency percentiles, broker CPU and memory, and (--baseline) the
+    /// host's limits measured in the same run.
+    Bench(kelp_benches::BenchArgs),
     /// Inspect chunk files.
     Chunk {
         #[command(subcommand)]
@@ -442,6 +446,27 @@ mod tests {
     }
 
     #[test]
+    fn bench_parses() {
+        let Command::Bench(b) = parse(&[
+            "bench",
+            "end-to-end",
+            "--transport",
+            "quic",
+            "--rate",
+            "10000",
+            "--duration",
+            "5",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(b.scenario, kelp_benches::bench::Scenario::EndToEnd);
+        assert_eq!(b.rate, Some(10_000.0));
+        assert!(b.count.is_none());
+    }
+
+    #[test]
     fn refuses_bad_arguments() {
         let bad: &[&[&str]] = &[
             &["pub", "a/b", "--ack", "all"],
@@ -452,6 +477,9 @@ mod tests {
             &["serve", "--buffer-bytes", "1"],
             &["serve", "--payload-sweep-ms", "0"],
             &["pub", "a/b", "--by-ref-over", "big"],
+            &["bench", "produce", "--count", "5", "--duration", "1"],
+            &["bench", "produce", "--ack", "all"],
+            &["bench", "sideways"],
         ];
         for args in bad {
             assert!(

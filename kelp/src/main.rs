@@ -1,5 +1,5 @@
 //! The `kelp` binary: run a broker, manage topics, publish and subscribe
-//! from the shell, and inspect chunk files.
+//! from the shell, inspect chunk files, and benchmark a broker.
 //!
 //! `kelp serve` runs the broker on the calling thread (the engine starts its
 //! own executors); the client commands run on a tokio runtime built here,
@@ -33,6 +33,10 @@ fn main() -> ExitCode {
         Command::Topic { command } => run_async(commands::topic(command)),
         Command::Pub(args) => run_async(commands::publish(args)),
         Command::Sub(args) => run_async(commands::subscribe(args)),
+        // The bench builds its own runtimes and starts `kelp serve` from
+        // this executable as its broker.
+        Command::Bench(args) => kelp_benches::BrokerLauncher::this_executable_serve()
+            .and_then(|launcher| kelp_benches::run(&args, &launcher)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

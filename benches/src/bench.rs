@@ -1,0 +1,1018 @@
+//! `kelp bench`: one scenario against a broker, with the host's limits
+//! measured in the same run.
+//!
+//! By default the broker is a child process (`kelp serve` from the same
+//! executable) on free loopback ports with a fresh data directory, so its
+//! CPU time and memory can be read from `/proc`; `--broker ADDR` uses a
+//! running broker instead (then broker CPU and memory are not measured).
+//!
+//! Scenarios:
+//! - `produce`: pipelined produce requests; latency is publish to ack, per
+//!   batch;
+//! - `consume`: the topic is filled first (not measured), then read from
+//!   offset 0 by one fetch at a time per segment; `--from buffers` keeps
+//!   everything in the broker's in-memory buffers, `--from chunks` waits
+//!   until every record is in a chunk file in the filer; latency is one
+//!   fetch's round trip;
+//! - `end-to-end`: producers and consumers at once; each batch carries its
+//!   send time, latency is publish to delivery (every record of a batch
+//!   shares its batch's time);
+//! - `backfill`: `produce` with `--ack durable` by default, compared with
+//!   the fdatasync sequential-write limit.
+//!
+//! Every phase is bounded by `--timeout-s`; the topic must hold exactly the
+//! records sent, and consumers must read them all, or the run fails.
+
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use rustls::pki_types::CertificateDer;
+use tokio::task::JoinSet;
+use wire::{
+    chunk::{ChunkHeader, CHUNK_HEADER_BYTES},
+    message::TopicInfo,
+    AckMode, Request,
+};
+
+use crate::{
+    baseline::{cpu_time, current_thread_runtime},
+    broker_process::{BrokerLauncher, BrokerProcess, BrokerSettings, ProcessStats, TempDir},
+    frames::{admin_request, quic_endpoint, read_certificate, AdminAnswer, Dialer},
+    host_limits,
+    load::{
+        new_histogram, run_consumer, run_producer, segment_addresses, ConsumerPlan, ProducerPlan,
+        Progress, SendBudget,
+    },
+    report::{Baselines, Report, Sample},
+    workload::Workload,
+};
+
+/// The bench broker's buffer for `consume --from buffers`: the largest a
+/// broker takes, and an age no run reaches, so nothing leaves memory.
+const BUFFERS_ONLY_BUFFER_BYTES: u64 = 1 << 30;
+const BUFFERS_ONLY_FLUSH_AGE_MS: u64 = 3_600_000;
+/// For `consume --from chunks`: buffers sealed soon after the fill.
+const CHUNKS_FLUSH_AGE_MS: u64 = 100;
+/// The broker's own default flush age, for every other scenario.
+const FLUSH_AGE_MS_DEFAULT: u64 = 1000;
+/// The baselines move at most this much payload, so a 20 GB backfill does
+/// not spend minutes on them; their rate is steady long before.
+const BASELINE_BYTES_MAX: u64 = 2 << 30;
+/// How often throughput, broker memory and the progress bar are sampled.
+const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// Between `DescribeTopic` (or chunk-file) polls while waiting for records.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+const NAMESPACE: &str = "bench";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    Produce,
+    Consume,
+    EndToEnd,
+    Backfill,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Produce => "produce",
+            Scenario::Consume => "consume",
+            Scenario::EndToEnd => "end-to-end",
+            Scenario::Backfill => "backfill",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    Tcp,
+    Quic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AckArg {
+    None,
+    Leader,
+    Durable,
+}
+
+impl AckArg {
+    fn mode(self) -> AckMode {
+        match self {
+            AckArg::None => AckMode::None,
+            AckArg::Leader => AckMode::Leader,
+            AckArg::Durable => AckMode::Durable,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            AckArg::None => "none",
+            AckArg::Leader => "leader",
+            AckArg::Durable => "durable",
+        }
+    }
+}
+
+/// Where `consume` reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConsumeFrom {
+    /// The broker's in-memory (mapped) buffers.
+    Buffers,
+    /// Chunk files in the filer.
+    Chunks,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuicDriverArg {
+    Tokio,
+    Shard,
+}
+
+/// `kelp bench` arguments.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
+    pub transport: TransportArg,
+    /// Value bytes per record (an 8-byte key comes on top).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=(1 << 20)))]
+    pub record_bytes: u32,
+    /// Records per batch (one batch per produce request).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_records: u32,
+    /// Producer connections per shard.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub producers: u32,
+    /// Consumers; the segments are shared out among them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub consumers: u32,
+    /// Segments of the benchmark's topic.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub segments: u32,
+    /// Produce requests outstanding per producer connection.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub in_flight: u32,
+    /// When the broker answers a batch [default: leader; backfill: durable].
+    #[arg(long, value_enum)]
+    pub ack: Option<AckArg>,
+    /// Target records per second over all producers (latency at a fixed
+    /// load); without it, as fast as the broker takes them.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Records to send, rounded up to whole batches [default: 1000000].
+    #[arg(long, conflicts_with = "duration")]
+    pub count: Option<u64>,
+    /// Send for this many seconds instead of a count.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// `consume` only: read from the broker's buffers or from chunks.
+    #[arg(long = "from", value_enum, default_value_t = ConsumeFrom::Buffers)]
+    pub consume_from: ConsumeFrom,
+    /// Use this running broker (any shard's TCP address) instead of
+    /// starting one; broker CPU and memory are then not measured.
+    #[arg(long, value_name = "ADDR")]
+    pub broker: Option<String>,
+    /// With --broker and --transport quic: the broker's certificate (DER or
+    /// PEM, e.g. `<data-dir>/tls/cert.der`).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Shards of the bench's own broker.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub shards: u32,
+    /// Buffer (chunk) size of the bench's own broker, MiB.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub buffer_mib: u64,
+    /// How the bench's own broker drives QUIC.
+    #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]
+    pub quic_driver: QuicDriverArg,
+    /// Directory under which the bench's broker keeps its data (and the
+    /// file-write baselines write); the system temp dir by default.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Also measure this host's limits with the same sizes: raw TCP, raw
+    /// quinn, sequential file writes with and without fdatasync.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Write the figures as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw throughput over time and the latency distribution (PNG).
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
+    /// Time limit of each phase, seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_s: u64,
+    /// Soft limit of one fetch answer, bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub fetch_bytes: u32,
+}
+
+const COUNT_DEFAULT: u64 = 1_000_000;
+
+/// Runs one benchmark and prints (and writes) its report.
+pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
+    let ack = args.ack.unwrap_or(match args.scenario {
+        Scenario::Backfill => AckArg::Durable,
+        _ => AckArg::Leader,
+    });
+    if let Some(rate) = args.rate {
+        ensure!(
+            rate.is_finite() && rate > 0.0,
+            "--rate must be a positive number"
+        );
+    }
+    if let Some(duration) = args.duration {
+        ensure!(
+            duration.is_finite() && duration > 0.0,
+            "--duration must be a positive number of seconds"
+        );
+    }
+    let needs_consumers = matches!(args.scenario, Scenario::Consume | Scenario::EndToEnd);
+    ensure!(
+        !needs_consumers || args.consumers <= args.segments,
+        "--consumers {} needs at least as many --segments (each segment has one reader)",
+        args.consumers
+    );
+    if args.scenario == Scenario::EndToEnd {
+        ensure!(
+            ack != AckArg::None,
+            "end-to-end needs acknowledged produce (--ack leader or durable)"
+        );
+    }
+    if args.plot.is_some() {
+        // Fail before the run, not after it.
+        crate::plot::load_font()?;
+    }
+
+    // The broker: our own child, or the one given.
+    let own_data = if args.broker.is_none() {
+        Some(TempDir::create(args.data_dir.as_deref(), "kelp-bench")?)
+    } else {
+        None
+    };
+    let broker = match &own_data {
+        Some(dir) => {
+            let (buffer_bytes, flush_age_ms) = match (args.scenario, args.consume_from) {
+                (Scenario::Consume, ConsumeFrom::Buffers) => {
+                    (BUFFERS_ONLY_BUFFER_BYTES, BUFFERS_ONLY_FLUSH_AGE_MS)
+                }
+                (Scenario::Consume, ConsumeFrom::Chunks) => {
+                    (args.buffer_mib << 20, CHUNKS_FLUSH_AGE_MS)
+                }
+                _ => (args.buffer_mib << 20, FLUSH_AGE_MS_DEFAULT),
+            };
+            let settings = BrokerSettings {
+                shards: args.shards as usize,
+                buffer_bytes,
+                flush_age_ms,
+                quic_driver: match args.quic_driver {
+                    QuicDriverArg::Tokio => "tokio",
+                    QuicDriverArg::Shard => "shard",
+                },
+            };
+            let broker = BrokerProcess::start(launcher, &settings, &dir.path().join("broker"))?;
+            eprintln!(
+                "broker pid {} at {}, data in {}",
+                broker.pid(),
+                broker.listen(),
+                dir.path().display()
+            );
+            Some(broker)
+        }
+        None => {
+            ensure!(
+                !(args.scenario == Scenario::Consume && args.consume_from == ConsumeFrom::Chunks),
+                "consume --from chunks needs the bench's own broker (it waits for the chunk files)"
+            );
+            None
+        }
+    };
+    let admin = match (&broker, &args.broker) {
+        (Some(b), _) => b.listen(),
+        (None, Some(addr)) => resolve(addr)?,
+        (None, None) => bail!("no broker"),
+    };
+    let cert = match (&own_data, &args.tls_ca) {
+        (_, Some(path)) => Some(read_certificate(path)?),
+        (Some(dir), None) => Some(CertificateDer::from(
+            std::fs::read(dir.path().join("broker/tls/cert.der"))
+                .context("read the broker's certificate")?,
+        )),
+        (None, None) => None,
+    };
+    let stats = broker.as_ref().map(|b| ProcessStats::new(b.pid()));
+    let timeout = Duration::from_secs(args.timeout_s);
+
+    let rt = current_thread_runtime()?;
+    let mut run = Run {
+        args,
+        ack,
+        admin,
+        stats,
+        timeout,
+        topic: format!(
+            "{NAMESPACE}/{}-{}-{:x}",
+            args.scenario.name(),
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        ),
+        shard_addresses: Vec::new(),
+        layout: None,
+        workload: None,
+        dialer: None,
+    };
+    let measured = rt.block_on(async {
+        run.prepare(cert).await?;
+        let measured = match args.scenario {
+            Scenario::Produce | Scenario::Backfill => run.produce_measured().await?,
+            Scenario::Consume => run.consume(own_data.as_ref().map(TempDir::path)).await?,
+            Scenario::EndToEnd => run.end_to_end().await?,
+        };
+        run.check_topic(measured.produced_records).await?;
+        anyhow::Ok(measured)
+    })?;
+    let peak_rss_bytes = stats.map(|s| s.peak_rss_bytes()).transpose()?;
+
+    let baselines = if args.baseline {
+        let dir = match &own_data {
+            Some(d) => d.path().to_path_buf(),
+            None => args.data_dir.clone().unwrap_or_else(std::env::temp_dir),
+        };
+        Some(run.baselines(measured.payload_bytes, &dir)?)
+    } else {
+        None
+    };
+
+    let report = Report {
+        scenario: args.scenario.name(),
+        transport: match args.transport {
+            TransportArg::Tcp => "tcp",
+            TransportArg::Quic => "quic",
+        },
+        ack: ack.name(),
+        consume_from: (args.scenario == Scenario::Consume).then_some(match args.consume_from {
+            ConsumeFrom::Buffers => "buffers",
+            ConsumeFrom::Chunks => "chunks",
+        }),
+        record_bytes: args.record_bytes,
+        batch_records: args.batch_records,
+        producers: args.producers,
+        consumers: args.consumers,
+        segments: args.segments,
+        shards: run.shard_addresses.len(),
+        in_flight: args.in_flight,
+        rate: args.rate,
+        records: measured.records,
+        payload_bytes: measured.payload_bytes,
+        elapsed: measured.elapsed,
+        latency: measured.latency,
+        latency_kind: measured.latency_kind,
+        broker_cpu: measured.broker_cpu,
+        broker_peak_rss_bytes: peak_rss_bytes,
+        load_cpu: measured.load_cpu,
+        samples: measured.samples,
+        baselines,
+    };
+    report.print();
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report.json())?)
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::draw(path, &report)?;
+    }
+
+    if broker.is_none() {
+        // Someone else's broker: leave it as it was.
+        rt.block_on(admin_request(
+            admin,
+            &Request::DeleteTopic {
+                topic: run.topic.clone(),
+            },
+        ))
+        .context("delete the benchmark topic")?;
+    }
+    drop(rt);
+    if let Some(broker) = broker {
+        broker.stop()?;
+    }
+    drop(own_data);
+    Ok(())
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("resolve {addr}"))?
+        .next()
+        .ok_or_else(|| anyhow!("{addr} resolves to no address"))
+}
+
+/// The measured phase of a run.
+struct Measured {
+    /// Records the measured phase moved (sent, or delivered).
+    records: u64,
+    payload_bytes: u64,
+    /// Records produced into the topic over the whole run.
+    produced_records: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+    latency_kind: &'static str,
+    broker_cpu: Option<Duration>,
+    load_cpu: Duration,
+    samples: Vec<Sample>,
+}
+
+/// One run's shared state.
+struct Run<'a> {
+    args: &'a BenchArgs,
+    ack: AckArg,
+    admin: SocketAddr,
+    stats: Option<ProcessStats>,
+    timeout: Duration,
+    topic: String,
+    shard_addresses: Vec<SocketAddr>,
+    layout: Option<TopicInfo>,
+    workload: Option<Arc<Workload>>,
+    dialer: Option<Dialer>,
+}
+
+/// What a produce phase did.
+struct Produced {
+    batches: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+}
+
+impl Run<'_> {
+    fn workload(&self) -> Result<&Arc<Workload>> {
+        self.workload.as_ref().context("run not prepared")
+    }
+
+    fn layout(&self) -> Result<&TopicInfo> {
+        self.layout.as_ref().context("run not prepared")
+    }
+
+    fn dialer(&self) -> Result<Dialer> {
+        self.dialer.clone().context("run not prepared")
+    }
+
+    /// Asks for the shards, creates the topic, builds the batches.
+    async fn prepare(&mut self, cert: Option<CertificateDer<'static>>) -> Result<()> {
+        let AdminAnswer::Shards(shards) = self.admin(&Request::Shards).await? else {
+            bail!("the broker did not list its shards");
+        };
+        self.shard_addresses = shards
+            .iter()
+            .map(|(tcp, quic)| {
+                resolve(match self.args.transport {
+                    TransportArg::Tcp => tcp,
+                    TransportArg::Quic => quic,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let layout = self
+            .admin(&Request::CreateTopic {
+                topic: self.topic.clone(),
+                segments: self.args.segments,
+            })
+            .await?
+            .topic()?;
+        ensure!(
+            layout.segments.len() == self.args.segments as usize,
+            "asked for {} segments, the broker made {}",
+            self.args.segments,
+            layout.segments.len()
+        );
+        self.workload = Some(Arc::new(Workload::new(
+            &layout.segments,
+            self.args.record_bytes as usize,
+            self.args.batch_records,
+            self.ack.mode(),
+            self.args.in_flight as usize,
+        )?));
+        self.layout = Some(layout);
+        self.dialer = Some(match self.args.transport {
+            TransportArg::Tcp => Dialer::Tcp,
+            TransportArg::Quic => {
+                let cert = cert.context(
+                    "--transport quic with --broker needs --tls-ca (the broker's certificate)",
+                )?;
+                Dialer::Quic(quic_endpoint(cert)?)
+            }
+        });
+        Ok(())
+    }
+
+    async fn admin(&self, request: &Request<'_>) -> Result<AdminAnswer> {
+        tokio::time::timeout(self.timeout, admin_request(self.admin, request))
+            .await
+            .map_err(|_| anyhow!("admin request timed out"))?
+    }
+
+    async fn describe(&self) -> Result<TopicInfo> {
+        self.admin(&Request::DescribeTopic {
+            topic: self.topic.clone(),
+        })
+        .await?
+        .topic()
+    }
+
+    fn batches_to_send(&self) -> Option<u64> {
+        if self.args.duration.is_some() {
+            return None;
+        }
+        let records = self.args.count.unwrap_or(COUNT_DEFAULT);
+        Some(records.div_ceil(u64::from(self.args.batch_records)).max(1))
+    }
+
+    /// Every producer connection: per producer, one connection per shard
+    /// that owns segments, each writing its shard's segments in turn.
+    async fn produce(&self, progress: Arc<Progress>, stamp: Option<Instant>) -> Result<Produced> {
+        let workload = self.workload()?.clone();
+        let layout = self.layout()?;
+        let addresses = segment_addresses(layout, &self.shard_addresses)?;
+        let mut groups: Vec<(SocketAddr, Vec<u32>)> = Vec::new();
+        for (segment, addr) in addresses.iter().enumerate() {
+            match groups.iter_mut().find(|(a, _)| a == addr) {
+                Some((_, segments)) => segments.push(segment as u32),
+                None => groups.push((*addr, vec![segment as u32])),
+            }
+        }
+        let start = Instant::now();
+        let deadline = self
+            .args
+            .duration
+            .map(|s| start + Duration::from_secs_f64(s));
+        let budget = Arc::new(SendBudget::new(self.batches_to_send(), deadline));
+        let segments = f64::from(self.args.segments);
+        let mut tasks = JoinSet::new();
+        for _ in 0..self.args.producers {
+            for (addr, group) in &groups {
+                let plan = ProducerPlan {
+                    addr: *addr,
+                    topic: self.topic.as_str().into(),
+                    rate: self.args.rate.map(|r| {
+                        r * group.len() as f64 / segments / f64::from(self.args.producers)
+                    }),
+                    segments: group.clone(),
+                    stamp_epoch: stamp,
+                };
+                tasks.spawn(run_producer(
+                    self.dialer()?,
+                    plan,
+                    workload.clone(),
+                    budget.clone(),
+                    progress.clone(),
+                ));
+            }
+        }
+        let mut batches = 0;
+        let mut latency = new_histogram();
+        let all = async {
+            while let Some(joined) = tasks.join_next().await {
+                let report = joined??;
+                batches += report.batches;
+                latency.add(&report.latency)?;
+            }
+            if workload.ack == AckMode::None {
+                // Nothing answers these; the topic tells when they are in.
+                let records = batches * u64::from(workload.batch_records);
+                while self.stored_records().await? < records {
+                    tokio::time::sleep(POLL_INTERVAL).await;
+                }
+                progress.records.store(records, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        };
+        tokio::time::timeout(self.timeout, all)
+            .await
+            .map_err(|_| anyhow!("producers did not finish within {:?}", self.timeout))??;
+        Ok(Produced {
+            batches,
+            elapsed: start.elapsed(),
+            latency,
+        })
+    }
+
+    async fn stored_records(&self) -> Result<u64> {
+        Ok(self
+            .describe()
+            .await?
+            .segments
+            .iter()
+            .map(|s| s.next_offset)
+            .sum())
+    }
+
+    /// `produce` and `backfill`: the produce phase is the measurement.
+    async fn produce_measured(&self) -> Result<Measured> {
+        let workload = self.workload()?.clone();
+        let progress = Arc::new(Progress::default());
+        let total = self
+            .batches_to_send()
+            .map(|b| b * workload.batch_payload_bytes());
+        let meter = Meter::start(self, progress.clone(), total, "produce")?;
+        let produced = self.produce(progress, None).await;
+        let (samples, broker_cpu, load_cpu) = meter.finish()?;
+        let produced = produced?;
+        let records = produced.batches * u64::from(workload.batch_records);
+        Ok(Measured {
+            records,
+            payload_bytes: produced.batches * workload.batch_payload_bytes(),
+            produced_records: records,
+            elapsed: produced.elapsed,
+            latency: produced.latency,
+            latency_kind: if workload.ack == AckMode::None {
+                "none: with ack=none nothing answers"
+            } else {
+                "publish to ack, per batch"
+            },
+            broker_cpu,
+            load_cpu,
+            samples,
+        })
+    }
+
+    /// Fill (not measured), wait for the data to be where `--from` says,
+    /// then read every segment from offset 0.
+    async fn consume(&self, own_data: Option<&Path>) -> Result<Measured> {
+        let workload = self.workload()?.clone();
+        let fill_progress = Arc::new(Progress::default());
+        let total = self
+            .batches_to_send()
+            .map(|b| b * workload.batch_payload_bytes());
+        let meter = Meter::start(self, fill_progress.clone(), total, "fill")?;
+        let filled = self.produce(fill_progress, None).await;
+        meter.finish()?;
+        let filled = filled?;
+        let records = filled.batches * u64::from(workload.batch_records);
+        if let Some(dir) = own_data {
+            let filer = dir.join("broker/filer");
+            match self.args.consume_from {
+                ConsumeFrom::Chunks => {
+                    let deadline = Instant::now() + self.timeout;
+                    while chunked_records(&filer)? < records {
+                        ensure!(
+                            Instant::now() < deadline,
+                            "the broker did not flush every record to chunks in time"
+                        );
+                        tokio::time::sleep(POLL_INTERVAL * 10).await;
+                    }
+                }
+                ConsumeFrom::Buffers => {
+                    let chunked = chunked_records(&filer)?;
+                    ensure!(
+                        chunked == 0,
+                        "{chunked} of {records} records left the buffers for chunks: lower \
+                         --count or raise --segments (a buffer holds at most 1 GiB)"
+                    );
+                }
+            }
+        }
+        let layout = self.describe().await?;
+        let targets: Vec<u64> = layout.segments.iter().map(|s| s.next_offset).collect();
+        let progress = Arc::new(Progress::default());
+        let total_bytes = records * workload.record_bytes as u64;
+        let meter = Meter::start(self, progress.clone(), Some(total_bytes), "consume")?;
+        let start = Instant::now();
+        let read = self
+            .consume_all(
+                &layout,
+                targets
+                    .iter()
+                    .map(|&t| Arc::new(AtomicU64::new(t)))
+                    .collect(),
+                progress,
+                None,
+            )
+            .await;
+        let elapsed = start.elapsed();
+        let (samples, broker_cpu, load_cpu) = meter.finish()?;
+        let (delivered, latency) = read?;
+        ensure!(
+            delivered == records,
+            "consumers read {delivered} records, {records} were produced"
+        );
+        Ok(Measured {
+            records: delivered,
+            payload_bytes: delivered * workload.record_bytes as u64,
+            produced_records: records,
+            elapsed,
+            latency,
+            latency_kind: "fetch round trip",
+            broker_cpu,
+            load_cpu,
+            samples,
+        })
+    }
+
+    /// Spawns one reader per segment (segments shared out among
+    /// `--consumers`) and waits for all of them.
+    async fn consume_all(
+        &self,
+        layout: &TopicInfo,
+        targets: Vec<Arc<AtomicU64>>,
+        progress: Arc<Progress>,
+        stamp: Option<Instant>,
+    ) -> Result<(u64, Histogram<u64>)> {
+        let mut tasks = self.spawn_consumers(layout, targets, progress, stamp)?;
+        let mut delivered = 0;
+        let mut latency = new_histogram();
+        let all = async {
+            while let Some(joined) = tasks.join_next().await {
+                let report = joined??;
+                delivered += report.records;
+                latency.add(&report.latency)?;
+            }
+            anyhow::Ok(())
+        };
+        tokio::time::timeout(self.timeout, all)
+            .await
+            .map_err(|_| anyhow!("consumers did not finish within {:?}", self.timeout))??;
+        Ok((delivered, latency))
+    }
+
+    fn spawn_consumers(
+        &self,
+        layout: &TopicInfo,
+        targets: Vec<Arc<AtomicU64>>,
+        progress: Arc<Progress>,
+        stamp: Option<Instant>,
+    ) -> Result<JoinSet<Result<crate::load::ConsumerReport>>> {
+        let workload = self.workload()?;
+        let addresses = segment_addresses(layout, &self.shard_addresses)?;
+        let mut tasks = JoinSet::new();
+        // Consumer c reads segments c, c + consumers, ...: every segment
+        // has exactly one reader, so the consumer count only groups them.
+        for (segment, (addr, target)) in addresses.into_iter().zip(targets).enumerate() {
+            let plan = ConsumerPlan {
+                addr,
+                topic: self.topic.clone(),
+                segment: segment as u32,
+                fetch_bytes_max: self.args.fetch_bytes,
+                target,
+                stamp_epoch: stamp,
+            };
+            tasks.spawn(run_consumer(
+                self.dialer()?,
+                plan,
+                workload.record_bytes,
+                progress.clone(),
+            ));
+        }
+        Ok(tasks)
+    }
+
+    /// Consumers tail the topic while producers write stamped batches;
+    /// measured from the first send to the last delivery.
+    async fn end_to_end(&self) -> Result<Measured> {
+        let workload = self.workload()?.clone();
+        let layout = self.layout()?.clone();
+        let targets: Vec<Arc<AtomicU64>> = layout
+            .segments
+            .iter()
+            .map(|_| Arc::new(AtomicU64::new(u64::MAX)))
+            .collect();
+        let delivered_progress = Arc::new(Progress::default());
+        let total = self
+            .batches_to_send()
+            .map(|b| b * workload.batch_payload_bytes());
+        let meter = Meter::start(self, delivered_progress.clone(), total, "end-to-end")?;
+        let epoch = Instant::now();
+        let mut consumers =
+            self.spawn_consumers(&layout, targets.clone(), delivered_progress, Some(epoch))?;
+        let result = async {
+            let produced = self
+                .produce(Arc::new(Progress::default()), Some(epoch))
+                .await?;
+            // Now the consumers know where to stop.
+            let stored = self.describe().await?;
+            for (segment, target) in stored.segments.iter().zip(&targets) {
+                target.store(segment.next_offset, Ordering::Release);
+            }
+            let mut delivered = 0;
+            let mut latency = new_histogram();
+            let all = async {
+                while let Some(joined) = consumers.join_next().await {
+                    let report = joined??;
+                    delivered += report.records;
+                    latency.add(&report.latency)?;
+                }
+                anyhow::Ok(())
+            };
+            tokio::time::timeout(self.timeout, all)
+                .await
+                .map_err(|_| anyhow!("consumers did not finish within {:?}", self.timeout))??;
+            anyhow::Ok((produced, delivered, latency, epoch.elapsed()))
+        }
+        .await;
+        let (samples, broker_cpu, load_cpu) = meter.finish()?;
+        let (produced, delivered, latency, elapsed) = result?;
+        let records = produced.batches * u64::from(workload.batch_records);
+        ensure!(
+            delivered == records,
+            "consumers read {delivered} records, {records} were produced"
+        );
+        Ok(Measured {
+            records,
+            payload_bytes: records * workload.record_bytes as u64,
+            produced_records: records,
+            elapsed,
+            latency,
+            latency_kind: "publish to delivery, per record",
+            broker_cpu,
+            load_cpu,
+            samples,
+        })
+    }
+
+    /// The topic holds exactly the records produced.
+    async fn check_topic(&self, produced: u64) -> Result<()> {
+        let stored = self.stored_records().await?;
+        ensure!(
+            stored == produced,
+            "topic {} holds {stored} records, {produced} were produced",
+            self.topic
+        );
+        Ok(())
+    }
+
+    /// The host's limits with the same frames, at most `BASELINE_BYTES_MAX`.
+    fn baselines(&self, payload_bytes: u64, dir: &Path) -> Result<Baselines> {
+        let workload = self.workload()?;
+        let batch_bytes = workload.batch_payload_bytes();
+        let batches = (payload_bytes.min(BASELINE_BYTES_MAX) / batch_bytes).max(1);
+        let bytes = batches * batch_bytes;
+        eprintln!(
+            "baselines: {:.0} MB each (raw TCP, raw quinn, file write, file write + fdatasync)",
+            bytes as f64 / 1e6
+        );
+        let timeout = self.timeout;
+        let raw_tcp = host_limits::raw_tcp(workload, &self.topic, batches, timeout)
+            .context("raw TCP baseline")?;
+        let raw_quinn = host_limits::raw_quinn(workload, &self.topic, batches, timeout)
+            .context("raw quinn baseline")?;
+        let file_write = host_limits::file_write(dir, bytes, false).context("file write")?;
+        let file_write_fdatasync =
+            host_limits::file_write(dir, bytes, true).context("file write with fdatasync")?;
+        let primary = match (self.args.scenario, self.ack, self.args.transport) {
+            (Scenario::Backfill, AckArg::Durable, _) => "file_write_fdatasync",
+            (_, _, TransportArg::Tcp) => "raw_tcp",
+            (_, _, TransportArg::Quic) => "raw_quinn",
+        };
+        Ok(Baselines {
+            raw_tcp,
+            raw_quinn,
+            file_write,
+            file_write_fdatasync,
+            primary,
+        })
+    }
+}
+
+/// Samples progress and broker memory while a phase runs, draws the
+/// progress bar, and measures the phase's broker and load-generator CPU.
+struct Meter {
+    stop: Arc<AtomicBool>,
+    sampler: thread::JoinHandle<Vec<Sample>>,
+    stats: Option<ProcessStats>,
+    broker_cpu_before: Option<Duration>,
+    load_cpu_before: Duration,
+}
+
+impl Meter {
+    fn start(
+        run: &Run<'_>,
+        progress: Arc<Progress>,
+        total_bytes: Option<u64>,
+        label: &'static str,
+    ) -> Result<Meter> {
+        let stats = run.stats;
+        let broker_cpu_before = stats.map(|s| s.cpu()).transpose()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let bar = match total_bytes {
+            Some(total) => ProgressBar::new(total).with_style(
+                ProgressStyle::with_template(
+                    "{prefix} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ),
+            None => ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template(
+                    "{prefix} [{elapsed_precise}] {spinner} {bytes} {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ),
+        }
+        .with_prefix(label);
+        let sampler = {
+            let stop = stop.clone();
+            thread::Builder::new()
+                .name("bench-sampler".into())
+                .spawn(move || sample_until(&stop, &progress, stats, &bar))?
+        };
+        Ok(Meter {
+            stop,
+            sampler,
+            stats,
+            broker_cpu_before,
+            // The load runs on this thread's runtime.
+            load_cpu_before: cpu_time(libc::RUSAGE_THREAD),
+        })
+    }
+
+    /// The samples, the broker's CPU and the load generator's CPU.
+    fn finish(self) -> Result<(Vec<Sample>, Option<Duration>, Duration)> {
+        let load_cpu = cpu_time(libc::RUSAGE_THREAD).saturating_sub(self.load_cpu_before);
+        let broker_cpu = match (self.stats, self.broker_cpu_before) {
+            (Some(stats), Some(before)) => Some(stats.cpu()?.saturating_sub(before)),
+            _ => None,
+        };
+        self.stop.store(true, Ordering::Relaxed);
+        let samples = self
+            .sampler
+            .join()
+            .map_err(|_| anyhow!("the sampler thread panicked"))?;
+        Ok((samples, broker_cpu, load_cpu))
+    }
+}
+
+fn sample_until(
+    stop: &AtomicBool,
+    progress: &Progress,
+    stats: Option<ProcessStats>,
+    bar: &ProgressBar,
+) -> Vec<Sample> {
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let mut last = (0.0f64, 0u64);
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        let t = start.elapsed().as_secs_f64();
+        let bytes = progress.bytes.load(Ordering::Relaxed);
+        let rss_bytes = stats.and_then(|s| s.rss_bytes().ok());
+        samples.push(Sample {
+            t_s: t,
+            bytes,
+            broker_rss_bytes: rss_bytes,
+        });
+        bar.set_position(bytes);
+        if t > last.0 {
+            let mb_s = (bytes - last.1) as f64 / 1e6 / (t - last.0);
+            bar.set_message(format!("{mb_s:.0} MB/s"));
+        }
+        last = (t, bytes);
+        if stopping {
+            bar.finish_and_clear();
+            return samples;
+        }
+        thread::sleep(SAMPLE_INTERVAL);
+    }
+}
+
+/// Records in every chunk file under the filer's directory, from the
+/// chunk headers (`docs/chunk-format.md`).
+fn chunked_records(filer: &Path) -> Result<u64> {
+    let mut records = 0;
+    let mut dirs = vec![filer.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("list {}", dir.display())),
+        };
+        for entry in entries {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "chunk") {
+                let mut header = [0u8; CHUNK_HEADER_BYTES];
+                let mut file = std::fs::File::open(&path)
+                    .with_context(|| format!("open {}", path.display()))?;
+                std::io::Read::read_exact(&mut file, &mut header)
+                    .with_context(|| format!("read {}", path.display()))?;
+                let header = ChunkHeader::decode(&header)
+                    .with_context(|| format!("chunk header of {}", path.display()))?;
+                records += header.next_offset.saturating_sub(header.base_offset);
+            }
+        }
+    }
+    Ok(records)
+}

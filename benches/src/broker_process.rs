@@ -1,0 +1,281 @@
+//! A broker run as a child process for a benchmark, so its CPU time
+//! (`/proc/<pid>/stat`, every thread) and resident memory (`/proc/<pid>/status`)
+//! are its own and not the load generator's.
+//!
+//! The caller says how to start a broker ([`BrokerLauncher`]: `kelp serve`
+//! from the same executable); this module adds the data directory, the
+//! address and the limits, waits until the broker answers on TCP, and stops
+//! it with SIGTERM (the broker flushes, then exits) so its exit status is
+//! checked. Dropping a [`BrokerProcess`] that was not stopped kills it.
+
+use std::{
+    ffi::OsString,
+    net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener, UdpSocket as StdUdpSocket},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{bail, ensure, Context, Result};
+use wire::Request;
+
+use crate::frames::admin_request_blocking;
+
+/// How long the broker may take to answer its first request, and to flush
+/// and stop after SIGTERM.
+const BROKER_START_TIMEOUT: Duration = Duration::from_secs(60);
+const BROKER_STOP_TIMEOUT: Duration = Duration::from_secs(300);
+/// Between readiness probes while the broker starts.
+const START_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Attempts at finding `shards` consecutive free ports.
+const PORT_ATTEMPTS_MAX: usize = 50;
+
+/// The command that runs a broker in the foreground until SIGTERM; the
+/// broker flags (`--data-dir`, `--listen`, ...) are appended to `args`.
+#[derive(Debug, Clone)]
+pub struct BrokerLauncher {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+impl BrokerLauncher {
+    /// `kelp serve` from the running executable: the `kelp` binary itself.
+    pub fn this_executable_serve() -> Result<BrokerLauncher> {
+        Ok(BrokerLauncher {
+            program: std::env::current_exe().context("path of this program")?,
+            args: vec!["serve".into()],
+        })
+    }
+}
+
+/// The limits a benchmark starts its broker with.
+#[derive(Debug, Clone)]
+pub struct BrokerSettings {
+    pub shards: usize,
+    pub buffer_bytes: u64,
+    pub flush_age_ms: u64,
+    /// `tokio` or `shard`.
+    pub quic_driver: &'static str,
+}
+
+/// A running broker child.
+pub struct BrokerProcess {
+    child: Child,
+    listen: SocketAddr,
+    stopped: bool,
+}
+
+impl BrokerProcess {
+    /// Starts the broker with its data under `data_dir` on free loopback
+    /// ports, and waits until shard 0 answers an admin request over TCP.
+    pub fn start(
+        launcher: &BrokerLauncher,
+        settings: &BrokerSettings,
+        data_dir: &Path,
+    ) -> Result<BrokerProcess> {
+        let listen = free_base_port(settings.shards)?;
+        let child = Command::new(&launcher.program)
+            .args(&launcher.args)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--listen")
+            .arg(listen.to_string())
+            .arg("--shards")
+            .arg(settings.shards.to_string())
+            .arg("--buffer-bytes")
+            .arg(settings.buffer_bytes.to_string())
+            .arg("--flush-age-ms")
+            .arg(settings.flush_age_ms.to_string())
+            .arg("--quic-driver")
+            .arg(settings.quic_driver)
+            // The broker's info lines would interleave with the summary.
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("start the broker ({})", launcher.program.display()))?;
+        let mut broker = BrokerProcess {
+            child,
+            listen,
+            stopped: false,
+        };
+        broker.wait_ready()?;
+        Ok(broker)
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + BROKER_START_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("the broker exited with {status} while starting");
+            }
+            if admin_request_blocking(self.listen, &Request::ListTopics, START_POLL_INTERVAL * 10)
+                .is_ok()
+            {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the broker did not answer within {} s",
+                BROKER_START_TIMEOUT.as_secs()
+            );
+            thread::sleep(START_POLL_INTERVAL);
+        }
+    }
+
+    /// Shard 0's address.
+    pub fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then wait for a clean exit (the broker flushes first).
+    pub fn stop(mut self) -> Result<()> {
+        self.stopped = true;
+        // SAFETY: a plain syscall on our own child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        ensure!(
+            rc == 0,
+            "kill -TERM {}: {}",
+            self.child.id(),
+            std::io::Error::last_os_error()
+        );
+        let deadline = Instant::now() + BROKER_STOP_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                ensure!(status.success(), "the broker exited with {status}");
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the broker did not stop within {} s",
+                BROKER_STOP_TIMEOUT.as_secs()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        if !self.stopped && matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A process's CPU and memory as `/proc` shows them.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessStats {
+    pid: u32,
+}
+
+impl ProcessStats {
+    pub fn new(pid: u32) -> ProcessStats {
+        ProcessStats { pid }
+    }
+
+    /// User + system CPU of every thread so far.
+    pub fn cpu(&self) -> Result<Duration> {
+        let path = format!("/proc/{}/stat", self.pid);
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+        // The fields after the command name (which may hold spaces) start
+        // at field 3 (state); utime and stime are fields 14 and 15.
+        let after_name = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .context("malformed /proc stat")?;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |i: usize| -> Result<u64> {
+            fields
+                .get(i - 3)
+                .context("short /proc stat")?
+                .parse::<u64>()
+                .context("/proc stat field")
+        };
+        // SAFETY: sysconf reads a constant.
+        let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        ensure!(ticks_per_s > 0, "sysconf(_SC_CLK_TCK) failed");
+        let total = ticks(14)? + ticks(15)?;
+        Ok(Duration::from_secs_f64(total as f64 / ticks_per_s as f64))
+    }
+
+    /// Peak resident set (`VmHWM`), bytes.
+    pub fn peak_rss_bytes(&self) -> Result<u64> {
+        self.status_kib("VmHWM:").map(|kib| kib << 10)
+    }
+
+    /// Resident set now (`VmRSS`), bytes.
+    pub fn rss_bytes(&self) -> Result<u64> {
+        self.status_kib("VmRSS:").map(|kib| kib << 10)
+    }
+
+    fn status_kib(&self, field: &str) -> Result<u64> {
+        let path = format!("/proc/{}/status", self.pid);
+        let status = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .with_context(|| format!("no {field} in {path}"))?;
+        line.split_whitespace()
+            .nth(1)
+            .with_context(|| format!("malformed {field}"))?
+            .parse()
+            .with_context(|| format!("{field} value"))
+    }
+}
+
+/// A fresh directory, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Under `parent` (or the system temp dir).
+    pub fn create(parent: Option<&Path>, prefix: &str) -> Result<TempDir> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        let path = parent.join(format!("{prefix}-{}-{nanos:08x}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("create {}", path.display()))?;
+        Ok(TempDir(path))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!("could not remove {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// A port `p` on 127.0.0.1 such that `p .. p + shards` are free for both
+/// TCP and UDP right now.
+pub fn free_base_port(shards: usize) -> Result<SocketAddr> {
+    for _ in 0..PORT_ATTEMPTS_MAX {
+        let probe = StdTcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let base = probe.local_addr()?.port();
+        drop(probe);
+        if usize::from(base) + shards > usize::from(u16::MAX) {
+            continue;
+        }
+        let all_free = (0..shards as u16).all(|i| {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, base + i));
+            StdTcpListener::bind(addr).is_ok() && StdUdpSocket::bind(addr).is_ok()
+        });
+        if all_free {
+            return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, base)));
+        }
+    }
+    bail!("no {shards} consecutive free ports found on 127.0.0.1")
+}

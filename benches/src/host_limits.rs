@@ -1,0 +1,203 @@
+//! The limits of this host, measured in the same run as kelp with the same
+//! sizes: the same produce frames pushed into a raw TCP sink and over one
+//! raw quinn stream (the sinks are in [`crate::baseline`]), and sequential
+//! writes of the same volume into the data directory's filesystem, with and
+//! without `fdatasync`.
+
+use std::{
+    fs::OpenOptions,
+    io::Write,
+    net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener, UdpSocket as StdUdpSocket},
+    path::Path,
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, ensure, Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use wire::Request;
+
+use crate::baseline::{
+    current_thread_runtime, parse_reply, quinn_sink, tcp_sink, tls_configs, REPLY_BYTES,
+    SERVER_NAME,
+};
+use crate::frames::with_broker_windows;
+use crate::workload::Workload;
+
+/// Bytes per `write` of the file baselines, and between `fdatasync`s of the
+/// synced one: the broker's default buffer (chunk) size.
+pub const FILE_WRITE_BYTES: usize = 8 << 20;
+
+/// One limit: bytes moved in a time.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    /// Payload bytes: record values, as kelp's figures count them.
+    pub payload_bytes: u64,
+    pub elapsed: Duration,
+}
+
+impl Limit {
+    pub fn mb_per_s(&self) -> f64 {
+        self.payload_bytes as f64 / 1e6 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// `batches` produce frames of `workload` into a raw TCP sink; the clock
+/// runs from the first write to the sink's count.
+pub fn raw_tcp(workload: &Workload, topic: &str, batches: u64, timeout: Duration) -> Result<Limit> {
+    let listener = StdTcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let (sink_tx, sink_rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("sink-tcp".into())
+        .spawn(move || {
+            let _ = sink_tx.send(tcp_sink(listener));
+        })?;
+    let rt = current_thread_runtime()?;
+    let expected = batches * workload.frame_bytes(topic) as u64;
+    let (count, elapsed) = rt.block_on(async {
+        tokio::time::timeout(timeout, async {
+            let stream = tokio::net::TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let (mut read, write) = stream.into_split();
+            let start = Instant::now();
+            let mut write = send_frames(write, workload, topic, batches).await?;
+            write.shutdown().await?;
+            let mut reply = Vec::with_capacity(REPLY_BYTES);
+            read.read_to_end(&mut reply).await?;
+            anyhow::Ok((parse_reply(&reply)?, start.elapsed()))
+        })
+        .await
+        .map_err(|_| anyhow!("raw TCP baseline timed out"))?
+    })?;
+    let sink = sink_rx
+        .recv_timeout(timeout)
+        .map_err(|_| anyhow!("TCP sink did not finish"))??;
+    ensure!(
+        count == expected && sink.bytes == expected,
+        "TCP sink took {count} bytes, {expected} were sent"
+    );
+    Ok(Limit {
+        payload_bytes: batches * workload.batch_payload_bytes(),
+        elapsed,
+    })
+}
+
+/// The same frames over one quinn stream to a plain quinn sink with the
+/// broker's transport windows.
+pub fn raw_quinn(
+    workload: &Workload,
+    topic: &str,
+    batches: u64,
+    timeout: Duration,
+) -> Result<Limit> {
+    let tls = tls_configs()?;
+    let socket = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let addr = socket.local_addr()?;
+    let server = with_broker_windows(tls.server);
+    let (sink_tx, sink_rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("sink-quinn".into())
+        .spawn(move || {
+            let _ = sink_tx.send(quinn_sink(socket, server));
+        })?;
+    let rt = current_thread_runtime()?;
+    let expected = batches * workload.frame_bytes(topic) as u64;
+    let client_config = tls.client;
+    let (count, elapsed) = rt.block_on(async {
+        tokio::time::timeout(timeout, async {
+            let mut endpoint = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
+            endpoint.set_default_client_config(client_config);
+            let connection = endpoint.connect(addr, SERVER_NAME)?.await?;
+            let (send, mut recv) = connection.open_bi().await?;
+            let start = Instant::now();
+            let mut send = send_frames(send, workload, topic, batches).await?;
+            send.finish()?;
+            // The count comes only after the sink has taken every byte.
+            let reply = recv.read_to_end(REPLY_BYTES).await?;
+            let elapsed = start.elapsed();
+            connection.close(0u32.into(), b"done");
+            endpoint.wait_idle().await;
+            anyhow::Ok((parse_reply(&reply)?, elapsed))
+        })
+        .await
+        .map_err(|_| anyhow!("raw quinn baseline timed out"))?
+    })?;
+    let sink = sink_rx
+        .recv_timeout(timeout)
+        .map_err(|_| anyhow!("quinn sink did not finish"))??;
+    ensure!(
+        count == expected && sink.bytes == expected,
+        "quinn sink took {count} bytes, {expected} were sent"
+    );
+    Ok(Limit {
+        payload_bytes: batches * workload.batch_payload_bytes(),
+        elapsed,
+    })
+}
+
+/// Writes every frame, encoding each into one reused buffer.
+async fn send_frames<W: AsyncWrite + Unpin>(
+    mut write: W,
+    workload: &Workload,
+    topic: &str,
+    batches: u64,
+) -> Result<W> {
+    let mut frame = Vec::with_capacity(workload.frame_bytes(topic));
+    let segments = workload.segment_batches.len() as u64;
+    for index in 0..batches {
+        let segment = (index % segments) as u32;
+        frame.clear();
+        Request::Produce {
+            topic,
+            segment,
+            ack: workload.ack,
+            batch: &workload.segment_batches[segment as usize],
+        }
+        .encode(index as u32, &mut frame);
+        write.write_all(&frame).await?;
+    }
+    write.flush().await?;
+    Ok(write)
+}
+
+/// Sequential writes of `bytes` (rounded up to whole writes) into a new
+/// file under `dir`, `FILE_WRITE_BYTES` at a time; with `sync`, an
+/// `fdatasync` after every write, as the broker makes each chunk durable.
+/// The file is removed afterwards.
+pub fn file_write(dir: &Path, bytes: u64, sync: bool) -> Result<Limit> {
+    let path = dir.join(format!(
+        "kelp-bench-write-{}-{}",
+        std::process::id(),
+        if sync { "fdatasync" } else { "nosync" }
+    ));
+    let buffer = vec![0x6Bu8; FILE_WRITE_BYTES];
+    let writes = bytes.div_ceil(FILE_WRITE_BYTES as u64).max(1);
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .with_context(|| format!("create {}", path.display()))?;
+        let start = Instant::now();
+        for _ in 0..writes {
+            file.write_all(&buffer)
+                .with_context(|| format!("write {}", path.display()))?;
+            if sync {
+                file.sync_data()
+                    .with_context(|| format!("fdatasync {}", path.display()))?;
+            }
+        }
+        anyhow::Ok(start.elapsed())
+    })();
+    let removed = std::fs::remove_file(&path);
+    let elapsed = result?;
+    removed.with_context(|| format!("remove {}", path.display()))?;
+    Ok(Limit {
+        payload_bytes: writes * FILE_WRITE_BYTES as u64,
+        elapsed,
+    })
+}

@@ -1,0 +1,169 @@
+//! `kelp bench` as a user runs it: each scenario, tiny, against the broker
+//! child it starts itself; the JSON report must carry every key with
+//! positive figures and exactly the records asked for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn kelp_bin() -> PathBuf {
+    std::env::var_os("KELP_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kelp")))
+}
+
+/// Large enough that the broker's CPU time (counted in 10 ms ticks) is
+/// never zero, small enough for a fraction of a second.
+const RECORDS: u64 = 50_000;
+const COMMON: &[&str] = &[
+    "--count",
+    "50000",
+    "--record-bytes",
+    "1000",
+    "--batch-records",
+    "500",
+];
+
+fn bench(dir: &Path, name: &str, args: &[&str]) -> Value {
+    let json = dir.join(format!("{name}.json"));
+    let output = Command::new(kelp_bin())
+        .arg("bench")
+        .args(args)
+        .args(COMMON)
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--json")
+        .arg(&json)
+        .arg("--timeout-s")
+        .arg("120")
+        .output()
+        .expect("run kelp bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "kelp bench {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("MB/s"), "no summary printed: {stdout}");
+    serde_json::from_slice(&std::fs::read(&json).expect("read the JSON report"))
+        .expect("the JSON report parses")
+}
+
+fn positive(doc: &Value, key: &str) -> f64 {
+    let v = doc[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {doc}"));
+    assert!(v > 0.0, "{key} = {v}, want > 0");
+    v
+}
+
+fn check(doc: &Value, scenario: &str, transport: &str) {
+    assert_eq!(doc["scenario"], scenario);
+    assert_eq!(doc["transport"], transport);
+    assert_eq!(doc["records"].as_u64(), Some(RECORDS), "{doc}");
+    assert_eq!(doc["payload_bytes"].as_u64(), Some(RECORDS * 1000));
+    positive(doc, "throughput_mb_s");
+    let records_per_s = positive(doc, "records_per_s");
+    let mb_s = positive(doc, "throughput_mb_s");
+    // 1000-byte values: records/s and MB/s are the same figure.
+    assert!((records_per_s / 1e3 - mb_s).abs() < 1e-6 * mb_s.max(1.0));
+    positive(doc, "broker_cpu_s_per_gb");
+    positive(doc, "broker_peak_rss_mb");
+    let latency = &doc["latency_us"];
+    let mut last = 0.0;
+    for p in ["p50", "p90", "p99", "p999", "max"] {
+        let v = latency[p]
+            .as_f64()
+            .unwrap_or_else(|| panic!("latency_us.{p} missing in {doc}"));
+        assert!(v > 0.0 && v >= last, "latency_us.{p} = {v} after {last}");
+        last = v;
+    }
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[test]
+fn produce_over_tcp() {
+    let dir = temp();
+    let doc = bench(dir.path(), "produce", &["produce"]);
+    check(&doc, "produce", "tcp");
+    assert_eq!(doc["ack"], "leader");
+    assert!(doc.get("baseline_mb_s").is_none());
+}
+
+#[test]
+fn produce_over_quic_with_baselines() {
+    let dir = temp();
+    let doc = bench(
+        dir.path(),
+        "produce-quic",
+        &["produce", "--transport", "quic", "--baseline"],
+    );
+    check(&doc, "produce", "quic");
+    assert_eq!(doc["baseline"], "raw_quinn");
+    let baseline = positive(&doc, "baseline_mb_s");
+    let ratio = positive(&doc, "ratio_to_baseline");
+    assert!((ratio * baseline - doc["throughput_mb_s"].as_f64().unwrap()).abs() < 1e-6 * baseline);
+    for limit in ["raw_tcp", "raw_quinn", "file_write", "file_write_fdatasync"] {
+        positive(&doc["baselines"][limit], "mb_s");
+    }
+}
+
+#[test]
+fn consume_from_buffers_and_from_chunks() {
+    let dir = temp();
+    for from in ["buffers", "chunks"] {
+        let doc = bench(
+            dir.path(),
+            &format!("consume-{from}"),
+            &[
+                "consume",
+                "--from",
+                from,
+                "--segments",
+                "2",
+                "--consumers",
+                "2",
+            ],
+        );
+        check(&doc, "consume", "tcp");
+        assert_eq!(doc["consume_from"], from);
+    }
+}
+
+#[test]
+fn end_to_end_at_a_fixed_rate() {
+    let dir = temp();
+    let doc = bench(
+        dir.path(),
+        "end-to-end",
+        &["end-to-end", "--rate", "200000", "--segments", "2"],
+    );
+    check(&doc, "end-to-end", "tcp");
+    assert_eq!(doc["latency_kind"], "publish to delivery, per record");
+    assert_eq!(doc["rate_records_per_s"].as_f64(), Some(200_000.0));
+}
+
+#[test]
+fn backfill_is_durable_by_default() {
+    let dir = temp();
+    let doc = bench(dir.path(), "backfill", &["backfill", "--baseline"]);
+    check(&doc, "backfill", "tcp");
+    assert_eq!(doc["ack"], "durable");
+    assert_eq!(doc["baseline"], "file_write_fdatasync");
+    positive(&doc, "ratio_to_baseline");
+}
+
+#[test]
+fn refuses_more_consumers_than_segments() {
+    let output = Command::new(kelp_bin())
+        .args(["bench", "consume", "--consumers", "2", "--segments", "1"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--consumers 2"));
+}
