@@ -146,7 +146,7 @@ impl ConsumerGroup {
             // A static member restarting: the new id takes the old one's
             // place (and assignment); the old id is fenced.
             self.replace_static_member(&old_id, &fresh_member_id, out);
-            return self.join_existing(now_ms, token, req, fresh_member_id, config, out);
+            return self.join_existing(now_ms, token, req, fresh_member_id, true, config, out);
         }
         if self.members.len() + self.pending_members.len() >= config.group_members_max {
             return Some(JoinResponse::error(ErrorCode::GROUP_MAX_SIZE_REACHED, ""));
@@ -180,16 +180,19 @@ impl ConsumerGroup {
         if let Some(error) = self.check_member(&member_id, req.group_instance_id.as_deref()) {
             return Some(JoinResponse::error(error, &member_id));
         }
-        self.join_existing(now_ms, token, req, member_id, config, out)
+        self.join_existing(now_ms, token, req, member_id, false, config, out)
     }
 
     /// A join by a current member: updated in place, its assignment kept.
+    /// `replaced`: a static member just took over an old member id.
+    #[allow(clippy::too_many_arguments)]
     fn join_existing(
         &mut self,
         now_ms: u64,
         token: Token,
         req: JoinRequest,
         member_id: String,
+        replaced: bool,
         config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
@@ -208,9 +211,10 @@ impl ConsumerGroup {
                 self.try_complete_join(now_ms, out);
                 None
             }
-            // It lost the answer to its join, or restarted with the same
-            // subscription: the current generation still fits it.
-            GroupState::CompletingRebalance if unchanged => {
+            // It lost the answer to its join: the current generation still
+            // fits it. Not after a static replacement: the leader is
+            // assigning to the old member id, so the group must rebalance.
+            GroupState::CompletingRebalance if unchanged && !replaced => {
                 member.heard_from(now_ms);
                 Some(self.join_response_for(&member_id))
             }
