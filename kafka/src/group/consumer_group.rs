@@ -215,11 +215,11 @@ impl ConsumerGroup {
             // fits it. Not after a static replacement: the leader is
             // assigning to the old member id, so the group must rebalance.
             GroupState::CompletingRebalance if unchanged && !replaced => {
-                member.heard_from(now_ms);
+                member.update_client(&req, now_ms);
                 Some(self.join_response_for(&member_id))
             }
             GroupState::Stable if unchanged && !is_leader => {
-                member.heard_from(now_ms);
+                member.update_client(&req, now_ms);
                 Some(self.join_response_for(&member_id))
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
@@ -307,13 +307,9 @@ impl ConsumerGroup {
         let Some(m) = self.members.get_mut(member_id) else {
             return;
         };
-        m.client_id = req.client_id;
-        m.client_host = req.client_host;
-        m.session_timeout_ms = req.session_timeout_ms;
-        m.rebalance_timeout_ms = req.rebalance_timeout_ms;
+        m.update_client(&req, now_ms);
         m.protocols = req.protocols;
         m.protocol_type = req.protocol_type.clone();
-        m.heard_from(now_ms);
         if let Some(old) = m.awaiting_join.replace(token) {
             // A retried join from a new connection supersedes the old one.
             let response = JoinResponse::error(ErrorCode::REBALANCE_IN_PROGRESS, member_id);

@@ -118,7 +118,12 @@ impl Coordinator {
             );
         }
         let group_id = req.group_id.clone();
-        let fresh_member_id = self.fresh_member_id(&group_id, &req.client_id);
+        // Only a first join can need a new id.
+        let fresh_member_id = if req.member_id.is_empty() {
+            self.fresh_member_id(&group_id, &req.client_id)
+        } else {
+            String::new()
+        };
         let group = self.groups.get_mut(&group_id)?;
         let answer = group.join(
             now_ms,

@@ -1,6 +1,6 @@
 //! [`Member`]: one member of a group, as the coordinator tracks it.
 
-use crate::group::{Protocol, Token};
+use crate::group::{JoinRequest, Protocol, Token};
 
 /// A group member. Identified by its member id only; `client_id` and
 /// `client_host` are kept for DescribeGroups and never used to match.
@@ -50,6 +50,16 @@ impl Member {
             .iter()
             .map(|p| p.name.as_str())
             .find(|n| candidates.contains(n))
+    }
+
+    /// Takes a rejoin's client details and timeouts (not its protocols,
+    /// which decide whether the group rebalances) and restarts the session.
+    pub(crate) fn update_client(&mut self, req: &JoinRequest, now_ms: u64) {
+        self.client_id.clone_from(&req.client_id);
+        self.client_host.clone_from(&req.client_host);
+        self.session_timeout_ms = req.session_timeout_ms;
+        self.rebalance_timeout_ms = req.rebalance_timeout_ms;
+        self.heard_from(now_ms);
     }
 
     /// Restarts the session clock.

@@ -234,14 +234,19 @@ fn rejoin_updates_member_in_place_and_keeps_assignment() {
     let (ids, generation) = h.stable_group("g", &["a", "b"]);
     let (a, b) = (ids[0].clone(), ids[1].clone());
 
-    // Unchanged follower rejoin while Stable: the current generation, no rebalance.
-    let (_, r) = h.join(join_request("g", &b, "b", DEFAULT_PROTOCOLS));
+    // Unchanged follower rejoin while Stable (from a new address): updated in
+    // place, the current generation, no rebalance.
+    let mut req = join_request("g", &b, "b", DEFAULT_PROTOCOLS);
+    req.client_host = "/10.0.0.1".to_owned();
+    let (_, r) = h.join(req);
     let r = r.expect("answered at once");
     assert_eq!(
         (r.error, r.generation_id, r.member_id.as_str()),
         (ErrorCode::NONE, generation, b.as_str())
     );
     assert_eq!(h.group("g").state, GroupState::Stable);
+    assert_eq!(h.group("g").members.len(), 2);
+    assert_eq!(h.group("g").members[&b].client_host, "/10.0.0.1");
     let (_, s) = h.sync(sync_request("g", generation, &b, Vec::new()));
     assert_eq!(
         s.expect("stable sync answered").assignment,
