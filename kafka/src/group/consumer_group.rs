@@ -844,8 +844,7 @@ impl ConsumerGroup {
                         commit_time_ms: now_ms,
                         metadata,
                     };
-                    self.offsets
-                        .insert(topic.topic.clone(), p.partition, committed);
+                    self.offsets.insert(&topic.topic, p.partition, committed);
                     ErrorCode::NONE
                 };
                 partitions.push((p.partition, error));

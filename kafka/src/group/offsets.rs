@@ -66,7 +66,10 @@ pub struct CommittedOffset {
 /// A group's committed offsets, keyed by (topic, partition).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupOffsets {
-    entries: BTreeMap<(String, i32), CommittedOffset>,
+    /// Topic -> partition -> offset: lookups by `&str` need no allocation.
+    topics: BTreeMap<String, BTreeMap<i32, CommittedOffset>>,
+    /// Partitions across all topics.
+    len: usize,
 }
 
 /// Why an offsets file was refused. Nothing is restored from a refused file.
@@ -104,19 +107,17 @@ pub enum OffsetsError {
 impl GroupOffsets {
     /// How many partitions have a committed offset.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
     /// Whether no offset is committed.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len == 0
     }
 
     /// The committed offset of one partition.
     pub fn get(&self, topic: &str, partition: i32) -> Option<&CommittedOffset> {
-        // BTreeMap lookups need an owned key for tuple keys; this is the
-        // fetch path, not the record path, so the small allocation is fine.
-        self.entries.get(&(topic.to_owned(), partition))
+        self.topics.get(topic)?.get(&partition)
     }
 
     /// Whether committing (topic, partition) would need a new entry.
@@ -125,26 +126,34 @@ impl GroupOffsets {
     }
 
     /// Stores an offset, replacing any earlier one.
-    pub(crate) fn insert(&mut self, topic: String, partition: i32, offset: CommittedOffset) {
-        self.entries.insert((topic, partition), offset);
+    pub(crate) fn insert(&mut self, topic: &str, partition: i32, offset: CommittedOffset) {
+        let partitions = match self.topics.get_mut(topic) {
+            Some(p) => p,
+            None => self.topics.entry(topic.to_owned()).or_default(),
+        };
+        if partitions.insert(partition, offset).is_none() {
+            self.len += 1;
+        }
     }
 
     /// Every committed offset in (topic, partition) order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, i32, &CommittedOffset)> {
-        self.entries.iter().map(|((t, p), o)| (t.as_str(), *p, o))
+        self.topics
+            .iter()
+            .flat_map(|(t, parts)| parts.iter().map(move |(p, o)| (t.as_str(), *p, o)))
     }
 
     /// The persisted form of `group_id`'s offsets.
     pub fn encode(&self, group_id: &str) -> Vec<u8> {
         debug_assert!(group_id.len() <= GROUP_ID_BYTES_MAX);
         let mut out = Vec::with_capacity(
-            HEADER_BYTES + group_id.len() + COUNT_BYTES + self.entries.len() * 64 + CHECKSUM_BYTES,
+            HEADER_BYTES + group_id.len() + COUNT_BYTES + self.len * 64 + CHECKSUM_BYTES,
         );
         out.extend_from_slice(&OFFSETS_MAGIC);
         out.extend_from_slice(&OFFSETS_VERSION.to_le_bytes());
         put_str(&mut out, group_id);
-        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
-        for ((topic, partition), o) in &self.entries {
+        out.extend_from_slice(&(self.len as u32).to_le_bytes());
+        for (topic, partition, o) in self.iter() {
             put_str(&mut out, topic);
             out.extend_from_slice(&partition.to_le_bytes());
             out.extend_from_slice(&o.offset.to_le_bytes());
@@ -211,15 +220,18 @@ impl GroupOffsets {
             let leader_epoch = r.i32("leader epoch")?;
             let commit_time_ms = r.u64("commit time")?;
             let metadata = r.str("metadata", OFFSET_METADATA_BYTES_MAX)?;
-            let key = (topic, partition);
-            if previous.as_ref().is_some_and(|p| *p >= key) {
+            let in_order = match &previous {
+                None => true,
+                Some((t, p)) => (t.as_str(), *p) < (topic.as_str(), partition),
+            };
+            if !in_order {
                 return Err(OffsetsError::Invalid(
                     "entries not in strictly increasing (topic, partition) order",
                 ));
             }
-            previous = Some(key.clone());
-            offsets.entries.insert(
-                key,
+            offsets.insert(
+                &topic,
+                partition,
                 CommittedOffset {
                     offset,
                     leader_epoch,
@@ -227,6 +239,7 @@ impl GroupOffsets {
                     metadata,
                 },
             );
+            previous = Some((topic, partition));
         }
         if r.at != body.len() {
             return Err(OffsetsError::TrailingBytes(body.len() - r.at));
@@ -296,7 +309,7 @@ mod tests {
     fn sample() -> GroupOffsets {
         let mut o = GroupOffsets::default();
         o.insert(
-            "orders".into(),
+            "orders",
             1,
             CommittedOffset {
                 offset: 42,
@@ -306,7 +319,7 @@ mod tests {
             },
         );
         o.insert(
-            "orders".into(),
+            "orders",
             0,
             CommittedOffset {
                 offset: 7,
@@ -323,7 +336,7 @@ mod tests {
     fn golden_offsets_file() {
         let mut one = GroupOffsets::default();
         one.insert(
-            "t".into(),
+            "t",
             2,
             CommittedOffset {
                 offset: 5,
