@@ -556,6 +556,25 @@ fn incompatible_protocol_is_refused_and_group_left_exactly_as_it_was() {
         assert_eq!(*h.group("g"), before, "group changed by refused {req:?}");
         assert!(h.released().is_empty());
     }
+    // The same mid-rebalance, with a join parked and a member id pending.
+    let _ = h.join(join_request("g", &ids[0], "a", &["range"]));
+    let pending = h.member_id_for("g", "c");
+    assert_eq!(h.group("g").state, GroupState::PreparingRebalance);
+    let before: ConsumerGroup = h.group("g").clone();
+    for req in [
+        join_request("g", &pending, "c", &["roundrobin"]),
+        join_request("g", &ids[1], "b", &["sticky"]),
+        join_request("g", "", "d", &["roundrobin"]),
+    ] {
+        let (_, r) = h.join(req.clone());
+        assert_eq!(
+            r.map(|r| r.error),
+            Some(ErrorCode::INCONSISTENT_GROUP_PROTOCOL),
+            "{req:?}"
+        );
+        assert_eq!(*h.group("g"), before, "group changed by refused {req:?}");
+        assert!(h.released().is_empty());
+    }
     // A first member with no protocol creates no group.
     let (_, r) = h.join(join_request("fresh", "", "c", &[]));
     assert_eq!(
