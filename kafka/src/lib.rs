@@ -1,0 +1,3 @@
+//! kelp-kafka: the Kafka protocol gateway's sans-IO parts.
+
+pub mod group;
