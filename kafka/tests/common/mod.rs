@@ -118,3 +118,5 @@ where
         );
     }
 }
+
+pub mod samples;
