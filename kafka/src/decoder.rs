@@ -298,3 +298,188 @@ impl<'a> Decoder<'a> {
         self.tagged_fields(|_, _| Ok(false))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoder::Encoder;
+
+    fn enc(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut w = Vec::new();
+        f(&mut w);
+        w
+    }
+
+    #[test]
+    fn varints_match_the_spec_examples() {
+        // Zigzag: 0 -> 0, -1 -> 1, 1 -> 2, -2 -> 3, 63 -> 126, -64 -> 127, 64 -> 128.
+        let cases: [(i32, &[u8]); 8] = [
+            (0, &[0x00]),
+            (-1, &[0x01]),
+            (1, &[0x02]),
+            (-2, &[0x03]),
+            (63, &[0x7e]),
+            (-64, &[0x7f]),
+            (64, &[0x80, 0x01]),
+            (300, &[0xd8, 0x04]),
+        ];
+        for (v, bytes) in cases {
+            assert_eq!(enc(|w| w.put_varint(v)), bytes, "{v}");
+            assert_eq!(Decoder::new(bytes).varint(), Ok(v));
+        }
+        assert_eq!(enc(|w| w.put_unsigned_varint(300)), [0xac, 0x02]);
+        assert_eq!(Decoder::new(&[0xac, 0x02]).unsigned_varint(), Ok(300));
+        for v in [i32::MIN, i32::MAX, -1_000_000, 1_000_000] {
+            let bytes = enc(|w| w.put_varint(v));
+            assert!(bytes.len() <= 5);
+            assert_eq!(Decoder::new(&bytes).varint(), Ok(v));
+        }
+        for v in [i64::MIN, i64::MAX, 0, -1, 1 << 40] {
+            let bytes = enc(|w| w.put_varlong(v));
+            assert!(bytes.len() <= 10);
+            assert_eq!(Decoder::new(&bytes).varlong(), Ok(v));
+        }
+        assert_eq!(
+            enc(|w| w.put_unsigned_varint(u32::MAX)),
+            [0xff, 0xff, 0xff, 0xff, 0x0f]
+        );
+    }
+
+    #[test]
+    fn overlong_and_truncated_varints_are_errors() {
+        assert_eq!(
+            Decoder::new(&[0x80; 6]).unsigned_varint(),
+            Err(DecodeError::VarintTooLong {
+                offset: 0,
+                max_bytes: 5
+            })
+        );
+        assert!(matches!(
+            Decoder::new(&[0x80; 11]).varlong(),
+            Err(DecodeError::VarintTooLong { max_bytes: 10, .. })
+        ));
+        assert!(matches!(
+            Decoder::new(&[0x80, 0x80]).varint(),
+            Err(DecodeError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn strings_classic_and_compact() {
+        assert_eq!(
+            enc(|w| w.put_str(false, "ab").expect("encode")),
+            [0, 2, b'a', b'b']
+        );
+        assert_eq!(
+            enc(|w| w.put_str(true, "ab").expect("encode")),
+            [3, b'a', b'b']
+        );
+        assert_eq!(
+            enc(|w| w.put_nullable_str(false, None).expect("encode")),
+            [0xff, 0xff]
+        );
+        assert_eq!(
+            enc(|w| w.put_nullable_str(true, None).expect("encode")),
+            [0]
+        );
+        assert_eq!(Decoder::new(&[3, b'a', b'b']).str(true), Ok("ab"));
+        assert_eq!(Decoder::new(&[0]).nullable_str(true), Ok(None));
+        assert_eq!(Decoder::new(&[0xff, 0xff]).nullable_str(false), Ok(None));
+        assert_eq!(
+            Decoder::new(&[0xff, 0xff]).str(false),
+            Err(DecodeError::UnexpectedNull { offset: 0 })
+        );
+        assert_eq!(
+            Decoder::new(&[0, 1, 0xff]).str(false),
+            Err(DecodeError::InvalidUtf8 { offset: 2 })
+        );
+        // A length of -2 is not null, it is invalid.
+        assert!(matches!(
+            Decoder::new(&[0xff, 0xfe]).nullable_str(false),
+            Err(DecodeError::InvalidLength { length: -2, .. })
+        ));
+        let long = "x".repeat(crate::encoder::SHORT_LENGTH_MAX + 1);
+        assert!(Vec::new().put_str(false, &long).is_err());
+        assert!(Vec::new().put_str(true, &long).is_ok());
+    }
+
+    #[test]
+    fn bytes_and_arrays_are_bounded_by_the_input() {
+        assert_eq!(Decoder::new(&[0, 0, 0, 1, 7]).bytes(false), Ok(&[7u8][..]));
+        assert_eq!(
+            Decoder::new(&[0xff, 0xff, 0xff, 0xff]).nullable_bytes(false),
+            Ok(None)
+        );
+        assert!(matches!(
+            Decoder::new(&[0, 0, 0, 5, 7]).bytes(false),
+            Err(DecodeError::InvalidLength { length: 5, .. })
+        ));
+        // An array claiming a billion elements over 2 bytes.
+        let mut r = Decoder::new(&[0x3b, 0x9a, 0xca, 0x00, 0, 0]);
+        assert!(matches!(
+            r.array_of(false, |r| r.i8()),
+            Err(DecodeError::InvalidLength { .. })
+        ));
+        let mut r = Decoder::new(&[3, 1, 2]);
+        assert_eq!(r.array_of(true, |r| r.i8()), Ok(vec![1, 2]));
+        assert_eq!(
+            Decoder::new(&[0]).nullable_array(true, |r| r.i8()),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn tagged_fields_known_unknown_and_malformed() {
+        // Two fields: tag 1 (2 bytes, known) and tag 7 (1 byte, unknown).
+        let bytes = [2, 1, 2, 0x12, 0x34, 7, 1, 0xaa, 0x55];
+        let mut r = Decoder::new(&bytes);
+        let mut seen = None;
+        r.tagged_fields(|tag, field| {
+            if tag == 1 {
+                seen = Some(field.i16()?);
+                Ok(true)
+            } else {
+                Ok(false)
+            }
+        })
+        .expect("tags");
+        assert_eq!(seen, Some(0x1234));
+        assert_eq!(r.i8(), Ok(0x55));
+        // A known field not read whole is an error.
+        let mut r = Decoder::new(&bytes);
+        let err = r.tagged_fields(|tag, field| {
+            field.i8()?;
+            Ok(tag == 1)
+        });
+        assert!(matches!(
+            err,
+            Err(DecodeError::TrailingBytes { offset: 4, .. })
+        ));
+        // A field size past the end.
+        assert!(Decoder::new(&[1, 0, 9, 1]).skip_tagged_fields().is_err());
+        // Encoding: empty is one zero byte; with fields, count, tag, size, value.
+        assert_eq!(enc(|w| w.put_empty_tagged_fields()), [0]);
+        assert_eq!(
+            enc(|w| w.put_tagged_fields(&[(0, &[9, 9])]).expect("encode")),
+            [1, 0, 2, 9, 9]
+        );
+    }
+
+    #[test]
+    fn errors_report_offsets_in_the_outer_buffer() {
+        let bytes = [0, 0, 2, 1, 0x80];
+        let mut r = Decoder::new(&bytes);
+        r.take(2).expect("skip");
+        let mut sub = r.sub(3).expect("sub");
+        assert_eq!(sub.i8(), Ok(2));
+        assert_eq!(sub.offset(), 3);
+        assert!(matches!(
+            sub.i32(),
+            Err(DecodeError::Truncated {
+                offset: 3,
+                needed: 4,
+                remaining: 2
+            })
+        ));
+    }
+}
