@@ -38,8 +38,13 @@ const XERIAL_HEADER_BYTES: usize = 16;
 /// client's default).
 const XERIAL_BLOCK_BYTES: usize = 32 * 1024;
 
-/// The zstd level used when compressing (zstd's default).
+/// The zstd level used when compressing (zstd's default, and Kafka's).
 const ZSTD_LEVEL: i32 = 3;
+/// The largest zstd window accepted when decompressing, as a power of two
+/// (32 MiB). The decoder allocates the window a frame declares, so this
+/// bounds what one batch can make it allocate; zstd's own default (2^27)
+/// is only needed by levels 21-22 without a known input size.
+pub const ZSTD_WINDOW_LOG_MAX: u32 = 25;
 
 impl Compression {
     /// Every codec.
@@ -155,12 +160,12 @@ impl Compression {
                 max_bytes,
             ),
             Compression::Zstd => {
-                let dec = zstd::stream::read::Decoder::with_buffer(input).map_err(|e| {
-                    DecodeError::Decompression {
-                        codec: self.name(),
-                        reason: e.to_string(),
-                    }
-                })?;
+                let fail = |e: std::io::Error| DecodeError::Decompression {
+                    codec: self.name(),
+                    reason: e.to_string(),
+                };
+                let mut dec = zstd::stream::read::Decoder::with_buffer(input).map_err(fail)?;
+                dec.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(fail)?;
                 read_bounded(self, dec, out, max_bytes)
             }
         }

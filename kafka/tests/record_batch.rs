@@ -525,3 +525,25 @@ fn malformed_records_are_errors() {
         assert!(matches!(first, Some(Err(_))), "case {i}: {first:?}");
     }
 }
+
+#[test]
+fn zstd_frames_declaring_huge_windows_are_refused() {
+    use std::io::Write;
+    let record = golden_record();
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).expect("zstd");
+    enc.window_log(27).expect("window");
+    enc.include_contentsize(false).expect("no size");
+    enc.long_distance_matching(true).expect("ldm");
+    enc.write_all(&record).expect("write");
+    enc.flush().expect("flush");
+    let payload = enc.finish().expect("finish");
+    // The frame is valid: zstd's default limit (2^27) reads it.
+    assert_eq!(zstd::decode_all(&payload[..]).expect("valid frame"), record);
+    let bytes = batch_with_payload(4, 1, 0, &payload);
+    let (batch, _) = RecordBatch::decode(&bytes).expect("batch");
+    let mut scratch = Vec::new();
+    assert!(matches!(
+        batch.records(&mut scratch, MAX),
+        Err(DecodeError::Decompression { codec: "zstd", .. })
+    ));
+}
