@@ -10,8 +10,8 @@ step() { printf '\n==> %s\n' "$*"; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "sans-IO: wire and control must not depend on glommio, quinn or tokio"
-for crate in kelp-wire kelp-control; do
+step "sans-IO: wire, control and kafka must not depend on glommio, quinn or tokio"
+for crate in kelp-wire kelp-control kelp-kafka; do
   if cargo tree -e normal -p "$crate" --prefix none | grep -E '^(glommio|quinn|quinn-proto|quinn-udp|tokio) '; then
     echo "error: $crate depends on an I/O runtime (see above)" >&2
     exit 1

@@ -1,0 +1,572 @@
+//! Golden bytes for ApiVersions, FindCoordinator, the topic admin APIs,
+//! InitProducerId and DescribeConfigs, written field by field from Kafka's
+//! message definitions, on both sides of each flexible-version boundary.
+
+mod common;
+
+use common::{golden, B};
+use kelp_kafka::api::api_versions::*;
+use kelp_kafka::api::create_topics::*;
+use kelp_kafka::api::delete_topics::*;
+use kelp_kafka::api::describe_configs::*;
+use kelp_kafka::api::find_coordinator::*;
+use kelp_kafka::api::init_producer_id::*;
+use kelp_kafka::{Message, Uuid};
+
+#[test]
+fn api_versions_request_v0_v2_v3() {
+    let mut msg = ApiVersionsRequest::default();
+    golden(&msg, 0, &[]);
+    golden(&msg, 2, &[]);
+    msg.client_software_name = "kelp-test".into();
+    msg.client_software_version = "0.1".into();
+    golden(
+        &msg,
+        3,
+        &B::new().cstr("kelp-test").cstr("0.1").tags().done(),
+    );
+    golden(
+        &msg,
+        4,
+        &B::new().cstr("kelp-test").cstr("0.1").tags().done(),
+    );
+}
+
+#[test]
+fn api_versions_response_v0_v2_v3() {
+    let mut msg = ApiVersionsResponse {
+        error_code: 0,
+        api_keys: vec![
+            ApiVersion {
+                api_key: 0,
+                min_version: 3,
+                max_version: 9,
+            },
+            ApiVersion {
+                api_key: 18,
+                min_version: 0,
+                max_version: 4,
+            },
+        ],
+        throttle_time_ms: 0,
+    };
+    let keys = B::new().i16(0).i16(3).i16(9).i16(18).i16(0).i16(4).done();
+    golden(&msg, 0, &B::new().i16(0).arr(2).raw(&keys).done());
+    msg.throttle_time_ms = 1;
+    golden(&msg, 2, &B::new().i16(0).arr(2).raw(&keys).i32(1).done());
+    golden(
+        &msg,
+        3,
+        &B::new()
+            .i16(0)
+            .carr(2)
+            .i16(0)
+            .i16(3)
+            .i16(9)
+            .tags()
+            .i16(18)
+            .i16(0)
+            .i16(4)
+            .tags()
+            .i32(1)
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn api_versions_response_v3_skips_feature_tags() {
+    // SupportedFeatures (tag 0) with one entry, FinalizedFeaturesEpoch
+    // (tag 1): the decoder skips both.
+    let features = B::new().carr(1).cstr("f").i16(0).i16(1).tags().done();
+    let bytes = B::new()
+        .i16(0)
+        .carr(0)
+        .i32(0)
+        .uvar(2)
+        .uvar(0)
+        .uvar(features.len() as u32)
+        .raw(&features)
+        .uvar(1)
+        .uvar(8)
+        .i64(5)
+        .done();
+    let msg = ApiVersionsResponse::decode_exact(&bytes, 3).expect("decode");
+    assert_eq!(msg, ApiVersionsResponse::default());
+}
+
+#[test]
+fn api_versions_supported_lists_the_table() {
+    let msg = ApiVersionsResponse::supported(0);
+    assert_eq!(msg.api_keys.len(), kelp_kafka::SUPPORTED_APIS.len());
+    for (row, key) in kelp_kafka::SUPPORTED_APIS.iter().zip(&msg.api_keys) {
+        assert_eq!(key.api_key, row.api_key.code());
+        assert_eq!((key.min_version, key.max_version), (row.min, row.max));
+    }
+}
+
+#[test]
+fn find_coordinator_v0_v2_v3_v4() {
+    let mut req = FindCoordinatorRequest {
+        key_type: 0,
+        coordinator_keys: vec!["g".into()],
+    };
+    golden(&req, 0, &B::new().str("g").done());
+    golden(&req, 2, &B::new().str("g").i8(0).done());
+    golden(&req, 3, &B::new().cstr("g").i8(0).tags().done());
+    req.coordinator_keys.push("h".into());
+    golden(
+        &req,
+        4,
+        &B::new().i8(0).carr(2).cstr("g").cstr("h").tags().done(),
+    );
+
+    let mut resp = FindCoordinatorResponse {
+        throttle_time_ms: 0,
+        coordinators: vec![Coordinator {
+            key: String::new(),
+            node_id: 1,
+            host: "localhost".into(),
+            port: 9092,
+            error_code: 0,
+            error_message: None,
+        }],
+    };
+    golden(
+        &resp,
+        0,
+        &B::new().i16(0).i32(1).str("localhost").i32(9092).done(),
+    );
+    golden(
+        &resp,
+        2,
+        &B::new()
+            .i32(0)
+            .i16(0)
+            .null_str()
+            .i32(1)
+            .str("localhost")
+            .i32(9092)
+            .done(),
+    );
+    golden(
+        &resp,
+        3,
+        &B::new()
+            .i32(0)
+            .i16(0)
+            .cnull()
+            .i32(1)
+            .cstr("localhost")
+            .i32(9092)
+            .tags()
+            .done(),
+    );
+    resp.coordinators[0].key = "g".into();
+    golden(
+        &resp,
+        4,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .cstr("g")
+            .i32(1)
+            .cstr("localhost")
+            .i32(9092)
+            .i16(0)
+            .cnull()
+            .tags()
+            .tags()
+            .done(),
+    );
+}
+
+fn create_request() -> CreateTopicsRequest {
+    CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: "t".into(),
+            num_partitions: 3,
+            replication_factor: 1,
+            assignments: vec![],
+            configs: vec![CreatableTopicConfig {
+                name: "retention.ms".into(),
+                value: Some("1000".into()),
+            }],
+        }],
+        timeout_ms: 5000,
+        validate_only: false,
+    }
+}
+
+#[test]
+fn create_topics_request_v0_v4_v5() {
+    let msg = create_request();
+    let topic = B::new()
+        .str("t")
+        .i32(3)
+        .i16(1)
+        .arr(0)
+        .arr(1)
+        .str("retention.ms")
+        .str("1000")
+        .done();
+    golden(&msg, 0, &B::new().arr(1).raw(&topic).i32(5000).done());
+    golden(
+        &msg,
+        4,
+        &B::new().arr(1).raw(&topic).i32(5000).bool(false).done(),
+    );
+    golden(
+        &msg,
+        5,
+        &B::new()
+            .carr(1)
+            .cstr("t")
+            .i32(3)
+            .i16(1)
+            .carr(0)
+            .carr(1)
+            .cstr("retention.ms")
+            .cstr("1000")
+            .tags()
+            .tags()
+            .i32(5000)
+            .bool(false)
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn create_topics_response_v4_v5_v7_and_its_tagged_field() {
+    let mut msg = CreateTopicsResponse {
+        throttle_time_ms: 0,
+        topics: vec![CreatableTopicResult {
+            name: "t".into(),
+            error_code: 36,
+            error_message: Some("exists".into()),
+            ..Default::default()
+        }],
+    };
+    golden(
+        &msg,
+        4,
+        &B::new().i32(0).arr(1).str("t").i16(36).str("exists").done(),
+    );
+    // topic_config_error_code is 0, its default: the tag buffer is empty.
+    golden(
+        &msg,
+        5,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .cstr("t")
+            .i16(36)
+            .cstr("exists")
+            .i32(-1)
+            .i16(-1)
+            .cnull()
+            .tags()
+            .tags()
+            .done(),
+    );
+    // A non-default value is written as tag 0, size 2, INT16.
+    msg.topics[0].topic_config_error_code = 29;
+    msg.topics[0].configs = Some(vec![CreatableTopicConfigs {
+        name: "k".into(),
+        value: Some("v".into()),
+        read_only: false,
+        config_source: 5,
+        is_sensitive: false,
+    }]);
+    golden(
+        &msg,
+        5,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .cstr("t")
+            .i16(36)
+            .cstr("exists")
+            .i32(-1)
+            .i16(-1)
+            .carr(1)
+            .cstr("k")
+            .cstr("v")
+            .bool(false)
+            .i8(5)
+            .bool(false)
+            .tags()
+            .uvar(1)
+            .uvar(0)
+            .uvar(2)
+            .i16(29)
+            .tags()
+            .done(),
+    );
+    let mut id = [0u8; 16];
+    id[0] = 1;
+    msg.topics[0].topic_id = Uuid(id);
+    msg.topics[0].topic_config_error_code = 0;
+    msg.topics[0].configs = None;
+    golden(
+        &msg,
+        7,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .cstr("t")
+            .uuid(id)
+            .i16(36)
+            .cstr("exists")
+            .i32(-1)
+            .i16(-1)
+            .cnull()
+            .tags()
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn delete_topics_v1_v3_v4_v5_v6() {
+    let mut req = DeleteTopicsRequest {
+        topics: vec![DeleteTopicState {
+            name: Some("t".into()),
+            topic_id: Uuid::ZERO,
+        }],
+        timeout_ms: 100,
+    };
+    golden(&req, 1, &B::new().arr(1).str("t").i32(100).done());
+    golden(&req, 3, &B::new().arr(1).str("t").i32(100).done());
+    golden(&req, 4, &B::new().carr(1).cstr("t").i32(100).tags().done());
+    req.topics[0].name = None;
+    req.topics[0].topic_id = Uuid([3; 16]);
+    golden(
+        &req,
+        6,
+        &B::new()
+            .carr(1)
+            .cnull()
+            .uuid([3; 16])
+            .tags()
+            .i32(100)
+            .tags()
+            .done(),
+    );
+
+    let mut resp = DeleteTopicsResponse {
+        throttle_time_ms: 0,
+        responses: vec![DeletableTopicResult {
+            name: Some("t".into()),
+            topic_id: Uuid::ZERO,
+            error_code: 3,
+            error_message: None,
+        }],
+    };
+    golden(&resp, 1, &B::new().i32(0).arr(1).str("t").i16(3).done());
+    golden(&resp, 3, &B::new().i32(0).arr(1).str("t").i16(3).done());
+    golden(
+        &resp,
+        4,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .cstr("t")
+            .i16(3)
+            .tags()
+            .tags()
+            .done(),
+    );
+    resp.responses[0].error_message = Some("unknown".into());
+    golden(
+        &resp,
+        5,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .cstr("t")
+            .i16(3)
+            .cstr("unknown")
+            .tags()
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn init_producer_id_v1_v2_v3() {
+    let mut req = InitProducerIdRequest {
+        transactional_id: None,
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+    };
+    golden(&req, 1, &B::new().null_str().i32(60_000).done());
+    golden(&req, 2, &B::new().cnull().i32(60_000).tags().done());
+    req.producer_id = 1000;
+    req.producer_epoch = 2;
+    golden(
+        &req,
+        3,
+        &B::new().cnull().i32(60_000).i64(1000).i16(2).tags().done(),
+    );
+
+    let resp = InitProducerIdResponse {
+        throttle_time_ms: 0,
+        error_code: 0,
+        producer_id: 1000,
+        producer_epoch: 0,
+    };
+    golden(&resp, 1, &B::new().i32(0).i16(0).i64(1000).i16(0).done());
+    golden(
+        &resp,
+        2,
+        &B::new().i32(0).i16(0).i64(1000).i16(0).tags().done(),
+    );
+}
+
+#[test]
+fn describe_configs_request_v0_v3_v4() {
+    let mut req = DescribeConfigsRequest {
+        resources: vec![DescribeConfigsResource {
+            resource_type: RESOURCE_TYPE_TOPIC,
+            resource_name: "t".into(),
+            configuration_keys: None,
+        }],
+        include_synonyms: false,
+        include_documentation: false,
+    };
+    golden(&req, 0, &B::new().arr(1).i8(2).str("t").arr(-1).done());
+    req.resources[0].configuration_keys = Some(vec!["cleanup.policy".into()]);
+    req.include_synonyms = true;
+    golden(
+        &req,
+        3,
+        &B::new()
+            .arr(1)
+            .i8(2)
+            .str("t")
+            .arr(1)
+            .str("cleanup.policy")
+            .bool(true)
+            .bool(false)
+            .done(),
+    );
+    golden(
+        &req,
+        4,
+        &B::new()
+            .carr(1)
+            .i8(2)
+            .cstr("t")
+            .carr(1)
+            .cstr("cleanup.policy")
+            .tags()
+            .bool(true)
+            .bool(false)
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn describe_configs_response_v0_v3_v4() {
+    let entry = DescribeConfigsEntry {
+        name: "cleanup.policy".into(),
+        value: Some("delete".into()),
+        read_only: true,
+        is_default: true,
+        ..Default::default()
+    };
+    let mut resp = DescribeConfigsResponse {
+        throttle_time_ms: 0,
+        results: vec![DescribeConfigsResult {
+            error_code: 0,
+            error_message: None,
+            resource_type: 2,
+            resource_name: "t".into(),
+            configs: vec![entry],
+        }],
+    };
+    golden(
+        &resp,
+        0,
+        &B::new()
+            .i32(0)
+            .arr(1)
+            .i16(0)
+            .null_str()
+            .i8(2)
+            .str("t")
+            .arr(1)
+            .str("cleanup.policy")
+            .str("delete")
+            .bool(true)
+            .bool(true)
+            .bool(false)
+            .done(),
+    );
+    let c = &mut resp.results[0].configs[0];
+    c.is_default = false;
+    c.config_source = 5;
+    c.synonyms = vec![DescribeConfigsSynonym {
+        name: "log.cleanup.policy".into(),
+        value: Some("delete".into()),
+        source: 5,
+    }];
+    c.config_type = 2;
+    c.documentation = None;
+    golden(
+        &resp,
+        3,
+        &B::new()
+            .i32(0)
+            .arr(1)
+            .i16(0)
+            .null_str()
+            .i8(2)
+            .str("t")
+            .arr(1)
+            .str("cleanup.policy")
+            .str("delete")
+            .bool(true)
+            .i8(5)
+            .bool(false)
+            .arr(1)
+            .str("log.cleanup.policy")
+            .str("delete")
+            .i8(5)
+            .i8(2)
+            .null_str()
+            .done(),
+    );
+    golden(
+        &resp,
+        4,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .i16(0)
+            .cnull()
+            .i8(2)
+            .cstr("t")
+            .carr(1)
+            .cstr("cleanup.policy")
+            .cstr("delete")
+            .bool(true)
+            .i8(5)
+            .bool(false)
+            .carr(1)
+            .cstr("log.cleanup.policy")
+            .cstr("delete")
+            .i8(5)
+            .tags()
+            .i8(2)
+            .cnull()
+            .tags()
+            .tags()
+            .tags()
+            .done(),
+    );
+}

@@ -1,0 +1,760 @@
+//! Golden bytes for the data-path APIs (Produce, Fetch, ListOffsets,
+//! Metadata), written field by field from Kafka's message definitions, on
+//! both sides of each API's flexible-version boundary.
+
+mod common;
+
+use common::{golden, B};
+use kelp_kafka::api::fetch::*;
+use kelp_kafka::api::list_offsets::*;
+use kelp_kafka::api::metadata::*;
+use kelp_kafka::api::produce::*;
+use kelp_kafka::Uuid;
+
+const RECORDS: &[u8] = &[0xde, 0xad, 0xbe, 0xef];
+
+#[test]
+fn produce_request_v3_v8_v9() {
+    let msg = ProduceRequest {
+        transactional_id: None,
+        acks: -1,
+        timeout_ms: 30_000,
+        topics: vec![ProduceTopic {
+            name: "t".into(),
+            partitions: vec![ProducePartition {
+                index: 2,
+                records: Some(RECORDS),
+            }],
+        }],
+    };
+    let classic = B::new()
+        .null_str()
+        .i16(-1)
+        .i32(30_000)
+        .arr(1)
+        .str("t")
+        .arr(1)
+        .i32(2)
+        .bytes(RECORDS)
+        .done();
+    golden(&msg, 3, &classic);
+    golden(&msg, 8, &classic);
+    golden(
+        &msg,
+        9,
+        &B::new()
+            .cnull()
+            .i16(-1)
+            .i32(30_000)
+            .carr(1)
+            .cstr("t")
+            .carr(1)
+            .i32(2)
+            .cbytes(RECORDS)
+            .tags()
+            .tags()
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn produce_response_v3_v5_v8_v9() {
+    let mut msg = ProduceResponse {
+        topics: vec![ProduceTopicResult {
+            name: "t".into(),
+            partitions: vec![ProducePartitionResult {
+                index: 2,
+                error_code: 0,
+                base_offset: 100,
+                log_append_time_ms: -1,
+                log_start_offset: -1,
+                record_errors: vec![],
+                error_message: None,
+            }],
+        }],
+        throttle_time_ms: 0,
+    };
+    golden(
+        &msg,
+        3,
+        &B::new()
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(2)
+            .i16(0)
+            .i64(100)
+            .i64(-1)
+            .i32(0)
+            .done(),
+    );
+    msg.topics[0].partitions[0].log_start_offset = 7;
+    golden(
+        &msg,
+        5,
+        &B::new()
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(2)
+            .i16(0)
+            .i64(100)
+            .i64(-1)
+            .i64(7)
+            .i32(0)
+            .done(),
+    );
+    msg.topics[0].partitions[0].error_code = 87;
+    msg.topics[0].partitions[0].record_errors = vec![BatchIndexError {
+        batch_index: 0,
+        batch_index_error_message: Some("bad".into()),
+    }];
+    msg.topics[0].partitions[0].error_message = Some("invalid".into());
+    golden(
+        &msg,
+        8,
+        &B::new()
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(2)
+            .i16(87)
+            .i64(100)
+            .i64(-1)
+            .i64(7)
+            .arr(1)
+            .i32(0)
+            .str("bad")
+            .str("invalid")
+            .i32(0)
+            .done(),
+    );
+    golden(
+        &msg,
+        9,
+        &B::new()
+            .carr(1)
+            .cstr("t")
+            .carr(1)
+            .i32(2)
+            .i16(87)
+            .i64(100)
+            .i64(-1)
+            .i64(7)
+            .carr(1)
+            .i32(0)
+            .cstr("bad")
+            .tags()
+            .cstr("invalid")
+            .tags()
+            .tags()
+            .i32(0)
+            .tags()
+            .done(),
+    );
+}
+
+fn fetch_request() -> FetchRequest {
+    FetchRequest {
+        replica_id: -1,
+        max_wait_ms: 500,
+        min_bytes: 1,
+        max_bytes: 52_428_800,
+        isolation_level: 1,
+        session_id: 0,
+        session_epoch: -1,
+        topics: vec![FetchTopic {
+            topic: "t".into(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                current_leader_epoch: -1,
+                fetch_offset: 42,
+                last_fetched_epoch: -1,
+                log_start_offset: -1,
+                partition_max_bytes: 1_048_576,
+            }],
+        }],
+        forgotten_topics_data: vec![],
+        rack_id: String::new(),
+    }
+}
+
+#[test]
+fn fetch_request_v4_v11_v12() {
+    let msg = fetch_request();
+    golden(
+        &msg,
+        4,
+        &B::new()
+            .i32(-1)
+            .i32(500)
+            .i32(1)
+            .i32(52_428_800)
+            .i8(1)
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(0)
+            .i64(42)
+            .i32(1_048_576)
+            .done(),
+    );
+    let mut msg = fetch_request();
+    msg.forgotten_topics_data = vec![ForgottenTopic {
+        topic: "old".into(),
+        partitions: vec![3],
+    }];
+    msg.rack_id = "r1".into();
+    msg.topics[0].partitions[0].current_leader_epoch = 4;
+    golden(
+        &msg,
+        11,
+        &B::new()
+            .i32(-1)
+            .i32(500)
+            .i32(1)
+            .i32(52_428_800)
+            .i8(1)
+            .i32(0)
+            .i32(-1)
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(0)
+            .i32(4)
+            .i64(42)
+            .i64(-1)
+            .i32(1_048_576)
+            .arr(1)
+            .str("old")
+            .arr(1)
+            .i32(3)
+            .str("r1")
+            .done(),
+    );
+    msg.topics[0].partitions[0].last_fetched_epoch = 3;
+    golden(
+        &msg,
+        12,
+        &B::new()
+            .i32(-1)
+            .i32(500)
+            .i32(1)
+            .i32(52_428_800)
+            .i8(1)
+            .i32(0)
+            .i32(-1)
+            .carr(1)
+            .cstr("t")
+            .carr(1)
+            .i32(0)
+            .i32(4)
+            .i64(42)
+            .i32(3)
+            .i64(-1)
+            .i32(1_048_576)
+            .tags()
+            .tags()
+            .carr(1)
+            .cstr("old")
+            .carr(1)
+            .i32(3)
+            .tags()
+            .cstr("r1")
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn fetch_request_v12_skips_unknown_and_cluster_id_tags() {
+    // A v12 request whose top-level tag buffer carries the cluster id (tag
+    // 0) and an unknown tag 9: both skipped.
+    let bytes = B::new()
+        .i32(-1)
+        .i32(500)
+        .i32(1)
+        .i32(100)
+        .i8(0)
+        .i32(0)
+        .i32(-1)
+        .carr(0)
+        .carr(0)
+        .cstr("")
+        .uvar(2)
+        .uvar(0)
+        .uvar(3)
+        .cstr("ab")
+        .uvar(9)
+        .uvar(1)
+        .raw(&[0x7f])
+        .done();
+    let msg = <FetchRequest as kelp_kafka::Message>::decode_exact(&bytes, 12).expect("decode");
+    assert_eq!(msg.max_bytes, 100);
+    assert!(msg.topics.is_empty());
+}
+
+#[test]
+fn fetch_response_v4_v11_v12() {
+    let mut msg = FetchResponse {
+        throttle_time_ms: 0,
+        error_code: 0,
+        session_id: 0,
+        topics: vec![FetchTopicData {
+            topic: "t".into(),
+            partitions: vec![FetchPartitionData {
+                partition_index: 0,
+                error_code: 0,
+                high_watermark: 50,
+                last_stable_offset: 50,
+                log_start_offset: -1,
+                aborted_transactions: None,
+                preferred_read_replica: -1,
+                records: Some(RECORDS),
+            }],
+        }],
+    };
+    golden(
+        &msg,
+        4,
+        &B::new()
+            .i32(0)
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(0)
+            .i16(0)
+            .i64(50)
+            .i64(50)
+            .arr(-1)
+            .bytes(RECORDS)
+            .done(),
+    );
+    msg.session_id = 9;
+    msg.topics[0].partitions[0].log_start_offset = 0;
+    msg.topics[0].partitions[0].aborted_transactions = Some(vec![AbortedTransaction {
+        producer_id: 5,
+        first_offset: 10,
+    }]);
+    golden(
+        &msg,
+        11,
+        &B::new()
+            .i32(0)
+            .i16(0)
+            .i32(9)
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(0)
+            .i16(0)
+            .i64(50)
+            .i64(50)
+            .i64(0)
+            .arr(1)
+            .i64(5)
+            .i64(10)
+            .i32(-1)
+            .bytes(RECORDS)
+            .done(),
+    );
+    golden(
+        &msg,
+        12,
+        &B::new()
+            .i32(0)
+            .i16(0)
+            .i32(9)
+            .carr(1)
+            .cstr("t")
+            .carr(1)
+            .i32(0)
+            .i16(0)
+            .i64(50)
+            .i64(50)
+            .i64(0)
+            .carr(1)
+            .i64(5)
+            .i64(10)
+            .tags()
+            .i32(-1)
+            .cbytes(RECORDS)
+            .tags()
+            .tags()
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn list_offsets_v1_v5_v6() {
+    let mut req = ListOffsetsRequest {
+        replica_id: -1,
+        isolation_level: 0,
+        topics: vec![ListOffsetsTopic {
+            name: "t".into(),
+            partitions: vec![ListOffsetsPartition {
+                partition_index: 0,
+                current_leader_epoch: -1,
+                timestamp: EARLIEST_TIMESTAMP,
+            }],
+        }],
+    };
+    golden(
+        &req,
+        1,
+        &B::new()
+            .i32(-1)
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(0)
+            .i64(-2)
+            .done(),
+    );
+    req.isolation_level = 1;
+    golden(
+        &req,
+        5,
+        &B::new()
+            .i32(-1)
+            .i8(1)
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(0)
+            .i32(-1)
+            .i64(-2)
+            .done(),
+    );
+    golden(
+        &req,
+        6,
+        &B::new()
+            .i32(-1)
+            .i8(1)
+            .carr(1)
+            .cstr("t")
+            .carr(1)
+            .i32(0)
+            .i32(-1)
+            .i64(-2)
+            .tags()
+            .tags()
+            .tags()
+            .done(),
+    );
+
+    let mut resp = ListOffsetsResponse {
+        throttle_time_ms: 0,
+        topics: vec![ListOffsetsTopicResult {
+            name: "t".into(),
+            partitions: vec![ListOffsetsPartitionResult {
+                partition_index: 0,
+                error_code: 0,
+                timestamp: -1,
+                offset: 17,
+                leader_epoch: -1,
+            }],
+        }],
+    };
+    golden(
+        &resp,
+        1,
+        &B::new()
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(0)
+            .i16(0)
+            .i64(-1)
+            .i64(17)
+            .done(),
+    );
+    resp.throttle_time_ms = 2;
+    resp.topics[0].partitions[0].leader_epoch = 0;
+    golden(
+        &resp,
+        5,
+        &B::new()
+            .i32(2)
+            .arr(1)
+            .str("t")
+            .arr(1)
+            .i32(0)
+            .i16(0)
+            .i64(-1)
+            .i64(17)
+            .i32(0)
+            .done(),
+    );
+    golden(
+        &resp,
+        6,
+        &B::new()
+            .i32(2)
+            .carr(1)
+            .cstr("t")
+            .carr(1)
+            .i32(0)
+            .i16(0)
+            .i64(-1)
+            .i64(17)
+            .i32(0)
+            .tags()
+            .tags()
+            .tags()
+            .done(),
+    );
+}
+
+#[test]
+fn metadata_request_v0_v4_v8_v9_v10_v12() {
+    let mut msg = MetadataRequest {
+        topics: Some(vec![MetadataRequestTopic {
+            topic_id: Uuid::ZERO,
+            name: Some("t".into()),
+        }]),
+        allow_auto_topic_creation: true,
+        include_cluster_authorized_operations: false,
+        include_topic_authorized_operations: false,
+    };
+    golden(&msg, 0, &B::new().arr(1).str("t").done());
+    golden(&msg, 4, &B::new().arr(1).str("t").bool(true).done());
+    golden(
+        &msg,
+        8,
+        &B::new()
+            .arr(1)
+            .str("t")
+            .bool(true)
+            .bool(false)
+            .bool(false)
+            .done(),
+    );
+    golden(
+        &msg,
+        9,
+        &B::new()
+            .carr(1)
+            .cstr("t")
+            .tags()
+            .bool(true)
+            .bool(false)
+            .bool(false)
+            .tags()
+            .done(),
+    );
+    golden(
+        &msg,
+        10,
+        &B::new()
+            .carr(1)
+            .uuid([0; 16])
+            .cstr("t")
+            .tags()
+            .bool(true)
+            .bool(false)
+            .bool(false)
+            .tags()
+            .done(),
+    );
+    golden(
+        &msg,
+        12,
+        &B::new()
+            .carr(1)
+            .uuid([0; 16])
+            .cstr("t")
+            .tags()
+            .bool(true)
+            .bool(false)
+            .tags()
+            .done(),
+    );
+    msg.topics = None;
+    msg.allow_auto_topic_creation = false;
+    golden(&msg, 4, &B::new().arr(-1).bool(false).done());
+    golden(
+        &msg,
+        9,
+        &B::new()
+            .cnull()
+            .bool(false)
+            .bool(false)
+            .bool(false)
+            .tags()
+            .done(),
+    );
+    assert!(msg.wants_all_topics(9));
+    let all_v0 = MetadataRequest {
+        topics: Some(vec![]),
+        ..MetadataRequest::default()
+    };
+    assert!(all_v0.wants_all_topics(0));
+    assert!(!all_v0.wants_all_topics(1));
+}
+
+fn metadata_response() -> MetadataResponse {
+    MetadataResponse {
+        throttle_time_ms: 0,
+        brokers: vec![MetadataBroker {
+            node_id: 1,
+            host: "localhost".into(),
+            port: 9092,
+            rack: None,
+        }],
+        cluster_id: Some("kelp".into()),
+        controller_id: 1,
+        topics: vec![MetadataTopic {
+            error_code: 0,
+            name: Some("t".into()),
+            topic_id: Uuid::ZERO,
+            is_internal: false,
+            partitions: vec![MetadataPartition {
+                error_code: 0,
+                partition_index: 0,
+                leader_id: 1,
+                leader_epoch: 0,
+                replica_nodes: vec![1],
+                isr_nodes: vec![1],
+                offline_replicas: vec![],
+            }],
+            topic_authorized_operations: i32::MIN,
+        }],
+        cluster_authorized_operations: i32::MIN,
+    }
+}
+
+#[test]
+fn metadata_response_v0_v8_v9_v12() {
+    let mut msg = metadata_response();
+    msg.cluster_id = None;
+    msg.controller_id = -1;
+    msg.topics[0].partitions[0].leader_epoch = -1;
+    golden(
+        &msg,
+        0,
+        &B::new()
+            .arr(1)
+            .i32(1)
+            .str("localhost")
+            .i32(9092)
+            .arr(1)
+            .i16(0)
+            .str("t")
+            .arr(1)
+            .i16(0)
+            .i32(0)
+            .i32(1)
+            .arr(1)
+            .i32(1)
+            .arr(1)
+            .i32(1)
+            .done(),
+    );
+    let msg = metadata_response();
+    golden(
+        &msg,
+        8,
+        &B::new()
+            .i32(0)
+            .arr(1)
+            .i32(1)
+            .str("localhost")
+            .i32(9092)
+            .null_str()
+            .str("kelp")
+            .i32(1)
+            .arr(1)
+            .i16(0)
+            .str("t")
+            .bool(false)
+            .arr(1)
+            .i16(0)
+            .i32(0)
+            .i32(1)
+            .i32(0)
+            .arr(1)
+            .i32(1)
+            .arr(1)
+            .i32(1)
+            .arr(0)
+            .i32(i32::MIN)
+            .i32(i32::MIN)
+            .done(),
+    );
+    golden(
+        &msg,
+        9,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .i32(1)
+            .cstr("localhost")
+            .i32(9092)
+            .cnull()
+            .tags()
+            .cstr("kelp")
+            .i32(1)
+            .carr(1)
+            .i16(0)
+            .cstr("t")
+            .bool(false)
+            .carr(1)
+            .i16(0)
+            .i32(0)
+            .i32(1)
+            .i32(0)
+            .carr(1)
+            .i32(1)
+            .carr(1)
+            .i32(1)
+            .carr(0)
+            .tags()
+            .i32(i32::MIN)
+            .tags()
+            .i32(i32::MIN)
+            .tags()
+            .done(),
+    );
+    let mut id = [0u8; 16];
+    id[15] = 7;
+    let mut msg = metadata_response();
+    msg.topics[0].topic_id = Uuid(id);
+    golden(
+        &msg,
+        12,
+        &B::new()
+            .i32(0)
+            .carr(1)
+            .i32(1)
+            .cstr("localhost")
+            .i32(9092)
+            .cnull()
+            .tags()
+            .cstr("kelp")
+            .i32(1)
+            .carr(1)
+            .i16(0)
+            .cstr("t")
+            .uuid(id)
+            .bool(false)
+            .carr(1)
+            .i16(0)
+            .i32(0)
+            .i32(1)
+            .i32(0)
+            .carr(1)
+            .i32(1)
+            .carr(1)
+            .i32(1)
+            .carr(0)
+            .tags()
+            .i32(i32::MIN)
+            .tags()
+            .tags()
+            .done(),
+    );
+}
