@@ -43,7 +43,10 @@
 //! | `segments[].range` | `[start, end)` with `start < end <= 2^32` |
 //! | `segments[].state` | `"open"` or `"sealed"` |
 //! | `segments[].shard` | owning shard index when written; re-mapped modulo the shard count on load |
-//! | `segments[].successors` | ids of the segments that replaced a sealed one; empty while open |
+//! | `segments[].successors` | ids of the segments that replaced a sealed one; empty while open. Several: a split, and they cover its range exactly; one: a merge (covering more) or a move (the same range) |
+//! | `segments[].broker` | optional: the owning broker's id when the control plane runs apart from the brokers; absent for the single-broker layout |
+//! | `segments[].sealed_ms` | optional: when the segment was sealed |
+//! | `policy` | optional: the topic's [`ScalingPolicy`], every field optional (defaults as in [`ScalingPolicy::default`]); absent means manual scaling only |
 //!
 //! Decoding rejects, with a reason: input over [`TOPIC_JSON_BYTES_MAX`],
 //! malformed JSON, unknown versions, invalid names or ranges, duplicate or
@@ -51,7 +54,10 @@
 //! tile the ring exactly. Unknown fields are ignored so a newer writer can
 //! add optional fields without a version bump.
 
-use crate::{ControlError, KeyRange, Segment, SegmentId, SegmentState, TopicName, RING_END};
+use crate::{
+    BrokerId, ControlError, KeyRange, ScalingPolicy, Segment, SegmentId, SegmentState, TopicName,
+    RING_END,
+};
 
 /// The version written into, and required of, a topic's JSON form.
 pub const TOPIC_JSON_VERSION: u32 = 1;
@@ -74,6 +80,7 @@ pub struct Topic {
     pub(crate) name: TopicName,
     pub(crate) segments: Vec<Segment>,
     pub(crate) created_ms: u64,
+    pub(crate) policy: Option<ScalingPolicy>,
 }
 
 /// The persisted shape, borrowed for writing.
@@ -83,6 +90,8 @@ struct TopicJsonOut<'a> {
     name: &'a TopicName,
     created_ms: u64,
     segments: &'a [Segment],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a ScalingPolicy>,
 }
 
 /// The persisted shape, owned for reading.
@@ -91,6 +100,8 @@ struct TopicJsonIn {
     name: TopicName,
     created_ms: u64,
     segments: Vec<Segment>,
+    #[serde(default)]
+    policy: Option<ScalingPolicy>,
 }
 
 /// Read first, so a future version gets a clear "unsupported version" error
@@ -137,6 +148,106 @@ impl Topic {
         self.open_segments().find(|s| s.range.contains(hash))
     }
 
+    /// The topic's split/merge policy, if one was set.
+    pub fn policy(&self) -> Option<&ScalingPolicy> {
+        self.policy.as_ref()
+    }
+
+    /// How many segments are open.
+    pub fn open_segment_count(&self) -> usize {
+        self.open_segments().count()
+    }
+
+    /// The id the next new segment gets: one past the highest ever used
+    /// (segments are never removed, so ids are never reused).
+    pub fn next_segment_id(&self) -> Option<SegmentId> {
+        match self.segments.last() {
+            Some(last) => last.id.0.checked_add(1).map(SegmentId),
+            None => Some(SegmentId(0)),
+        }
+    }
+
+    /// Seal the open segments `sealed` and open `pieces` over exactly the
+    /// range they covered; every sealed segment names all the new ones as
+    /// its successors. One segment into several (a split), several into
+    /// one (a merge) or one into one (a move); never several into several.
+    /// Sealing bumps the segment's epoch, so commands and writes that carry
+    /// the old one can be refused. Returns the new ids, in range order. On
+    /// `Err` (which says why) the topic is unchanged.
+    pub(crate) fn replace(
+        &mut self,
+        now_ms: u64,
+        sealed: &[SegmentId],
+        pieces: &[NewSegment],
+    ) -> Result<Vec<SegmentId>, String> {
+        let name = &self.name;
+        if sealed.is_empty() || pieces.is_empty() || (sealed.len() > 1 && pieces.len() > 1) {
+            return Err(format!(
+                "topic {name}: cannot replace {} segments with {}",
+                sealed.len(),
+                pieces.len()
+            ));
+        }
+        let mut old_ranges = Vec::with_capacity(sealed.len());
+        for (i, id) in sealed.iter().enumerate() {
+            if sealed[..i].contains(id) {
+                return Err(format!("topic {name}: segment {id} named twice"));
+            }
+            let segment = self
+                .segment(*id)
+                .ok_or_else(|| format!("topic {name}: no segment {id}"))?;
+            if !segment.is_open() {
+                return Err(format!("topic {name}: segment {id} is sealed"));
+            }
+            old_ranges.push(segment.range);
+        }
+        old_ranges.sort();
+        let mut new_ranges: Vec<KeyRange> = pieces.iter().map(|p| p.range).collect();
+        new_ranges.sort();
+        let old = contiguous_union(&old_ranges)
+            .ok_or_else(|| format!("topic {name}: segments {sealed:?} are not adjacent"))?;
+        let new = contiguous_union(&new_ranges)
+            .ok_or_else(|| format!("topic {name}: new ranges leave a gap or overlap"))?;
+        if old != new {
+            return Err(format!(
+                "topic {name}: new ranges cover {new}, the sealed ones {old}"
+            ));
+        }
+        let first = self
+            .next_segment_id()
+            .ok_or_else(|| format!("topic {name}: segment ids are exhausted"))?;
+        let last = u32::try_from(pieces.len() - 1)
+            .ok()
+            .and_then(|n| first.0.checked_add(n))
+            .ok_or_else(|| format!("topic {name}: segment ids are exhausted"))?;
+        let mut ordered: Vec<&NewSegment> = pieces.iter().collect();
+        ordered.sort_by_key(|p| p.range);
+        let ids: Vec<SegmentId> = (first.0..=last).map(SegmentId).collect();
+        for segment in &mut self.segments {
+            if sealed.contains(&segment.id) {
+                segment.state = SegmentState::Sealed;
+                segment.epoch = segment.epoch.wrapping_add(1);
+                segment.successors.clone_from(&ids);
+                segment.sealed_ms = Some(now_ms);
+            }
+        }
+        for (id, piece) in ids.iter().zip(ordered) {
+            self.segments.push(Segment {
+                id: *id,
+                epoch: 0,
+                range: piece.range,
+                state: SegmentState::Open,
+                shard: piece.shard,
+                successors: Vec::new(),
+                created_ms: now_ms,
+                broker: piece.broker,
+                sealed_ms: None,
+            });
+        }
+        debug_assert_eq!(self.validate(), Ok(()));
+        Ok(ids)
+    }
+
     /// The persisted JSON form (see the module docs).
     pub fn to_json_bytes(&self) -> Vec<u8> {
         let out = TopicJsonOut {
@@ -144,6 +255,7 @@ impl Topic {
             name: &self.name,
             created_ms: self.created_ms,
             segments: &self.segments,
+            policy: self.policy.as_ref(),
         };
         let mut bytes = serde_json::to_vec_pretty(&out)
             .expect("plain structs with string keys always serialize to JSON");
@@ -223,6 +335,73 @@ impl Topic {
                 "topic {name}: no open segment covers [{next_start:#x}, {RING_END:#x})"
             ));
         }
+        for segment in &self.segments {
+            if !segment.successors.is_empty() {
+                self.check_successors_cover(segment)?;
+            }
+        }
+        if let Some(policy) = &self.policy {
+            policy
+                .validate()
+                .map_err(|e| format!("topic {name}: policy: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A segment [`Topic::replace`] is to open: its range and owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NewSegment {
+    pub(crate) range: KeyRange,
+    pub(crate) broker: Option<BrokerId>,
+    pub(crate) shard: u16,
+}
+
+/// The union of `ranges` (sorted) if they follow each other with no gap or
+/// overlap.
+fn contiguous_union(ranges: &[KeyRange]) -> Option<KeyRange> {
+    let first = ranges.first()?;
+    let last = ranges.last()?;
+    ranges
+        .windows(2)
+        .all(|pair| pair[0].end() == u64::from(pair[1].start()))
+        .then(|| KeyRange::new(first.start(), last.end()))
+        .flatten()
+}
+
+impl Topic {
+    /// A sealed segment's successors follow each other with no gap or
+    /// overlap and cover its range: exactly, when there are several (a
+    /// split), or as part of a larger range, when there is one (a merge or
+    /// a move).
+    fn check_successors_cover(&self, segment: &Segment) -> Result<(), String> {
+        let (name, id) = (&self.name, segment.id);
+        let mut ranges = Vec::with_capacity(segment.successors.len());
+        for successor in &segment.successors {
+            match self.segment(*successor) {
+                Some(s) => ranges.push(s.range),
+                None => {
+                    return Err(format!(
+                        "topic {name}: segment {id} names missing successor {successor}"
+                    ))
+                }
+            }
+        }
+        ranges.sort();
+        let union = contiguous_union(&ranges).ok_or_else(|| {
+            format!("topic {name}: the successors of segment {id} leave a gap or overlap")
+        })?;
+        let covers = if ranges.len() > 1 {
+            union == segment.range
+        } else {
+            union.start() <= segment.range.start() && segment.range.end() <= union.end()
+        };
+        if !covers {
+            return Err(format!(
+                "topic {name}: the successors of segment {id} cover {union}, not its range {}",
+                segment.range
+            ));
+        }
         Ok(())
     }
 }
@@ -248,6 +427,7 @@ fn decode(bytes: &[u8]) -> Result<Topic, String> {
         name: json.name,
         segments: json.segments,
         created_ms: json.created_ms,
+        policy: json.policy,
     };
     topic.validate()?;
     Ok(topic)
@@ -267,6 +447,8 @@ mod tests {
             shard: 0,
             successors: successors.iter().copied().map(SegmentId).collect(),
             created_ms: 7,
+            broker: None,
+            sealed_ms: None,
         }
     }
 
@@ -281,6 +463,7 @@ mod tests {
                 segment(2, half as u32, RING_END, SegmentState::Open, &[]),
             ],
             created_ms: 5,
+            policy: None,
         }
     }
 
