@@ -832,6 +832,9 @@ impl Cluster {
             .map_or(([Rate::default(); RATE_WINDOWS], None), |r| {
                 (r.share(1, u64::from(pieces)), Some(r.since_ms()))
             });
+        if let Some(owner) = segment.broker {
+            placement.release(owner, self.rate(&key));
+        }
         let mut new = Vec::with_capacity(ranges.len());
         for range in ranges {
             let broker = placement
@@ -872,6 +875,12 @@ impl Cluster {
         let range = KeyRange::new(low.start(), high.end()).ok_or_else(|| {
             ControlError::InvalidChange(format!("topic {name}: cannot join {low} and {high}"))
         })?;
+        for id in [a, b] {
+            let key = (name.clone(), id);
+            if let Some(owner) = self.topic_or_err(name)?.segment(id).and_then(|s| s.broker) {
+                placement.release(owner, self.rate(&key));
+            }
+        }
         let (rates_a, since_a) = self.seed(&(name.clone(), a));
         let (rates_b, since_b) = self.seed(&(name.clone(), b));
         let seed = (
@@ -903,6 +912,9 @@ impl Cluster {
         let range = segment.range;
         let from = segment.broker.filter(|b| self.membership.is_live(*b));
         let seed = self.seed(&(name.clone(), id));
+        if let Some(owner) = from {
+            placement.release(owner, seed.0[0]);
+        }
         let broker = match to {
             Some(to) => to,
             None => placement
@@ -1046,4 +1058,440 @@ fn check_policy(policy: &ScalingPolicy, open: u32) -> Result<(), ControlError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{BrokerCommand, Capacity};
+
+    fn name(text: &str) -> TopicName {
+        TopicName::parse(text).unwrap()
+    }
+
+    fn info(id: u32, shards: usize) -> BrokerInfo {
+        BrokerInfo {
+            id: BrokerId(id),
+            shard_addresses: (0..shards)
+                .map(|s| format!("10.0.0.{id}:{}", 7000 + s))
+                .collect(),
+            capacity: Capacity {
+                bytes_per_s: 1_000_000,
+                records_per_s: 10_000,
+            },
+        }
+    }
+
+    fn rate(bytes_per_s: u64) -> Rate {
+        Rate {
+            bytes_per_s,
+            records_per_s: 0,
+        }
+    }
+
+    /// A core with brokers 1..=n (two shards each), no rebalancer.
+    fn cluster(brokers: u32) -> Cluster {
+        let mut c = Cluster::new(ClusterConfig {
+            broker_silence_ms: 3_000,
+            rebalance: None,
+        });
+        for id in 1..=brokers {
+            assert!(c.handle_register(0, info(id, 2)).unwrap().is_empty());
+        }
+        c
+    }
+
+    fn policy() -> ScalingPolicy {
+        ScalingPolicy {
+            target: rate(1_000),
+            windows_ms: [1_000, 2_000, 4_000, 8_000],
+            cooldown_ms: 5_000,
+            segments_min: 1,
+            segments_max: 4,
+            split_pieces_max: 2,
+        }
+    }
+
+    fn owners(c: &Cluster, topic: &TopicName) -> Vec<(u32, u32, u16)> {
+        c.topic(topic)
+            .unwrap()
+            .open_segments()
+            .map(|s| (s.id.0, s.broker.unwrap().0, s.shard))
+            .collect()
+    }
+
+    /// Every live broker reports `bytes_per_s` for every open segment it owns.
+    fn report_all(c: &mut Cluster, now_ms: u64, bytes_per_s: u64) {
+        let brokers: Vec<BrokerId> = c.membership().brokers().map(|(id, _)| *id).collect();
+        for id in brokers {
+            let loads: Vec<SegmentLoad> = c
+                .membership()
+                .broker(id)
+                .unwrap()
+                .segments()
+                .iter()
+                .map(|(topic, segment)| SegmentLoad {
+                    topic: topic.clone(),
+                    segment: *segment,
+                    rate: rate(bytes_per_s),
+                })
+                .collect();
+            c.handle_load_report(now_ms, id, &loads).unwrap();
+        }
+    }
+
+    #[test]
+    fn create_spreads_segments_over_brokers_and_shards() {
+        let mut c = cluster(3);
+        let t = name("ns/t");
+        let action = c.create_topic(10, &t, 7, None).unwrap();
+        let Action::CreateTopic { opened, .. } = &action else {
+            panic!("{action:?}")
+        };
+        assert_eq!(opened.len(), 7);
+        assert_eq!(
+            owners(&c, &t),
+            [
+                (0, 1, 0),
+                (1, 2, 0),
+                (2, 3, 0),
+                (3, 1, 1),
+                (4, 2, 1),
+                (5, 3, 1),
+                (6, 1, 0)
+            ]
+        );
+        assert_eq!(action.commands().len(), 7);
+        c.check_invariants().unwrap();
+
+        let err = c.create_topic(10, &t, 1, None).unwrap_err();
+        assert!(matches!(err, ControlError::TopicExists(_)), "{err}");
+        let err = c
+            .create_topic(10, &name("ns/u"), 5, Some(policy()))
+            .unwrap_err();
+        assert!(matches!(err, ControlError::InvalidPolicy(_)), "{err}");
+        let err = Cluster::new(ClusterConfig::default())
+            .create_topic(0, &t, 1, None)
+            .unwrap_err();
+        assert!(matches!(err, ControlError::NoLiveBroker), "{err}");
+    }
+
+    #[test]
+    fn manual_split_merge_and_move() {
+        let mut c = cluster(2);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 1, Some(policy())).unwrap();
+
+        let split = c.split_segment(1, &t, SegmentId(0), 3).unwrap();
+        let Action::Split {
+            sealed,
+            opened,
+            cause,
+            ..
+        } = &split
+        else {
+            panic!("{split:?}")
+        };
+        assert_eq!(*cause, Cause::Manual);
+        assert_eq!(
+            (sealed.segment, sealed.epoch, sealed.broker),
+            (SegmentId(0), 1, Some(BrokerId(1)))
+        );
+        let ids: Vec<u32> = opened.iter().map(|p| p.segment.0).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        let ranges: Vec<KeyRange> = opened.iter().map(|p| p.range).collect();
+        assert_eq!(ranges, KeyRange::FULL.split_even(3));
+        let topic = c.topic(&t).unwrap();
+        let parent = topic.segment(SegmentId(0)).unwrap();
+        assert_eq!(
+            parent.successors,
+            [SegmentId(1), SegmentId(2), SegmentId(3)]
+        );
+        assert_eq!(parent.sealed_ms, Some(1));
+        assert!(matches!(split.commands()[0], BrokerCommand::Seal { .. }));
+        c.check_invariants().unwrap();
+
+        // Bounds: at most 4 open, so no 3-way split of a piece.
+        let err = c.split_segment(2, &t, SegmentId(1), 3).unwrap_err();
+        assert!(err.to_string().contains("the most is 4"), "{err}");
+        let err = c.split_segment(2, &t, SegmentId(0), 2).unwrap_err();
+        assert!(err.to_string().contains("sealed"), "{err}");
+        let err = c.split_segment(2, &t, SegmentId(9), 2).unwrap_err();
+        assert!(matches!(err, ControlError::SegmentNotFound { .. }), "{err}");
+
+        let err = c
+            .merge_segments(3, &t, SegmentId(1), SegmentId(3))
+            .unwrap_err();
+        assert!(err.to_string().contains("not adjacent"), "{err}");
+        let merge = c.merge_segments(3, &t, SegmentId(3), SegmentId(2)).unwrap();
+        let Action::Merge { sealed, opened, .. } = &merge else {
+            panic!("{merge:?}")
+        };
+        assert_eq!(sealed.map(|s| s.segment), [SegmentId(2), SegmentId(3)]);
+        assert_eq!(opened.segment, SegmentId(4));
+        assert_eq!(opened.range.end(), crate::RING_END);
+        let topic = c.topic(&t).unwrap();
+        assert_eq!(
+            topic.segment(SegmentId(2)).unwrap().successors,
+            [SegmentId(4)]
+        );
+        assert_eq!(
+            topic.segment(SegmentId(3)).unwrap().successors,
+            [SegmentId(4)]
+        );
+
+        let owner = topic.segment(SegmentId(4)).unwrap().broker.unwrap();
+        let other = if owner == BrokerId(1) {
+            BrokerId(2)
+        } else {
+            BrokerId(1)
+        };
+        let moved = c.move_segment(4, &t, SegmentId(4), None).unwrap();
+        let Action::Move { sealed, opened, .. } = &moved else {
+            panic!("{moved:?}")
+        };
+        assert_eq!(sealed.broker, Some(owner));
+        assert_eq!(opened.broker, other);
+        assert_eq!(
+            opened.range,
+            c.topic(&t).unwrap().segment(SegmentId(4)).unwrap().range
+        );
+        let err = c
+            .move_segment(4, &t, SegmentId(5), Some(BrokerId(9)))
+            .unwrap_err();
+        assert!(
+            matches!(err, ControlError::BrokerNotFound(BrokerId(9))),
+            "{err}"
+        );
+
+        c.merge_segments(5, &t, SegmentId(1), SegmentId(5)).unwrap();
+        let err = c
+            .merge_segments(5, &t, SegmentId(1), SegmentId(6))
+            .unwrap_err();
+        assert!(err.to_string().contains("the fewest allowed is 1"), "{err}");
+        assert_eq!(c.topic(&t).unwrap().open_segment_count(), 1);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn death_and_leave_reopen_segments_elsewhere() {
+        let mut c = cluster(3);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 6, None).unwrap();
+        // b1 and b3 keep reporting; b2 goes silent.
+        for now in [1_000, 2_000, 3_000] {
+            c.handle_heartbeat(now, BrokerId(1)).unwrap();
+            c.handle_heartbeat(now, BrokerId(3)).unwrap();
+            assert!(c.handle_tick(now).is_empty());
+        }
+        c.handle_heartbeat(3_001, BrokerId(1)).unwrap();
+        c.handle_heartbeat(3_001, BrokerId(3)).unwrap();
+        let actions = c.handle_tick(3_001);
+        assert_eq!(actions.len(), 2, "b2 owned two segments: {actions:?}");
+        for action in &actions {
+            assert_eq!(action.cause(), Cause::BrokerDied(BrokerId(2)));
+            assert_eq!(action.sealed()[0].broker, None, "nobody to seal on");
+            assert_ne!(action.opened()[0].broker, BrokerId(2));
+        }
+        assert!(!c.membership().is_live(BrokerId(2)));
+        assert!(c.handle_heartbeat(3_002, BrokerId(2)).is_err());
+        c.check_invariants().unwrap();
+
+        let actions = c.handle_leave(3_100, BrokerId(1)).unwrap();
+        assert_eq!(actions.len(), 3);
+        for action in &actions {
+            assert_eq!(action.cause(), Cause::BrokerLeft(BrokerId(1)));
+            assert_eq!(
+                action.sealed()[0].broker,
+                Some(BrokerId(1)),
+                "it seals its own"
+            );
+            assert_eq!(action.opened()[0].broker, BrokerId(3));
+        }
+        let err = c.handle_leave(3_200, BrokerId(3)).unwrap_err();
+        assert!(err.to_string().contains("no other broker"), "{err}");
+        assert_eq!(c.topic(&t).unwrap().open_segment_count(), 6);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn all_brokers_dead_leaves_orphans_until_one_joins() {
+        let mut c = cluster(1);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 2, None).unwrap();
+        assert!(c.handle_tick(5_000).is_empty());
+        assert_eq!(c.orphans().len(), 2);
+        c.check_invariants().unwrap();
+        let actions = c.handle_register(6_000, info(7, 1)).unwrap();
+        assert_eq!(actions.len(), 2);
+        assert!(actions.iter().all(|a| a.cause() == Cause::Orphaned));
+        assert!(c.orphans().is_empty());
+        assert_eq!(owners(&c, &t), [(2, 7, 0), (3, 7, 0)]);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn policy_splits_hot_segments_after_the_window_and_cooldown() {
+        let mut c = cluster(2);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 1, Some(policy())).unwrap();
+        let mut splits = Vec::new();
+        for now in (100..=20_000).step_by(100) {
+            report_all(&mut c, now, 6_000);
+            for action in c.handle_tick(now) {
+                assert_eq!(action.cause(), Cause::Policy);
+                splits.push((now, action));
+            }
+            c.check_invariants().unwrap();
+        }
+        // Over 5x the target: the first split waits for the cooldown (5 s),
+        // the next ones for their pieces' cooldown; the bound stops at 4.
+        let times: Vec<u64> = splits.iter().map(|(now, _)| *now).collect();
+        assert_eq!(times, [5_000, 10_000, 10_000]);
+        assert!(splits
+            .iter()
+            .all(|(_, a)| matches!(a, Action::Split { opened, .. } if opened.len() == 2)));
+        assert_eq!(c.topic(&t).unwrap().open_segment_count(), 4);
+        let brokers: BTreeSet<u32> = owners(&c, &t).iter().map(|o| o.1).collect();
+        assert_eq!(brokers.len(), 2, "pieces spread over both brokers");
+    }
+
+    #[test]
+    fn policy_merges_cold_neighbours_after_the_longest_window() {
+        let mut c = cluster(1);
+        let t = name("ns/t");
+        c.create_topic(
+            0,
+            &t,
+            4,
+            Some(ScalingPolicy {
+                segments_min: 2,
+                ..policy()
+            }),
+        )
+        .unwrap();
+        let mut merges = Vec::new();
+        for now in (100..=20_000).step_by(100) {
+            report_all(&mut c, now, 100);
+            for action in c.handle_tick(now) {
+                merges.push((now, action.sealed().len(), action.opened()[0].range));
+            }
+            c.check_invariants().unwrap();
+        }
+        // Cold from the start; merging waits for 8 s of reports, then pairs
+        // neighbours; the min bound of 2 stops it.
+        let halves = KeyRange::FULL.split_even(2);
+        assert_eq!(merges, [(8_000, 2, halves[0]), (8_000, 2, halves[1])]);
+        assert_eq!(c.topic(&t).unwrap().open_segment_count(), 2);
+    }
+
+    #[test]
+    fn load_reports_only_count_for_the_owner() {
+        let mut c = cluster(2);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 2, None).unwrap();
+        let load = |segment| SegmentLoad {
+            topic: t.clone(),
+            segment: SegmentId(segment),
+            rate: rate(5),
+        };
+        // Segment 0 is on b1, 1 on b2; 9 does not exist.
+        assert_eq!(
+            c.handle_load_report(600_000, BrokerId(1), &[load(0), load(1), load(9)])
+                .unwrap(),
+            1
+        );
+        assert!(c.segment_rates(&t, SegmentId(0)).is_some());
+        assert!(c.segment_rates(&t, SegmentId(1)).is_none());
+        let err = c.handle_load_report(600_000, BrokerId(5), &[]).unwrap_err();
+        assert!(
+            matches!(err, ControlError::BrokerNotFound(BrokerId(5))),
+            "{err}"
+        );
+        assert!(c.broker_load(BrokerId(1)).unwrap().0.bytes_per_s > 0);
+    }
+
+    #[test]
+    fn rebalancer_moves_one_segment_per_cooldown() {
+        let mut c = Cluster::new(ClusterConfig {
+            broker_silence_ms: 60_000,
+            rebalance: Some(RebalancePolicy {
+                hot_ratio: 1.2,
+                utilization_min: 0.1,
+                cooldown_ms: 2_000,
+            }),
+        });
+        c.handle_register(0, info(1, 1)).unwrap();
+        let t = name("ns/t");
+        // Manual scaling only, but rates averaged over a 1 s window.
+        let short_windows = ScalingPolicy {
+            windows_ms: [1_000, 2_000, 4_000, 8_000],
+            ..ScalingPolicy::default()
+        };
+        c.create_topic(0, &t, 4, Some(short_windows)).unwrap();
+        c.handle_register(0, info(2, 1)).unwrap();
+        c.handle_register(0, info(3, 1)).unwrap();
+        let mut moves = Vec::new();
+        for now in (1_000..=10_000).step_by(1_000) {
+            report_all(&mut c, now, 100_000);
+            for action in c.handle_tick(now) {
+                assert_eq!(action.cause(), Cause::Rebalance);
+                assert_eq!(action.sealed()[0].broker, Some(BrokerId(1)));
+                moves.push((now, action.opened()[0].broker.0));
+            }
+            c.check_invariants().unwrap();
+        }
+        // Four equal segments on b1: two moves, one per cooldown, leave
+        // 2:1:1; a third would only make another broker the hot one.
+        assert_eq!(moves, [(2_000, 2), (4_000, 3)]);
+        let mut per_broker = [0; 3];
+        for (_, broker, _) in owners(&c, &t) {
+            per_broker[broker as usize - 1] += 1;
+        }
+        assert_eq!(per_broker, [2, 1, 1]);
+    }
+
+    #[test]
+    fn restart_keeps_running_brokers_undisturbed() {
+        let mut c = cluster(2);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 3, Some(policy())).unwrap();
+        c.split_segment(1, &t, SegmentId(0), 2).unwrap();
+        let stored: Vec<Topic> = c
+            .topics()
+            .map(|t| Topic::from_json_bytes(&t.to_json_bytes()).unwrap())
+            .collect();
+        let before = owners(&c, &t);
+
+        let mut restarted = Cluster::from_topics(*c.config(), stored).unwrap();
+        assert_eq!(restarted.orphans().len(), 4);
+        restarted.check_invariants().unwrap();
+        // b1 re-registers at once; b2 is late, but within the grace.
+        assert!(restarted
+            .handle_register(50_000, info(1, 2))
+            .unwrap()
+            .is_empty());
+        assert!(restarted.handle_tick(52_000).is_empty());
+        assert!(restarted
+            .handle_register(52_500, info(2, 2))
+            .unwrap()
+            .is_empty());
+        assert!(restarted.orphans().is_empty());
+        assert_eq!(owners(&restarted, &t), before);
+        assert_eq!(restarted.topic(&t).unwrap().policy(), Some(&policy()));
+        restarted.check_invariants().unwrap();
+
+        // Had b2 not come back, its segments move once the grace is over.
+        let stored: Vec<Topic> = c.topics().cloned().collect();
+        let mut restarted = Cluster::from_topics(*c.config(), stored).unwrap();
+        restarted.handle_register(50_000, info(1, 2)).unwrap();
+        restarted.handle_heartbeat(52_999, BrokerId(1)).unwrap();
+        assert!(restarted.handle_tick(52_999).is_empty());
+        let actions = restarted.handle_tick(53_000);
+        let on_two = before.iter().filter(|o| o.1 == 2).count();
+        assert_eq!(actions.len(), on_two);
+        assert!(actions.iter().all(|a| a.cause() == Cause::Orphaned));
+        restarted.check_invariants().unwrap();
+    }
 }

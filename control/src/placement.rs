@@ -63,6 +63,15 @@ impl Placement {
         Placement { brokers }
     }
 
+    /// Take a segment about to be sealed (carrying `rate`) off `broker`'s
+    /// books, so its successors are placed as if it were gone.
+    pub(crate) fn release(&mut self, broker: BrokerId, rate: Rate) {
+        if let Some(b) = self.brokers.iter_mut().find(|b| b.id == broker) {
+            b.load = subtract(b.load, rate);
+            b.segments = b.segments.saturating_sub(1);
+        }
+    }
+
     /// Pick the broker for a segment expected to carry `expected`, never
     /// `avoid`; `None` if no other broker is live. The pick is charged with
     /// `expected` and one more segment.
@@ -144,6 +153,17 @@ mod tests {
         assert_eq!(Placement::new(Vec::new()).pick(rate(1), None), None);
         let mut p = Placement::new(vec![broker(1, 100, 0, 0), broker(2, 100, 90, 5)]);
         assert_eq!(p.pick(rate(1), Some(BrokerId(1))), Some(BrokerId(2)));
+        // b2 now carries 91 over 6 segments; release one of 80.
+        p.release(BrokerId(2), rate(80));
+        p.release(BrokerId(9), rate(80));
+        assert_eq!((p.brokers[1].load, p.brokers[1].segments), (rate(11), 5));
+        p.release(BrokerId(2), rate(80));
+        assert_eq!((p.brokers[1].load, p.brokers[1].segments), (rate(0), 4));
+        assert_eq!(
+            p.pick(rate(0), None),
+            Some(BrokerId(1)),
+            "tie on load: fewer segments"
+        );
     }
 
     #[test]

@@ -61,13 +61,17 @@ pub(crate) fn propose(
     if last_move_ms.is_some_and(|last| now_ms.saturating_sub(last) < policy.cooldown_ms) {
         return None;
     }
-    let by_utilization = |a: &&BrokerLoad, b: &&BrokerLoad| {
+    // Ties go to the lowest id, on both ends.
+    let hot = brokers.iter().max_by(|a, b| {
         a.utilization()
             .total_cmp(&b.utilization())
             .then(b.id.cmp(&a.id))
-    };
-    let hot = brokers.iter().max_by(by_utilization)?;
-    let cold = brokers.iter().min_by(by_utilization)?;
+    })?;
+    let cold = brokers.iter().min_by(|a, b| {
+        a.utilization()
+            .total_cmp(&b.utilization())
+            .then(a.id.cmp(&b.id))
+    })?;
     let mean = brokers.iter().map(BrokerLoad::utilization).sum::<f64>() / brokers.len() as f64;
     let hot_utilization = hot.utilization();
     if hot.id == cold.id
