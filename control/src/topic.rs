@@ -594,6 +594,162 @@ mod tests {
         assert!(corrupt_reason(&empty.to_json_bytes()).contains("no segments"));
     }
 
+    fn piece(start: u32, end: u64, broker: u32) -> NewSegment {
+        NewSegment {
+            range: KeyRange::new(start, end).unwrap(),
+            broker: Some(BrokerId(broker)),
+            shard: 3,
+        }
+    }
+
+    #[test]
+    fn replace_splits_merges_and_moves() {
+        let mut topic = split_topic();
+        let half = 1u64 << 31;
+        let quarter = 1u32 << 30;
+        // Split segment 1 ([0, 2^31)) in two, given out of order.
+        let ids = topic
+            .replace(
+                50,
+                &[SegmentId(1)],
+                &[piece(quarter, half, 8), piece(0, u64::from(quarter), 9)],
+            )
+            .unwrap();
+        assert_eq!(ids, [SegmentId(3), SegmentId(4)]);
+        let one = topic.segment(SegmentId(1)).unwrap();
+        assert_eq!(
+            (one.state, one.epoch, one.sealed_ms),
+            (SegmentState::Sealed, 1, Some(50))
+        );
+        assert_eq!(one.successors, ids);
+        let three = topic.segment(SegmentId(3)).unwrap();
+        assert_eq!(
+            (three.range.start(), three.broker, three.shard),
+            (0, Some(BrokerId(9)), 3)
+        );
+        assert_eq!(
+            (three.created_ms, three.epoch, three.state),
+            (50, 0, SegmentState::Open)
+        );
+
+        // Merge 4 and 2 (given in either order) into one.
+        let ids = topic
+            .replace(
+                60,
+                &[SegmentId(2), SegmentId(4)],
+                &[piece(quarter, RING_END, 1)],
+            )
+            .unwrap();
+        assert_eq!(ids, [SegmentId(5)]);
+        assert_eq!(topic.segment(SegmentId(2)).unwrap().successors, ids);
+        assert_eq!(topic.segment(SegmentId(4)).unwrap().successors, ids);
+
+        // Move 5.
+        let ids = topic
+            .replace(70, &[SegmentId(5)], &[piece(quarter, RING_END, 2)])
+            .unwrap();
+        assert_eq!(ids, [SegmentId(6)]);
+        assert_eq!(topic.open_segment_count(), 2);
+        assert_eq!(topic.next_segment_id(), Some(SegmentId(7)));
+        topic.validate().unwrap();
+        let decoded = Topic::from_json_bytes(&topic.to_json_bytes()).unwrap();
+        assert_eq!(decoded, topic);
+    }
+
+    #[test]
+    fn replace_refuses_what_would_break_the_topic() {
+        let topic = split_topic();
+        let half = 1u64 << 31;
+        let cases: [(&[u32], Vec<NewSegment>, &str); 7] = [
+            (&[0], vec![piece(0, RING_END, 1)], "sealed"),
+            (&[9], vec![piece(0, RING_END, 1)], "no segment 9"),
+            (&[1, 1], vec![piece(0, half, 1)], "named twice"),
+            (&[1], vec![piece(0, half - 1, 1)], "cover"),
+            (
+                &[1],
+                vec![piece(0, 5, 1), piece(6, half, 1)],
+                "gap or overlap",
+            ),
+            (
+                &[1, 2],
+                vec![piece(0, 5, 1), piece(5, RING_END, 1)],
+                "cannot replace 2 segments with 2",
+            ),
+            (&[], vec![piece(0, half, 1)], "cannot replace 0"),
+        ];
+        for (sealed, pieces, expected) in cases {
+            let mut changed = topic.clone();
+            let ids: Vec<SegmentId> = sealed.iter().copied().map(SegmentId).collect();
+            let err = changed.replace(1, &ids, &pieces).unwrap_err();
+            assert!(err.contains(expected), "{expected:?} not in {err:?}");
+            assert_eq!(changed, topic, "unchanged after {err}");
+        }
+        let mut full = topic.clone();
+        full.segments[2].id = SegmentId(u32::MAX);
+        full.segments[0].successors = vec![SegmentId(1), SegmentId(u32::MAX)];
+        let err = full
+            .replace(1, &[SegmentId(1)], &[piece(0, half, 1)])
+            .unwrap_err();
+        assert!(err.contains("exhausted"), "{err}");
+    }
+
+    #[test]
+    fn successors_must_cover_what_they_replace() {
+        // Segment 0 split into 1 and 2; now claim 0 was replaced by 1 alone.
+        let mut topic = split_topic();
+        topic.segments[0].successors = vec![SegmentId(1)];
+        let reason = corrupt_reason(&topic.to_json_bytes());
+        assert!(
+            reason.contains("cover [0x00000000, 0x080000000), not its range"),
+            "{reason}"
+        );
+        // A merge successor covering more than the sealed segment is fine.
+        let mut merged = split_topic();
+        merged
+            .replace(5, &[SegmentId(1), SegmentId(2)], &[piece(0, RING_END, 1)])
+            .unwrap();
+        merged.segments[0].state = SegmentState::Sealed;
+        assert!(Topic::from_json_bytes(&merged.to_json_bytes()).is_ok());
+        // Successors with a hole between them.
+        let half = 1u32 << 31;
+        let mut holey = split_topic();
+        holey.segments[2].range = KeyRange::new(half, u64::from(half) + 10).unwrap();
+        holey.segments.push(Segment {
+            id: SegmentId(3),
+            range: KeyRange::new(half + 10, RING_END).unwrap(),
+            ..holey.segments[2].clone()
+        });
+        holey.segments[0].successors = vec![SegmentId(1), SegmentId(3)];
+        let reason = corrupt_reason(&holey.to_json_bytes());
+        assert!(
+            reason.contains("successors of segment 0 leave a gap"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn policy_and_brokers_persist_and_stay_optional() {
+        let plain = String::from_utf8(split_topic().to_json_bytes()).unwrap();
+        assert!(
+            !plain.contains("broker") && !plain.contains("policy") && !plain.contains("sealed_ms")
+        );
+        let mut topic = split_topic();
+        topic.policy = Some(ScalingPolicy {
+            segments_max: 8,
+            ..ScalingPolicy::default()
+        });
+        topic.segments[1].broker = Some(BrokerId(4));
+        topic.segments[0].sealed_ms = Some(9);
+        let text = String::from_utf8(topic.to_json_bytes()).unwrap();
+        assert!(
+            text.contains("\"broker\": 4") && text.contains("\"segments_max\": 8"),
+            "{text}"
+        );
+        assert_eq!(Topic::from_json_bytes(text.as_bytes()).unwrap(), topic);
+        let bad = text.replace("\"segments_max\": 8", "\"segments_max\": 0");
+        assert!(corrupt_reason(bad.as_bytes()).contains("policy: segment bounds"));
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic() {
         // A cheap deterministic fuzz: every prefix and single-byte mutation of
