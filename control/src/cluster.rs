@@ -297,8 +297,11 @@ impl Cluster {
             .filter(|t| t.policy().is_some_and(ScalingPolicy::is_automatic))
             .map(|t| t.name().clone())
             .collect();
+        // One view of the brokers' loads for the whole pass: each split
+        // and merge charges (and releases) it as it goes.
+        let mut placement = self.placement();
         for name in automatic {
-            actions.extend(self.scale(now_ms, &name));
+            actions.extend(self.scale(now_ms, &name, &mut placement));
         }
         actions.extend(self.rebalance(now_ms));
         actions
@@ -691,7 +694,7 @@ impl Cluster {
     /// Apply the topic's policy: split hot segments, then merge cold
     /// neighbours, never touching a segment within its cooldown or
     /// leaving the open count outside the bounds.
-    fn scale(&mut self, now_ms: u64, name: &TopicName) -> Vec<Action> {
+    fn scale(&mut self, now_ms: u64, name: &TopicName, placement: &mut Placement) -> Vec<Action> {
         let Some(topic) = self.topics.get(name) else {
             return Vec::new();
         };
@@ -724,10 +727,9 @@ impl Cluster {
                 open += pieces - 1;
             }
         }
-        let mut placement = self.placement();
         let mut touched = BTreeSet::new();
         for (segment, pieces) in splits {
-            match self.split_with(now_ms, &mut placement, name, segment, pieces, Cause::Policy) {
+            match self.split_with(now_ms, placement, name, segment, pieces, Cause::Policy) {
                 Ok(action) => {
                     touched.extend(action.opened().iter().map(|p| p.segment));
                     actions.push(action);
@@ -763,7 +765,7 @@ impl Cluster {
             }
         }
         for (a, b) in merges {
-            match self.merge_with(now_ms, &mut placement, name, a, b, Cause::Policy) {
+            match self.merge_with(now_ms, placement, name, a, b, Cause::Policy) {
                 Ok(action) => actions.push(action),
                 Err(ControlError::NoLiveBroker) => return actions,
                 Err(e) => debug_assert!(false, "policy merge of {name}/{a}+{b}: {e}"),
