@@ -16,6 +16,8 @@
 //! [`ControlService`] persists it through a `kelp_filer`
 //! [`Filer`](filer::Filer) and is synchronous, meant to run on a thread of
 //! its own. Nothing in this crate depends on glommio, quinn or tokio.
+//!
+//! The policies and the actions are described in `docs/control-plane.md`.
 
 mod action;
 mod broker;
