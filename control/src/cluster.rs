@@ -26,7 +26,7 @@ use crate::action::{Action, Cause, PlacedSegment, SealedSegment};
 use crate::membership::SegmentLoad;
 use crate::placement::{add, BrokerLoad, Placement};
 use crate::rate::{sum_windows, RateWindows, RATE_WINDOWS};
-use crate::rebalancer::{propose, Movable, RebalancePolicy};
+use crate::rebalancer::{hot_and_cold, propose, Movable, RebalancePolicy};
 use crate::topic::NewSegment;
 use crate::{
     BrokerId, BrokerInfo, ControlError, KeyRange, Membership, Rate, ScalingPolicy, Segment,
@@ -68,7 +68,7 @@ pub struct Cluster {
     membership: Membership,
     topics: BTreeMap<TopicName, Topic>,
     /// Rates of open segments that have any; missing means zero.
-    rates: BTreeMap<SegmentKey, RateWindows>,
+    rates: RateBook,
     /// Open segments whose owner is not live.
     orphans: BTreeSet<SegmentKey>,
     /// The first `now_ms` the core saw.
@@ -84,7 +84,7 @@ impl Cluster {
             config,
             membership: Membership::new(),
             topics: BTreeMap::new(),
-            rates: BTreeMap::new(),
+            rates: RateBook::default(),
             orphans: BTreeSet::new(),
             started_ms: None,
             last_move_ms: None,
@@ -136,7 +136,7 @@ impl Cluster {
 
     /// The averaged rates of an open segment, if it has any.
     pub fn segment_rates(&self, topic: &TopicName, segment: SegmentId) -> Option<&RateWindows> {
-        self.rates.get(&(topic.clone(), segment))
+        self.rates.get(topic, segment)
     }
 
     /// Open segments whose owner is not live, by topic and id.
@@ -261,8 +261,7 @@ impl Cluster {
             };
             let rates = self
                 .rates
-                .entry((load.topic.clone(), load.segment))
-                .or_insert_with(|| RateWindows::zero(since_ms));
+                .get_or_insert(&load.topic, load.segment, || RateWindows::zero(since_ms));
             if rates.record(now_ms, load.rate, &windows) {
                 used += 1;
             }
@@ -388,9 +387,7 @@ impl Cluster {
             .ok_or_else(|| ControlError::TopicNotFound(name.to_string()))?;
         let mut brokers = BTreeSet::new();
         for segment in topic.open_segments() {
-            let key = (name.clone(), segment.id);
-            self.rates.remove(&key);
-            self.orphans.remove(&key);
+            self.orphans.remove(&(name.clone(), segment.id));
             if let Some(broker) = segment.broker {
                 if self.membership.is_live(broker) {
                     self.membership
@@ -399,6 +396,7 @@ impl Cluster {
                 }
             }
         }
+        self.rates.remove_topic(name);
         Ok(Action::DeleteTopic {
             topic: name.clone(),
             brokers: brokers.into_iter().collect(),
@@ -619,12 +617,15 @@ impl Cluster {
     /// The rate of an open segment over the shortest window (zero if none
     /// reported).
     fn rate(&self, key: &SegmentKey) -> Rate {
-        self.rates.get(key).map(|r| r.window(0)).unwrap_or_default()
+        self.rates
+            .get(&key.0, key.1)
+            .map(|r| r.window(0))
+            .unwrap_or_default()
     }
 
     fn seed(&self, key: &SegmentKey) -> Seed {
         self.rates
-            .get(key)
+            .get(&key.0, key.1)
             .map_or(([Rate::default(); RATE_WINDOWS], None), |r| {
                 (r.windows(), Some(r.since_ms()))
             })
@@ -708,8 +709,7 @@ impl Cluster {
             if !policy.cooled_down(now_ms, segment.created_ms) {
                 continue;
             }
-            let key = (name.clone(), segment.id);
-            let Some(rates) = self.rates.get(&key) else {
+            let Some(rates) = self.rates.get(name, segment.id) else {
                 continue;
             };
             if now_ms.saturating_sub(rates.since_ms()) < policy.windows_ms[0] {
@@ -748,7 +748,7 @@ impl Cluster {
         let cold = |s: &Segment| {
             !touched.contains(&s.id)
                 && policy.cooled_down(now_ms, s.created_ms)
-                && self.rates.get(&(name.clone(), s.id)).is_some_and(|rates| {
+                && self.rates.get(name, s.id).is_some_and(|rates| {
                     now_ms.saturating_sub(rates.since_ms()) >= policy.windows_ms[3]
                         && policy.wants_merge(&policy.load_factors(rates))
                 })
@@ -778,23 +778,23 @@ impl Cluster {
     fn rebalance(&mut self, now_ms: u64) -> Option<Action> {
         let policy = self.config.rebalance?;
         let brokers = self.broker_loads();
+        // Only the hot broker's segments are candidates.
+        let (hot, _) = hot_and_cold(&policy, now_ms, self.last_move_ms, &brokers)?;
         let mut keys = Vec::new();
         let mut movable = Vec::new();
-        for (id, entry) in self.membership.brokers() {
-            for key in entry.segments() {
-                let Some(segment) = self.topics.get(&key.0).and_then(|t| t.segment(key.1)) else {
-                    continue;
-                };
-                keys.push(key.clone());
-                movable.push(Movable {
-                    broker: *id,
-                    rate: self.rate(key),
-                    created_ms: segment.created_ms,
-                });
-            }
+        for key in self.membership.broker(hot)?.segments() {
+            let Some(segment) = self.topics.get(&key.0).and_then(|t| t.segment(key.1)) else {
+                continue;
+            };
+            keys.push(key);
+            movable.push(Movable {
+                broker: hot,
+                rate: self.rate(key),
+                created_ms: segment.created_ms,
+            });
         }
         let (index, _, to) = propose(&policy, now_ms, self.last_move_ms, &brokers, &movable)?;
-        let (topic, segment) = keys.get(index)?.clone();
+        let (topic, segment) = (*keys.get(index)?).clone();
         let mut placement = Placement::new(brokers);
         let action = self
             .move_segment_with(
@@ -830,7 +830,7 @@ impl Cluster {
         let key = (name.clone(), id);
         let seed: Seed = self
             .rates
-            .get(&key)
+            .get(name, id)
             .map_or(([Rate::default(); RATE_WINDOWS], None), |r| {
                 (r.share(1, u64::from(pieces)), Some(r.since_ms()))
             });
@@ -967,9 +967,8 @@ impl Cluster {
             .map_err(ControlError::InvalidChange)?;
         let mut sealed_out = Vec::with_capacity(owners.len());
         for (id, broker, shard) in owners {
-            let key = (name.clone(), id);
-            self.rates.remove(&key);
-            self.orphans.remove(&key);
+            self.rates.remove(name, id);
+            self.orphans.remove(&(name.clone(), id));
             let live = broker.filter(|b| self.membership.is_live(*b));
             if let Some(b) = live {
                 self.membership.remove_segment(b, name, id, shard);
@@ -999,9 +998,60 @@ impl Cluster {
             if let Some(since_ms) = seed.1 {
                 rates = rates.known_since(since_ms);
             }
-            self.rates.insert((name.clone(), *id), rates);
+            self.rates.insert(name, *id, rates);
         }
         Ok((sealed_out, opened))
+    }
+}
+
+/// Every open segment's averaged rates, by topic then segment (so a lookup
+/// needs no owned key).
+#[derive(Debug, Clone, Default)]
+struct RateBook {
+    by_topic: BTreeMap<TopicName, BTreeMap<SegmentId, RateWindows>>,
+}
+
+impl RateBook {
+    fn get(&self, topic: &TopicName, segment: SegmentId) -> Option<&RateWindows> {
+        self.by_topic.get(topic)?.get(&segment)
+    }
+
+    fn get_or_insert(
+        &mut self,
+        topic: &TopicName,
+        segment: SegmentId,
+        make: impl FnOnce() -> RateWindows,
+    ) -> &mut RateWindows {
+        if !self.by_topic.contains_key(topic) {
+            self.by_topic.insert(topic.clone(), BTreeMap::new());
+        }
+        self.by_topic
+            .get_mut(topic)
+            .expect("inserted above")
+            .entry(segment)
+            .or_insert_with(make)
+    }
+
+    fn insert(&mut self, topic: &TopicName, segment: SegmentId, rates: RateWindows) {
+        if let Some(segments) = self.by_topic.get_mut(topic) {
+            segments.insert(segment, rates);
+        } else {
+            self.by_topic
+                .insert(topic.clone(), BTreeMap::from([(segment, rates)]));
+        }
+    }
+
+    fn remove(&mut self, topic: &TopicName, segment: SegmentId) {
+        if let Some(segments) = self.by_topic.get_mut(topic) {
+            segments.remove(&segment);
+            if segments.is_empty() {
+                self.by_topic.remove(topic);
+            }
+        }
+    }
+
+    fn remove_topic(&mut self, topic: &TopicName) {
+        self.by_topic.remove(topic);
     }
 }
 

@@ -47,14 +47,24 @@ pub(crate) struct Movable {
     pub(crate) created_ms: u64,
 }
 
-/// The move to make, if any: (index into `segments`, from, to).
-pub(crate) fn propose(
+/// The hot broker and the cold one to relieve it, if a move is due at
+/// `now_ms`: `(hot, cold)`.
+pub(crate) fn hot_and_cold(
     policy: &RebalancePolicy,
     now_ms: u64,
     last_move_ms: Option<u64>,
     brokers: &[BrokerLoad],
-    segments: &[Movable],
-) -> Option<(usize, BrokerId, BrokerId)> {
+) -> Option<(BrokerId, BrokerId)> {
+    let (hot, cold) = hot_and_cold_loads(policy, now_ms, last_move_ms, brokers)?;
+    Some((hot.id, cold.id))
+}
+
+fn hot_and_cold_loads<'a>(
+    policy: &RebalancePolicy,
+    now_ms: u64,
+    last_move_ms: Option<u64>,
+    brokers: &'a [BrokerLoad],
+) -> Option<(&'a BrokerLoad, &'a BrokerLoad)> {
     if brokers.len() < 2 {
         return None;
     }
@@ -80,6 +90,19 @@ pub(crate) fn propose(
     {
         return None;
     }
+    Some((hot, cold))
+}
+
+/// The move to make, if any: (index into `segments`, from, to).
+pub(crate) fn propose(
+    policy: &RebalancePolicy,
+    now_ms: u64,
+    last_move_ms: Option<u64>,
+    brokers: &[BrokerLoad],
+    segments: &[Movable],
+) -> Option<(usize, BrokerId, BrokerId)> {
+    let (hot, cold) = hot_and_cold_loads(policy, now_ms, last_move_ms, brokers)?;
+    let hot_utilization = hot.utilization();
     let mut best: Option<(f64, usize)> = None;
     for (i, segment) in segments.iter().enumerate() {
         if segment.broker != hot.id
