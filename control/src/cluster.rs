@@ -1505,6 +1505,29 @@ mod tests {
     }
 
     #[test]
+    fn a_single_broker_topic_moves_onto_the_cluster_after_the_grace() {
+        let mut layout = crate::Layout::new(2);
+        let t = name("ns/old");
+        let old = layout.create_topic(0, &t, 3).unwrap().clone();
+        let mut c = Cluster::from_topics(ClusterConfig::default(), [old]).unwrap();
+        assert!(c.handle_register(100, info(1, 2)).unwrap().is_empty());
+        assert_eq!(
+            c.orphans().len(),
+            3,
+            "no broker claims segments that name none"
+        );
+        let actions = c.handle_register(10_100, info(2, 2)).unwrap();
+        assert_eq!(actions.len(), 3);
+        for action in &actions {
+            assert_eq!(action.cause(), Cause::Orphaned);
+            assert_eq!(action.sealed()[0].broker, None);
+        }
+        let brokers: BTreeSet<u32> = owners(&c, &t).iter().map(|o| o.1).collect();
+        assert_eq!(brokers, BTreeSet::from([1, 2]));
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
     fn restart_keeps_running_brokers_undisturbed() {
         let mut c = cluster(2);
         let t = name("ns/t");

@@ -2,7 +2,10 @@
 //! averaged over the scaling policy's windows.
 
 /// A traffic rate, as a broker reports it for one segment.
+///
+/// In JSON (a policy's `target`) either field may be left out: it is 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Rate {
     /// Payload bytes per second.
     pub bytes_per_s: u64,

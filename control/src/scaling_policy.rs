@@ -256,10 +256,13 @@ mod tests {
     #[test]
     fn partial_json_takes_defaults() {
         let p: ScalingPolicy =
-            serde_json::from_str(r#"{"target": {"bytes_per_s": 10, "records_per_s": 0}}"#)
+            serde_json::from_str(r#"{"target": {"bytes_per_s": 10}, "segments_max": 9}"#)
                 .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.target.bytes_per_s, 10);
+        assert_eq!(p.target.records_per_s, 0);
+        assert_eq!(p.segments_max, 9);
         assert_eq!(p.cooldown_ms, 600_000);
+        assert!(serde_json::from_str::<ScalingPolicy>(r#"{"windows_ms": [1, 2]}"#).is_err());
         assert!(p.is_automatic());
     }
 }
