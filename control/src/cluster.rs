@@ -165,15 +165,7 @@ impl Cluster {
         self.observe(now_ms);
         let id = info.id;
         let shard_count = info.shard_count();
-        self.membership.join(now_ms, info).map_err(|reason| {
-            if reason.starts_with("too many brokers") {
-                ControlError::TooManyBrokers {
-                    max: crate::BROKERS_MAX,
-                }
-            } else {
-                ControlError::InvalidBroker(reason)
-            }
-        })?;
+        self.membership.join(now_ms, info)?;
         let claimed: Vec<(SegmentKey, u16)> = self
             .orphans
             .iter()

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{BrokerId, BrokerInfo, Rate, SegmentId, TopicName};
+use crate::{BrokerId, BrokerInfo, ControlError, Rate, SegmentId, TopicName};
 
 /// Most brokers registered at once.
 pub const BROKERS_MAX: usize = 4096;
@@ -87,17 +87,17 @@ impl Membership {
     /// re-registering (its addresses and capacity are replaced, what it owns
     /// is kept). A live broker that owns open segments cannot change its
     /// shard count: it must leave first.
-    pub(crate) fn join(&mut self, now_ms: u64, info: BrokerInfo) -> Result<(), String> {
-        info.validate()?;
+    pub(crate) fn join(&mut self, now_ms: u64, info: BrokerInfo) -> Result<(), ControlError> {
+        info.validate().map_err(ControlError::InvalidBroker)?;
         let shard_count = usize::from(info.shard_count());
         if let Some(entry) = self.brokers.get_mut(&info.id) {
             if entry.segments_per_shard.len() != shard_count && !entry.segments.is_empty() {
-                return Err(format!(
+                return Err(ControlError::InvalidBroker(format!(
                     "broker {} owns {} open segments on {} shards; it cannot re-register with {shard_count} shards without leaving first",
                     info.id,
                     entry.segments.len(),
                     entry.segments_per_shard.len()
-                ));
+                )));
             }
             entry.segments_per_shard.resize(shard_count, 0);
             entry.info = info;
@@ -105,7 +105,7 @@ impl Membership {
             return Ok(());
         }
         if self.brokers.len() >= BROKERS_MAX {
-            return Err(format!("too many brokers: the limit is {BROKERS_MAX}"));
+            return Err(ControlError::TooManyBrokers { max: BROKERS_MAX });
         }
         self.brokers.insert(
             info.id,
@@ -245,7 +245,24 @@ mod tests {
         assert_eq!(m.broker(BrokerId(2)).unwrap().last_seen_ms(), 1_001);
         assert!(m.remove(BrokerId(2)).is_some());
         assert!(!m.is_live(BrokerId(2)));
-        assert!(m.join(0, info(3, 0)).is_err());
+        let err = m.join(0, info(3, 0)).unwrap_err();
+        assert!(matches!(err, ControlError::InvalidBroker(_)), "{err}");
+
+        let mut full = Membership::new();
+        for id in 0..BROKERS_MAX as u32 {
+            full.join(0, info(id, 1)).unwrap();
+        }
+        let err = full.join(0, info(BROKERS_MAX as u32, 1)).unwrap_err();
+        assert!(
+            matches!(err, ControlError::TooManyBrokers { max: BROKERS_MAX }),
+            "{err}"
+        );
+        full.join(1, info(0, 1)).unwrap();
+        assert_eq!(
+            full.len(),
+            BROKERS_MAX,
+            "a live broker may still re-register"
+        );
     }
 
     #[test]
@@ -269,7 +286,7 @@ mod tests {
         assert_eq!(entry.least_loaded_shard(), 1);
         assert_eq!(entry.segments().len(), 2);
 
-        let err = m.join(5, info(1, 2)).unwrap_err();
+        let err = m.join(5, info(1, 2)).unwrap_err().to_string();
         assert!(err.contains("without leaving first"), "{err}");
         m.join(5, info(1, 3)).unwrap();
         assert_eq!(m.broker(BrokerId(1)).unwrap().segments().len(), 2);
