@@ -39,6 +39,37 @@ pub enum ControlError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A broker sent a registration that fails validation.
+    #[error("invalid broker registration: {0}")]
+    InvalidBroker(String),
+    /// No live broker has this id (never registered, left, or declared
+    /// dead: it must register again).
+    #[error("broker {0} is not registered")]
+    BrokerNotFound(crate::BrokerId),
+    /// [`BROKERS_MAX`](crate::BROKERS_MAX) brokers are already registered.
+    #[error("too many brokers: the limit is {max}")]
+    TooManyBrokers {
+        /// [`BROKERS_MAX`](crate::BROKERS_MAX).
+        max: usize,
+    },
+    /// A segment has to be placed but no broker is live.
+    #[error("no live broker to place segments on")]
+    NoLiveBroker,
+    /// The topic has no segment with this id.
+    #[error("topic {topic} has no segment {segment}")]
+    SegmentNotFound {
+        /// The topic.
+        topic: String,
+        /// The segment asked for.
+        segment: crate::SegmentId,
+    },
+    /// A split, merge or move that cannot be done as asked; the string says
+    /// why.
+    #[error("{0}")]
+    InvalidChange(String),
+    /// A scaling policy failed validation.
+    #[error("invalid scaling policy: {0}")]
+    InvalidPolicy(String),
     /// The filer failed.
     #[error(transparent)]
     Filer(#[from] filer::FilerError),

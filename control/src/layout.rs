@@ -116,6 +116,8 @@ impl Layout {
                     shard,
                     successors: Vec::new(),
                     created_ms: now_ms,
+                    broker: None,
+                    sealed_ms: None,
                 }
             })
             .collect();
@@ -123,6 +125,7 @@ impl Layout {
             name: name.clone(),
             segments,
             created_ms: now_ms,
+            policy: None,
         })
     }
 
@@ -419,6 +422,8 @@ mod tests {
                 shard: 1,
                 successors: Vec::new(),
                 created_ms: 5,
+                broker: None,
+                sealed_ms: None,
             });
         }
         layout.insert_loaded(topic).unwrap();

@@ -1,26 +1,50 @@
 //! kelp-control: the control plane.
 //!
-//! The `layout` core ([`Layout`] and the types it holds: [`TopicName`],
-//! [`KeyRange`], [`Segment`], [`Topic`]) is sans-IO: no files, no clock, no
-//! async, no threads. Time comes in as `now_ms: u64` arguments, so every
-//! decision is deterministic and testable in memory.
+//! The pure core is sans-IO: no files, no clock, no async, no threads. Time
+//! comes in as `now_ms: u64` arguments, so every decision is deterministic
+//! and testable in memory. It is made of:
 //!
-//! The [`service`] module is the thin driver around it: [`ControlService`]
-//! persists the layout through a `kelp_filer` [`Filer`](filer::Filer) and
-//! is synchronous, meant to run on a thread of its own. Nothing in this
-//! crate depends on glommio, quinn or tokio.
+//! - [`Layout`]: the single-broker layout the embedded control plane uses
+//!   (topics, [`KeyRange`]s, [`Segment`]s placed on shards);
+//! - [`Cluster`]: the multi-broker core. It owns the topics, the
+//!   [`Membership`] of brokers and their load, places segments, rebalances,
+//!   and splits and merges segments by hand or by each topic's
+//!   [`ScalingPolicy`]. Every `handle_*(now_ms, ..)` call returns the
+//!   [`Action`]s a driver must carry out on brokers.
+//!
+//! The [`service`] module is the thin driver around [`Layout`]:
+//! [`ControlService`] persists it through a `kelp_filer`
+//! [`Filer`](filer::Filer) and is synchronous, meant to run on a thread of
+//! its own. Nothing in this crate depends on glommio, quinn or tokio.
+//!
+//! The policies and the actions are described in `docs/control-plane.md`.
 
+mod action;
+mod broker;
+mod cluster;
 mod error;
 mod key_range;
 mod layout;
+mod membership;
+mod placement;
+mod rate;
+mod rebalancer;
+mod scaling_policy;
 mod segment;
 pub mod service;
 mod topic;
 mod topic_name;
 
+pub use action::{Action, BrokerCommand, Cause, PlacedSegment, SealedSegment};
+pub use broker::{BrokerId, BrokerInfo, Capacity, SHARDS_PER_BROKER_MAX, SHARD_ADDRESS_BYTES_MAX};
+pub use cluster::{Cluster, ClusterConfig};
 pub use error::ControlError;
 pub use key_range::{KeyRange, RING_END};
 pub use layout::{Layout, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX};
+pub use membership::{BrokerEntry, Membership, SegmentLoad, BROKERS_MAX};
+pub use rate::{Rate, RateWindows, RATE_WINDOWS};
+pub use rebalancer::RebalancePolicy;
+pub use scaling_policy::{ScalingPolicy, MERGE_FACTOR_LONGEST, SPLIT_FACTORS};
 pub use segment::{Segment, SegmentId, SegmentState};
 pub use service::ControlService;
 pub use topic::{Topic, TOPIC_JSON_BYTES_MAX, TOPIC_JSON_VERSION};

@@ -1,6 +1,6 @@
 //! [`Segment`]: one append-only log of a topic over a key range.
 
-use crate::KeyRange;
+use crate::{BrokerId, KeyRange};
 
 /// A segment's id, unique within its topic and never reused.
 #[derive(
@@ -51,6 +51,15 @@ pub struct Segment {
     /// When the segment was created, in milliseconds since the Unix epoch
     /// (as given by the caller's clock).
     pub created_ms: u64,
+    /// The broker that owns the segment (on shard `shard`). `None` in a
+    /// single-broker layout, where `shard` alone names the owner; left out of
+    /// the JSON then, so older readers and files agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker: Option<BrokerId>,
+    /// When the segment was sealed; `None` while open (and for segments
+    /// sealed before this field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_ms: Option<u64>,
 }
 
 impl Segment {

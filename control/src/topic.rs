@@ -43,7 +43,10 @@
 //! | `segments[].range` | `[start, end)` with `start < end <= 2^32` |
 //! | `segments[].state` | `"open"` or `"sealed"` |
 //! | `segments[].shard` | owning shard index when written; re-mapped modulo the shard count on load |
-//! | `segments[].successors` | ids of the segments that replaced a sealed one; empty while open |
+//! | `segments[].successors` | ids of the segments that replaced a sealed one; empty while open. Several: a split, and they cover its range exactly; one: a merge (covering more) or a move (the same range) |
+//! | `segments[].broker` | optional: the owning broker's id when the control plane runs apart from the brokers; absent for the single-broker layout |
+//! | `segments[].sealed_ms` | optional: when the segment was sealed |
+//! | `policy` | optional: the topic's [`ScalingPolicy`], every field optional (defaults as in [`ScalingPolicy::default`]); absent means manual scaling only |
 //!
 //! Decoding rejects, with a reason: input over [`TOPIC_JSON_BYTES_MAX`],
 //! malformed JSON, unknown versions, invalid names or ranges, duplicate or
@@ -51,7 +54,10 @@
 //! tile the ring exactly. Unknown fields are ignored so a newer writer can
 //! add optional fields without a version bump.
 
-use crate::{ControlError, KeyRange, Segment, SegmentId, SegmentState, TopicName, RING_END};
+use crate::{
+    BrokerId, ControlError, KeyRange, ScalingPolicy, Segment, SegmentId, SegmentState, TopicName,
+    RING_END,
+};
 
 /// The version written into, and required of, a topic's JSON form.
 pub const TOPIC_JSON_VERSION: u32 = 1;
@@ -74,6 +80,7 @@ pub struct Topic {
     pub(crate) name: TopicName,
     pub(crate) segments: Vec<Segment>,
     pub(crate) created_ms: u64,
+    pub(crate) policy: Option<ScalingPolicy>,
 }
 
 /// The persisted shape, borrowed for writing.
@@ -83,6 +90,8 @@ struct TopicJsonOut<'a> {
     name: &'a TopicName,
     created_ms: u64,
     segments: &'a [Segment],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a ScalingPolicy>,
 }
 
 /// The persisted shape, owned for reading.
@@ -91,6 +100,8 @@ struct TopicJsonIn {
     name: TopicName,
     created_ms: u64,
     segments: Vec<Segment>,
+    #[serde(default)]
+    policy: Option<ScalingPolicy>,
 }
 
 /// Read first, so a future version gets a clear "unsupported version" error
@@ -137,6 +148,106 @@ impl Topic {
         self.open_segments().find(|s| s.range.contains(hash))
     }
 
+    /// The topic's split/merge policy, if one was set.
+    pub fn policy(&self) -> Option<&ScalingPolicy> {
+        self.policy.as_ref()
+    }
+
+    /// How many segments are open.
+    pub fn open_segment_count(&self) -> usize {
+        self.open_segments().count()
+    }
+
+    /// The id the next new segment gets: one past the highest ever used
+    /// (segments are never removed, so ids are never reused).
+    pub fn next_segment_id(&self) -> Option<SegmentId> {
+        match self.segments.last() {
+            Some(last) => last.id.0.checked_add(1).map(SegmentId),
+            None => Some(SegmentId(0)),
+        }
+    }
+
+    /// Seal the open segments `sealed` and open `pieces` over exactly the
+    /// range they covered; every sealed segment names all the new ones as
+    /// its successors. One segment into several (a split), several into
+    /// one (a merge) or one into one (a move); never several into several.
+    /// Sealing bumps the segment's epoch, so commands and writes that carry
+    /// the old one can be refused. Returns the new ids, in range order. On
+    /// `Err` (which says why) the topic is unchanged.
+    pub(crate) fn replace(
+        &mut self,
+        now_ms: u64,
+        sealed: &[SegmentId],
+        pieces: &[NewSegment],
+    ) -> Result<Vec<SegmentId>, String> {
+        let name = &self.name;
+        if sealed.is_empty() || pieces.is_empty() || (sealed.len() > 1 && pieces.len() > 1) {
+            return Err(format!(
+                "topic {name}: cannot replace {} segments with {}",
+                sealed.len(),
+                pieces.len()
+            ));
+        }
+        let mut old_ranges = Vec::with_capacity(sealed.len());
+        for (i, id) in sealed.iter().enumerate() {
+            if sealed[..i].contains(id) {
+                return Err(format!("topic {name}: segment {id} named twice"));
+            }
+            let segment = self
+                .segment(*id)
+                .ok_or_else(|| format!("topic {name}: no segment {id}"))?;
+            if !segment.is_open() {
+                return Err(format!("topic {name}: segment {id} is sealed"));
+            }
+            old_ranges.push(segment.range);
+        }
+        old_ranges.sort();
+        let mut new_ranges: Vec<KeyRange> = pieces.iter().map(|p| p.range).collect();
+        new_ranges.sort();
+        let old = contiguous_union(&old_ranges)
+            .ok_or_else(|| format!("topic {name}: segments {sealed:?} are not adjacent"))?;
+        let new = contiguous_union(&new_ranges)
+            .ok_or_else(|| format!("topic {name}: new ranges leave a gap or overlap"))?;
+        if old != new {
+            return Err(format!(
+                "topic {name}: new ranges cover {new}, the sealed ones {old}"
+            ));
+        }
+        let first = self
+            .next_segment_id()
+            .ok_or_else(|| format!("topic {name}: segment ids are exhausted"))?;
+        let last = u32::try_from(pieces.len() - 1)
+            .ok()
+            .and_then(|n| first.0.checked_add(n))
+            .ok_or_else(|| format!("topic {name}: segment ids are exhausted"))?;
+        let mut ordered: Vec<&NewSegment> = pieces.iter().collect();
+        ordered.sort_by_key(|p| p.range);
+        let ids: Vec<SegmentId> = (first.0..=last).map(SegmentId).collect();
+        for segment in &mut self.segments {
+            if sealed.contains(&segment.id) {
+                segment.state = SegmentState::Sealed;
+                segment.epoch = segment.epoch.wrapping_add(1);
+                segment.successors.clone_from(&ids);
+                segment.sealed_ms = Some(now_ms);
+            }
+        }
+        for (id, piece) in ids.iter().zip(ordered) {
+            self.segments.push(Segment {
+                id: *id,
+                epoch: 0,
+                range: piece.range,
+                state: SegmentState::Open,
+                shard: piece.shard,
+                successors: Vec::new(),
+                created_ms: now_ms,
+                broker: piece.broker,
+                sealed_ms: None,
+            });
+        }
+        debug_assert_eq!(self.validate(), Ok(()));
+        Ok(ids)
+    }
+
     /// The persisted JSON form (see the module docs).
     pub fn to_json_bytes(&self) -> Vec<u8> {
         let out = TopicJsonOut {
@@ -144,6 +255,7 @@ impl Topic {
             name: &self.name,
             created_ms: self.created_ms,
             segments: &self.segments,
+            policy: self.policy.as_ref(),
         };
         let mut bytes = serde_json::to_vec_pretty(&out)
             .expect("plain structs with string keys always serialize to JSON");
@@ -223,6 +335,73 @@ impl Topic {
                 "topic {name}: no open segment covers [{next_start:#x}, {RING_END:#x})"
             ));
         }
+        for segment in &self.segments {
+            if !segment.successors.is_empty() {
+                self.check_successors_cover(segment)?;
+            }
+        }
+        if let Some(policy) = &self.policy {
+            policy
+                .validate()
+                .map_err(|e| format!("topic {name}: policy: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A segment [`Topic::replace`] is to open: its range and owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NewSegment {
+    pub(crate) range: KeyRange,
+    pub(crate) broker: Option<BrokerId>,
+    pub(crate) shard: u16,
+}
+
+/// The union of `ranges` (sorted) if they follow each other with no gap or
+/// overlap.
+fn contiguous_union(ranges: &[KeyRange]) -> Option<KeyRange> {
+    let first = ranges.first()?;
+    let last = ranges.last()?;
+    ranges
+        .windows(2)
+        .all(|pair| pair[0].end() == u64::from(pair[1].start()))
+        .then(|| KeyRange::new(first.start(), last.end()))
+        .flatten()
+}
+
+impl Topic {
+    /// A sealed segment's successors follow each other with no gap or
+    /// overlap and cover its range: exactly, when there are several (a
+    /// split), or as part of a larger range, when there is one (a merge or
+    /// a move).
+    fn check_successors_cover(&self, segment: &Segment) -> Result<(), String> {
+        let (name, id) = (&self.name, segment.id);
+        let mut ranges = Vec::with_capacity(segment.successors.len());
+        for successor in &segment.successors {
+            match self.segment(*successor) {
+                Some(s) => ranges.push(s.range),
+                None => {
+                    return Err(format!(
+                        "topic {name}: segment {id} names missing successor {successor}"
+                    ))
+                }
+            }
+        }
+        ranges.sort();
+        let union = contiguous_union(&ranges).ok_or_else(|| {
+            format!("topic {name}: the successors of segment {id} leave a gap or overlap")
+        })?;
+        let covers = if ranges.len() > 1 {
+            union == segment.range
+        } else {
+            union.start() <= segment.range.start() && segment.range.end() <= union.end()
+        };
+        if !covers {
+            return Err(format!(
+                "topic {name}: the successors of segment {id} cover {union}, not its range {}",
+                segment.range
+            ));
+        }
         Ok(())
     }
 }
@@ -248,6 +427,7 @@ fn decode(bytes: &[u8]) -> Result<Topic, String> {
         name: json.name,
         segments: json.segments,
         created_ms: json.created_ms,
+        policy: json.policy,
     };
     topic.validate()?;
     Ok(topic)
@@ -267,6 +447,8 @@ mod tests {
             shard: 0,
             successors: successors.iter().copied().map(SegmentId).collect(),
             created_ms: 7,
+            broker: None,
+            sealed_ms: None,
         }
     }
 
@@ -281,6 +463,7 @@ mod tests {
                 segment(2, half as u32, RING_END, SegmentState::Open, &[]),
             ],
             created_ms: 5,
+            policy: None,
         }
     }
 
@@ -409,6 +592,162 @@ mod tests {
         let mut empty = split_topic();
         empty.segments.clear();
         assert!(corrupt_reason(&empty.to_json_bytes()).contains("no segments"));
+    }
+
+    fn piece(start: u32, end: u64, broker: u32) -> NewSegment {
+        NewSegment {
+            range: KeyRange::new(start, end).unwrap(),
+            broker: Some(BrokerId(broker)),
+            shard: 3,
+        }
+    }
+
+    #[test]
+    fn replace_splits_merges_and_moves() {
+        let mut topic = split_topic();
+        let half = 1u64 << 31;
+        let quarter = 1u32 << 30;
+        // Split segment 1 ([0, 2^31)) in two, given out of order.
+        let ids = topic
+            .replace(
+                50,
+                &[SegmentId(1)],
+                &[piece(quarter, half, 8), piece(0, u64::from(quarter), 9)],
+            )
+            .unwrap();
+        assert_eq!(ids, [SegmentId(3), SegmentId(4)]);
+        let one = topic.segment(SegmentId(1)).unwrap();
+        assert_eq!(
+            (one.state, one.epoch, one.sealed_ms),
+            (SegmentState::Sealed, 1, Some(50))
+        );
+        assert_eq!(one.successors, ids);
+        let three = topic.segment(SegmentId(3)).unwrap();
+        assert_eq!(
+            (three.range.start(), three.broker, three.shard),
+            (0, Some(BrokerId(9)), 3)
+        );
+        assert_eq!(
+            (three.created_ms, three.epoch, three.state),
+            (50, 0, SegmentState::Open)
+        );
+
+        // Merge 4 and 2 (given in either order) into one.
+        let ids = topic
+            .replace(
+                60,
+                &[SegmentId(2), SegmentId(4)],
+                &[piece(quarter, RING_END, 1)],
+            )
+            .unwrap();
+        assert_eq!(ids, [SegmentId(5)]);
+        assert_eq!(topic.segment(SegmentId(2)).unwrap().successors, ids);
+        assert_eq!(topic.segment(SegmentId(4)).unwrap().successors, ids);
+
+        // Move 5.
+        let ids = topic
+            .replace(70, &[SegmentId(5)], &[piece(quarter, RING_END, 2)])
+            .unwrap();
+        assert_eq!(ids, [SegmentId(6)]);
+        assert_eq!(topic.open_segment_count(), 2);
+        assert_eq!(topic.next_segment_id(), Some(SegmentId(7)));
+        topic.validate().unwrap();
+        let decoded = Topic::from_json_bytes(&topic.to_json_bytes()).unwrap();
+        assert_eq!(decoded, topic);
+    }
+
+    #[test]
+    fn replace_refuses_what_would_break_the_topic() {
+        let topic = split_topic();
+        let half = 1u64 << 31;
+        let cases: [(&[u32], Vec<NewSegment>, &str); 7] = [
+            (&[0], vec![piece(0, RING_END, 1)], "sealed"),
+            (&[9], vec![piece(0, RING_END, 1)], "no segment 9"),
+            (&[1, 1], vec![piece(0, half, 1)], "named twice"),
+            (&[1], vec![piece(0, half - 1, 1)], "cover"),
+            (
+                &[1],
+                vec![piece(0, 5, 1), piece(6, half, 1)],
+                "gap or overlap",
+            ),
+            (
+                &[1, 2],
+                vec![piece(0, 5, 1), piece(5, RING_END, 1)],
+                "cannot replace 2 segments with 2",
+            ),
+            (&[], vec![piece(0, half, 1)], "cannot replace 0"),
+        ];
+        for (sealed, pieces, expected) in cases {
+            let mut changed = topic.clone();
+            let ids: Vec<SegmentId> = sealed.iter().copied().map(SegmentId).collect();
+            let err = changed.replace(1, &ids, &pieces).unwrap_err();
+            assert!(err.contains(expected), "{expected:?} not in {err:?}");
+            assert_eq!(changed, topic, "unchanged after {err}");
+        }
+        let mut full = topic.clone();
+        full.segments[2].id = SegmentId(u32::MAX);
+        full.segments[0].successors = vec![SegmentId(1), SegmentId(u32::MAX)];
+        let err = full
+            .replace(1, &[SegmentId(1)], &[piece(0, half, 1)])
+            .unwrap_err();
+        assert!(err.contains("exhausted"), "{err}");
+    }
+
+    #[test]
+    fn successors_must_cover_what_they_replace() {
+        // Segment 0 split into 1 and 2; now claim 0 was replaced by 1 alone.
+        let mut topic = split_topic();
+        topic.segments[0].successors = vec![SegmentId(1)];
+        let reason = corrupt_reason(&topic.to_json_bytes());
+        assert!(
+            reason.contains("cover [0x00000000, 0x080000000), not its range"),
+            "{reason}"
+        );
+        // A merge successor covering more than the sealed segment is fine.
+        let mut merged = split_topic();
+        merged
+            .replace(5, &[SegmentId(1), SegmentId(2)], &[piece(0, RING_END, 1)])
+            .unwrap();
+        merged.segments[0].state = SegmentState::Sealed;
+        assert!(Topic::from_json_bytes(&merged.to_json_bytes()).is_ok());
+        // Successors with a hole between them.
+        let half = 1u32 << 31;
+        let mut holey = split_topic();
+        holey.segments[2].range = KeyRange::new(half, u64::from(half) + 10).unwrap();
+        holey.segments.push(Segment {
+            id: SegmentId(3),
+            range: KeyRange::new(half + 10, RING_END).unwrap(),
+            ..holey.segments[2].clone()
+        });
+        holey.segments[0].successors = vec![SegmentId(1), SegmentId(3)];
+        let reason = corrupt_reason(&holey.to_json_bytes());
+        assert!(
+            reason.contains("successors of segment 0 leave a gap"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn policy_and_brokers_persist_and_stay_optional() {
+        let plain = String::from_utf8(split_topic().to_json_bytes()).unwrap();
+        assert!(
+            !plain.contains("broker") && !plain.contains("policy") && !plain.contains("sealed_ms")
+        );
+        let mut topic = split_topic();
+        topic.policy = Some(ScalingPolicy {
+            segments_max: 8,
+            ..ScalingPolicy::default()
+        });
+        topic.segments[1].broker = Some(BrokerId(4));
+        topic.segments[0].sealed_ms = Some(9);
+        let text = String::from_utf8(topic.to_json_bytes()).unwrap();
+        assert!(
+            text.contains("\"broker\": 4") && text.contains("\"segments_max\": 8"),
+            "{text}"
+        );
+        assert_eq!(Topic::from_json_bytes(text.as_bytes()).unwrap(), topic);
+        let bad = text.replace("\"segments_max\": 8", "\"segments_max\": 0");
+        assert!(corrupt_reason(bad.as_bytes()).contains("policy: segment bounds"));
     }
 
     #[test]
