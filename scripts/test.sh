@@ -50,6 +50,10 @@ kelp_bench consume --from buffers
 kelp_bench consume --from chunks --segments 2 --consumers 2
 kelp_bench end-to-end --rate 100000
 kelp_bench backfill
+for path in direct broker; do
+  target/release/kelp bench produce --by-ref "$path" --record-bytes 2097152 --batch-records 1 \
+    --count 20 --producers 2 --timeout-s 60 --data-dir "$smoke_dir"
+done
 
 step "criterion smoke (every micro-benchmark once, in test mode)"
 cargo bench -p kelp-benches --bench hot_path -- --test

@@ -49,6 +49,7 @@ use wire::{
 use crate::{
     baseline::{cpu_time, current_thread_runtime},
     broker_process::{BrokerLauncher, BrokerProcess, BrokerSettings, ProcessStats, TempDir},
+    by_reference::{produce_by_reference, ByRefPath, ByRefPlan},
     frames::{admin_request, quic_endpoint, read_certificate, AdminAnswer, Dialer},
     host_limits,
     load::{
@@ -149,9 +150,17 @@ pub struct BenchArgs {
     pub scenario: Scenario,
     #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
     pub transport: TransportArg,
-    /// Value bytes per record (an 8-byte key comes on top).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=(1 << 20)))]
+    /// Value bytes per record (an 8-byte key comes on top); at most what a
+    /// record may carry inline (6 MiB less its header and key) unless
+    /// `--by-ref` sends values through the filer.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
     pub record_bytes: u32,
+    /// `produce`/`backfill`: upload every value to the filer and publish a
+    /// 40-byte reference instead (docs/payloads.md): `direct` writes into the
+    /// bench broker's filer directory, `broker` goes through the broker's
+    /// upload path. One upload in flight per producer (`--producers`).
+    #[arg(long, value_enum, value_name = "PATH")]
+    pub by_ref: Option<ByRefPath>,
     /// Records per batch (one batch per produce request).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_records: u32,
@@ -242,6 +251,28 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
             "--duration must be a positive number of seconds"
         );
     }
+    if args.by_ref.is_some() {
+        ensure!(
+            matches!(args.scenario, Scenario::Produce | Scenario::Backfill),
+            "--by-ref is for produce and backfill"
+        );
+        ensure!(
+            !args.baseline,
+            "--by-ref has no host-limit baseline: compare it with the same run inline"
+        );
+        ensure!(
+            args.by_ref != Some(ByRefPath::Direct) || args.broker.is_none(),
+            "--by-ref direct needs the bench's own broker (it writes into its filer directory)"
+        );
+    } else {
+        let inline_max = wire::limits::RECORD_BYTES_MAX as usize
+            - wire::batch::RECORD_HEADER_BYTES
+            - crate::workload::KEY_BYTES;
+        ensure!(
+            args.record_bytes as usize <= inline_max,
+            "--record-bytes over {inline_max} cannot travel inline; add --by-ref"
+        );
+    }
     let needs_consumers = matches!(args.scenario, Scenario::Consume | Scenario::EndToEnd);
     ensure!(
         !needs_consumers || args.consumers <= args.segments,
@@ -321,6 +352,7 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
     let rt = current_thread_runtime()?;
     let mut run = Run {
         args,
+        own_broker_dir: own_data.as_ref().map(|d| d.path().join("broker")),
         ack,
         admin,
         stats,
@@ -367,6 +399,7 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
             TransportArg::Quic => "quic",
         },
         ack: ack.name(),
+        by_ref: args.by_ref.map(ByRefPath::name),
         consume_from: (args.scenario == Scenario::Consume).then_some(match args.consume_from {
             ConsumeFrom::Buffers => "buffers",
             ConsumeFrom::Chunks => "chunks",
@@ -442,6 +475,8 @@ struct Measured {
 /// One run's shared state.
 struct Run<'a> {
     args: &'a BenchArgs,
+    /// The bench broker's data directory, when the bench started it.
+    own_broker_dir: Option<PathBuf>,
     ack: AckArg,
     admin: SocketAddr,
     stats: Option<ProcessStats>,
@@ -500,13 +535,16 @@ impl Run<'_> {
             self.args.segments,
             layout.segments.len()
         );
-        self.workload = Some(Arc::new(Workload::new(
-            &layout.segments,
-            self.args.record_bytes as usize,
-            self.args.batch_records,
-            self.ack.mode(),
-            self.args.in_flight as usize,
-        )?));
+        if self.args.by_ref.is_none() {
+            // Values by reference are made per record by the SDK instead.
+            self.workload = Some(Arc::new(Workload::new(
+                &layout.segments,
+                self.args.record_bytes as usize,
+                self.args.batch_records,
+                self.ack.mode(),
+                self.args.in_flight as usize,
+            )?));
+        }
         self.layout = Some(layout);
         self.dialer = Some(match self.args.transport {
             TransportArg::Tcp => Dialer::Tcp,
@@ -621,8 +659,67 @@ impl Run<'_> {
             .sum())
     }
 
+    /// `produce --by-ref`: uploads and references through the client SDK.
+    async fn produce_by_reference_measured(&self, path: ByRefPath) -> Result<Measured> {
+        let records = self
+            .batches_to_send()
+            .map(|b| b * u64::from(self.args.batch_records));
+        let progress = Arc::new(Progress::default());
+        let total = records.map(|r| r * u64::from(self.args.record_bytes));
+        let plan = ByRefPlan {
+            broker: self.admin,
+            transport: match self.args.transport {
+                TransportArg::Tcp => client::Transport::Tcp,
+                TransportArg::Quic => client::Transport::Quic,
+            },
+            tls_ca: self
+                .args
+                .tls_ca
+                .clone()
+                .or_else(|| self.own_broker_dir.as_ref().map(|d| d.join("tls/cert.der"))),
+            payload_dir: match path {
+                ByRefPath::Direct => Some(
+                    self.own_broker_dir
+                        .as_ref()
+                        .context("--by-ref direct needs the bench's own broker")?
+                        .join("filer"),
+                ),
+                ByRefPath::Broker => None,
+            },
+            topic: self.topic.clone(),
+            value_bytes: self.args.record_bytes as usize,
+            ack: self.ack.mode(),
+            producers: self.args.producers,
+            records,
+            deadline: self
+                .args
+                .duration
+                .map(|s| Instant::now() + Duration::from_secs_f64(s)),
+        };
+        let meter = Meter::start(self, progress.clone(), total, "produce by reference")?;
+        let produced = tokio::time::timeout(self.timeout, produce_by_reference(plan, progress))
+            .await
+            .map_err(|_| anyhow!("producers did not finish within {:?}", self.timeout));
+        let (samples, broker_cpu, load_cpu) = meter.finish()?;
+        let (records, elapsed, latency) = produced??;
+        Ok(Measured {
+            records,
+            payload_bytes: records * u64::from(self.args.record_bytes),
+            produced_records: records,
+            elapsed,
+            latency,
+            latency_kind: "send: upload, then batching, per record",
+            broker_cpu,
+            load_cpu,
+            samples,
+        })
+    }
+
     /// `produce` and `backfill`: the produce phase is the measurement.
     async fn produce_measured(&self) -> Result<Measured> {
+        if let Some(path) = self.args.by_ref {
+            return self.produce_by_reference_measured(path).await;
+        }
         let workload = self.workload()?.clone();
         let progress = Arc::new(Progress::default());
         let total = self

@@ -5,6 +5,7 @@
 pub mod baseline;
 pub mod bench;
 pub mod broker_process;
+pub mod by_reference;
 pub mod frames;
 pub mod host_limits;
 pub mod load;

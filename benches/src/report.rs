@@ -54,6 +54,8 @@ pub struct Report {
     pub transport: &'static str,
     pub ack: &'static str,
     pub consume_from: Option<&'static str>,
+    /// `--by-ref`: how values went by reference, if they did.
+    pub by_ref: Option<&'static str>,
     pub record_bytes: u32,
     pub batch_records: u32,
     pub producers: u32,
@@ -135,7 +137,11 @@ impl Report {
         let from = self
             .consume_from
             .map(|f| format!(" from {f}"))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            + &self
+                .by_ref
+                .map(|p| format!(" by reference ({p})"))
+                .unwrap_or_default();
         println!(
             "{}{from} over {}: {} records of {} B in batches of {}, ack={}, {} segment(s) on {} shard(s), {:.2} s",
             self.scenario,
@@ -197,6 +203,7 @@ impl Report {
             "transport": self.transport,
             "ack": self.ack,
             "consume_from": self.consume_from,
+            "by_ref": self.by_ref,
             "record_bytes": self.record_bytes,
             "batch_records": self.batch_records,
             "producers": self.producers,
