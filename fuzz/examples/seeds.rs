@@ -8,6 +8,7 @@ use std::path::Path;
 use kelp_wire::batch::{set_base_offset, BatchBuilder, RecordHeader};
 use kelp_wire::chunk::build_chunk;
 use kelp_wire::frame::FRAME_HEADER_BYTES;
+use kelp_wire::payload_ref::{PayloadId, PayloadRef};
 use kelp_wire::message::{
     AckMode, ErrorCode, FetchFrom, Fetched, Request, Response, SegmentInfo, ShardAddress, TopicInfo,
 };
@@ -46,6 +47,27 @@ fn batch(
     Ok(bytes)
 }
 
+fn payload_ref() -> PayloadRef {
+    PayloadRef {
+        id: PayloadId {
+            created_ms: 1_700_000_000_000,
+            nonce: 0x0123_4567_89ab_cdef,
+        },
+        length: 9,
+        checksum: 0xe306_9283,
+    }
+}
+
+/// A batch holding one inline record and one payload reference.
+fn reference_batch() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    let mut b = BatchBuilder::new();
+    b.push(1_700_000_000_000, b"k0", b"inline", &[])?;
+    b.push_reference(1_700_000_000_001, b"k1", &payload_ref(), &[])?;
+    let mut bytes = b.finish(0, 0).to_vec();
+    set_base_offset(&mut bytes, 7);
+    Ok(bytes)
+}
+
 fn main() -> AnyResult {
     let requests = [
         Request::Shards,
@@ -80,6 +102,22 @@ fn main() -> AnyResult {
             max_bytes: 1,
             max_wait_ms: 0,
         },
+        Request::PayloadWrite {
+            topic: "ns/t".into(),
+            id: payload_ref().id,
+            offset: 0,
+            bytes: b"piece",
+        },
+        Request::PayloadCommit {
+            topic: "ns/t".into(),
+            reference: payload_ref(),
+        },
+        Request::PayloadRead {
+            topic: "ns/t".into(),
+            id: payload_ref().id,
+            offset: 4,
+            max_bytes: 1 << 20,
+        },
     ];
     let responses = [
         Response::Shards {
@@ -98,6 +136,7 @@ fn main() -> AnyResult {
                 sealed: true,
                 shard: 1,
                 next_offset: 99,
+                appended_bytes: 4096,
                 successors: vec![4, 5],
             }],
         }),
@@ -118,6 +157,11 @@ fn main() -> AnyResult {
             sealed: false,
             batches: b"bytes",
         }),
+        Response::PayloadBytes {
+            length: 9,
+            offset: 4,
+            bytes: b"bytes",
+        },
         Response::Error {
             code: ErrorCode::NotOwner,
             message: "not mine".into(),
@@ -144,6 +188,9 @@ fn main() -> AnyResult {
     let mixed = batch(101, 4, 20)?;
     write("batch", "one-record", &small)?;
     write("batch", "with-headers", &mixed)?;
+    let references = reference_batch()?;
+    write("batch", "with-reference", &references)?;
+    write("chunk", "with-references", &build_chunk(5, 7, &[&references])?)?;
 
     // Three batches of ~2.3 KiB: the third starts past the index interval,
     // so the chunk has two index entries.
