@@ -1016,3 +1016,37 @@ fn chunked_records(filer: &Path) -> Result<u64> {
     }
     Ok(records)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::{batch::set_base_offset, chunk::build_chunk, BatchBuilder};
+
+    fn chunk(base_offset: u64, records: u32) -> Vec<u8> {
+        let mut builder = BatchBuilder::new();
+        for i in 0..records {
+            builder.push(1, &i.to_le_bytes(), b"v", &[]).unwrap();
+        }
+        let mut batch = builder.finish(0, 0).to_vec();
+        set_base_offset(&mut batch, base_offset);
+        build_chunk(0, base_offset, &[&batch]).unwrap()
+    }
+
+    #[test]
+    fn chunked_records_counts_every_chunk_file_under_the_filer() {
+        let dir = TempDir::create(None, "kelp-bench-test").unwrap();
+        let filer = dir.path().join("filer");
+        assert_eq!(chunked_records(&filer).unwrap(), 0);
+        let segment = filer.join("topics/bench/t/0");
+        std::fs::create_dir_all(&segment).unwrap();
+        std::fs::write(segment.join("00000000000000000000.chunk"), chunk(0, 10)).unwrap();
+        std::fs::write(segment.join("00000000000000000010.chunk"), chunk(10, 5)).unwrap();
+        // Not chunks: the layout and a buffer in the making.
+        std::fs::write(filer.join("layout"), b"not a chunk").unwrap();
+        std::fs::write(segment.join("x.buf"), b"nor this").unwrap();
+        assert_eq!(chunked_records(&filer).unwrap(), 15);
+        std::fs::write(segment.join("bad.chunk"), b"short").unwrap();
+        assert!(chunked_records(&filer).is_err());
+    }
+}
