@@ -147,6 +147,7 @@ pub struct BenchArgs {
     /// What to measure.
     #[arg(value_enum)]
     pub scenario: Scenario,
+    /// Transport to the broker (and of the raw baseline it is compared with).
     #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
     pub transport: TransportArg,
     /// Value bytes per record (an 8-byte key comes on top).
@@ -254,6 +255,10 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
             "end-to-end needs acknowledged produce (--ack leader or durable)"
         );
     }
+    ensure!(
+        !(args.broker.is_some() && args.transport == TransportArg::Quic && args.tls_ca.is_none()),
+        "--transport quic with --broker needs --tls-ca (the broker's certificate)"
+    );
     if args.plot.is_some() {
         // Fail before the run, not after it.
         crate::plot::load_font()?;
@@ -347,7 +352,22 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
         };
         run.check_topic(measured.produced_records).await?;
         anyhow::Ok(measured)
-    })?;
+    });
+    let measured = match measured {
+        Ok(m) => m,
+        Err(e) => {
+            if broker.is_none() && run.layout.is_some() {
+                // Someone else's broker: do not leave the topic behind.
+                let deleted = rt.block_on(run.admin(&Request::DeleteTopic {
+                    topic: run.topic.clone(),
+                }));
+                if let Err(d) = deleted {
+                    eprintln!("could not delete topic {}: {d:#}", run.topic);
+                }
+            }
+            return Err(e);
+        }
+    };
     let peak_rss_bytes = stats.map(|s| s.peak_rss_bytes()).transpose()?;
 
     let baselines = if args.baseline {
@@ -494,6 +514,8 @@ impl Run<'_> {
             })
             .await?
             .topic()?;
+        // Known from here on, so a failure below can still delete it.
+        self.layout = Some(layout.clone());
         ensure!(
             layout.segments.len() == self.args.segments as usize,
             "asked for {} segments, the broker made {}",
@@ -507,7 +529,6 @@ impl Run<'_> {
             self.ack.mode(),
             self.args.in_flight as usize,
         )?));
-        self.layout = Some(layout);
         self.dialer = Some(match self.args.transport {
             TransportArg::Tcp => Dialer::Tcp,
             TransportArg::Quic => {
