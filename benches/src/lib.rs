@@ -4,10 +4,12 @@
 
 pub mod baseline;
 pub mod bench;
+pub mod bench_args;
 pub mod broker_process;
 pub mod frames;
 pub mod host_limits;
 pub mod load;
+pub mod meter;
 pub mod plot;
 pub mod report;
 pub mod workload;
