@@ -46,6 +46,7 @@ for key in ("scenario", "transport", "records", "throughput_mb_s", "records_per_
 assert doc["records"] == 20000, doc["records"]' "$smoke_dir/produce.json"
 test -s "$smoke_dir/produce.png"
 kelp_bench produce --transport quic
+kelp_bench produce --ack none
 kelp_bench consume --from buffers
 kelp_bench consume --from chunks --segments 2 --consumers 2
 kelp_bench end-to-end --rate 100000

@@ -27,17 +27,14 @@ use std::{
     net::{SocketAddr, ToSocketAddrs},
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
         Arc,
     },
-    thread,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
 use rustls::pki_types::CertificateDer;
 use tokio::task::JoinSet;
 use wire::{
@@ -46,8 +43,11 @@ use wire::{
     AckMode, Request,
 };
 
+pub use crate::bench_args::{
+    AckArg, BenchArgs, ConsumeFrom, QuicDriverArg, Scenario, TransportArg, COUNT_DEFAULT,
+};
 use crate::{
-    baseline::{cpu_time, current_thread_runtime},
+    baseline::current_thread_runtime,
     broker_process::{BrokerLauncher, BrokerProcess, BrokerSettings, ProcessStats, TempDir},
     by_reference::{produce_by_reference, ByRefPath, ByRefPlan},
     frames::{admin_request, quic_endpoint, read_certificate, AdminAnswer, Dialer},
@@ -56,6 +56,7 @@ use crate::{
         new_histogram, run_consumer, run_producer, segment_addresses, ConsumerPlan, ProducerPlan,
         Progress, SendBudget,
     },
+    meter::Meter,
     report::{Baselines, Report, Sample},
     workload::Workload,
 };
@@ -71,167 +72,9 @@ const FLUSH_AGE_MS_DEFAULT: u64 = 1000;
 /// The baselines move at most this much payload, so a 20 GB backfill does
 /// not spend minutes on them; their rate is steady long before.
 const BASELINE_BYTES_MAX: u64 = 2 << 30;
-/// How often throughput, broker memory and the progress bar are sampled.
-const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// Between `DescribeTopic` (or chunk-file) polls while waiting for records.
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
 const NAMESPACE: &str = "bench";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Scenario {
-    Produce,
-    Consume,
-    EndToEnd,
-    Backfill,
-}
-
-impl Scenario {
-    pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Produce => "produce",
-            Scenario::Consume => "consume",
-            Scenario::EndToEnd => "end-to-end",
-            Scenario::Backfill => "backfill",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TransportArg {
-    Tcp,
-    Quic,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AckArg {
-    None,
-    Leader,
-    Durable,
-}
-
-impl AckArg {
-    fn mode(self) -> AckMode {
-        match self {
-            AckArg::None => AckMode::None,
-            AckArg::Leader => AckMode::Leader,
-            AckArg::Durable => AckMode::Durable,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            AckArg::None => "none",
-            AckArg::Leader => "leader",
-            AckArg::Durable => "durable",
-        }
-    }
-}
-
-/// Where `consume` reads from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ConsumeFrom {
-    /// The broker's in-memory (mapped) buffers.
-    Buffers,
-    /// Chunk files in the filer.
-    Chunks,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum QuicDriverArg {
-    Tokio,
-    Shard,
-}
-
-/// `kelp bench` arguments.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// What to measure.
-    #[arg(value_enum)]
-    pub scenario: Scenario,
-    #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
-    pub transport: TransportArg,
-    /// Value bytes per record (an 8-byte key comes on top); at most what a
-    /// record may carry inline (6 MiB less its header and key) unless
-    /// `--by-ref` sends values through the filer.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
-    pub record_bytes: u32,
-    /// `produce`/`backfill`: upload every value to the filer and publish a
-    /// 40-byte reference instead (docs/payloads.md): `direct` writes into the
-    /// bench broker's filer directory, `broker` goes through the broker's
-    /// upload path. One upload in flight per producer (`--producers`).
-    #[arg(long, value_enum, value_name = "PATH")]
-    pub by_ref: Option<ByRefPath>,
-    /// Records per batch (one batch per produce request).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
-    pub batch_records: u32,
-    /// Producer connections per shard.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub producers: u32,
-    /// Consumers; the segments are shared out among them.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub consumers: u32,
-    /// Segments of the benchmark's topic.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub segments: u32,
-    /// Produce requests outstanding per producer connection.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub in_flight: u32,
-    /// When the broker answers a batch [default: leader; backfill: durable].
-    #[arg(long, value_enum)]
-    pub ack: Option<AckArg>,
-    /// Target records per second over all producers (latency at a fixed
-    /// load); without it, as fast as the broker takes them.
-    #[arg(long)]
-    pub rate: Option<f64>,
-    /// Records to send, rounded up to whole batches [default: 1000000].
-    #[arg(long, conflicts_with = "duration")]
-    pub count: Option<u64>,
-    /// Send for this many seconds instead of a count.
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// `consume` only: read from the broker's buffers or from chunks.
-    #[arg(long = "from", value_enum, default_value_t = ConsumeFrom::Buffers)]
-    pub consume_from: ConsumeFrom,
-    /// Use this running broker (any shard's TCP address) instead of
-    /// starting one; broker CPU and memory are then not measured.
-    #[arg(long, value_name = "ADDR")]
-    pub broker: Option<String>,
-    /// With --broker and --transport quic: the broker's certificate (DER or
-    /// PEM, e.g. `<data-dir>/tls/cert.der`).
-    #[arg(long, value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
-    /// Shards of the bench's own broker.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub shards: u32,
-    /// Buffer (chunk) size of the bench's own broker, MiB.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
-    pub buffer_mib: u64,
-    /// How the bench's own broker drives QUIC.
-    #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]
-    pub quic_driver: QuicDriverArg,
-    /// Directory under which the bench's broker keeps its data (and the
-    /// file-write baselines write); the system temp dir by default.
-    #[arg(long, value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Also measure this host's limits with the same sizes: raw TCP, raw
-    /// quinn, sequential file writes with and without fdatasync.
-    #[arg(long)]
-    pub baseline: bool,
-    /// Write the figures as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Draw throughput over time and the latency distribution (PNG).
-    #[arg(long, value_name = "FILE.png")]
-    pub plot: Option<PathBuf>,
-    /// Time limit of each phase, seconds.
-    #[arg(long, default_value_t = 600)]
-    pub timeout_s: u64,
-    /// Soft limit of one fetch answer, bytes.
-    #[arg(long, default_value_t = 4 << 20)]
-    pub fetch_bytes: u32,
-}
-
-const COUNT_DEFAULT: u64 = 1_000_000;
 
 /// Runs one benchmark and prints (and writes) its report.
 pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
@@ -285,6 +128,10 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
             "end-to-end needs acknowledged produce (--ack leader or durable)"
         );
     }
+    ensure!(
+        !(args.broker.is_some() && args.transport == TransportArg::Quic && args.tls_ca.is_none()),
+        "--transport quic with --broker needs --tls-ca (the broker's certificate)"
+    );
     if args.plot.is_some() {
         // Fail before the run, not after it.
         crate::plot::load_font()?;
@@ -379,7 +226,22 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
         };
         run.check_topic(measured.produced_records).await?;
         anyhow::Ok(measured)
-    })?;
+    });
+    let measured = match measured {
+        Ok(m) => m,
+        Err(e) => {
+            if broker.is_none() && run.layout.is_some() {
+                // Someone else's broker: do not leave the topic behind.
+                let deleted = rt.block_on(run.admin(&Request::DeleteTopic {
+                    topic: run.topic.clone(),
+                }));
+                if let Err(d) = deleted {
+                    eprintln!("could not delete topic {}: {d:#}", run.topic);
+                }
+            }
+            return Err(e);
+        }
+    };
     let peak_rss_bytes = stats.map(|s| s.peak_rss_bytes()).transpose()?;
 
     let baselines = if args.baseline {
@@ -529,6 +391,8 @@ impl Run<'_> {
             })
             .await?
             .topic()?;
+        // Known from here on, so a failure below can still delete it.
+        self.layout = Some(layout.clone());
         ensure!(
             layout.segments.len() == self.args.segments as usize,
             "asked for {} segments, the broker made {}",
@@ -696,7 +560,7 @@ impl Run<'_> {
                 .duration
                 .map(|s| Instant::now() + Duration::from_secs_f64(s)),
         };
-        let meter = Meter::start(self, progress.clone(), total, "produce by reference")?;
+        let meter = Meter::start(self.stats, progress.clone(), total, "produce by reference")?;
         let produced = tokio::time::timeout(self.timeout, produce_by_reference(plan, progress))
             .await
             .map_err(|_| anyhow!("producers did not finish within {:?}", self.timeout));
@@ -725,7 +589,7 @@ impl Run<'_> {
         let total = self
             .batches_to_send()
             .map(|b| b * workload.batch_payload_bytes());
-        let meter = Meter::start(self, progress.clone(), total, "produce")?;
+        let meter = Meter::start(self.stats, progress.clone(), total, "produce")?;
         let produced = self.produce(progress, None).await;
         let (samples, broker_cpu, load_cpu) = meter.finish()?;
         let produced = produced?;
@@ -755,7 +619,7 @@ impl Run<'_> {
         let total = self
             .batches_to_send()
             .map(|b| b * workload.batch_payload_bytes());
-        let meter = Meter::start(self, fill_progress.clone(), total, "fill")?;
+        let meter = Meter::start(self.stats, fill_progress.clone(), total, "fill")?;
         let filled = self.produce(fill_progress, None).await;
         meter.finish()?;
         let filled = filled?;
@@ -787,7 +651,7 @@ impl Run<'_> {
         let targets: Vec<u64> = layout.segments.iter().map(|s| s.next_offset).collect();
         let progress = Arc::new(Progress::default());
         let total_bytes = records * workload.record_bytes as u64;
-        let meter = Meter::start(self, progress.clone(), Some(total_bytes), "consume")?;
+        let meter = Meter::start(self.stats, progress.clone(), Some(total_bytes), "consume")?;
         let start = Instant::now();
         let read = self
             .consume_all(
@@ -891,7 +755,7 @@ impl Run<'_> {
         let total = self
             .batches_to_send()
             .map(|b| b * workload.batch_payload_bytes());
-        let meter = Meter::start(self, delivered_progress.clone(), total, "end-to-end")?;
+        let meter = Meter::start(self.stats, delivered_progress.clone(), total, "end-to-end")?;
         let epoch = Instant::now();
         let mut consumers =
             self.spawn_consumers(&layout, targets.clone(), delivered_progress, Some(epoch))?;
@@ -984,106 +848,6 @@ impl Run<'_> {
     }
 }
 
-/// Samples progress and broker memory while a phase runs, draws the
-/// progress bar, and measures the phase's broker and load-generator CPU.
-struct Meter {
-    stop: Arc<AtomicBool>,
-    sampler: thread::JoinHandle<Vec<Sample>>,
-    stats: Option<ProcessStats>,
-    broker_cpu_before: Option<Duration>,
-    load_cpu_before: Duration,
-}
-
-impl Meter {
-    fn start(
-        run: &Run<'_>,
-        progress: Arc<Progress>,
-        total_bytes: Option<u64>,
-        label: &'static str,
-    ) -> Result<Meter> {
-        let stats = run.stats;
-        let broker_cpu_before = stats.map(|s| s.cpu()).transpose()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let bar = match total_bytes {
-            Some(total) => ProgressBar::new(total).with_style(
-                ProgressStyle::with_template(
-                    "{prefix} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            ),
-            None => ProgressBar::new_spinner().with_style(
-                ProgressStyle::with_template(
-                    "{prefix} [{elapsed_precise}] {spinner} {bytes} {msg}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            ),
-        }
-        .with_prefix(label);
-        let sampler = {
-            let stop = stop.clone();
-            thread::Builder::new()
-                .name("bench-sampler".into())
-                .spawn(move || sample_until(&stop, &progress, stats, &bar))?
-        };
-        Ok(Meter {
-            stop,
-            sampler,
-            stats,
-            broker_cpu_before,
-            // The load runs on this thread's runtime.
-            load_cpu_before: cpu_time(libc::RUSAGE_THREAD),
-        })
-    }
-
-    /// The samples, the broker's CPU and the load generator's CPU.
-    fn finish(self) -> Result<(Vec<Sample>, Option<Duration>, Duration)> {
-        let load_cpu = cpu_time(libc::RUSAGE_THREAD).saturating_sub(self.load_cpu_before);
-        let broker_cpu = match (self.stats, self.broker_cpu_before) {
-            (Some(stats), Some(before)) => Some(stats.cpu()?.saturating_sub(before)),
-            _ => None,
-        };
-        self.stop.store(true, Ordering::Relaxed);
-        let samples = self
-            .sampler
-            .join()
-            .map_err(|_| anyhow!("the sampler thread panicked"))?;
-        Ok((samples, broker_cpu, load_cpu))
-    }
-}
-
-fn sample_until(
-    stop: &AtomicBool,
-    progress: &Progress,
-    stats: Option<ProcessStats>,
-    bar: &ProgressBar,
-) -> Vec<Sample> {
-    let start = Instant::now();
-    let mut samples = Vec::new();
-    let mut last = (0.0f64, 0u64);
-    loop {
-        let stopping = stop.load(Ordering::Relaxed);
-        let t = start.elapsed().as_secs_f64();
-        let bytes = progress.bytes.load(Ordering::Relaxed);
-        let rss_bytes = stats.and_then(|s| s.rss_bytes().ok());
-        samples.push(Sample {
-            t_s: t,
-            bytes,
-            broker_rss_bytes: rss_bytes,
-        });
-        bar.set_position(bytes);
-        if t > last.0 {
-            let mb_s = (bytes - last.1) as f64 / 1e6 / (t - last.0);
-            bar.set_message(format!("{mb_s:.0} MB/s"));
-        }
-        last = (t, bytes);
-        if stopping {
-            bar.finish_and_clear();
-            return samples;
-        }
-        thread::sleep(SAMPLE_INTERVAL);
-    }
-}
-
 /// Records in every chunk file under the filer's directory, from the
 /// chunk headers (`docs/chunk-format.md`).
 fn chunked_records(filer: &Path) -> Result<u64> {
@@ -1112,4 +876,38 @@ fn chunked_records(filer: &Path) -> Result<u64> {
         }
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::{batch::set_base_offset, chunk::build_chunk, BatchBuilder};
+
+    fn chunk(base_offset: u64, records: u32) -> Vec<u8> {
+        let mut builder = BatchBuilder::new();
+        for i in 0..records {
+            builder.push(1, &i.to_le_bytes(), b"v", &[]).unwrap();
+        }
+        let mut batch = builder.finish(0, 0).to_vec();
+        set_base_offset(&mut batch, base_offset);
+        build_chunk(0, base_offset, &[&batch]).unwrap()
+    }
+
+    #[test]
+    fn chunked_records_counts_every_chunk_file_under_the_filer() {
+        let dir = TempDir::create(None, "kelp-bench-test").unwrap();
+        let filer = dir.path().join("filer");
+        assert_eq!(chunked_records(&filer).unwrap(), 0);
+        let segment = filer.join("topics/bench/t/0");
+        std::fs::create_dir_all(&segment).unwrap();
+        std::fs::write(segment.join("00000000000000000000.chunk"), chunk(0, 10)).unwrap();
+        std::fs::write(segment.join("00000000000000000010.chunk"), chunk(10, 5)).unwrap();
+        // Not chunks: the layout and a buffer in the making.
+        std::fs::write(filer.join("layout"), b"not a chunk").unwrap();
+        std::fs::write(segment.join("x.buf"), b"nor this").unwrap();
+        assert_eq!(chunked_records(&filer).unwrap(), 15);
+        std::fs::write(segment.join("bad.chunk"), b"short").unwrap();
+        assert!(chunked_records(&filer).is_err());
+    }
 }

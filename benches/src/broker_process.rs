@@ -29,7 +29,12 @@ const BROKER_STOP_TIMEOUT: Duration = Duration::from_secs(300);
 /// Between readiness probes while the broker starts.
 const START_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Attempts at finding `shards` consecutive free ports.
-const PORT_ATTEMPTS_MAX: usize = 50;
+const PORT_ATTEMPTS_MAX: usize = 200;
+/// Broker ports are picked in `[PORT_FIRST, PORT_FIRST + PORT_SPAN)`, below
+/// Linux's ephemeral range, stepping by a prime from a per-run start.
+const PORT_FIRST: u16 = 20_000;
+const PORT_SPAN: u16 = 12_000;
+const PORT_STEP: u32 = 7_919;
 
 /// The command that runs a broker in the foreground until SIGTERM; the
 /// broker flags (`--data-dir`, `--listen`, ...) are appended to `args`.
@@ -260,16 +265,22 @@ impl Drop for TempDir {
 }
 
 /// A port `p` on 127.0.0.1 such that `p .. p + shards` are free for both
-/// TCP and UDP right now.
+/// TCP and UDP right now. Ports come from below the ephemeral range
+/// (32768 and up), so no client connection made in the meantime (the bench's
+/// own, or another program's) can take them before the broker binds.
 pub fn free_base_port(shards: usize) -> Result<SocketAddr> {
+    let shards = u16::try_from(shards).context("too many shards")?;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut candidate = (std::process::id() ^ nanos) % u32::from(PORT_SPAN);
     for _ in 0..PORT_ATTEMPTS_MAX {
-        let probe = StdTcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-        let base = probe.local_addr()?.port();
-        drop(probe);
-        if usize::from(base) + shards > usize::from(u16::MAX) {
+        let base = PORT_FIRST + candidate as u16;
+        candidate = (candidate + PORT_STEP) % u32::from(PORT_SPAN);
+        if u32::from(base) + u32::from(shards) > u32::from(PORT_FIRST + PORT_SPAN) {
             continue;
         }
-        let all_free = (0..shards as u16).all(|i| {
+        let all_free = (0..shards).all(|i| {
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, base + i));
             StdTcpListener::bind(addr).is_ok() && StdUdpSocket::bind(addr).is_ok()
         });

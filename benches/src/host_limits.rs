@@ -201,3 +201,21 @@ pub fn file_write(dir: &Path, bytes: u64, sync: bool) -> Result<Limit> {
         elapsed,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::broker_process::TempDir;
+
+    #[test]
+    fn file_write_writes_whole_pieces_and_removes_its_file() {
+        let dir = TempDir::create(None, "kelp-limits-test").unwrap();
+        for sync in [false, true] {
+            let limit = file_write(dir.path(), 1, sync).unwrap();
+            assert_eq!(limit.payload_bytes, FILE_WRITE_BYTES as u64);
+            assert!(limit.mb_per_s() > 0.0);
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}

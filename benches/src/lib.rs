@@ -4,11 +4,13 @@
 
 pub mod baseline;
 pub mod bench;
+pub mod bench_args;
 pub mod broker_process;
 pub mod by_reference;
 pub mod frames;
 pub mod host_limits;
 pub mod load;
+pub mod meter;
 pub mod plot;
 pub mod report;
 pub mod workload;

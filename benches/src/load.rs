@@ -378,3 +378,33 @@ pub fn segment_addresses(layout: &TopicInfo, shards: &[SocketAddr]) -> Result<Ve
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn budget_by_count_hands_out_exactly_that_many() {
+        let budget = SendBudget::new(Some(3), None);
+        assert_eq!((0..10).filter(|_| budget.take()).count(), 3);
+    }
+
+    #[test]
+    fn budget_by_deadline_stops_after_it() {
+        let budget = SendBudget::new(None, Some(Instant::now()));
+        assert!(!budget.take());
+        let open = SendBudget::new(None, Some(Instant::now() + Duration::from_secs(3600)));
+        assert!((0..100).all(|_| open.take()));
+    }
+
+    #[test]
+    fn latency_is_recorded_in_microseconds_at_least_one() {
+        let mut h = new_histogram();
+        record_latency(&mut h, Duration::from_nanos(10), 1);
+        record_latency(&mut h, Duration::from_micros(250), 4);
+        assert_eq!(h.len(), 5);
+        assert_eq!(h.min(), 1);
+        assert!(h.equivalent(h.max(), 250));
+    }
+}

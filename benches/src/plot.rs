@@ -144,3 +144,17 @@ fn percentile_label(nines: f64) -> String {
     let decimals = (nines.round() as usize).saturating_sub(2);
     format!("{q:.decimals$}%")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_labels() {
+        assert_eq!(percentile_label(0.0), "0%");
+        assert_eq!(percentile_label(1.0), "90%");
+        assert_eq!(percentile_label(2.0), "99%");
+        assert_eq!(percentile_label(3.0), "99.9%");
+        assert_eq!(percentile_label(4.0), "99.99%");
+    }
+}

@@ -262,3 +262,111 @@ fn format_us(us: u64) -> String {
         format!("{us}us")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::load::new_histogram;
+
+    fn report(baselines: Option<Baselines>) -> Report {
+        let mut latency = new_histogram();
+        for us in 1..=1000u64 {
+            latency.record(us).unwrap();
+        }
+        Report {
+            scenario: "produce",
+            transport: "tcp",
+            ack: "leader",
+            consume_from: None,
+            by_ref: None,
+            record_bytes: 1000,
+            batch_records: 1000,
+            producers: 1,
+            consumers: 1,
+            segments: 1,
+            shards: 1,
+            in_flight: 32,
+            rate: None,
+            records: 2_000_000,
+            payload_bytes: 2_000_000_000,
+            elapsed: Duration::from_secs(4),
+            latency,
+            latency_kind: "publish to ack, per batch",
+            broker_cpu: Some(Duration::from_secs(1)),
+            broker_peak_rss_bytes: Some(16 << 20),
+            load_cpu: Duration::from_millis(500),
+            samples: vec![
+                Sample {
+                    t_s: 0.0,
+                    bytes: 0,
+                    broker_rss_bytes: Some(8 << 20),
+                },
+                Sample {
+                    t_s: 2.0,
+                    bytes: 1_000_000_000,
+                    broker_rss_bytes: Some(16 << 20),
+                },
+                Sample {
+                    t_s: 4.0,
+                    bytes: 2_000_000_000,
+                    broker_rss_bytes: None,
+                },
+            ],
+            baselines,
+        }
+    }
+
+    #[test]
+    fn figures_follow_from_the_measurements() {
+        let r = report(None);
+        assert_eq!(r.throughput_mb_s(), 500.0);
+        assert_eq!(r.records_per_s(), 500_000.0);
+        assert_eq!(r.broker_cpu_s_per_gb(), Some(0.5));
+        assert_eq!(r.broker_peak_rss_mb(), Some(16.0));
+        assert_eq!(r.throughput_over_time(), vec![(2.0, 500.0), (4.0, 500.0)]);
+        assert_eq!(r.broker_rss_over_time(), vec![(0.0, 8.0), (2.0, 16.0)]);
+        let [p50, p90, p99, p999, max] = r.latency_us();
+        assert!(r.latency.equivalent(p50.1, 500) && r.latency.equivalent(p90.1, 900));
+        assert!(r.latency.equivalent(p99.1, 990) && r.latency.equivalent(p999.1, 999));
+        assert!(r.latency.equivalent(max.1, 1000));
+    }
+
+    #[test]
+    fn json_has_the_issue_keys_and_baseline_ratios() {
+        let limit = |mb: u64| Limit {
+            payload_bytes: mb * 1_000_000,
+            elapsed: Duration::from_secs(1),
+        };
+        let doc = report(Some(Baselines {
+            raw_tcp: limit(2000),
+            raw_quinn: limit(400),
+            file_write: limit(1500),
+            file_write_fdatasync: limit(500),
+            primary: "raw_tcp",
+        }))
+        .json();
+        for key in [
+            "scenario",
+            "transport",
+            "records",
+            "throughput_mb_s",
+            "records_per_s",
+            "latency_us",
+            "broker_cpu_s_per_gb",
+            "broker_peak_rss_mb",
+            "baseline_mb_s",
+            "ratio_to_baseline",
+        ] {
+            assert!(doc.get(key).is_some(), "{key} missing");
+        }
+        for p in ["p50", "p90", "p99", "p999", "max"] {
+            assert!(doc["latency_us"][p].as_u64().unwrap() > 0);
+        }
+        assert_eq!(doc["baseline"], "raw_tcp");
+        assert_eq!(doc["baseline_mb_s"].as_f64(), Some(2000.0));
+        assert_eq!(doc["ratio_to_baseline"].as_f64(), Some(0.25));
+        assert_eq!(doc["baselines"]["raw_quinn"]["ratio"].as_f64(), Some(1.25));
+        assert!(report(None).json().get("baseline_mb_s").is_none());
+    }
+}

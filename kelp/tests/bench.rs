@@ -167,3 +167,66 @@ fn refuses_more_consumers_than_segments() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--consumers 2"));
 }
+
+/// A running broker (`kelp serve`), killed on drop.
+struct ServedBroker(std::process::Child);
+
+impl Drop for ServedBroker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn against_a_running_broker_measures_and_leaves_no_topic() {
+    let dir = temp();
+    // Below the ephemeral range and away from the other tests' ports.
+    let port = (0..200)
+        .map(|i| 15_000 + (std::process::id() as u16 % 500) * 4 + i * 8)
+        .find(|&p| {
+            (p..p + 2).all(|q| {
+                std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
+                    && std::net::UdpSocket::bind(("127.0.0.1", q)).is_ok()
+            })
+        })
+        .expect("a free port");
+    let addr = format!("127.0.0.1:{port}");
+    let _broker = ServedBroker(
+        Command::new(kelp_bin())
+            .args(["serve", "--shards", "2", "--listen", &addr, "--data-dir"])
+            .arg(dir.path().join("served"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let list = || {
+        Command::new(kelp_bin())
+            .args(["topic", "list", "--broker", &addr])
+            .output()
+            .unwrap()
+    };
+    let start = std::time::Instant::now();
+    while !list().status.success() {
+        assert!(start.elapsed().as_secs() < 60, "the broker did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let doc = bench(
+        dir.path(),
+        "external",
+        &["produce", "--broker", &addr, "--segments", "4"],
+    );
+    assert_eq!(doc["records"].as_u64(), Some(RECORDS));
+    assert_eq!(doc["shards"].as_u64(), Some(2));
+    positive(&doc, "throughput_mb_s");
+    assert!(doc["broker_cpu_s_per_gb"].is_null());
+    assert!(doc["broker_peak_rss_mb"].is_null());
+    let topics = list();
+    assert!(topics.status.success());
+    assert!(
+        topics.stdout.is_empty(),
+        "left behind: {}",
+        String::from_utf8_lossy(&topics.stdout)
+    );
+}
