@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use filer::{Filer, ObjectPath};
+use filer::{Filer, FilerError, ObjectPath};
 
 use crate::{ControlError, Layout, Topic, TopicName, TOPIC_JSON_BYTES_MAX};
 
@@ -43,8 +43,9 @@ impl ControlService {
     /// Any `topics/<ns>/<name>/topic.json` that fails to read, decode or
     /// validate, or that names a different topic than its path, fails the
     /// whole open with [`ControlError::Corrupt`] naming the path: starting
-    /// without a topic would silently drop its data. Other objects under
-    /// `topics/` (chunk files) are ignored.
+    /// without a topic would silently drop its data. Only the two directory
+    /// levels under `topics/` and each topic's `topic.json` are read; chunk
+    /// files and payloads below are never listed.
     ///
     /// `now_ms` is the caller's clock; loading does not depend on it today,
     /// but it is taken so the service's entry points all receive time the
@@ -60,21 +61,30 @@ impl ControlService {
         }
         let mut layout = Layout::new(shard_count);
         let topics = ObjectPath::new(TOPICS_PREFIX)?;
-        // Listing walks chunk files too; acceptable while a topic's history
-        // is small, and the Filer trait has no delimiter-style listing yet.
-        for path in filer.list(&topics)? {
-            let Some(name) = topic_name_of_layout_object(&path)? else {
-                continue;
-            };
-            let bytes = read_layout_object(filer.as_ref(), &path)?;
-            let topic = Topic::from_json_bytes_at(&bytes, path.as_str())?;
-            if topic.name() != &name {
-                return Err(ControlError::Corrupt {
-                    path: path.to_string(),
-                    reason: format!("holds topic {} but is stored as {name}", topic.name()),
-                });
+        // Two levels of names, then one object per topic: never a walk of
+        // the chunks and payloads below.
+        for namespace in filer.list_children(&topics)? {
+            let namespace = topics.join(&namespace)?;
+            for topic in filer.list_children(&namespace)? {
+                let path = namespace.join(&topic)?.join(TOPIC_FILE_NAME)?;
+                let bytes = match read_layout_object(filer.as_ref(), &path) {
+                    // A directory without a layout: an interrupted delete's
+                    // leftovers, or not a topic at all.
+                    Err(ControlError::Filer(FilerError::NotFound { .. })) => continue,
+                    other => other?,
+                };
+                let Some(name) = topic_name_of_layout_object(&path)? else {
+                    continue;
+                };
+                let topic = Topic::from_json_bytes_at(&bytes, path.as_str())?;
+                if topic.name() != &name {
+                    return Err(ControlError::Corrupt {
+                        path: path.to_string(),
+                        reason: format!("holds topic {} but is stored as {name}", topic.name()),
+                    });
+                }
+                layout.insert_loaded(topic)?;
             }
-            layout.insert_loaded(topic)?;
         }
         // Each topic was validated on decode; this also checks the derived
         // per-shard counts before the service takes any request.
@@ -481,6 +491,18 @@ mod tests {
 
         let healed = open(&filer, 2).unwrap();
         assert_eq!(healed.topics().len(), 1);
+    }
+
+    #[test]
+    fn directories_without_a_layout_are_ignored() {
+        let (_dir, filer) = local();
+        filer
+            .put(&p("topics/ns/gone/0/00000000000000000000.chunk"), b"x")
+            .unwrap();
+        filer.put(&p("topics/ns/b@d/notes"), b"x").unwrap();
+        filer.put(&p("topics/stray"), b"x").unwrap();
+        let service = open(&filer, 1).unwrap();
+        assert!(service.topics().is_empty());
     }
 
     #[test]

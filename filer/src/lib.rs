@@ -47,6 +47,27 @@ pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
     /// The object at `prefix` itself, if any, is not included.
     fn list(&self, prefix: &ObjectPath) -> Result<Vec<ObjectPath>, FilerError>;
 
+    /// The distinct names one level below `prefix/`: each object directly
+    /// there, and the first component of every deeper path (a "directory"
+    /// in a delimiter listing), sorted, each once. Lets a caller walk a tree
+    /// level by level instead of listing everything under it. This default
+    /// derives it from [`Filer::list`]; backends with a cheaper way
+    /// override it.
+    fn list_children(&self, prefix: &ObjectPath) -> Result<Vec<String>, FilerError> {
+        let mut names: Vec<String> = self
+            .list(prefix)?
+            .iter()
+            .filter_map(|path| {
+                let rest = path.as_str().strip_prefix(prefix.as_str())?;
+                let first = rest.strip_prefix('/')?.split('/').next()?;
+                Some(first.to_owned())
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     /// Delete the object at `path` and every object under `path/`, durably.
     /// Deleting nothing is `Ok`.
     fn delete(&self, path: &ObjectPath) -> Result<(), FilerError>;

@@ -185,6 +185,37 @@ impl Filer for LocalFiler {
         Ok(meta.len())
     }
 
+    fn list_children(&self, prefix: &ObjectPath) -> Result<Vec<String>, FilerError> {
+        let dir = self.file_path(prefix);
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if is_absent(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("read dir", &dir)(e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_error("read dir entry", &dir))?;
+            // The same names `list` skips: not UTF-8, temp files, symlinks,
+            // and anything that could not be a path component.
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if is_temp_name(&name) || prefix.join(&name).is_err() {
+                continue;
+            }
+            let file_type = match entry.file_type() {
+                Ok(t) => t,
+                Err(e) if is_absent(&e) => continue,
+                Err(e) => return Err(io_error("stat", &entry.path())(e)),
+            };
+            if file_type.is_dir() || file_type.is_file() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     fn list(&self, prefix: &ObjectPath) -> Result<Vec<ObjectPath>, FilerError> {
         let mut found = Vec::new();
         // An explicit stack rather than recursion: depth is bounded only by
@@ -345,33 +376,37 @@ mod tests {
         assert!(filer.size(&p("t/a/0/2.chunk")).unwrap_err().is_not_found());
     }
 
-    /// The trait's default (what a remote backend without a rename gets).
+    /// The local filer with only the required methods: the trait's defaults
+    /// for everything else (what a remote backend without a rename or a
+    /// delimiter listing gets).
+    #[derive(Debug)]
+    struct CopyOnly(LocalFiler);
+
+    impl Filer for CopyOnly {
+        fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
+            self.0.put(path, bytes)
+        }
+        fn read_at(
+            &self,
+            path: &ObjectPath,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<usize, FilerError> {
+            self.0.read_at(path, offset, buf)
+        }
+        fn size(&self, path: &ObjectPath) -> Result<u64, FilerError> {
+            self.0.size(path)
+        }
+        fn list(&self, prefix: &ObjectPath) -> Result<Vec<ObjectPath>, FilerError> {
+            self.0.list(prefix)
+        }
+        fn delete(&self, path: &ObjectPath) -> Result<(), FilerError> {
+            self.0.delete(path)
+        }
+    }
+
     #[test]
     fn default_put_file_copies_then_removes() {
-        #[derive(Debug)]
-        struct CopyOnly(LocalFiler);
-        impl Filer for CopyOnly {
-            fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
-                self.0.put(path, bytes)
-            }
-            fn read_at(
-                &self,
-                path: &ObjectPath,
-                offset: u64,
-                buf: &mut [u8],
-            ) -> Result<usize, FilerError> {
-                self.0.read_at(path, offset, buf)
-            }
-            fn size(&self, path: &ObjectPath) -> Result<u64, FilerError> {
-                self.0.size(path)
-            }
-            fn list(&self, prefix: &ObjectPath) -> Result<Vec<ObjectPath>, FilerError> {
-                self.0.list(prefix)
-            }
-            fn delete(&self, path: &ObjectPath) -> Result<(), FilerError> {
-                self.0.delete(path)
-            }
-        }
         let (dir, filer) = filer();
         let copy = CopyOnly(filer);
         let local = dir.path().join("buffer");
@@ -383,6 +418,18 @@ mod tests {
         copy.put_file(&p("x/y"), &local, 4).unwrap();
         assert!(!local.exists());
         assert_eq!(read_all(&copy.0, &p("x/y")), b"0123");
+    }
+
+    #[test]
+    fn list_children_is_one_level_and_agrees_with_the_default() {
+        let (_dir, filer) = filer();
+        for path in ["t/a/x", "t/a/y/z", "t/a.b", "t/c", "t/d/e/f", "u/v"] {
+            filer.put(&p(path), b"1").unwrap();
+        }
+        let want = vec!["a", "a.b", "c", "d"];
+        assert_eq!(filer.list_children(&p("t")).unwrap(), want);
+        assert!(filer.list_children(&p("absent")).unwrap().is_empty());
+        assert_eq!(CopyOnly(filer).list_children(&p("t")).unwrap(), want);
     }
 
     #[test]
