@@ -184,6 +184,8 @@ async fn read_partition(
     let fetched = match response {
         Ok(Some(Response::Fetched(f))) => f,
         Ok(_) => return Err(k::UNKNOWN_SERVER_ERROR),
+        // The segment refuses an offset past its end.
+        Err(e) if e.code == wire::ErrorCode::InvalidArgument => return Err(k::OFFSET_OUT_OF_RANGE),
         Err(e) => {
             if is_stale(&e) {
                 gateway.topics.forget(topic);
