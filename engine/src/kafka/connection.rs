@@ -110,7 +110,9 @@ async fn handle(
         RequestBody::ApiVersions(_) => {
             ResponseBody::ApiVersions(api_versions(kafka::error_code::NONE))
         }
-        RequestBody::Metadata(r) => ResponseBody::Metadata(metadata::metadata(gateway, r).await),
+        RequestBody::Metadata(r) => {
+            ResponseBody::Metadata(metadata::metadata(gateway, r, version).await)
+        }
         RequestBody::Produce(r) => {
             let acks = r.acks;
             let response = produce::produce(gateway, r).await;
