@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::{admin, fetch, groups, metadata, offsets, produce, Gateway, REQUEST_FRAME_BYTES_MAX};
 
 /// A connection keeps its receive buffer up to this size between requests.
-const RECEIVE_BUFFER_KEPT_BYTES: usize = 1 << 20;
+const RECEIVE_BUFFER_KEPT_BYTES: usize = 256 << 10;
 
 pub(crate) async fn serve(
     gateway: Rc<Gateway>,
@@ -40,6 +40,11 @@ pub(crate) async fn serve(
                 log::warn!("Kafka {peer}: closing connection: {e}");
                 return;
             }
+        };
+        // Room for the request among all connections' (the frame limit is
+        // below the total, so one request always fits).
+        let Ok(_room) = gateway.request_bytes.acquire_many(size as u32).await else {
+            return;
         };
         frame.resize(size, 0);
         if let Err(e) = stream.read_exact(&mut frame).await {
