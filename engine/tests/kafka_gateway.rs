@@ -1057,3 +1057,31 @@ fn two_consumers_with_one_client_id_are_two_members_with_the_leaders_assignment(
         .all(|m| m.client_id == "same-client"));
     broker.stop().unwrap();
 }
+
+#[test]
+fn a_fetch_over_its_byte_limit_still_reports_every_partitions_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "limit", 2);
+    for p in 0..2 {
+        let recs = records(30 + p as usize, "limit");
+        let batch = kafka_batch(&recs, Compression::None, (-1, -1, -1));
+        assert_eq!(produce(&mut c, "limit", p, &batch, 1), (k::NONE, 0));
+    }
+    let RequestBody::Fetch(mut request) = fetch_request("limit", 0, 0, 0) else {
+        unreachable!()
+    };
+    let mut second = request.topics[0].partitions[0].clone();
+    second.partition = 1;
+    request.topics[0].partitions.push(second);
+    request.max_bytes = 1;
+    let r = c.call(RequestBody::Fetch(request), 12);
+    let r = expect!(r, Fetch);
+    let parts = &r.topics[0].partitions;
+    // The first partition is whole (at least one batch), the second empty.
+    assert!(!parts[0].records.unwrap_or_default().is_empty());
+    assert!(parts[1].records.unwrap_or_default().is_empty());
+    assert_eq!((parts[0].high_watermark, parts[1].high_watermark), (30, 31));
+    broker.stop().unwrap();
+}
