@@ -318,6 +318,11 @@ mod tests {
         assert_eq!(s.data_dir, PathBuf::from("./kelp-data"));
         assert_eq!(s.listen, "127.0.0.1:7420".parse().unwrap());
         assert_eq!(s.shards, 0);
+        assert_eq!(s.kafka, None, "the Kafka gateway is off by default");
+        let Command::Serve(s) = parse(&["serve", "--kafka", "127.0.0.1:9092"]).command else {
+            panic!()
+        };
+        assert_eq!(s.kafka, Some("127.0.0.1:9092".parse().unwrap()));
 
         let Command::Pub(p) = parse(&["pub", "ns/t"]).command else {
             panic!()
