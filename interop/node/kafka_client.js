@@ -192,6 +192,10 @@ function kafkaFor (args) {
     clientId: args.client_id,
     brokers: [args.bootstrap],
     logLevel: logLevel.ERROR,
+    // stdout carries this program's JSON only.
+    logCreator: () => ({ namespace, level, log }) => {
+      process.stderr.write(`kafkajs ${namespace} ${log.message}\n`)
+    },
     retry: { retries: 20, initialRetryTime: 200, maxRetryTime: 2000 }
   })
 }

@@ -286,7 +286,8 @@ def kp_create_topic(args):
     admin = KafkaAdminClient(bootstrap_servers=args.bootstrap, client_id=args.client_id)
     try:
         admin.create_topics(
-            [NewTopic(args.topic, num_partitions=args.partitions, replication_factor=1)]
+            [NewTopic(args.topic, num_partitions=args.partitions, replication_factor=1)],
+            wait_for_metadata=True,
         )
     except TopicAlreadyExistsError:
         pass
@@ -310,7 +311,6 @@ def kp_produce(args, deadline, stop):
         enable_idempotence=True,
         linger_ms=5,
         batch_size=256 * 1024,
-        buffer_memory=64 * 1024 * 1024,
         max_block_ms=int(max(1, deadline - time.monotonic()) * 1000),
     )
     state = {"acked": 0, "failed": 0, "checksum": 0, "error": None}
@@ -528,7 +528,11 @@ def main():
         "consume": cmd_consume,
         "committed": cmd_committed,
     }[args.command]
-    out = command(args, deadline)
+    try:
+        out = command(args, deadline)
+    except Exception as err:  # noqa: BLE001 -- reported to the test as JSON
+        emit({"client": args.client, "error": repr(err), "timed_out": False})
+        raise
     timed_out = time.monotonic() >= deadline
     out.setdefault("timed_out", timed_out)
     out["client"] = args.client
