@@ -573,7 +573,11 @@ fn group_scenario(client: Client) {
 
     // Restart the consumers: stop them all, then a new member must start
     // every partition exactly at the committed offset.
-    for m in [m2, m3, m4, m5] {
+    let mut all = [m2, m3, m4, m5];
+    for m in &mut all {
+        drop(m.stdin.take()); // all leave at once
+    }
+    for m in all {
         m.stop();
     }
     let committed = g.committed(&bootstrap);
