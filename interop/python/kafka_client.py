@@ -11,6 +11,7 @@ command prints what it has (with "timed_out": true) and exits non-zero.
 
 import argparse
 import json
+import os
 import struct
 import sys
 import threading
@@ -129,7 +130,10 @@ class StdinClosed:
             threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self):
-        sys.stdin.buffer.read()
+        # Raw reads: a daemon thread blocked in a buffered read holds its
+        # lock and makes interpreter shutdown abort.
+        while os.read(0, 65536):
+            pass
         self.event.set()
 
     def is_set(self):
@@ -227,12 +231,22 @@ def confluent_consumer(args):
     )
 
 
+def RETRIABLE_COMMIT_ERRORS(KafkaError):
+    return (
+        KafkaError._NO_OFFSET,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+    )
+
+
 class ConfluentReader:
     def __init__(self, args, events):
         from confluent_kafka import KafkaException
 
         self.exc = KafkaException
         self.consumer = confluent_consumer(args)
+        self.commit_failures = 0
         self.events = events
         self.consumer.subscribe(
             [args.topic], on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -254,12 +268,19 @@ class ConfluentReader:
         return len(msgs)
 
     def commit(self):
+        from confluent_kafka import KafkaError
+
         try:
             self.consumer.commit(asynchronous=False)
         except self.exc as err:
-            # Nothing consumed since the last commit is not an error.
-            if "NO_OFFSET" not in str(err):
+            # Nothing consumed since the last commit, or a rebalance under
+            # way (the partitions' next owner reads from the last commit
+            # that made it: at least once), are not errors.
+            code = err.args[0].code() if err.args else None
+            if code not in RETRIABLE_COMMIT_ERRORS(KafkaError):
                 raise
+            if code != KafkaError._NO_OFFSET:
+                self.commit_failures += 1
 
     def close(self):
         self.commit()
@@ -375,6 +396,7 @@ class KafkaPythonReader:
                 events("assigned", sorted(tp.partition for tp in assigned))
 
         self.consumer = kp_consumer(args, max_poll_records=2000)
+        self.commit_failures = 0
         self.consumer.subscribe([args.topic], listener=Listener())
 
     def poll(self, ledger):
@@ -387,7 +409,14 @@ class KafkaPythonReader:
         return n
 
     def commit(self):
-        self.consumer.commit()
+        from kafka.errors import CommitFailedError, RebalanceInProgressError
+
+        try:
+            self.consumer.commit()
+        except (CommitFailedError, RebalanceInProgressError):
+            # A rebalance under way: the partitions' next owner reads from
+            # the last commit that made it (at least once).
+            self.commit_failures += 1
 
     def close(self):
         self.commit()
@@ -491,6 +520,7 @@ def cmd_consume(args, deadline):
     timed_out = time.monotonic() >= deadline
     reader.close()
     out = ledger.summary()
+    out["commit_failures"] = reader.commit_failures
     out.update({"event": "summary", "timed_out": timed_out, "seconds": round(time.monotonic() - started, 3)})
     return out
 

@@ -581,6 +581,10 @@ fn group_scenario(client: Client) {
         m.stop();
     }
     let committed = g.committed(&bootstrap);
+    eprintln!(
+        "{} committed after the consumers stopped: {committed:?}",
+        client.name()
+    );
     let mut m6 = g.member(&bootstrap, same_id, &[]);
     wait_for(
         "the restarted member reading every partition",
@@ -591,11 +595,15 @@ fn group_scenario(client: Client) {
         m6.first, committed,
         "restarted consumer did not resume at the committed offsets"
     );
-    m6.stop();
+    eprintln!("{} restarted member: {}", client.name(), m6.stop());
 
     // Restart the broker: the committed offsets survive, and a new member
     // resumes at them.
     let committed = g.committed(&bootstrap);
+    eprintln!(
+        "{} committed before the broker restart: {committed:?}",
+        client.name()
+    );
     gateway = gateway.restart();
     assert_eq!(
         g.committed(&bootstrap),
@@ -620,7 +628,11 @@ fn group_scenario(client: Client) {
     let acked = u64_of(&produced, "acked");
     assert_eq!(acked, u64_of(&produced, "produced"), "{produced}");
     assert!(acked > 0, "{produced}");
-    m7.stop();
+    eprintln!(
+        "{} member after the broker restart: {}",
+        client.name(),
+        m7.stop()
+    );
 
     // Drain what the producer wrote last, then check nothing was lost.
     let drain = g.member(&bootstrap, same_id, &["--idle-exit-s", "8"]);
