@@ -20,9 +20,11 @@ use crate::control_plane::{
     SHARD_COMMANDS_QUEUED_MAX,
 };
 use crate::error::EngineError;
+use crate::inbox::inbox_loop;
+use crate::kafka::{GatewayParts, KafkaGateway};
 use crate::payload::PayloadStore;
 use crate::payload_sweep::PayloadSweeper;
-use crate::quic::{inbox_loop, QuicLimits, QuicThread};
+use crate::quic::{QuicLimits, QuicThread};
 use crate::shard::Shard;
 use crate::signals::TerminationSignals;
 
@@ -57,6 +59,7 @@ pub struct Broker {
     control_thread: Option<std::thread::JoinHandle<()>>,
     shard_threads: Vec<glommio::ExecutorJoinHandle<()>>,
     quic: Option<QuicThread>,
+    kafka: Option<KafkaGateway>,
     addresses: Vec<ShardAddress>,
 }
 
@@ -236,6 +239,16 @@ impl Broker {
             .spawn(move || control.run(control_rx))
             .map_err(|e| EngineError::io("spawn control thread", "", e))?;
 
+        let kafka = match config.kafka_listen {
+            Some(listen) => Some(KafkaGateway::start(GatewayParts {
+                listen,
+                inboxes: inbox_txs.clone(),
+                control: control_tx.clone(),
+                filer: filer.clone(),
+                fetch_wait_ms_max: config.fetch_wait_ms_max,
+            })?),
+            None => None,
+        };
         let quic = match quic_driver {
             QuicDriver::Tokio => Some(QuicThread::start(
                 quic_config,
@@ -260,6 +273,7 @@ impl Broker {
             control_thread: Some(control_thread),
             shard_threads,
             quic,
+            kafka,
             addresses,
         })
     }
@@ -269,8 +283,16 @@ impl Broker {
         &self.addresses
     }
 
+    /// Where the Kafka gateway listens, if it runs.
+    pub fn kafka_address(&self) -> Option<std::net::SocketAddr> {
+        self.kafka.as_ref().map(KafkaGateway::address)
+    }
+
     /// Stop serving, seal and flush every buffer, and join every thread.
     pub fn stop(mut self) -> Result<(), EngineError> {
+        if let Some(kafka) = self.kafka.take() {
+            kafka.stop();
+        }
         if let Some(quic) = self.quic.take() {
             quic.stop();
         }

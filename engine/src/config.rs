@@ -53,6 +53,9 @@ pub struct BrokerConfig {
     /// Bytes of payload pieces one shard holds while they are written to
     /// staging files; a connection waits beyond this.
     pub payload_upload_bytes_max: u64,
+    /// Where the Kafka gateway listens; `None` (the default) runs none.
+    /// Port 0 picks a free port (see `Broker::kafka_address`).
+    pub kafka_listen: Option<SocketAddr>,
 }
 
 /// How QUIC reaches the shards.
@@ -87,6 +90,7 @@ impl Default for BrokerConfig {
             payload_grace_ms: 3_600_000,
             payload_sweep_interval_ms: 60_000,
             payload_upload_bytes_max: 64 << 20,
+            kafka_listen: None,
         }
     }
 }

@@ -20,7 +20,7 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::ErrorCode;
 
-use crate::request::{error_frame, handle_frame, Reply};
+use crate::request::{error_frame, handle_frame, Origin, Reply};
 use crate::serve_error::ServeError;
 use crate::shard::Shard;
 
@@ -148,7 +148,7 @@ where
             outbox.push(error_frame(header.request_id, &ServeError::from(&e)));
             continue;
         }
-        match handle_frame(&shard, &header, &payload[..len]).await {
+        match handle_frame(&shard, &header, &payload[..len], Origin::Network).await {
             Reply::Silent => outbox.release(1),
             Reply::Now(frame) => outbox.push(frame),
             Reply::Later(future) => {

@@ -17,6 +17,8 @@ pub mod config;
 mod connection;
 mod control_plane;
 pub mod error;
+mod inbox;
+mod kafka;
 mod payload;
 mod payload_sweep;
 mod quic;

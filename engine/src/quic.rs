@@ -9,7 +9,6 @@
 //! socket of the QUIC thread.
 
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -17,44 +16,9 @@ use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::ErrorCode;
 
 use crate::error::EngineError;
-use crate::request::{error_frame, handle_frame, Reply};
+use crate::inbox::InboxFrame;
+use crate::request::{error_frame, Origin};
 use crate::serve_error::ServeError;
-use crate::shard::Shard;
-
-/// A verified frame on its way to a shard, with where to send the answer.
-/// An empty answer means "no answer" and only frees the in-flight slot.
-#[derive(Debug)]
-pub(crate) struct QuicFrame {
-    header: FrameHeader,
-    payload: Vec<u8>,
-    reply: flume::Sender<Vec<u8>>,
-    /// The payload's share of the shard's inbox budget, returned when the
-    /// shard drops the frame.
-    _budget: tokio::sync::OwnedSemaphorePermit,
-}
-
-/// The shard side: handle frames from the QUIC thread.
-pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<QuicFrame>) {
-    while let Ok(frame) = inbox.recv_async().await {
-        // The reply channel has room for every in-flight request of its
-        // connection, so `try_send` fails only if the connection is gone.
-        match handle_frame(&shard, &frame.header, &frame.payload).await {
-            Reply::Silent => {
-                let _ = frame.reply.try_send(Vec::new());
-            }
-            Reply::Now(answer) => {
-                let _ = frame.reply.try_send(answer);
-            }
-            Reply::Later(future) => {
-                let reply = frame.reply;
-                glommio::spawn_local(async move {
-                    let _ = reply.try_send(future.await);
-                })
-                .detach();
-            }
-        }
-    }
-}
 
 /// Limits the QUIC thread applies.
 #[derive(Debug, Clone, Copy)]
@@ -75,7 +39,7 @@ impl QuicThread {
     pub(crate) fn start(
         server_config: quinn::ServerConfig,
         addresses: Vec<SocketAddr>,
-        inboxes: Vec<flume::Sender<QuicFrame>>,
+        inboxes: Vec<flume::Sender<InboxFrame>>,
         limits: QuicLimits,
     ) -> Result<QuicThread, EngineError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -110,7 +74,7 @@ impl QuicThread {
 async fn accept_loop(
     shard: usize,
     endpoint: quinn::Endpoint,
-    inbox: flume::Sender<QuicFrame>,
+    inbox: flume::Sender<InboxFrame>,
     limits: QuicLimits,
 ) {
     let connections = Arc::new(AtomicUsize::new(0));
@@ -137,7 +101,7 @@ async fn accept_loop(
 
 async fn serve_connection(
     connection: quinn::Connection,
-    inbox: flume::Sender<QuicFrame>,
+    inbox: flume::Sender<InboxFrame>,
     budget: Arc<tokio::sync::Semaphore>,
     limits: QuicLimits,
 ) {
@@ -197,11 +161,12 @@ async fn serve_connection(
             let _ = reply_tx.try_send(error_frame(header.request_id, &ServeError::from(&e)));
             continue;
         }
-        let frame = QuicFrame {
+        let frame = InboxFrame {
             header,
             payload,
             reply: reply_tx.clone(),
-            _budget: share,
+            origin: Origin::Network,
+            _budget: Some(share),
         };
         if inbox.send_async(frame).await.is_err() {
             let _ = reply_tx.try_send(error_frame(

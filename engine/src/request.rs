@@ -58,8 +58,24 @@ fn answer<T>(
     }
 }
 
+/// Where a request came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A native client over TCP or QUIC.
+    Network,
+    /// The Kafka gateway in this process. Kafka clients pick a record's
+    /// partition with their own partitioner, so a keyed record is accepted
+    /// by the segment the client chose: the key-range check is skipped.
+    KafkaGateway,
+}
+
 /// Handle one request whose header and checksum the transport verified.
-pub(crate) async fn handle_frame(shard: &Rc<Shard>, header: &FrameHeader, payload: &[u8]) -> Reply {
+pub(crate) async fn handle_frame(
+    shard: &Rc<Shard>,
+    header: &FrameHeader,
+    payload: &[u8],
+    origin: Origin,
+) -> Reply {
     let id = header.request_id;
     if !header.frame_type.is_request() {
         let e = ServeError::new(
@@ -84,7 +100,7 @@ pub(crate) async fn handle_frame(shard: &Rc<Shard>, header: &FrameHeader, payloa
             segment,
             ack,
             batch,
-        } => produce(shard, id, topic, segment, ack, batch).await,
+        } => produce(shard, id, topic, segment, ack, batch, origin).await,
         Request::Fetch {
             topic,
             segment,
@@ -287,6 +303,7 @@ async fn produce(
     segment: u32,
     ack: AckMode,
     batch: &[u8],
+    origin: Origin,
 ) -> Reply {
     let cell = match local_segment(shard, topic, segment) {
         Ok(c) => c,
@@ -297,10 +314,12 @@ async fn produce(
         Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
     };
     // Keyless records may go to any segment; keyed ones must hash into it,
-    // or per-key order would break when segments split.
+    // or per-key order would break when segments split. The Kafka gateway's
+    // records went where the Kafka client's partitioner put them.
+    let checked = origin == Origin::Network;
     if let Some(r) = view
         .records()
-        .find(|r| !r.key.is_empty() && !cell.covers(key_hash(r.key)))
+        .find(|r| checked && !r.key.is_empty() && !cell.covers(key_hash(r.key)))
     {
         let e = ServeError::new(
             ErrorCode::KeyOutOfRange,

@@ -71,6 +71,11 @@ pub struct ServeArgs {
     /// shards, or quinn-proto on each shard's own thread.
     #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]
     pub quic_driver: QuicDriverArg,
+    /// Also speak the Kafka protocol at this address (e.g. 127.0.0.1:9092);
+    /// off by default. Kafka topic NAME is kelp topic kafka/NAME
+    /// (docs/kafka.md).
+    #[arg(long, value_name = "ADDR")]
+    pub kafka: Option<SocketAddr>,
     /// An uploaded payload that no record refers to is deleted once it is
     /// this old (docs/payloads.md).
     #[arg(long, default_value_t = 3_600_000)]

@@ -25,6 +25,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         flush_age_ms: args.flush_age_ms,
         payload_grace_ms: args.payload_grace_ms,
         payload_sweep_interval_ms: args.payload_sweep_ms,
+        kafka_listen: args.kafka,
         quic_driver: match args.quic_driver {
             crate::cli::QuicDriverArg::Tokio => engine::QuicDriver::Tokio,
             crate::cli::QuicDriverArg::Shard => engine::QuicDriver::Shard,

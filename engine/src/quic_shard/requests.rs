@@ -17,7 +17,7 @@ use event_listener::Event;
 use quinn_proto::ConnectionHandle;
 use wire::frame::FrameHeader;
 
-use crate::request::{error_frame, handle_frame, Reply};
+use crate::request::{error_frame, handle_frame, Origin, Reply};
 use crate::serve_error::ServeError;
 use crate::shard::Shard;
 
@@ -162,7 +162,7 @@ pub(super) async fn handle_requests(shard: Rc<Shard>, requests: Rc<Requests>) {
                     requests.answer(error_frame(header.request_id, &ServeError::from(&e)));
                     continue;
                 }
-                match handle_frame(&shard, &header, &payload).await {
+                match handle_frame(&shard, &header, &payload, Origin::Network).await {
                     Reply::Silent => requests.release(1),
                     Reply::Now(frame) => requests.answer(frame),
                     Reply::Later(future) => {

@@ -1,0 +1,560 @@
+//! Consumer groups through the `kelp-kafka` coordinator, which only the
+//! gateway thread touches. JoinGroup and SyncGroup answers the coordinator
+//! parks are delivered to their connections through one-shot channels; a
+//! timer drives `tick` (session and rebalance timeouts). Committed offsets
+//! are written through the filer, one object per group
+//! (`kafka/groups/<escaped group id>.offsets`, the byte format of
+//! docs/kafka-groups.md), before the commit is answered, and restored when
+//! the broker starts.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use filer::{Filer, FilerError, ObjectPath};
+use kafka::api::describe_groups::{
+    DescribeGroupsRequest, DescribeGroupsResponse, DescribedGroup, DescribedMember,
+};
+use kafka::api::find_coordinator::{
+    Coordinator as CoordinatorEntry, FindCoordinatorRequest, FindCoordinatorResponse,
+};
+use kafka::api::heartbeat::{HeartbeatRequest, HeartbeatResponse};
+use kafka::api::join_group::{JoinGroupMember, JoinGroupRequest, JoinGroupResponse};
+use kafka::api::leave_group::{LeaveGroupRequest, LeaveGroupResponse, LeftMember};
+use kafka::api::list_groups::{ListGroupsRequest, ListGroupsResponse, ListedGroup};
+use kafka::api::offset_commit::{
+    OffsetCommitPartitionResult, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopicResult,
+};
+use kafka::api::offset_fetch::{
+    OffsetFetchPartition, OffsetFetchRequest, OffsetFetchResponse, OffsetFetchTopicResult,
+};
+use kafka::api::sync_group::{SyncGroupRequest, SyncGroupResponse};
+use kafka::group::{self, Coordinator, CoordinatorConfig, GroupState, Released, Token};
+use kafka::RequestHeader;
+
+use super::{Gateway, NODE_ID};
+use crate::error::EngineError;
+
+/// Where committed offsets live in the filer.
+const OFFSETS_PREFIX: &str = "kafka/groups";
+/// How often the coordinator's timeouts are checked.
+const TICK: Duration = Duration::from_millis(100);
+
+pub(crate) struct Groups {
+    coordinator: RefCell<Coordinator>,
+    parked: RefCell<HashMap<u64, tokio::sync::oneshot::Sender<Released>>>,
+    next_token: Cell<u64>,
+    filer: Arc<dyn Filer>,
+    started: Instant,
+}
+
+/// The filer object of group `group_id`'s offsets: every byte outside
+/// `A-Z a-z 0-9 . _ -` is written `%XX`, so any group id is one path
+/// component.
+pub(crate) fn offsets_path(group_id: &str) -> Result<ObjectPath, FilerError> {
+    let mut name = String::with_capacity(group_id.len() + 8);
+    for b in group_id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            name.push(char::from(b));
+        } else {
+            name.push_str(&format!("%{b:02X}"));
+        }
+    }
+    name.push_str(".offsets");
+    ObjectPath::new(OFFSETS_PREFIX)?.join(&name)
+}
+
+fn read_object(filer: &dyn Filer, path: &ObjectPath) -> Result<Vec<u8>, FilerError> {
+    let size = filer.size(path)?;
+    let size = usize::try_from(size)
+        .unwrap_or(usize::MAX)
+        .min(group::OFFSETS_FILE_BYTES_MAX);
+    let mut bytes = vec![0u8; size];
+    let n = filer.read_at(path, 0, &mut bytes)?;
+    bytes.truncate(n);
+    Ok(bytes)
+}
+
+impl Groups {
+    /// A coordinator with every group's committed offsets restored.
+    pub(crate) fn open(filer: Arc<dyn Filer>) -> Result<Groups, EngineError> {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut coordinator = Coordinator::new(CoordinatorConfig::default(), seed);
+        let prefix = ObjectPath::new(OFFSETS_PREFIX)?;
+        for path in filer.list(&prefix)? {
+            let bytes = read_object(filer.as_ref(), &path)?;
+            match coordinator.restore_offsets(&bytes) {
+                Ok(group) => log::debug!("Kafka gateway: restored offsets of group {group}"),
+                // A damaged file loses that group's offsets, not the broker.
+                Err(e) => log::error!("Kafka gateway: {}: {e}", path.as_str()),
+            }
+        }
+        Ok(Groups {
+            coordinator: RefCell::new(coordinator),
+            parked: RefCell::new(HashMap::new()),
+            next_token: Cell::new(1),
+            filer,
+            started: Instant::now(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn park(&self) -> (Token, tokio::sync::oneshot::Receiver<Released>) {
+        let token = self.next_token.get();
+        self.next_token.set(token + 1);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.parked.borrow_mut().insert(token, tx);
+        (Token(token), rx)
+    }
+
+    /// Hand the coordinator's released answers to their connections.
+    fn deliver(&self, released: Vec<Released>) {
+        let mut parked = self.parked.borrow_mut();
+        for r in released {
+            if let Some(tx) = parked.remove(&r.token().0) {
+                // The connection may be gone; its member times out.
+                let _ = tx.send(r);
+            }
+        }
+    }
+
+    fn deliver_pending(&self) {
+        let released = self.coordinator.borrow_mut().take_released();
+        self.deliver(released);
+    }
+}
+
+/// Drive the coordinator's timeouts forever.
+pub(crate) async fn tick_forever(gateway: Rc<Gateway>) {
+    let groups = &gateway.groups;
+    loop {
+        tokio::time::sleep(TICK).await;
+        let released = groups.coordinator.borrow_mut().tick(groups.now_ms());
+        groups.deliver(released);
+    }
+}
+
+pub(crate) fn find_coordinator(
+    gateway: &Gateway,
+    request: FindCoordinatorRequest,
+    _version: i16,
+) -> FindCoordinatorResponse {
+    let host = gateway.advertised.ip().to_string();
+    let port = i32::from(gateway.advertised.port());
+    FindCoordinatorResponse {
+        throttle_time_ms: 0,
+        coordinators: request
+            .coordinator_keys
+            .into_iter()
+            .map(|key| {
+                // Transactions are not supported: no transaction coordinator.
+                let (error_code, error_message) = if request.key_type == 0 {
+                    (kafka::error_code::NONE, None)
+                } else {
+                    (
+                        kafka::error_code::COORDINATOR_NOT_AVAILABLE,
+                        Some("the kelp gateway has no transaction coordinator".to_string()),
+                    )
+                };
+                CoordinatorEntry {
+                    key,
+                    node_id: NODE_ID,
+                    host: host.clone(),
+                    port,
+                    error_code,
+                    error_message,
+                }
+            })
+            .collect(),
+    }
+}
+
+fn join_response(r: group::JoinResponse) -> JoinGroupResponse {
+    JoinGroupResponse {
+        throttle_time_ms: 0,
+        error_code: r.error.0,
+        generation_id: r.generation_id,
+        protocol_type: r.protocol_type,
+        protocol_name: r.protocol_name,
+        leader: r.leader_id,
+        skip_assignment: false,
+        member_id: r.member_id,
+        members: r
+            .members
+            .into_iter()
+            .map(|m| JoinGroupMember {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                metadata: m.metadata,
+            })
+            .collect(),
+    }
+}
+
+fn join_error(error_code: i16) -> JoinGroupResponse {
+    JoinGroupResponse {
+        throttle_time_ms: 0,
+        error_code,
+        generation_id: -1,
+        protocol_type: None,
+        protocol_name: None,
+        leader: String::new(),
+        skip_assignment: false,
+        member_id: String::new(),
+        members: Vec::new(),
+    }
+}
+
+pub(crate) async fn join(
+    gateway: &Gateway,
+    request: JoinGroupRequest,
+    header: &RequestHeader,
+    version: i16,
+    peer: SocketAddr,
+) -> JoinGroupResponse {
+    let groups = &gateway.groups;
+    let req = group::JoinRequest {
+        group_id: request.group_id,
+        member_id: request.member_id,
+        group_instance_id: request.group_instance_id,
+        client_id: header.client_id.clone().unwrap_or_default(),
+        client_host: format!("/{}", peer.ip()),
+        session_timeout_ms: u32::try_from(request.session_timeout_ms).unwrap_or(0),
+        rebalance_timeout_ms: u32::try_from(request.rebalance_timeout_ms)
+            .unwrap_or(u32::try_from(request.session_timeout_ms).unwrap_or(0)),
+        protocol_type: request.protocol_type,
+        protocols: request
+            .protocols
+            .into_iter()
+            .map(|p| group::Protocol {
+                name: p.name,
+                metadata: p.metadata,
+            })
+            .collect(),
+        // KIP-394: from v4 a first join is answered MEMBER_ID_REQUIRED.
+        require_known_member_id: version >= 4,
+    };
+    let (token, rx) = groups.park();
+    let now = groups.now_ms();
+    let answered = groups.coordinator.borrow_mut().join(now, token, req);
+    if let Some(response) = answered {
+        groups.parked.borrow_mut().remove(&token.0);
+        groups.deliver_pending();
+        return join_response(response);
+    }
+    groups.deliver_pending();
+    match rx.await {
+        Ok(Released::Join { response, .. }) => join_response(response),
+        _ => join_error(kafka::error_code::UNKNOWN_SERVER_ERROR),
+    }
+}
+
+fn sync_response(r: group::SyncResponse) -> SyncGroupResponse {
+    SyncGroupResponse {
+        throttle_time_ms: 0,
+        error_code: r.error.0,
+        protocol_type: r.protocol_type,
+        protocol_name: r.protocol_name,
+        assignment: r.assignment,
+    }
+}
+
+pub(crate) async fn sync(gateway: &Gateway, request: SyncGroupRequest) -> SyncGroupResponse {
+    let groups = &gateway.groups;
+    let req = group::SyncRequest {
+        group_id: request.group_id,
+        generation_id: request.generation_id,
+        member_id: request.member_id,
+        group_instance_id: request.group_instance_id,
+        protocol_type: request.protocol_type,
+        protocol_name: request.protocol_name,
+        assignments: request
+            .assignments
+            .into_iter()
+            .map(|a| group::MemberAssignment {
+                member_id: a.member_id,
+                assignment: a.assignment,
+            })
+            .collect(),
+    };
+    let (token, rx) = groups.park();
+    let now = groups.now_ms();
+    let answered = groups.coordinator.borrow_mut().sync(now, token, req);
+    if let Some(response) = answered {
+        groups.parked.borrow_mut().remove(&token.0);
+        groups.deliver_pending();
+        return sync_response(response);
+    }
+    groups.deliver_pending();
+    match rx.await {
+        Ok(Released::Sync { response, .. }) => sync_response(response),
+        _ => SyncGroupResponse {
+            throttle_time_ms: 0,
+            error_code: kafka::error_code::UNKNOWN_SERVER_ERROR,
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Vec::new(),
+        },
+    }
+}
+
+pub(crate) fn heartbeat(gateway: &Gateway, request: HeartbeatRequest) -> HeartbeatResponse {
+    let groups = &gateway.groups;
+    let req = group::HeartbeatRequest {
+        group_id: request.group_id,
+        generation_id: request.generation_id,
+        member_id: request.member_id,
+        group_instance_id: request.group_instance_id,
+    };
+    let error = groups
+        .coordinator
+        .borrow_mut()
+        .heartbeat(groups.now_ms(), &req);
+    groups.deliver_pending();
+    HeartbeatResponse {
+        throttle_time_ms: 0,
+        error_code: error.0,
+    }
+}
+
+pub(crate) fn leave(
+    gateway: &Gateway,
+    request: LeaveGroupRequest,
+    _version: i16,
+) -> LeaveGroupResponse {
+    let groups = &gateway.groups;
+    let req = group::LeaveRequest {
+        group_id: request.group_id,
+        members: request
+            .members
+            .into_iter()
+            .map(|m| group::LeavingMember {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+            })
+            .collect(),
+    };
+    let response = groups.coordinator.borrow_mut().leave(groups.now_ms(), req);
+    groups.deliver_pending();
+    // The codec writes v0-v2's single error from `error_code` and v3+'s
+    // members list.
+    LeaveGroupResponse {
+        throttle_time_ms: 0,
+        error_code: response.error.0,
+        members: response
+            .members
+            .into_iter()
+            .map(|m| LeftMember {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                error_code: m.error.0,
+            })
+            .collect(),
+    }
+}
+
+pub(crate) async fn commit_offsets(
+    gateway: &Gateway,
+    request: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    let groups = &gateway.groups;
+    let group_id = request.group_id.clone();
+    // Partition counts of the topics named, for the coordinator's check.
+    let mut partitions: HashMap<String, usize> = HashMap::new();
+    for t in &request.topics {
+        if let Ok(layout) = gateway.topics.layout(&t.name).await {
+            partitions.insert(t.name.clone(), layout.partitions.len());
+        }
+    }
+    let req = group::OffsetCommitRequest {
+        group_id: request.group_id,
+        generation_id: request.generation_id,
+        member_id: request.member_id,
+        group_instance_id: request.group_instance_id,
+        topics: request
+            .topics
+            .into_iter()
+            .map(|t| group::TopicCommit {
+                topic: t.name,
+                partitions: t
+                    .partitions
+                    .into_iter()
+                    .map(|p| group::PartitionCommit {
+                        partition: p.partition_index,
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    let exists = |topic: &str, partition: i32| {
+        partitions
+            .get(topic)
+            .is_some_and(|n| usize::try_from(partition).is_ok_and(|p| p < *n))
+    };
+    let mut response = groups
+        .coordinator
+        .borrow_mut()
+        .commit_offsets(groups.now_ms(), req, exists);
+    groups.deliver_pending();
+    let any_committed = response.topics.iter().any(|t| {
+        t.partitions
+            .iter()
+            .any(|(_, e)| *e == group::ErrorCode::NONE)
+    });
+    if any_committed {
+        let encoded = groups
+            .coordinator
+            .borrow()
+            .group_offsets(&group_id)
+            .map(|o| o.encode(&group_id));
+        if let Some(bytes) = encoded {
+            if let Err(e) = persist(groups.filer.clone(), &group_id, bytes).await {
+                log::error!("Kafka gateway: storing offsets of group {group_id}: {e}");
+                for t in &mut response.topics {
+                    for (_, error) in &mut t.partitions {
+                        if *error == group::ErrorCode::NONE {
+                            *error = group::ErrorCode(kafka::error_code::COORDINATOR_NOT_AVAILABLE);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    OffsetCommitResponse {
+        throttle_time_ms: 0,
+        topics: response
+            .topics
+            .into_iter()
+            .map(|t| OffsetCommitTopicResult {
+                name: t.topic,
+                partitions: t
+                    .partitions
+                    .into_iter()
+                    .map(|(partition_index, e)| OffsetCommitPartitionResult {
+                        partition_index,
+                        error_code: e.0,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+async fn persist(filer: Arc<dyn Filer>, group_id: &str, bytes: Vec<u8>) -> Result<(), String> {
+    let path = offsets_path(group_id).map_err(|e| e.to_string())?;
+    tokio::task::spawn_blocking(move || filer.put(&path, &bytes))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+pub(crate) fn fetch_offsets(
+    gateway: &Gateway,
+    request: OffsetFetchRequest,
+    _version: i16,
+) -> OffsetFetchResponse {
+    let req = group::OffsetFetchRequest {
+        group_id: request.group_id,
+        topics: request.topics.map(|topics| {
+            topics
+                .into_iter()
+                .map(|t| group::TopicPartitions {
+                    topic: t.name,
+                    partitions: t.partition_indexes,
+                })
+                .collect()
+        }),
+    };
+    let response = gateway.groups.coordinator.borrow().fetch_offsets(&req);
+    OffsetFetchResponse {
+        throttle_time_ms: 0,
+        error_code: response.error.0,
+        topics: response
+            .topics
+            .into_iter()
+            .map(|t| OffsetFetchTopicResult {
+                name: t.topic,
+                partitions: t
+                    .partitions
+                    .into_iter()
+                    .map(|p| OffsetFetchPartition {
+                        partition_index: p.partition,
+                        committed_offset: p.offset,
+                        committed_leader_epoch: p.leader_epoch,
+                        metadata: Some(p.metadata),
+                        error_code: p.error.0,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn describe(
+    gateway: &Gateway,
+    request: DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
+    let groups = gateway
+        .groups
+        .coordinator
+        .borrow()
+        .describe(&request.groups);
+    DescribeGroupsResponse {
+        throttle_time_ms: 0,
+        groups: groups
+            .into_iter()
+            .map(|g| DescribedGroup {
+                error_code: g.error.0,
+                group_id: g.group_id,
+                group_state: g.state.name().to_string(),
+                protocol_type: g.protocol_type,
+                protocol_data: g.protocol_name,
+                members: g
+                    .members
+                    .into_iter()
+                    .map(|m| DescribedMember {
+                        member_id: m.member_id,
+                        group_instance_id: m.group_instance_id,
+                        client_id: m.client_id,
+                        client_host: m.client_host,
+                        member_metadata: m.metadata,
+                        member_assignment: m.assignment,
+                    })
+                    .collect(),
+                authorized_operations: i32::MIN,
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn list(gateway: &Gateway, request: ListGroupsRequest) -> ListGroupsResponse {
+    let states: Vec<GroupState> = request
+        .states_filter
+        .iter()
+        .filter_map(|s| GroupState::from_name(s))
+        .collect();
+    let listed = gateway.groups.coordinator.borrow().list(&states);
+    ListGroupsResponse {
+        throttle_time_ms: 0,
+        error_code: kafka::error_code::NONE,
+        groups: listed
+            .into_iter()
+            .map(|g| ListedGroup {
+                group_id: g.group_id,
+                protocol_type: g.protocol_type,
+                group_state: g.state.name().to_string(),
+            })
+            .collect(),
+    }
+}

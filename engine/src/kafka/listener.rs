@@ -1,0 +1,36 @@
+//! Accepting Kafka connections, at most `CONNECTIONS_MAX` at once.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::{connection, Gateway, CONNECTIONS_MAX};
+
+/// Accept connections until the gateway stops (the task is dropped).
+pub(crate) async fn accept_loop(gateway: Rc<Gateway>, listener: tokio::net::TcpListener) {
+    let open = Rc::new(Cell::new(0usize));
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                if open.get() >= CONNECTIONS_MAX {
+                    log::warn!("Kafka gateway: refusing {peer}: connection limit");
+                    drop(stream);
+                    continue;
+                }
+                let _ = stream.set_nodelay(true);
+                open.set(open.get() + 1);
+                let gateway = gateway.clone();
+                let open = open.clone();
+                tokio::task::spawn_local(async move {
+                    connection::serve(gateway, stream, peer).await;
+                    open.set(open.get().saturating_sub(1));
+                });
+            }
+            Err(e) => {
+                // Out of descriptors and the like: wait instead of spinning.
+                log::error!("Kafka gateway: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The Kafka gateway: Kafka clients speak to the broker over TCP, and
+//! their requests go to the same shards and segments as native requests.
+//!
+//! One thread runs a current-thread tokio runtime (like the QUIC thread).
+//! It accepts connections, decodes requests with `kelp-kafka`, and reaches
+//! a shard the way the QUIC thread does: a native request frame through
+//! the shard's bounded inbox, answered through a reply channel. Admin
+//! requests go to the control plane; consumer groups live in the
+//! `kelp-kafka` coordinator, which only this thread touches. Nothing here
+//! shares a lock with a shard.
+//!
+//! A Kafka topic `name` is the kelp topic `kafka/name`; partition `i` is
+//! the topic's `i`-th segment by id; Kafka offsets are segment offsets.
+//! `docs/kafka.md` describes the mapping and the differences from Kafka.
+
+mod admin;
+mod connection;
+mod fetch;
+mod groups;
+mod listener;
+mod metadata;
+mod offsets;
+mod produce;
+mod producer_ids;
+mod shards;
+mod topics;
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use filer::Filer;
+
+use crate::control_plane::ControlRequest;
+use crate::error::EngineError;
+use crate::inbox::InboxFrame;
+
+/// Kafka connections the gateway serves at once; more are refused.
+pub(crate) const CONNECTIONS_MAX: usize = 1024;
+/// The largest request frame the gateway reads (a produce request holds
+/// batches of up to kelp's batch limit, several partitions each).
+pub(crate) const REQUEST_FRAME_BYTES_MAX: usize = 32 << 20;
+/// The node id the gateway gives itself in Metadata and FindCoordinator.
+pub(crate) const NODE_ID: i32 = 0;
+
+/// What the gateway thread is given.
+pub(crate) struct GatewayParts {
+    pub(crate) listen: SocketAddr,
+    pub(crate) inboxes: Vec<flume::Sender<InboxFrame>>,
+    pub(crate) control: flume::Sender<ControlRequest>,
+    pub(crate) filer: Arc<dyn Filer>,
+    pub(crate) fetch_wait_ms_max: u32,
+}
+
+/// The state every connection of the gateway thread shares (single
+/// threaded: `Rc` and `RefCell`, never crossing to a shard).
+pub(crate) struct Gateway {
+    /// The address clients are told to connect to.
+    pub(crate) advertised: SocketAddr,
+    pub(crate) shards: shards::Shards,
+    pub(crate) topics: topics::Topics,
+    pub(crate) producers: RefCell<produce::Sequences>,
+    pub(crate) producer_ids: producer_ids::ProducerIds,
+    pub(crate) groups: groups::Groups,
+    pub(crate) fetch_wait_ms_max: u32,
+}
+
+/// The running gateway thread.
+pub(crate) struct KafkaGateway {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    address: SocketAddr,
+}
+
+impl KafkaGateway {
+    /// Bind the listener, restore committed offsets and producer ids, and
+    /// start serving.
+    pub(crate) fn start(parts: GatewayParts) -> Result<KafkaGateway, EngineError> {
+        let listener = crate::broker::retry_in_use(|| std::net::TcpListener::bind(parts.listen))
+            .map_err(|e| EngineError::io("bind Kafka listener", parts.listen.to_string(), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| EngineError::io("bind Kafka listener", parts.listen.to_string(), e))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| EngineError::io("bind Kafka listener", parts.listen.to_string(), e))?;
+        let advertised = if local.ip().is_unspecified() {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port())
+        } else {
+            local
+        };
+        let producer_ids = producer_ids::ProducerIds::open(parts.filer.clone())?;
+        let groups = groups::Groups::open(parts.filer.clone())?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), EngineError>>();
+        let thread = std::thread::Builder::new()
+            .name("kelp-kafka".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(EngineError::io("start Kafka runtime", "", e)));
+                        return;
+                    }
+                };
+                let local_set = tokio::task::LocalSet::new();
+                local_set.block_on(&runtime, async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(EngineError::io("Kafka listener", "", e)));
+                            return;
+                        }
+                    };
+                    let gateway = Rc::new(Gateway {
+                        advertised,
+                        shards: shards::Shards::new(parts.inboxes),
+                        topics: topics::Topics::new(parts.control),
+                        producers: RefCell::new(produce::Sequences::default()),
+                        producer_ids,
+                        groups,
+                        fetch_wait_ms_max: parts.fetch_wait_ms_max,
+                    });
+                    let _ = ready_tx.send(Ok(()));
+                    tokio::task::spawn_local(groups::tick_forever(gateway.clone()));
+                    tokio::select! {
+                        () = listener::accept_loop(gateway, listener) => {}
+                        _ = stop_rx => {}
+                    }
+                });
+                // Connections still open end with the runtime.
+                drop(local_set);
+                runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            })
+            .map_err(|e| EngineError::io("spawn Kafka thread", "", e))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(EngineError::io(
+                    "start Kafka gateway",
+                    "",
+                    std::io::Error::other("the Kafka thread ended at start"),
+                ))
+            }
+        }
+        log::info!("Kafka gateway listening at {local} (advertised {advertised})");
+        Ok(KafkaGateway {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            address: local,
+        })
+    }
+
+    /// The address the gateway listens at.
+    pub(crate) fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Close the listener and every connection, and join the thread.
+    pub(crate) fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! ListOffsets: timestamp -2 is the earliest offset, -1 the latest (the
+//! high watermark), any other the first record whose timestamp is at least
+//! it (offset -1 when there is none), answered by a non-waiting read of
+//! the segment.
+
+use kafka::api::list_offsets::{
+    ListOffsetsPartitionResult, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResult,
+};
+use kafka::error_code as k;
+use wire::batch::BatchView;
+use wire::message::FetchFrom;
+use wire::Response;
+
+use super::topics::{is_stale, kafka_error, kelp_name};
+use super::Gateway;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+
+pub(crate) async fn list_offsets(
+    gateway: &Gateway,
+    request: ListOffsetsRequest,
+) -> ListOffsetsResponse {
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for p in topic.partitions {
+            let result = match lookup(gateway, &topic.name, p.partition_index, p.timestamp).await {
+                Ok((timestamp, offset)) => ListOffsetsPartitionResult {
+                    partition_index: p.partition_index,
+                    error_code: k::NONE,
+                    timestamp,
+                    offset,
+                    leader_epoch: 0,
+                },
+                Err(error_code) => ListOffsetsPartitionResult {
+                    partition_index: p.partition_index,
+                    error_code,
+                    timestamp: -1,
+                    offset: -1,
+                    leader_epoch: -1,
+                },
+            };
+            partitions.push(result);
+        }
+        topics.push(ListOffsetsTopicResult {
+            name: topic.name,
+            partitions,
+        });
+    }
+    ListOffsetsResponse {
+        throttle_time_ms: 0,
+        topics,
+    }
+}
+
+/// The (timestamp, offset) answer for one partition.
+async fn lookup(
+    gateway: &Gateway,
+    topic: &str,
+    index: i32,
+    timestamp: i64,
+) -> Result<(i64, i64), i16> {
+    let layout = gateway
+        .topics
+        .layout(topic)
+        .await
+        .map_err(|e| kafka_error(&e))?;
+    let segment = layout
+        .partition(index)
+        .ok_or(k::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let from = match timestamp {
+        LATEST => FetchFrom::Latest,
+        EARLIEST => FetchFrom::Earliest,
+        t if t >= 0 => FetchFrom::Timestamp(t),
+        // -3 (max timestamp) and others: not supported.
+        _ => return Err(k::UNSUPPORTED_VERSION),
+    };
+    let request = wire::Request::Fetch {
+        topic: kelp_name(topic),
+        segment: segment.id,
+        from,
+        max_bytes: 1,
+        max_wait_ms: 0,
+    };
+    let answer = gateway.shards.call(segment.shard, &request).await;
+    let response = answer
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|a| a.response());
+    let fetched = match response {
+        Ok(Some(Response::Fetched(f))) => f,
+        Ok(_) => return Err(k::UNKNOWN_SERVER_ERROR),
+        Err(e) => {
+            if is_stale(&e) {
+                gateway.topics.forget(topic);
+            }
+            return Err(kafka_error(&e));
+        }
+    };
+    let offset = fetched.start_offset as i64;
+    if timestamp < 0 {
+        return Ok((-1, offset));
+    }
+    if fetched.start_offset >= fetched.high_watermark {
+        return Ok((-1, -1));
+    }
+    // The found record's own timestamp, from the batch that holds it.
+    let found = BatchView::peek_len(fetched.batches)
+        .and_then(|n| fetched.batches.get(..n as usize))
+        .and_then(|b| BatchView::validate(b).ok())
+        .and_then(|view| {
+            view.records()
+                .find(|r| view.base_offset() + u64::from(r.offset_delta) == fetched.start_offset)
+                .map(|r| r.timestamp_ms)
+        });
+    Ok((found.unwrap_or(timestamp), offset))
+}
