@@ -389,7 +389,9 @@ class KafkaPythonReader:
 
         class Listener(ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked):
-                reader.commit()
+                # kafka-python 3 runs listeners on its I/O thread, where a
+                # blocking commit is refused: offsets are committed every
+                # 0.5 s and on close instead (at least once either way).
                 events("revoked", sorted(tp.partition for tp in revoked))
 
             def on_partitions_assigned(self, assigned):
