@@ -197,14 +197,12 @@ pub(crate) async fn init_producer_id(
     // KIP-360: a producer that has an id asks for its epoch to be bumped.
     // An exhausted epoch gets a new id, epoch 0.
     if request.producer_id >= 0 && (0..i16::MAX).contains(&request.producer_epoch) {
-        {
-            return InitProducerIdResponse {
-                throttle_time_ms: 0,
-                error_code: k::NONE,
-                producer_id: request.producer_id,
-                producer_epoch: request.producer_epoch + 1,
-            };
-        }
+        return InitProducerIdResponse {
+            throttle_time_ms: 0,
+            error_code: k::NONE,
+            producer_id: request.producer_id,
+            producer_epoch: request.producer_epoch + 1,
+        };
     }
     match gateway.producer_ids.next().await {
         Ok(producer_id) => InitProducerIdResponse {

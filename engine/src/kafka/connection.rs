@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::{admin, fetch, groups, metadata, offsets, produce, Gateway, REQUEST_FRAME_BYTES_MAX};
 
 /// A connection keeps its receive buffer up to this size between requests.
-const RECEIVE_BUFFER_KEPT_BYTES: usize = 1 << 20;
+const RECEIVE_BUFFER_KEPT_BYTES: usize = 256 << 10;
 
 pub(crate) async fn serve(
     gateway: Rc<Gateway>,
@@ -40,6 +40,11 @@ pub(crate) async fn serve(
                 log::warn!("Kafka {peer}: closing connection: {e}");
                 return;
             }
+        };
+        // Room for the request among all connections' (the frame limit is
+        // below the total, so one request always fits).
+        let Ok(_room) = gateway.request_bytes.acquire_many(size as u32).await else {
+            return;
         };
         frame.resize(size, 0);
         if let Err(e) = stream.read_exact(&mut frame).await {
@@ -110,7 +115,9 @@ async fn handle(
         RequestBody::ApiVersions(_) => {
             ResponseBody::ApiVersions(api_versions(kafka::error_code::NONE))
         }
-        RequestBody::Metadata(r) => ResponseBody::Metadata(metadata::metadata(gateway, r).await),
+        RequestBody::Metadata(r) => {
+            ResponseBody::Metadata(metadata::metadata(gateway, r, version).await)
+        }
         RequestBody::Produce(r) => {
             let acks = r.acks;
             let response = produce::produce(gateway, r).await;

@@ -125,11 +125,24 @@ async fn read_all(gateway: &Gateway, request: &FetchRequest) -> Fetched {
         for p in &topic.partitions {
             let index = p.partition;
             if budget == 0 {
-                partitions.push(PartitionOut {
-                    index,
-                    error_code: k::NONE,
-                    high_watermark: -1,
-                    records: Vec::new(),
+                // Over the response's byte limit: no records, but the
+                // partition's high watermark all the same.
+                let latest =
+                    super::offsets::lookup(gateway, &topic.topic, index, super::offsets::LATEST)
+                        .await;
+                partitions.push(match latest {
+                    Ok((_, high_watermark)) => PartitionOut {
+                        index,
+                        error_code: k::NONE,
+                        high_watermark,
+                        records: Vec::new(),
+                    },
+                    Err(error_code) => PartitionOut {
+                        index,
+                        error_code,
+                        high_watermark: -1,
+                        records: Vec::new(),
+                    },
                 });
                 continue;
             }
@@ -184,6 +197,8 @@ async fn read_partition(
     let fetched = match response {
         Ok(Some(Response::Fetched(f))) => f,
         Ok(_) => return Err(k::UNKNOWN_SERVER_ERROR),
+        // The segment refuses an offset past its end.
+        Err(e) if e.code == wire::ErrorCode::InvalidArgument => return Err(k::OFFSET_OUT_OF_RANGE),
         Err(e) => {
             if is_stale(&e) {
                 gateway.topics.forget(topic);

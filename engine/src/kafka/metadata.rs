@@ -20,9 +20,14 @@ pub(crate) const AUTO_CREATE_PARTITIONS: u32 = 1;
 /// The cluster id every answer carries.
 pub(crate) const CLUSTER_ID: &str = "kelp";
 
-pub(crate) async fn metadata(gateway: &Gateway, request: MetadataRequest) -> MetadataResponse {
+pub(crate) async fn metadata(
+    gateway: &Gateway,
+    request: MetadataRequest,
+    version: i16,
+) -> MetadataResponse {
+    let all = request.wants_all_topics(version);
     let names: Vec<String> = match request.topics {
-        None => match gateway.topics.list().await {
+        _ if all => match gateway.topics.list().await {
             Ok(n) => n,
             Err(e) => {
                 log::warn!("Kafka metadata: list topics: {}", e.message);
@@ -30,6 +35,7 @@ pub(crate) async fn metadata(gateway: &Gateway, request: MetadataRequest) -> Met
             }
         },
         Some(topics) => topics.into_iter().filter_map(|t| t.name).collect(),
+        None => Vec::new(),
     };
     let mut topics = Vec::with_capacity(names.len());
     for name in names {

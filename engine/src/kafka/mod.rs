@@ -41,6 +41,9 @@ pub(crate) const CONNECTIONS_MAX: usize = 1024;
 /// The largest request frame the gateway reads (a produce request holds
 /// batches of up to kelp's batch limit, several partitions each).
 pub(crate) const REQUEST_FRAME_BYTES_MAX: usize = 32 << 20;
+/// Request bytes all connections together may hold (read and not yet
+/// answered); a connection waits for room before reading a request.
+pub(crate) const REQUEST_BYTES_IN_FLIGHT_MAX: usize = 256 << 20;
 /// The node id the gateway gives itself in Metadata and FindCoordinator.
 pub(crate) const NODE_ID: i32 = 0;
 
@@ -64,6 +67,8 @@ pub(crate) struct Gateway {
     pub(crate) producer_ids: producer_ids::ProducerIds,
     pub(crate) groups: groups::Groups,
     pub(crate) fetch_wait_ms_max: u32,
+    /// Bounds the request bytes held by all connections.
+    pub(crate) request_bytes: Rc<tokio::sync::Semaphore>,
 }
 
 /// The running gateway thread.
@@ -124,6 +129,9 @@ impl KafkaGateway {
                         producer_ids,
                         groups,
                         fetch_wait_ms_max: parts.fetch_wait_ms_max,
+                        request_bytes: Rc::new(tokio::sync::Semaphore::new(
+                            REQUEST_BYTES_IN_FLIGHT_MAX,
+                        )),
                     });
                     let _ = ready_tx.send(Ok(()));
                     tokio::task::spawn_local(groups::tick_forever(gateway.clone()));

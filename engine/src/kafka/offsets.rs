@@ -14,7 +14,7 @@ use wire::Response;
 use super::topics::{is_stale, kafka_error, kelp_name};
 use super::Gateway;
 
-const LATEST: i64 = -1;
+pub(crate) const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 
 pub(crate) async fn list_offsets(
@@ -55,7 +55,7 @@ pub(crate) async fn list_offsets(
 }
 
 /// The (timestamp, offset) answer for one partition.
-async fn lookup(
+pub(crate) async fn lookup(
     gateway: &Gateway,
     topic: &str,
     index: i32,

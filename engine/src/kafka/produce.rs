@@ -28,6 +28,9 @@ use super::Gateway;
 /// Batches per producer and partition whose resend is recognised (Kafka's
 /// `max.in.flight.requests.per.connection` limit for idempotence).
 const RECENT_BATCHES: usize = 5;
+/// (Producer, partition) states kept; past it an arbitrary one is dropped
+/// (that producer's next resend would be appended again).
+const PRODUCER_STATES_MAX: usize = 100_000;
 
 /// One idempotent producer's state for one partition.
 #[derive(Debug)]
@@ -82,6 +85,12 @@ impl Sequences {
     }
 
     fn appended(&mut self, key: (i64, String, i32), epoch: i16, first: i32, last: i32, base: i64) {
+        if self.producers.len() >= PRODUCER_STATES_MAX && !self.producers.contains_key(&key) {
+            let victim = self.producers.keys().next().cloned();
+            if let Some(victim) = victim {
+                self.producers.remove(&victim);
+            }
+        }
         let state = self.producers.entry(key).or_insert(ProducerState {
             epoch,
             next_sequence: 0,

@@ -1,0 +1,1087 @@
+//! The Kafka gateway of a broker started in this process, spoken to over
+//! loopback TCP with kelp-kafka's request encoders and response decoders
+//! as the client (and the wire crate for native requests).
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use kafka::api::api_versions::ApiVersionsRequest;
+use kafka::api::create_topics::{CreatableTopic, CreateTopicsRequest};
+use kafka::api::delete_topics::{DeleteTopicState, DeleteTopicsRequest};
+use kafka::api::describe_configs::{DescribeConfigsRequest, DescribeConfigsResource};
+use kafka::api::describe_groups::DescribeGroupsRequest;
+use kafka::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
+use kafka::api::find_coordinator::FindCoordinatorRequest;
+use kafka::api::heartbeat::HeartbeatRequest;
+use kafka::api::init_producer_id::InitProducerIdRequest;
+use kafka::api::join_group::{JoinGroupProtocol, JoinGroupRequest};
+use kafka::api::leave_group::{LeaveGroupRequest, LeavingMember};
+use kafka::api::list_groups::ListGroupsRequest;
+use kafka::api::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic};
+use kafka::api::metadata::{MetadataRequest, MetadataRequestTopic};
+use kafka::api::offset_commit::{OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic};
+use kafka::api::offset_fetch::{OffsetFetchRequest, OffsetFetchTopic};
+use kafka::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
+use kafka::api::sync_group::{SyncGroupAssignment, SyncGroupRequest};
+use kafka::error_code as k;
+use kafka::{
+    decode_response, encode_record_batch, ApiKey, Compression, Record, RecordBatchHeader,
+    RecordBatches, RecordHeader, RecordHeaders, Request, RequestBody, RequestHeader, ResponseBody,
+    Uuid,
+};
+use kelp_engine::{Broker, BrokerConfig};
+use wire::chunk::BatchWalk;
+use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::message::Fetched;
+use wire::{AckMode, BatchBuilder, FetchFrom, Response};
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+/// Two consecutive ports, free for TCP and UDP now, below the ephemeral
+/// range.
+fn port() -> u16 {
+    let base = 25_000 + (std::process::id() % 500) as u16 * 10;
+    loop {
+        let p = base + NEXT_PORT.fetch_add(3, Ordering::Relaxed) % 4_900;
+        let free = (p..p + 2).all(|q| {
+            std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
+                && std::net::UdpSocket::bind(("127.0.0.1", q)).is_ok()
+        });
+        if free {
+            return p;
+        }
+    }
+}
+
+fn start(dir: &std::path::Path, port: u16) -> Broker {
+    Broker::start(BrokerConfig {
+        data_dir: dir.to_path_buf(),
+        listen: format!("127.0.0.1:{port}").parse().unwrap(),
+        shards: 2,
+        pin_shards: false,
+        kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
+        ..BrokerConfig::default()
+    })
+    .unwrap()
+}
+
+/// A Kafka client connection.
+struct Kafka {
+    stream: TcpStream,
+    next_id: i32,
+    client_id: String,
+}
+
+impl Kafka {
+    fn open(broker: &Broker) -> Kafka {
+        Kafka::open_at(broker.kafka_address().unwrap(), "kafka-gateway-test")
+    }
+
+    fn open_at(addr: SocketAddr, client_id: &str) -> Kafka {
+        Kafka {
+            stream: TcpStream::connect(addr).unwrap(),
+            next_id: 1,
+            client_id: client_id.into(),
+        }
+    }
+
+    fn send(&mut self, body: RequestBody<'_>, version: i16) -> i32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let request = Request {
+            header: RequestHeader {
+                api_key: body.api_key().code(),
+                api_version: version,
+                correlation_id: id,
+                client_id: Some(self.client_id.clone()),
+            },
+            body,
+        };
+        let mut out = Vec::new();
+        request.encode_frame(&mut out).unwrap();
+        self.stream.write_all(&out).unwrap();
+        id
+    }
+
+    /// The response frame (after the size prefix), or `None` at EOF.
+    fn read(&mut self) -> Option<Vec<u8>> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).ok()?;
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut frame).ok()?;
+        Some(frame)
+    }
+
+    fn call(&mut self, body: RequestBody<'_>, version: i16) -> (ApiKey, i16, Vec<u8>) {
+        let key = body.api_key();
+        let id = self.send(body, version);
+        let frame = self.read().unwrap();
+        let (header, _) = decode_response(&frame, key, version).unwrap();
+        assert_eq!(header.correlation_id, id);
+        (key, version, frame)
+    }
+}
+
+fn body(answer: &(ApiKey, i16, Vec<u8>)) -> ResponseBody<'_> {
+    decode_response(&answer.2, answer.0, answer.1).unwrap().1
+}
+
+macro_rules! expect {
+    ($answer:expr, $variant:ident) => {
+        match body(&$answer) {
+            ResponseBody::$variant(r) => r,
+            other => panic!("expected {}, got {other:?}", stringify!($variant)),
+        }
+    };
+}
+
+fn create_topic(c: &mut Kafka, name: &str, partitions: i32) {
+    let r = c.call(
+        RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: partitions,
+                replication_factor: 3,
+                assignments: Vec::new(),
+                configs: Vec::new(),
+            }],
+            timeout_ms: 5000,
+            validate_only: false,
+        }),
+        5,
+    );
+    let r = expect!(r, CreateTopics);
+    assert_eq!(r.topics[0].error_code, k::NONE, "{:?}", r.topics[0]);
+    assert_eq!(r.topics[0].num_partitions, partitions);
+}
+
+/// A record as a test writes and reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rec {
+    offset: i64,
+    timestamp: i64,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+fn records(n: usize, tag: &str) -> Vec<Rec> {
+    (0..n)
+        .map(|i| Rec {
+            offset: 0,
+            timestamp: 1_700_000_000_000 + i as i64 * 7,
+            key: (i % 3 != 0).then(|| format!("key-{i}").into_bytes()),
+            value: format!("{tag} value {i} {}", "x".repeat(i % 50)).into_bytes(),
+            headers: (0..i % 3)
+                .map(|h| (format!("h{h}"), format!("v{i}.{h}").into_bytes()))
+                .collect(),
+        })
+        .collect()
+}
+
+/// A Kafka batch of `recs`, with the producer fields given.
+fn kafka_batch(recs: &[Rec], codec: Compression, producer: (i64, i16, i32)) -> Vec<u8> {
+    let headers: Vec<Vec<RecordHeader<'_>>> = recs
+        .iter()
+        .map(|r| {
+            r.headers
+                .iter()
+                .map(|(k, v)| RecordHeader {
+                    key: k,
+                    value: Some(v),
+                })
+                .collect()
+        })
+        .collect();
+    let base = recs[0].timestamp;
+    let list: Vec<Record<'_>> = recs
+        .iter()
+        .zip(&headers)
+        .enumerate()
+        .map(|(i, (r, h))| Record {
+            attributes: 0,
+            timestamp_delta: r.timestamp - base,
+            offset_delta: i as i32,
+            key: r.key.as_deref(),
+            value: Some(&r.value),
+            headers: RecordHeaders::List(h),
+        })
+        .collect();
+    let header = RecordBatchHeader {
+        base_offset: 0,
+        partition_leader_epoch: -1,
+        attributes: 0,
+        last_offset_delta: 0,
+        base_timestamp: base,
+        max_timestamp: recs.last().unwrap().timestamp,
+        producer_id: producer.0,
+        producer_epoch: producer.1,
+        base_sequence: producer.2,
+        record_count: recs.len() as i32,
+    };
+    let mut out = Vec::new();
+    encode_record_batch(&mut out, &header, &list, codec, &mut Vec::new()).unwrap();
+    out
+}
+
+/// Produce one batch to `topic`/`partition`; the partition's error code
+/// and base offset.
+fn produce(c: &mut Kafka, topic: &str, partition: i32, batch: &[u8], acks: i16) -> (i16, i64) {
+    let r = c.call(
+        RequestBody::Produce(ProduceRequest {
+            transactional_id: None,
+            acks,
+            timeout_ms: 5000,
+            topics: vec![ProduceTopic {
+                name: topic.into(),
+                partitions: vec![ProducePartition {
+                    index: partition,
+                    records: Some(batch),
+                }],
+            }],
+        }),
+        9,
+    );
+    let r = expect!(r, Produce);
+    let p = &r.topics[0].partitions[0];
+    (p.error_code, p.base_offset)
+}
+
+fn fetch_request(topic: &str, partition: i32, offset: i64, wait_ms: i32) -> RequestBody<'static> {
+    RequestBody::Fetch(FetchRequest {
+        replica_id: -1,
+        max_wait_ms: wait_ms,
+        min_bytes: 1,
+        max_bytes: 50 << 20,
+        isolation_level: 0,
+        session_id: 0,
+        session_epoch: -1,
+        topics: vec![FetchTopic {
+            topic: topic.into(),
+            partitions: vec![FetchPartition {
+                partition,
+                current_leader_epoch: -1,
+                fetch_offset: offset,
+                last_fetched_epoch: -1,
+                log_start_offset: -1,
+                partition_max_bytes: 1 << 20,
+            }],
+        }],
+        forgotten_topics_data: Vec::new(),
+        rack_id: String::new(),
+    })
+}
+
+/// Every record of `topic`/`partition` from offset 0, read with Fetch v12.
+fn fetch_all(c: &mut Kafka, topic: &str, partition: i32) -> Vec<Rec> {
+    let mut out = Vec::new();
+    loop {
+        let next = out.last().map_or(0, |r: &Rec| r.offset + 1);
+        let r = c.call(fetch_request(topic, partition, next, 0), 12);
+        let r = expect!(r, Fetch);
+        let p = &r.topics[0].partitions[0];
+        assert_eq!(p.error_code, k::NONE);
+        let before = out.len();
+        let mut scratch = Vec::new();
+        for batch in RecordBatches::new(p.records.unwrap_or_default()) {
+            let batch = batch.unwrap();
+            for rec in batch.records(&mut scratch, 1 << 26).unwrap() {
+                let rec = rec.unwrap();
+                let offset = batch.header.base_offset + i64::from(rec.offset_delta);
+                if offset < next {
+                    continue;
+                }
+                out.push(Rec {
+                    offset,
+                    timestamp: batch.header.base_timestamp + rec.timestamp_delta,
+                    key: rec.key.map(<[u8]>::to_vec),
+                    value: rec.value.unwrap().to_vec(),
+                    headers: rec
+                        .headers
+                        .iter()
+                        .map(|h| (h.key.to_string(), h.value.unwrap().to_vec()))
+                        .collect(),
+                });
+            }
+        }
+        if out.len() == before || out.last().unwrap().offset + 1 >= p.high_watermark {
+            return out;
+        }
+    }
+}
+
+fn with_offsets(mut recs: Vec<Rec>, first: i64) -> Vec<Rec> {
+    for (i, r) in recs.iter_mut().enumerate() {
+        r.offset = first + i as i64;
+    }
+    recs
+}
+
+#[test]
+fn every_codec_round_trips_records_keys_values_headers_and_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "codecs", 2);
+    let mut expected = Vec::new();
+    for (i, codec) in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let recs = records(20 + i, &format!("{codec:?}"));
+        let (error, base) = produce(
+            &mut c,
+            "codecs",
+            1,
+            &kafka_batch(&recs, codec, (-1, -1, -1)),
+            1,
+        );
+        assert_eq!(error, k::NONE, "{codec:?}");
+        assert_eq!(base, expected.len() as i64, "{codec:?}");
+        expected.extend(with_offsets(recs, base));
+    }
+    assert_eq!(fetch_all(&mut c, "codecs", 1), expected);
+    assert!(fetch_all(&mut c, "codecs", 0).is_empty());
+    broker.stop().unwrap();
+}
+
+#[test]
+fn every_api_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let addr = broker.kafka_address().unwrap();
+    let mut c = Kafka::open(&broker);
+
+    let r = c.call(RequestBody::ApiVersions(ApiVersionsRequest::default()), 3);
+    let r = expect!(r, ApiVersions);
+    assert_eq!(r.error_code, k::NONE);
+    assert_eq!(r.api_keys.len(), kafka::SUPPORTED_APIS.len());
+
+    create_topic(&mut c, "apis", 3);
+    // Creating it again is refused.
+    let r = c.call(
+        RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: "apis".into(),
+                num_partitions: 1,
+                replication_factor: 1,
+                assignments: Vec::new(),
+                configs: Vec::new(),
+            }],
+            timeout_ms: 5000,
+            validate_only: false,
+        }),
+        7,
+    );
+    assert_eq!(
+        expect!(r, CreateTopics).topics[0].error_code,
+        k::TOPIC_ALREADY_EXISTS
+    );
+
+    let metadata = |names: &[&str], auto: bool| {
+        RequestBody::Metadata(MetadataRequest {
+            topics: Some(
+                names
+                    .iter()
+                    .map(|n| MetadataRequestTopic {
+                        topic_id: Uuid::ZERO,
+                        name: Some((*n).into()),
+                    })
+                    .collect(),
+            ),
+            allow_auto_topic_creation: auto,
+            include_cluster_authorized_operations: false,
+            include_topic_authorized_operations: false,
+        })
+    };
+    let r = c.call(metadata(&["apis", "missing"], false), 9);
+    let m = expect!(r, Metadata);
+    assert_eq!(m.brokers.len(), 1);
+    assert_eq!(m.brokers[0].port, i32::from(addr.port()));
+    assert_eq!(m.topics[0].error_code, k::NONE);
+    assert_eq!(m.topics[0].partitions.len(), 3);
+    assert_eq!(m.topics[1].error_code, k::UNKNOWN_TOPIC_OR_PARTITION);
+    let r = c.call(metadata(&["auto"], true), 12);
+    let m = expect!(r, Metadata);
+    assert_eq!(m.topics[0].error_code, k::NONE);
+    assert_eq!(m.topics[0].partitions.len(), 1);
+
+    let recs = records(10, "apis");
+    let (e, base) = produce(
+        &mut c,
+        "apis",
+        2,
+        &kafka_batch(&recs, Compression::None, (-1, -1, -1)),
+        -1,
+    );
+    assert_eq!((e, base), (k::NONE, 0));
+    let (e, _) = produce(
+        &mut c,
+        "apis",
+        7,
+        &kafka_batch(&recs, Compression::None, (-1, -1, -1)),
+        1,
+    );
+    assert_eq!(e, k::UNKNOWN_TOPIC_OR_PARTITION);
+    // Fetch v4 (oldest) and a fetch past the end.
+    let r = c.call(fetch_request("apis", 2, 0, 0), 4);
+    assert_eq!(expect!(r, Fetch).topics[0].partitions[0].high_watermark, 10);
+    let r = c.call(fetch_request("apis", 2, 11, 0), 12);
+    assert_eq!(
+        expect!(r, Fetch).topics[0].partitions[0].error_code,
+        k::OFFSET_OUT_OF_RANGE
+    );
+
+    for (timestamp, offset) in [
+        (-2, 0),
+        (-1, 10),
+        (recs[4].timestamp, 4),
+        (i64::MAX / 2, -1),
+    ] {
+        let r = c.call(
+            RequestBody::ListOffsets(ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level: 0,
+                topics: vec![ListOffsetsTopic {
+                    name: "apis".into(),
+                    partitions: vec![ListOffsetsPartition {
+                        partition_index: 2,
+                        current_leader_epoch: -1,
+                        timestamp,
+                    }],
+                }],
+            }),
+            7,
+        );
+        let r = expect!(r, ListOffsets);
+        assert_eq!(
+            r.topics[0].partitions[0].offset, offset,
+            "timestamp {timestamp}"
+        );
+    }
+
+    let r = c.call(
+        RequestBody::FindCoordinator(FindCoordinatorRequest {
+            key_type: 0,
+            coordinator_keys: vec!["g".into()],
+        }),
+        4,
+    );
+    let f = expect!(r, FindCoordinator);
+    assert_eq!(f.coordinators[0].port, i32::from(addr.port()));
+    assert_eq!(f.coordinators[0].error_code, k::NONE);
+
+    let r = c.call(
+        RequestBody::InitProducerId(InitProducerIdRequest {
+            transactional_id: None,
+            transaction_timeout_ms: 60_000,
+            producer_id: -1,
+            producer_epoch: -1,
+        }),
+        4,
+    );
+    let p = expect!(r, InitProducerId);
+    assert_eq!((p.error_code, p.producer_epoch), (k::NONE, 0));
+
+    let r = c.call(
+        RequestBody::DescribeConfigs(DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type: 2,
+                resource_name: "apis".into(),
+                configuration_keys: Some(vec!["cleanup.policy".into()]),
+            }],
+            include_synonyms: false,
+            include_documentation: false,
+        }),
+        4,
+    );
+    let d = expect!(r, DescribeConfigs);
+    assert_eq!(d.results[0].error_code, k::NONE);
+    assert_eq!(d.results[0].configs.len(), 1);
+    assert_eq!(d.results[0].configs[0].value.as_deref(), Some("delete"));
+
+    // A group of one: join (member id required first), sync, heartbeat,
+    // commit, fetch, describe, list, leave.
+    let member = join_until_member(&mut c, "solo", "");
+    let r = c.call(join_request("solo", &member), 5);
+    let j = expect!(r, JoinGroup);
+    assert_eq!(j.error_code, k::NONE);
+    assert_eq!(j.leader, member);
+    let generation = j.generation_id;
+    let r = c.call(
+        sync_request(
+            "solo",
+            generation,
+            &member,
+            vec![(member.clone(), b"all".to_vec())],
+        ),
+        5,
+    );
+    assert_eq!(expect!(r, SyncGroup).assignment, b"all");
+    let r = c.call(
+        RequestBody::Heartbeat(HeartbeatRequest {
+            group_id: "solo".into(),
+            generation_id: generation,
+            member_id: member.clone(),
+            group_instance_id: None,
+        }),
+        4,
+    );
+    assert_eq!(expect!(r, Heartbeat).error_code, k::NONE);
+    assert_eq!(
+        commit(&mut c, "solo", generation, &member, "apis", 2, 7),
+        k::NONE
+    );
+    assert_eq!(committed(&mut c, "solo", "apis", 2), 7);
+    let r = c.call(
+        RequestBody::DescribeGroups(DescribeGroupsRequest {
+            groups: vec!["solo".into()],
+            include_authorized_operations: false,
+        }),
+        5,
+    );
+    let d = expect!(r, DescribeGroups);
+    assert_eq!(d.groups[0].group_state, "Stable");
+    assert_eq!(d.groups[0].members.len(), 1);
+    let r = c.call(RequestBody::ListGroups(ListGroupsRequest::default()), 4);
+    assert!(expect!(r, ListGroups)
+        .groups
+        .iter()
+        .any(|g| g.group_id == "solo"));
+    for version in [1, 3, 5] {
+        let r = c.call(
+            RequestBody::LeaveGroup(LeaveGroupRequest {
+                group_id: "solo".into(),
+                members: vec![LeavingMember {
+                    member_id: member.clone(),
+                    group_instance_id: None,
+                    reason: None,
+                }],
+            }),
+            version,
+        );
+        let l = expect!(r, LeaveGroup);
+        if version == 1 {
+            assert_eq!(l.error_code, k::NONE);
+        } else {
+            // Already gone: the member's own error.
+            assert_eq!(l.members[0].error_code, k::UNKNOWN_MEMBER_ID, "v{version}");
+        }
+    }
+
+    let r = c.call(
+        RequestBody::DeleteTopics(DeleteTopicsRequest {
+            topics: vec![DeleteTopicState {
+                name: Some("apis".into()),
+                topic_id: Uuid::ZERO,
+            }],
+            timeout_ms: 5000,
+        }),
+        6,
+    );
+    assert_eq!(expect!(r, DeleteTopics).responses[0].error_code, k::NONE);
+    let r = c.call(metadata(&["apis"], false), 9);
+    assert_eq!(
+        expect!(r, Metadata).topics[0].error_code,
+        k::UNKNOWN_TOPIC_OR_PARTITION
+    );
+    broker.stop().unwrap();
+}
+
+fn join_request(group: &str, member: &str) -> RequestBody<'static> {
+    RequestBody::JoinGroup(JoinGroupRequest {
+        group_id: group.into(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 10_000,
+        member_id: member.into(),
+        group_instance_id: None,
+        protocol_type: "consumer".into(),
+        protocols: vec![JoinGroupProtocol {
+            name: "range".into(),
+            metadata: b"meta".to_vec(),
+        }],
+        reason: None,
+    })
+}
+
+fn sync_request(
+    group: &str,
+    generation: i32,
+    member: &str,
+    assignments: Vec<(String, Vec<u8>)>,
+) -> RequestBody<'static> {
+    RequestBody::SyncGroup(SyncGroupRequest {
+        group_id: group.into(),
+        generation_id: generation,
+        member_id: member.into(),
+        group_instance_id: None,
+        protocol_type: Some("consumer".into()),
+        protocol_name: Some("range".into()),
+        assignments: assignments
+            .into_iter()
+            .map(|(member_id, assignment)| SyncGroupAssignment {
+                member_id,
+                assignment,
+            })
+            .collect(),
+    })
+}
+
+/// A first JoinGroup v5 is answered MEMBER_ID_REQUIRED with the id to use.
+fn join_until_member(c: &mut Kafka, group: &str, member: &str) -> String {
+    let r = c.call(join_request(group, member), 5);
+    let j = expect!(r, JoinGroup);
+    assert_eq!(j.error_code, k::MEMBER_ID_REQUIRED);
+    assert!(!j.member_id.is_empty());
+    j.member_id
+}
+
+fn commit(
+    c: &mut Kafka,
+    group: &str,
+    generation: i32,
+    member: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> i16 {
+    let r = c.call(
+        RequestBody::OffsetCommit(OffsetCommitRequest {
+            group_id: group.into(),
+            generation_id: generation,
+            member_id: member.into(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            topics: vec![OffsetCommitTopic {
+                name: topic.into(),
+                partitions: vec![OffsetCommitPartition {
+                    partition_index: partition,
+                    committed_offset: offset,
+                    committed_leader_epoch: -1,
+                    commit_timestamp: -1,
+                    committed_metadata: Some("m".into()),
+                }],
+            }],
+        }),
+        8,
+    );
+    expect!(r, OffsetCommit).topics[0].partitions[0].error_code
+}
+
+fn committed(c: &mut Kafka, group: &str, topic: &str, partition: i32) -> i64 {
+    let r = c.call(
+        RequestBody::OffsetFetch(OffsetFetchRequest {
+            group_id: group.into(),
+            topics: Some(vec![OffsetFetchTopic {
+                name: topic.into(),
+                partition_indexes: vec![partition],
+            }]),
+            require_stable: false,
+        }),
+        7,
+    );
+    let f = expect!(r, OffsetFetch);
+    assert_eq!(f.error_code, k::NONE);
+    f.topics[0].partitions[0].committed_offset
+}
+
+#[test]
+fn acks_all_and_committed_offsets_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = start(dir.path(), port);
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "durable", 2);
+    let recs = records(40, "durable");
+    let (e, base) = produce(
+        &mut c,
+        "durable",
+        0,
+        &kafka_batch(&recs, Compression::Zstd, (-1, -1, -1)),
+        -1,
+    );
+    assert_eq!((e, base), (k::NONE, 0));
+    // Offsets may be committed outside a group (generation -1, no member).
+    assert_eq!(commit(&mut c, "resume", -1, "", "durable", 0, 25), k::NONE);
+    drop(c);
+    broker.stop().unwrap();
+
+    let broker = start(dir.path(), port);
+    let mut c = Kafka::open(&broker);
+    assert_eq!(fetch_all(&mut c, "durable", 0), with_offsets(recs, 0));
+    assert_eq!(committed(&mut c, "resume", "durable", 0), 25);
+    // Producer ids are never handed out twice across restarts.
+    let init = |c: &mut Kafka| {
+        let r = c.call(
+            RequestBody::InitProducerId(InitProducerIdRequest {
+                transactional_id: None,
+                transaction_timeout_ms: 60_000,
+                producer_id: -1,
+                producer_epoch: -1,
+            }),
+            2,
+        );
+        expect!(r, InitProducerId).producer_id
+    };
+    let first = init(&mut c);
+    drop(c);
+    broker.stop().unwrap();
+    let broker = start(dir.path(), port);
+    let mut c = Kafka::open(&broker);
+    assert!(init(&mut c) > first);
+    broker.stop().unwrap();
+}
+
+#[test]
+fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "idem", 1);
+    let pid = 4242;
+    let a = records(5, "a");
+    let b = records(3, "b");
+    let batch_a = kafka_batch(&a, Compression::Lz4, (pid, 0, 0));
+    let batch_b = kafka_batch(&b, Compression::None, (pid, 0, 5));
+    assert_eq!(produce(&mut c, "idem", 0, &batch_a, -1), (k::NONE, 0));
+    assert_eq!(produce(&mut c, "idem", 0, &batch_b, -1), (k::NONE, 5));
+    // Both resent: answered with their first offsets, not appended.
+    assert_eq!(produce(&mut c, "idem", 0, &batch_a, -1), (k::NONE, 0));
+    assert_eq!(produce(&mut c, "idem", 0, &batch_b, -1), (k::NONE, 5));
+    // A gap.
+    let gap = kafka_batch(&b, Compression::None, (pid, 0, 20));
+    assert_eq!(
+        produce(&mut c, "idem", 0, &gap, -1).0,
+        k::OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
+    let mut expected = with_offsets(a, 0);
+    expected.extend(with_offsets(b, 5));
+    assert_eq!(fetch_all(&mut c, "idem", 0), expected);
+    broker.stop().unwrap();
+}
+
+/// A native connection to shard `shard` of a broker on `port`.
+struct Native(TcpStream, u32);
+
+impl Native {
+    fn call(&mut self, request: wire::Request<'_>) -> (FrameHeader, Vec<u8>) {
+        self.1 += 1;
+        let mut out = Vec::new();
+        request.encode(self.1, &mut out);
+        self.0.write_all(&out).unwrap();
+        let mut h = [0u8; FRAME_HEADER_BYTES];
+        self.0.read_exact(&mut h).unwrap();
+        let header = FrameHeader::decode(&h).unwrap();
+        let mut payload = vec![0u8; header.payload_bytes as usize];
+        self.0.read_exact(&mut payload).unwrap();
+        (header, payload)
+    }
+}
+
+#[test]
+fn kafka_records_are_read_natively_and_native_records_through_kafka() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = start(dir.path(), port);
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "both", 1);
+    let recs = records(12, "kafka");
+    assert_eq!(
+        produce(
+            &mut c,
+            "both",
+            0,
+            &kafka_batch(&recs, Compression::Snappy, (-1, -1, -1)),
+            1
+        )
+        .0,
+        k::NONE
+    );
+
+    // The partition's segment and its shard, from the native layout.
+    let mut n = Native(TcpStream::connect(("127.0.0.1", port)).unwrap(), 0);
+    let frame = n.call(wire::Request::DescribeTopic {
+        topic: "kafka/both".into(),
+    });
+    let Response::Topic(info) = Response::decode(frame.0.frame_type, &frame.1).unwrap() else {
+        panic!("no topic");
+    };
+    let segment = info.segments[0].clone();
+    let mut n = Native(
+        TcpStream::connect(("127.0.0.1", port + segment.shard)).unwrap(),
+        0,
+    );
+    let frame = n.call(wire::Request::Fetch {
+        topic: "kafka/both".into(),
+        segment: segment.id,
+        from: FetchFrom::Earliest,
+        max_bytes: 1 << 20,
+        max_wait_ms: 0,
+    });
+    let Response::Fetched(Fetched { batches, .. }) =
+        Response::decode(frame.0.frame_type, &frame.1).unwrap()
+    else {
+        panic!("not fetched");
+    };
+    let mut native = Vec::new();
+    for item in BatchWalk::new(batches) {
+        let (_, b) = item.unwrap();
+        for r in b.records() {
+            native.push(Rec {
+                offset: (b.base_offset() + u64::from(r.offset_delta)) as i64,
+                timestamp: r.timestamp_ms,
+                key: (!r.key.is_empty()).then(|| r.key.to_vec()),
+                value: r.value.to_vec(),
+                headers: r
+                    .headers()
+                    .map(|h| {
+                        (
+                            String::from_utf8(h.name.to_vec()).unwrap(),
+                            h.value.to_vec(),
+                        )
+                    })
+                    .collect(),
+            });
+        }
+    }
+    assert_eq!(native, with_offsets(recs.clone(), 0));
+
+    // A native batch, keyless so any segment takes it, read through Kafka.
+    let mut builder = BatchBuilder::new();
+    builder
+        .push(
+            1_700_000_001_000,
+            b"",
+            b"native one",
+            &[wire::batch::RecordHeader {
+                name: b"n",
+                value: b"1",
+            }],
+        )
+        .unwrap();
+    builder
+        .push(1_700_000_001_005, b"", b"native two", &[])
+        .unwrap();
+    let frame = n.call(wire::Request::Produce {
+        topic: "kafka/both",
+        segment: segment.id,
+        ack: AckMode::Leader,
+        batch: builder.finish(0, 0),
+    });
+    assert!(matches!(
+        Response::decode(frame.0.frame_type, &frame.1).unwrap(),
+        Response::Produced {
+            base_offset: 12,
+            ..
+        }
+    ));
+    let all = fetch_all(&mut c, "both", 0);
+    assert_eq!(all.len(), 14);
+    assert_eq!(&all[..12], &with_offsets(recs, 0)[..]);
+    assert_eq!(
+        all[12],
+        Rec {
+            offset: 12,
+            timestamp: 1_700_000_001_000,
+            key: None,
+            value: b"native one".to_vec(),
+            headers: vec![("n".into(), b"1".to_vec())],
+        }
+    );
+    assert_eq!(all[13].value, b"native two");
+    broker.stop().unwrap();
+}
+
+#[test]
+fn a_malformed_request_closes_only_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let mut good = Kafka::open(&broker);
+    create_topic(&mut good, "still", 1);
+    let mut bad = Kafka::open(&broker);
+    // A Metadata v9 request whose body is cut short.
+    bad.stream
+        .write_all(&[0, 0, 0, 9, 0, 3, 0, 9, 0, 0, 0, 1, 0])
+        .unwrap();
+    assert!(bad.read().is_none(), "the bad connection is closed");
+    // A negative frame size closes too.
+    let mut worse = Kafka::open(&broker);
+    worse.stream.write_all(&(-5i32).to_be_bytes()).unwrap();
+    assert!(worse.read().is_none());
+    // The other connection and new ones carry on.
+    let recs = records(3, "still");
+    assert_eq!(
+        produce(
+            &mut good,
+            "still",
+            0,
+            &kafka_batch(&recs, Compression::Gzip, (-1, -1, -1)),
+            1
+        ),
+        (k::NONE, 0)
+    );
+    let mut again = Kafka::open(&broker);
+    assert_eq!(fetch_all(&mut again, "still", 0), with_offsets(recs, 0));
+    broker.stop().unwrap();
+}
+
+#[test]
+fn a_long_poll_fetch_returns_when_records_arrive() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let addr = broker.kafka_address().unwrap();
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "poll", 1);
+    let waiting = std::thread::spawn(move || {
+        let mut f = Kafka::open_at(addr, "poller");
+        let r = f.call(fetch_request("poll", 0, 0, 20_000), 12);
+        let r = expect!(r, Fetch);
+        let p = &r.topics[0].partitions[0];
+        (
+            p.error_code,
+            p.high_watermark,
+            p.records.map_or(0, <[u8]>::len),
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let recs = records(2, "poll");
+    assert_eq!(
+        produce(
+            &mut c,
+            "poll",
+            0,
+            &kafka_batch(&recs, Compression::None, (-1, -1, -1)),
+            1
+        )
+        .0,
+        k::NONE
+    );
+    let (error, high_watermark, bytes) = waiting.join().unwrap();
+    assert_eq!((error, high_watermark), (k::NONE, 2));
+    assert!(bytes > 0);
+    broker.stop().unwrap();
+}
+
+/// One consumer: joins, syncs (as leader: "index/members" for each
+/// member), heartbeats, and rejoins on a rebalance until it holds an
+/// assignment from a generation of `members` members. Returns its member
+/// id and assignment.
+fn consume_until(addr: SocketAddr, group: &str, members: usize) -> (String, String) {
+    let mut c = Kafka::open_at(addr, "same-client");
+    let mut member = join_until_member(&mut c, group, "");
+    for _ in 0..400 {
+        let r = c.call(join_request(group, &member), 5);
+        let j = expect!(r, JoinGroup);
+        if j.error_code == k::REBALANCE_IN_PROGRESS {
+            continue;
+        }
+        assert_eq!(j.error_code, k::NONE);
+        member = j.member_id.clone();
+        let assignments = if j.leader == member {
+            let n = j.members.len();
+            j.members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.member_id.clone(), format!("{i}/{n}").into_bytes()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let r = c.call(
+            sync_request(group, j.generation_id, &member, assignments),
+            5,
+        );
+        let s = expect!(r, SyncGroup);
+        if s.error_code == k::REBALANCE_IN_PROGRESS {
+            continue;
+        }
+        assert_eq!(s.error_code, k::NONE);
+        let assignment = String::from_utf8(s.assignment.clone()).unwrap();
+        if assignment.ends_with(&format!("/{members}")) {
+            return (member, assignment);
+        }
+        // Heartbeat until the group rebalances (bounded).
+        for _ in 0..200 {
+            let r = c.call(
+                RequestBody::Heartbeat(HeartbeatRequest {
+                    group_id: group.into(),
+                    generation_id: j.generation_id,
+                    member_id: member.clone(),
+                    group_instance_id: None,
+                }),
+                4,
+            );
+            if expect!(r, Heartbeat).error_code == k::REBALANCE_IN_PROGRESS {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    panic!("no assignment for {members} members");
+}
+
+#[test]
+fn two_consumers_with_one_client_id_are_two_members_with_the_leaders_assignment() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let addr = broker.kafka_address().unwrap();
+    let consumers: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || consume_until(addr, "pair", 2)))
+        .collect();
+    let mut got: Vec<(String, String)> = consumers.into_iter().map(|t| t.join().unwrap()).collect();
+    got.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_ne!(got[0].0, got[1].0, "two member ids");
+    assert_eq!(got[0].1, "0/2");
+    assert_eq!(got[1].1, "1/2");
+    let mut c = Kafka::open(&broker);
+    let r = c.call(
+        RequestBody::DescribeGroups(DescribeGroupsRequest {
+            groups: vec!["pair".into()],
+            include_authorized_operations: false,
+        }),
+        5,
+    );
+    let d = expect!(r, DescribeGroups);
+    assert_eq!(d.groups[0].members.len(), 2);
+    assert!(d.groups[0]
+        .members
+        .iter()
+        .all(|m| m.client_id == "same-client"));
+    broker.stop().unwrap();
+}
+
+#[test]
+fn a_fetch_over_its_byte_limit_still_reports_every_partitions_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "limit", 2);
+    for p in 0..2 {
+        let recs = records(30 + p as usize, "limit");
+        let batch = kafka_batch(&recs, Compression::None, (-1, -1, -1));
+        assert_eq!(produce(&mut c, "limit", p, &batch, 1), (k::NONE, 0));
+    }
+    let RequestBody::Fetch(mut request) = fetch_request("limit", 0, 0, 0) else {
+        unreachable!()
+    };
+    let mut second = request.topics[0].partitions[0].clone();
+    second.partition = 1;
+    request.topics[0].partitions.push(second);
+    request.max_bytes = 1;
+    let r = c.call(RequestBody::Fetch(request), 12);
+    let r = expect!(r, Fetch);
+    let parts = &r.topics[0].partitions;
+    // The first partition is whole (at least one batch), the second empty.
+    assert!(!parts[0].records.unwrap_or_default().is_empty());
+    assert!(parts[1].records.unwrap_or_default().is_empty());
+    assert_eq!((parts[0].high_watermark, parts[1].high_watermark), (30, 31));
+    broker.stop().unwrap();
+}
