@@ -24,6 +24,22 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
+# The Kafka interop tests need the clients .ci/run installs; say how to get
+# them before a long build rather than after it.
+step "interop clients"
+interop_python="${KELP_INTEROP_PYTHON:-$PWD/interop/.venv/bin/python}"
+if ! "$interop_python" -c 'import confluent_kafka, kafka, cramjam, lz4, zstandard, snappy' 2>/dev/null; then
+  echo "error: $interop_python lacks the Kafka interop clients; run .ci/run, or:" >&2
+  echo "  python3 -m venv interop/.venv && interop/.venv/bin/pip install -r interop/requirements.txt" >&2
+  exit 1
+fi
+if [ ! -d interop/node/node_modules/kafkajs ] || ! command -v "${KELP_INTEROP_NODE:-node}" >/dev/null; then
+  echo "error: kafkajs or node missing for the Kafka interop tests; run .ci/run, or:" >&2
+  echo "  npm ci --prefix interop/node" >&2
+  exit 1
+fi
+export KELP_INTEROP_PYTHON="$interop_python"
+
 # Tests run in the release profile: the broker under test is the one users
 # run, and the build is shared with the benchmark smoke run below.
 step "cargo test --release"
