@@ -8,10 +8,10 @@ use std::path::Path;
 use kelp_wire::batch::{set_base_offset, BatchBuilder, RecordHeader};
 use kelp_wire::chunk::build_chunk;
 use kelp_wire::frame::FRAME_HEADER_BYTES;
-use kelp_wire::payload_ref::{PayloadId, PayloadRef};
 use kelp_wire::message::{
     AckMode, ErrorCode, FetchFrom, Fetched, Request, Response, SegmentInfo, ShardAddress, TopicInfo,
 };
+use kelp_wire::payload_ref::{PayloadId, PayloadRef};
 
 type AnyResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -190,7 +190,11 @@ fn main() -> AnyResult {
     write("batch", "with-headers", &mixed)?;
     let references = reference_batch()?;
     write("batch", "with-reference", &references)?;
-    write("chunk", "with-references", &build_chunk(5, 7, &[&references])?)?;
+    write(
+        "chunk",
+        "with-references",
+        &build_chunk(5, 7, &[&references])?,
+    )?;
 
     // Three batches of ~2.3 KiB: the third starts past the index interval,
     // so the chunk has two index entries.
