@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU16, Ordering};
 
 use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
@@ -13,22 +12,11 @@ use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::Fetched;
 use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
 
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+mod support;
 
-/// Two consecutive ports, free for TCP and UDP now, below the ephemeral
-/// range (32768 and up) so no client connection can take them meanwhile.
+/// Two consecutive ports, free for TCP and UDP now.
 fn port() -> u16 {
-    let base = 20_000 + (std::process::id() % 500) as u16 * 10;
-    loop {
-        let p = base + NEXT_PORT.fetch_add(3, Ordering::Relaxed) % 4_900;
-        let free = (p..p + 2).all(|q| {
-            std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
-                && std::net::UdpSocket::bind(("127.0.0.1", q)).is_ok()
-        });
-        if free {
-            return p;
-        }
-    }
+    support::free_port_pair()
 }
 
 /// A broker with one shard on fresh ports; returns it and its port.

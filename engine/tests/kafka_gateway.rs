@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU16, Ordering};
 
 use kafka::api::api_versions::ApiVersionsRequest;
 use kafka::api::create_topics::{CreatableTopic, CreateTopicsRequest};
@@ -37,22 +36,11 @@ use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::Fetched;
 use wire::{AckMode, BatchBuilder, FetchFrom, Response};
 
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+mod support;
 
-/// Two consecutive ports, free for TCP and UDP now, below the ephemeral
-/// range.
+/// Two consecutive ports, free for TCP and UDP now.
 fn port() -> u16 {
-    let base = 25_000 + (std::process::id() % 500) as u16 * 10;
-    loop {
-        let p = base + NEXT_PORT.fetch_add(3, Ordering::Relaxed) % 4_900;
-        let free = (p..p + 2).all(|q| {
-            std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
-                && std::net::UdpSocket::bind(("127.0.0.1", q)).is_ok()
-        });
-        if free {
-            return p;
-        }
-    }
+    support::free_port_pair()
 }
 
 fn start(dir: &std::path::Path, port: u16) -> Broker {

@@ -4,8 +4,7 @@
 //! connections, bad input.
 #![allow(clippy::unwrap_used)]
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,22 +19,11 @@ const PIPELINE_DEPTH: usize = 128;
 /// Longest any single test step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+mod support;
 
 /// A port `p` such that TCP and UDP on `p` and `p + 1` are free now.
 fn ports() -> u16 {
-    // Below the ephemeral range (32768 and up), so no client connection can
-    // take the port between this check and the broker's bind.
-    let base = 25_000 + (std::process::id() % 500) as u16 * 10;
-    loop {
-        let p = base + NEXT_PORT.fetch_add(2, Ordering::Relaxed) % 2_500;
-        let free = (p..p + 2).all(|q| {
-            TcpListener::bind(("127.0.0.1", q)).is_ok() && UdpSocket::bind(("127.0.0.1", q)).is_ok()
-        });
-        if free {
-            return p;
-        }
-    }
+    support::free_port_pair()
 }
 
 fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
