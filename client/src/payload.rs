@@ -265,15 +265,10 @@ impl PayloadReader {
                         .saturating_sub(offset)
                         .min(PAYLOAD_PIECE_BYTES as u64);
                     let mut buf = vec![0u8; want as usize];
-                    let mut filled = 0;
-                    while filled < buf.len() {
-                        let n = filer.read_at(&path, offset + filled as u64, &mut buf[filled..])?;
-                        if n == 0 {
-                            break;
-                        }
-                        filled += n;
-                    }
-                    buf.truncate(filled);
+                    // Short only at the object's end: the length check in
+                    // `next_piece` catches a payload that shrank.
+                    let n = filer.read_at(&path, offset, &mut buf)?;
+                    buf.truncate(n);
                     Ok((length, Bytes::from(buf)))
                 })
                 .await

@@ -144,18 +144,13 @@ impl PayloadStore {
         let length = self.filer.size(&object).map_err(|e| filer_error(&e, id))?;
         let want = length.saturating_sub(offset).min(max_bytes as u64) as usize;
         let mut buf = vec![0u8; want];
-        let mut filled = 0;
-        while filled < want {
-            let n = self
-                .filer
-                .read_at(&object, offset + filled as u64, &mut buf[filled..])
-                .map_err(|e| filer_error(&e, id))?;
-            if n == 0 {
-                break; // Shrunk underneath us: return what is there.
-            }
-            filled += n;
-        }
-        buf.truncate(filled);
+        // `read_at` is short only at the object's end (it shrank since
+        // `size`): return what is there.
+        let n = self
+            .filer
+            .read_at(&object, offset, &mut buf)
+            .map_err(|e| filer_error(&e, id))?;
+        buf.truncate(n);
         Ok((length, buf))
     }
 

@@ -178,16 +178,13 @@ impl PayloadSweeper {
     ) -> Result<(), String> {
         let len = self.filer.size(chunk).map_err(|e| e.to_string())?;
         let mut bytes = vec![0u8; len as usize];
-        let mut filled = 0;
-        while filled < bytes.len() {
-            let n = self
-                .filer
-                .read_at(chunk, filled as u64, &mut bytes[filled..])
-                .map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err(format!("chunk {chunk} shrank while being read"));
-            }
-            filled += n;
+        // `read_at` is short only at the object's end.
+        let n = self
+            .filer
+            .read_at(chunk, 0, &mut bytes)
+            .map_err(|e| e.to_string())?;
+        if n < bytes.len() {
+            return Err(format!("chunk {chunk} shrank while being read"));
         }
         let view = ChunkView::open(&bytes).map_err(|e| format!("chunk {chunk}: {e}"))?;
         for batch in view.batches().filter(|b| b.has_references()) {
