@@ -729,9 +729,10 @@ fn acks_all_and_committed_offsets_survive_a_restart() {
 }
 
 #[test]
-fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused() {
+fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
+    let port = port();
+    let broker = start(dir.path(), port);
     let mut c = Kafka::open(&broker);
     create_topic(&mut c, "idem", 1);
     let pid = 4242;
@@ -740,6 +741,10 @@ fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused() {
     let batch_a = kafka_batch(&a, Compression::Lz4, (pid, 0, 0));
     let batch_b = kafka_batch(&b, Compression::None, (pid, 0, 5));
     assert_eq!(produce(&mut c, "idem", 0, &batch_a, -1), (k::NONE, 0));
+    // The partition's first snapshot went in before its first idempotent
+    // batch: what a broker killed now would find.
+    let snapshot = dir.path().join("filer/topics/kafka/idem/kafka-producers/0");
+    let before_any_batch = std::fs::read(&snapshot).unwrap();
     assert_eq!(produce(&mut c, "idem", 0, &batch_b, -1), (k::NONE, 5));
     // Both resent: answered with their first offsets, not appended.
     assert_eq!(produce(&mut c, "idem", 0, &batch_a, -1), (k::NONE, 0));
@@ -750,8 +755,65 @@ fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused() {
         produce(&mut c, "idem", 0, &gap, -1).0,
         k::OUT_OF_ORDER_SEQUENCE_NUMBER
     );
+    // Two idempotent batches for one partition in one request: refused
+    // whole, as Kafka does from produce v3.
+    let mut two = kafka_batch(&b, Compression::None, (pid, 0, 8));
+    two.extend(kafka_batch(&b, Compression::None, (pid, 0, 11)));
+    assert_eq!(produce(&mut c, "idem", 0, &two, -1).0, k::INVALID_RECORD);
+    drop(c);
+    broker.stop().unwrap();
+
+    // A graceful restart: the stored snapshot holds the sequences.
+    let broker = start(dir.path(), port);
+    let mut c = Kafka::open(&broker);
+    assert_eq!(produce(&mut c, "idem", 0, &batch_b, -1), (k::NONE, 5));
+    assert_eq!(
+        produce(&mut c, "idem", 0, &gap, -1).0,
+        k::OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
+    let c_recs = records(4, "c");
+    let batch_c = kafka_batch(&c_recs, Compression::Gzip, (pid, 0, 8));
+    assert_eq!(produce(&mut c, "idem", 0, &batch_c, -1), (k::NONE, 8));
+    drop(c);
+    broker.stop().unwrap();
+
+    // As if killed before any later snapshot: the state comes from the log.
+    std::fs::write(&snapshot, &before_any_batch).unwrap();
+    let broker = start(dir.path(), port);
+    let mut c = Kafka::open(&broker);
+    assert_eq!(produce(&mut c, "idem", 0, &batch_c, -1), (k::NONE, 8));
+    assert_eq!(produce(&mut c, "idem", 0, &batch_a, -1), (k::NONE, 0));
+    assert_eq!(
+        produce(&mut c, "idem", 0, &gap, -1).0,
+        k::OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
+    // An older epoch is fenced once a newer one has written.
+    let d = records(1, "d");
+    assert_eq!(
+        produce(
+            &mut c,
+            "idem",
+            0,
+            &kafka_batch(&d, Compression::None, (pid, 1, 0)),
+            -1
+        ),
+        (k::NONE, 12)
+    );
+    assert_eq!(
+        produce(
+            &mut c,
+            "idem",
+            0,
+            &kafka_batch(&d, Compression::None, (pid, 0, 12)),
+            -1
+        )
+        .0,
+        k::INVALID_PRODUCER_EPOCH
+    );
     let mut expected = with_offsets(a, 0);
     expected.extend(with_offsets(b, 5));
+    expected.extend(with_offsets(c_recs, 8));
+    expected.extend(with_offsets(d, 12));
     assert_eq!(fetch_all(&mut c, "idem", 0), expected);
     broker.stop().unwrap();
 }

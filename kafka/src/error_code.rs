@@ -51,6 +51,8 @@ pub const INVALID_PARTITIONS: i16 = 37;
 pub const INVALID_REPLICATION_FACTOR: i16 = 38;
 /// The request is invalid.
 pub const INVALID_REQUEST: i16 = 42;
+/// The broker could not read or write its storage (retriable).
+pub const KAFKA_STORAGE_ERROR: i16 = 56;
 /// A producer sequence number is out of order.
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 /// A batch was already written (idempotent producer).

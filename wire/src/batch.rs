@@ -16,7 +16,8 @@
 //!     32    8 max timestamp      i64 ms, the largest of the records'
 //!     40    8 producer id        u64, 0 when none
 //!     48    4 base sequence      u32, the producer's sequence of record 0
-//!     52    4 reserved           0
+//!     52    2 producer epoch     u16, 0 when none
+//!     54    2 reserved           0
 //!     56    - records
 //!
 //! record (20 bytes + variable)
@@ -64,6 +65,7 @@ const FIRST_TIMESTAMP_OFFSET: usize = 24;
 const MAX_TIMESTAMP_OFFSET: usize = 32;
 const PRODUCER_ID_OFFSET: usize = 40;
 const BASE_SEQUENCE_OFFSET: usize = 48;
+const PRODUCER_EPOCH_OFFSET: usize = 52;
 
 const _: () = assert!(BATCH_HEADER_BYTES == BASE_SEQUENCE_OFFSET + 8);
 
@@ -281,6 +283,11 @@ impl BatchBuilder {
     /// Finish the batch: fill the header and checksum, and return its bytes.
     /// The builder is reset by [`BatchBuilder::clear`].
     pub fn finish(&mut self, producer_id: u64, base_sequence: u32) -> &[u8] {
+        self.finish_with_epoch(producer_id, 0, base_sequence)
+    }
+
+    /// [`BatchBuilder::finish`], with the producer's epoch as well.
+    pub fn finish_with_epoch(&mut self, producer_id: u64, epoch: u16, base_sequence: u32) -> &[u8] {
         let len = self.buf.len();
         let b = &mut self.buf;
         b[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&0u64.to_le_bytes());
@@ -305,7 +312,8 @@ impl BatchBuilder {
         b[PRODUCER_ID_OFFSET..PRODUCER_ID_OFFSET + 8].copy_from_slice(&producer_id.to_le_bytes());
         b[BASE_SEQUENCE_OFFSET..BASE_SEQUENCE_OFFSET + 4]
             .copy_from_slice(&base_sequence.to_le_bytes());
-        b[52..56].copy_from_slice(&[0; 4]);
+        b[PRODUCER_EPOCH_OFFSET..PRODUCER_EPOCH_OFFSET + 2].copy_from_slice(&epoch.to_le_bytes());
+        b[54..56].copy_from_slice(&[0; 2]);
         let crc = crc32c(&b[CHECKSUMMED_FROM..]);
         b[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         &self.buf
@@ -454,6 +462,9 @@ impl<'a> BatchView<'a> {
     }
     pub fn base_sequence(&self) -> u32 {
         le_u32(self.bytes, BASE_SEQUENCE_OFFSET)
+    }
+    pub fn producer_epoch(&self) -> u16 {
+        le_u16(self.bytes, PRODUCER_EPOCH_OFFSET)
     }
 
     /// The records, in offset order.
@@ -622,7 +633,7 @@ mod tests {
             }],
         )
         .unwrap();
-        b.finish(9, 3).to_vec()
+        b.finish_with_epoch(9, 2, 3).to_vec()
     }
 
     fn reference() -> PayloadRef {
@@ -704,6 +715,7 @@ mod tests {
         assert_eq!(v.max_timestamp_ms(), 1_005);
         assert_eq!(v.producer_id(), 9);
         assert_eq!(v.base_sequence(), 3);
+        assert_eq!(v.producer_epoch(), 2);
         let r: Vec<_> = v.records().collect();
         assert_eq!(r.len(), 2);
         assert_eq!(
@@ -737,7 +749,7 @@ mod tests {
         expected.extend_from_slice(&0x0102_0304_0506i64.to_le_bytes());
         expected.extend_from_slice(&0x0102_0304_0506i64.to_le_bytes());
         expected.extend_from_slice(&0u64.to_le_bytes()); // producer id
-        expected.extend_from_slice(&[0; 8]); // base sequence, reserved
+        expected.extend_from_slice(&[0; 8]); // base sequence, epoch, reserved
         expected.extend_from_slice(&28u32.to_le_bytes()); // record bytes
         expected.extend_from_slice(&0i32.to_le_bytes()); // timestamp delta
         expected.extend_from_slice(&3u32.to_le_bytes());

@@ -85,7 +85,10 @@ pub(crate) async fn delete_topics(
                 Some("topics are deleted by name; topic ids are not kept".to_string()),
             ),
             Some(name) => match gateway.topics.delete(name).await {
-                Ok(()) => (k::NONE, None),
+                Ok(()) => {
+                    gateway.producers.forget_topic(name);
+                    (k::NONE, None)
+                }
                 Err(e) => (kafka_error(&e), Some(e.message)),
             },
         };

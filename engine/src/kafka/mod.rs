@@ -22,10 +22,10 @@ mod metadata;
 mod offsets;
 mod produce;
 mod producer_ids;
+mod producer_state;
 mod shards;
 mod topics;
 
-use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -63,10 +63,12 @@ pub(crate) struct Gateway {
     pub(crate) advertised: SocketAddr,
     pub(crate) shards: shards::Shards,
     pub(crate) topics: topics::Topics,
-    pub(crate) producers: RefCell<produce::Sequences>,
+    /// Idempotent producers' sequences, per partition.
+    pub(crate) producers: producer_state::Sequences,
     pub(crate) producer_ids: producer_ids::ProducerIds,
     pub(crate) groups: groups::Groups,
     pub(crate) fetch_wait_ms_max: u32,
+    pub(crate) filer: Arc<dyn Filer>,
     /// Bounds the request bytes held by all connections.
     pub(crate) request_bytes: Rc<tokio::sync::Semaphore>,
 }
@@ -125,20 +127,25 @@ impl KafkaGateway {
                         advertised,
                         shards: shards::Shards::new(parts.inboxes),
                         topics: topics::Topics::new(parts.control),
-                        producers: RefCell::new(produce::Sequences::default()),
+                        producers: producer_state::Sequences::default(),
                         producer_ids,
                         groups,
                         fetch_wait_ms_max: parts.fetch_wait_ms_max,
+                        filer: parts.filer,
                         request_bytes: Rc::new(tokio::sync::Semaphore::new(
                             REQUEST_BYTES_IN_FLIGHT_MAX,
                         )),
                     });
                     let _ = ready_tx.send(Ok(()));
                     tokio::task::spawn_local(groups::tick_forever(gateway.clone()));
+                    tokio::task::spawn_local(producer_state::store_forever(gateway.clone()));
                     tokio::select! {
-                        () = listener::accept_loop(gateway, listener) => {}
+                        () = listener::accept_loop(gateway.clone(), listener) => {}
                         _ = stop_rx => {}
                     }
+                    // A graceful stop leaves nothing of the log to read at
+                    // the next start.
+                    gateway.producers.store_changed(&gateway).await;
                 });
                 // Connections still open end with the runtime.
                 drop(local_set);
