@@ -585,10 +585,15 @@ fn every_api_answers() {
 }
 
 fn join_request(group: &str, member: &str) -> RequestBody<'static> {
+    join_request_timing(group, member, 10_000)
+}
+
+/// A JoinGroup whose session and rebalance timeouts are both `timeout_ms`.
+fn join_request_timing(group: &str, member: &str, timeout_ms: i32) -> RequestBody<'static> {
     RequestBody::JoinGroup(JoinGroupRequest {
         group_id: group.into(),
-        session_timeout_ms: 10_000,
-        rebalance_timeout_ms: 10_000,
+        session_timeout_ms: timeout_ms,
+        rebalance_timeout_ms: timeout_ms,
         member_id: member.into(),
         group_instance_id: None,
         protocol_type: "consumer".into(),
@@ -1133,5 +1138,129 @@ fn a_fetch_over_its_byte_limit_still_reports_every_partitions_high_watermark() {
     assert!(!parts[0].records.unwrap_or_default().is_empty());
     assert!(parts[1].records.unwrap_or_default().is_empty());
     assert_eq!((parts[0].high_watermark, parts[1].high_watermark), (30, 31));
+    broker.stop().unwrap();
+}
+
+fn heartbeat(c: &mut Kafka, group: &str, generation: i32, member: &str) -> i16 {
+    let r = c.call(
+        RequestBody::Heartbeat(HeartbeatRequest {
+            group_id: group.into(),
+            generation_id: generation,
+            member_id: member.into(),
+            group_instance_id: None,
+        }),
+        4,
+    );
+    expect!(r, Heartbeat).error_code
+}
+
+#[test]
+fn silent_members_are_evicted_by_the_rebalance_and_then_the_session_timeout() {
+    // The coordinator's smallest session timeout, as Kafka's default
+    // group.min.session.timeout.ms.
+    const TIMEOUT_MS: i32 = 6_000;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let group = "silent";
+    let join = |c: &mut Kafka, member: &str| {
+        let r = c.call(join_request_timing(group, member, TIMEOUT_MS), 5);
+        expect!(r, JoinGroup)
+    };
+
+    // A joins alone and is Stable at generation 1.
+    let mut a = Kafka::open(&broker);
+    let a_id = join(&mut a, "").member_id;
+    let joined = join(&mut a, &a_id);
+    assert_eq!(
+        (joined.error_code, joined.leader.as_str()),
+        (k::NONE, a_id.as_str())
+    );
+    let generation = joined.generation_id;
+    let r = a.call(
+        sync_request(
+            group,
+            generation,
+            &a_id,
+            vec![(a_id.clone(), b"a".to_vec())],
+        ),
+        5,
+    );
+    assert_eq!(expect!(r, SyncGroup).error_code, k::NONE);
+
+    // B joins. A keeps its session alive with heartbeats but never rejoins,
+    // so only the rebalance timeout can end the rebalance: without A.
+    let beating = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let heartbeats = {
+        let beating = beating.clone();
+        let a_id = a_id.clone();
+        std::thread::spawn(move || {
+            let mut codes = Vec::new();
+            while beating.load(std::sync::atomic::Ordering::Relaxed) {
+                codes.push(heartbeat(&mut a, group, generation, &a_id));
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            codes
+        })
+    };
+    let mut b = Kafka::open(&broker);
+    let b_id = join(&mut b, "").member_id;
+    let joined = join(&mut b, &b_id);
+    beating.store(false, std::sync::atomic::Ordering::Relaxed);
+    let codes = heartbeats.join().unwrap();
+    assert_eq!(joined.error_code, k::NONE);
+    assert_eq!(joined.leader, b_id);
+    assert_eq!(
+        joined
+            .members
+            .iter()
+            .map(|m| m.member_id.as_str())
+            .collect::<Vec<_>>(),
+        vec![b_id.as_str()],
+        "the member that never rejoined is still in the group"
+    );
+    assert!(joined.generation_id > generation);
+    assert!(
+        codes.contains(&k::REBALANCE_IN_PROGRESS),
+        "A's heartbeats during the rebalance: {codes:?}"
+    );
+    let r = b.call(
+        sync_request(
+            group,
+            joined.generation_id,
+            &b_id,
+            vec![(b_id.clone(), b"b".to_vec())],
+        ),
+        5,
+    );
+    assert_eq!(expect!(r, SyncGroup).assignment, b"b");
+
+    // B goes silent: its session timeout empties the group (Dead: with no
+    // member and no committed offset nothing of it is kept).
+    let mut watcher = Kafka::open(&broker);
+    let describe = |c: &mut Kafka| {
+        let r = c.call(
+            RequestBody::DescribeGroups(DescribeGroupsRequest {
+                groups: vec![group.into()],
+                include_authorized_operations: false,
+            }),
+            5,
+        );
+        let d = expect!(r, DescribeGroups);
+        (d.groups[0].group_state.clone(), d.groups[0].members.len())
+    };
+    assert_eq!(describe(&mut watcher), ("Stable".to_string(), 1));
+    let mut state = describe(&mut watcher);
+    for _ in 0..(3 * TIMEOUT_MS / 100) {
+        if state.1 == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        state = describe(&mut watcher);
+    }
+    assert_eq!(state, ("Dead".to_string(), 0), "B was not evicted");
+    assert_eq!(
+        heartbeat(&mut b, group, joined.generation_id, &b_id),
+        k::UNKNOWN_MEMBER_ID
+    );
     broker.stop().unwrap();
 }
