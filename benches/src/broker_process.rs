@@ -62,6 +62,8 @@ pub struct BrokerSettings {
     pub flush_age_ms: u64,
     /// `tokio` or `shard`.
     pub quic_driver: &'static str,
+    /// Pass `--keep-flushed-pages`.
+    pub keep_flushed_pages: bool,
 }
 
 /// A running broker child.
@@ -94,6 +96,11 @@ impl BrokerProcess {
             .arg(settings.flush_age_ms.to_string())
             .arg("--quic-driver")
             .arg(settings.quic_driver)
+            .args(
+                settings
+                    .keep_flushed_pages
+                    .then_some("--keep-flushed-pages"),
+            )
             // The broker's info lines would interleave with the summary.
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())

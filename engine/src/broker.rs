@@ -70,7 +70,10 @@ impl Broker {
         let shard_count = config.shard_count();
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;
-        let filer: Arc<dyn Filer> = Arc::new(LocalFiler::open(config.data_dir.join("filer"))?);
+        let filer: Arc<dyn Filer> = Arc::new(
+            LocalFiler::open(config.data_dir.join("filer"))?
+                .keep_page_cache(config.keep_flushed_pages),
+        );
         let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
         let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
         let quic_config = crate::tls::server_config(cert, key)?;
