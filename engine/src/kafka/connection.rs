@@ -1,10 +1,22 @@
-//! One Kafka connection: read a size-prefixed request, decode it, answer
-//! it, then read the next. Kafka answers a connection's requests in the
-//! order they were sent; handling them one at a time keeps that order, and
-//! a client's pipelined requests wait in the socket buffer (pushback
-//! through TCP flow control). A request that does not decode closes the
-//! connection, logged; nothing else is affected.
+//! One Kafka connection: read size-prefixed requests, answer them in the
+//! order they were sent (Kafka's rule), and overlap what may overlap.
+//!
+//! Produce requests whose partitions are disjoint run concurrently, up to
+//! [`PIPELINE_MAX`] at once: librdkafka keeps up to five requests in flight
+//! per connection, one partition each, and with `acks=-1` each waits for
+//! its chunk to be synced; one at a time, those waits would queue. A
+//! produce request waits for every earlier one that shares a partition
+//! with it (so a partition's appends, and an idempotent producer's
+//! sequence checks, keep the request order), and every other request waits
+//! until nothing is in flight and then runs alone, as Kafka runs a
+//! connection's requests one at a time. A reader reads and starts
+//! requests; a writer awaits them in order and writes the answers, so a
+//! client waiting for answers before it sends more is never stuck behind a
+//! read. A request that does not decode closes the connection, logged;
+//! nothing else is affected.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
@@ -12,19 +24,105 @@ use kafka::api::api_versions::{ApiVersion, ApiVersionsResponse};
 use kafka::request::FRAME_PREFIX_BYTES;
 use kafka::{ApiKey, DecodeError, Request, RequestBody, ResponseBody, SUPPORTED_APIS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::task::JoinHandle;
 
 use super::{admin, fetch, groups, metadata, offsets, produce, Gateway, REQUEST_FRAME_BYTES_MAX};
 
-/// A connection keeps its receive buffer up to this size between requests.
-const RECEIVE_BUFFER_KEPT_BYTES: usize = 256 << 10;
+/// Requests of one connection in flight at once (librdkafka's most for an
+/// idempotent producer).
+pub(crate) const PIPELINE_MAX: usize = 5;
 
-pub(crate) async fn serve(
-    gateway: Rc<Gateway>,
-    mut stream: tokio::net::TcpStream,
+/// A request's claim while it runs: the (topic, partition)s a produce
+/// request writes, or the whole connection.
+#[derive(Debug, PartialEq)]
+enum Claim {
+    Partitions(Vec<(String, i32)>),
+    Exclusive,
+}
+
+impl Claim {
+    fn of(frame: &[u8]) -> Claim {
+        match Request::decode(frame) {
+            Ok(Request {
+                body: RequestBody::Produce(r),
+                ..
+            }) => Claim::Partitions(
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), p.index)))
+                    .collect(),
+            ),
+            _ => Claim::Exclusive,
+        }
+    }
+
+    /// Whether this claim may run beside `other`.
+    fn fits_beside(&self, other: &Claim) -> bool {
+        match (self, other) {
+            (Claim::Partitions(a), Claim::Partitions(b)) => !a.iter().any(|p| b.contains(p)),
+            _ => false,
+        }
+    }
+}
+
+/// The claims of the requests in flight, oldest first.
+#[derive(Default)]
+struct InFlight {
+    claims: RefCell<VecDeque<Claim>>,
+    /// Rung when the oldest request is answered.
+    answered: Notify,
+}
+
+impl InFlight {
+    /// Wait until `claim` may run, then record it.
+    async fn enter(&self, claim: Claim) {
+        loop {
+            let answered = self.answered.notified();
+            {
+                let mut claims = self.claims.borrow_mut();
+                if claims.len() < PIPELINE_MAX && claims.iter().all(|c| claim.fits_beside(c)) {
+                    claims.push_back(claim);
+                    return;
+                }
+            }
+            answered.await;
+        }
+    }
+
+    fn leave_oldest(&self) {
+        self.claims.borrow_mut().pop_front();
+        self.answered.notify_waiters();
+    }
+}
+
+/// A running request: its answer's bytes (empty for a produce with acks
+/// 0), or why the connection must close.
+type Answer = JoinHandle<Result<Vec<u8>, String>>;
+
+pub(crate) async fn serve(gateway: Rc<Gateway>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    let (read, write) = stream.into_split();
+    let in_flight = Rc::new(InFlight::default());
+    let (answers_tx, answers_rx) = tokio::sync::mpsc::channel::<Answer>(PIPELINE_MAX);
+    let mut writer =
+        tokio::task::spawn_local(write_answers(write, answers_rx, in_flight.clone(), peer));
+    tokio::select! {
+        () = read_requests(&gateway, read, answers_tx, &in_flight, peer) => {
+            // Every request read is answered before the connection closes.
+            let _ = (&mut writer).await;
+        }
+        _ = &mut writer => {}
+    }
+}
+
+async fn read_requests(
+    gateway: &Rc<Gateway>,
+    mut stream: OwnedReadHalf,
+    answers: tokio::sync::mpsc::Sender<Answer>,
+    in_flight: &InFlight,
     peer: SocketAddr,
 ) {
-    let mut frame = Vec::new();
-    let mut out = Vec::new();
     let mut prefix = [0u8; FRAME_PREFIX_BYTES];
     loop {
         if let Err(e) = stream.read_exact(&mut prefix).await {
@@ -42,48 +140,82 @@ pub(crate) async fn serve(
             }
         };
         // Room for the request among all connections' (the frame limit is
-        // below the total, so one request always fits).
-        let Ok(_room) = gateway.request_bytes.acquire_many(size as u32).await else {
+        // below the total, so one request always fits), held until it is
+        // answered.
+        let Ok(room) = gateway
+            .request_bytes
+            .clone()
+            .acquire_many_owned(size as u32)
+            .await
+        else {
             return;
         };
-        frame.resize(size, 0);
+        let mut frame = vec![0u8; size];
         if let Err(e) = stream.read_exact(&mut frame).await {
             log::debug!("Kafka {peer}: read request: {e}");
             return;
         }
-        out.clear();
-        let handled = match Request::decode(&frame) {
-            Ok(request) => handle(&gateway, request, &mut out, peer).await,
-            Err(DecodeError::UnsupportedVersion {
-                api_key: ApiKey::ApiVersions,
-                correlation_id,
-                ..
-            }) => {
-                // KIP-511: answer at v0 with the versions this side speaks.
-                let body =
-                    ResponseBody::ApiVersions(api_versions(kafka::error_code::UNSUPPORTED_VERSION));
-                kafka::encode_response_frame(&mut out, correlation_id, 0, &body)
-                    .map_err(|e| e.to_string())
-            }
-            Err(e) => Err(format!("malformed request: {e}")),
-        };
-        if let Err(e) = handled {
-            log::warn!("Kafka {peer}: closing connection: {e}");
+        in_flight.enter(Claim::of(&frame)).await;
+        let answer = tokio::task::spawn_local(answer(gateway.clone(), frame, room, peer));
+        if answers.send(answer).await.is_err() {
             return;
         }
+    }
+}
+
+async fn write_answers(
+    mut stream: OwnedWriteHalf,
+    mut answers: tokio::sync::mpsc::Receiver<Answer>,
+    in_flight: Rc<InFlight>,
+    peer: SocketAddr,
+) {
+    while let Some(answer) = answers.recv().await {
+        let answered = answer.await;
+        in_flight.leave_oldest();
+        let out = match answered {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => {
+                log::warn!("Kafka {peer}: closing connection: {e}");
+                return;
+            }
+            Err(e) => {
+                log::error!("Kafka {peer}: a request's task failed: {e}");
+                return;
+            }
+        };
         if !out.is_empty() {
             if let Err(e) = stream.write_all(&out).await {
                 log::debug!("Kafka {peer}: write: {e}");
                 return;
             }
         }
-        if frame.capacity() > RECEIVE_BUFFER_KEPT_BYTES {
-            frame = Vec::new();
-        }
-        if out.capacity() > RECEIVE_BUFFER_KEPT_BYTES {
-            out = Vec::new();
-        }
     }
+}
+
+/// Decode and answer one request.
+async fn answer(
+    gateway: Rc<Gateway>,
+    frame: Vec<u8>,
+    _room: OwnedSemaphorePermit,
+    peer: SocketAddr,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    match Request::decode(&frame) {
+        Ok(request) => handle(&gateway, request, &mut out, peer).await?,
+        Err(DecodeError::UnsupportedVersion {
+            api_key: ApiKey::ApiVersions,
+            correlation_id,
+            ..
+        }) => {
+            // KIP-511: answer at v0 with the versions this side speaks.
+            let body =
+                ResponseBody::ApiVersions(api_versions(kafka::error_code::UNSUPPORTED_VERSION));
+            kafka::encode_response_frame(&mut out, correlation_id, 0, &body)
+                .map_err(|e| e.to_string())?;
+        }
+        Err(e) => return Err(format!("malformed request: {e}")),
+    }
+    Ok(out)
 }
 
 /// The ApiVersions answer: every API and version range the gateway speaks.

@@ -70,7 +70,7 @@ pub(crate) struct Gateway {
     pub(crate) fetch_wait_ms_max: u32,
     pub(crate) filer: Arc<dyn Filer>,
     /// Bounds the request bytes held by all connections.
-    pub(crate) request_bytes: Rc<tokio::sync::Semaphore>,
+    pub(crate) request_bytes: Arc<tokio::sync::Semaphore>,
 }
 
 /// The running gateway thread.
@@ -132,7 +132,7 @@ impl KafkaGateway {
                         groups,
                         fetch_wait_ms_max: parts.fetch_wait_ms_max,
                         filer: parts.filer,
-                        request_bytes: Rc::new(tokio::sync::Semaphore::new(
+                        request_bytes: Arc::new(tokio::sync::Semaphore::new(
                             REQUEST_BYTES_IN_FLIGHT_MAX,
                         )),
                     });
