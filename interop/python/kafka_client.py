@@ -10,6 +10,7 @@ command prints what it has (with "timed_out": true) and exits non-zero.
 """
 
 import argparse
+import functools
 import json
 import os
 import struct
@@ -18,8 +19,9 @@ import threading
 import time
 import zlib
 
-FILLER_BYTES = 56
-FILLER_POOL = bytes(range(256)) * 2
+SEQ_BYTES = 8
+VALUE_BYTES_DEFAULT = 64
+VALUE_BYTES_MAX = 1 << 20
 HEADER_KEY = "kelp-key"
 
 
@@ -30,9 +32,17 @@ def record_key(seq, keys):
     return b"k%d" % (seq % keys)
 
 
-def record_value(seq):
+@functools.lru_cache(maxsize=4)
+def filler_pool(filler_bytes):
+    """The byte pattern 0x00 0x01 .. 0xff 0x00 .., long enough that a
+    filler of `filler_bytes` can start at any offset 0..255 of it."""
+    return bytes(range(256)) * (filler_bytes // 256 + 2)
+
+
+def record_value(seq, value_bytes=VALUE_BYTES_DEFAULT):
     start = seq % 256
-    return struct.pack(">Q", seq) + FILLER_POOL[start : start + FILLER_BYTES]
+    filler = value_bytes - SEQ_BYTES
+    return struct.pack(">Q", seq) + filler_pool(filler)[start : start + filler]
 
 
 def value_checksum(value):
@@ -43,9 +53,10 @@ class Ledger:
     """What a consumer has read: each record checked against its sequence
     number, duplicates, per-key order and the sum of payload checksums."""
 
-    def __init__(self, expect, keys, seen_file=None):
+    def __init__(self, expect, keys, seen_file=None, value_bytes=VALUE_BYTES_DEFAULT):
         self.expect = expect
         self.keys = keys
+        self.value_bytes = value_bytes
         self.seen = bytearray(expect) if expect else None
         self.consumed = 0
         self.unique = 0
@@ -56,20 +67,24 @@ class Ledger:
         self.last_seq_per_key = {}
         self.first_offset = {}
         self.next_offset = {}
+        # When the first record arrived (time.monotonic()), for the read rate.
+        self.first_record_at = None
         self.seen_out = open(seen_file, "ab") if seen_file else None
 
     def add(self, partition, offset, key, value, header_value):
         self.consumed += 1
         if partition not in self.first_offset:
+            if self.first_record_at is None:
+                self.first_record_at = time.monotonic()
             self.first_offset[partition] = offset
             emit({"event": "first", "partition": partition, "offset": offset})
         self.next_offset[partition] = offset + 1
-        if value is None or len(value) != 8 + FILLER_BYTES:
+        if value is None or len(value) != self.value_bytes:
             self.corrupt += 1
             return
         (seq,) = struct.unpack_from(">Q", value)
         if (
-            value != record_value(seq)
+            value != record_value(seq, self.value_bytes)
             or key != record_key(seq, self.keys)
             or header_value != key
         ):
@@ -163,6 +178,17 @@ def confluent_create_topic(args):
     return len(meta.topics[args.topic].partitions)
 
 
+# The producer settings besides address, codec and timeout (librdkafka
+# defaults for the rest); the Kafka A/B benchmark prints them.
+CONFLUENT_PRODUCER_TUNING = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.num.messages": 10000,
+    "queue.buffering.max.messages": 200000,
+}
+
+
 def confluent_produce(args, deadline, stop):
     from confluent_kafka import Producer
 
@@ -171,11 +197,7 @@ def confluent_produce(args, deadline, stop):
             "bootstrap.servers": args.bootstrap,
             "client.id": args.client_id,
             "compression.type": args.codec,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "batch.num.messages": 10000,
-            "queue.buffering.max.messages": 200000,
+            **CONFLUENT_PRODUCER_TUNING,
             "message.timeout.ms": int(max(1, deadline - time.monotonic()) * 1000),
         }
     )
@@ -200,7 +222,7 @@ def confluent_produce(args, deadline, stop):
             try:
                 producer.produce(
                     args.topic,
-                    value=record_value(seq),
+                    value=record_value(seq, args.value_bytes),
                     key=key,
                     headers=[(HEADER_KEY, key)],
                     on_delivery=on_delivery,
@@ -354,7 +376,7 @@ def kp_produce(args, deadline, stop):
             break
         pace.wait(produced)
         key = record_key(seq, args.keys)
-        value = record_value(seq)
+        value = record_value(seq, args.value_bytes)
         fut = producer.send(args.topic, value=value, key=key, headers=[(HEADER_KEY, key)])
         fut.add_callback(ok(value))
         fut.add_errback(bad)
@@ -497,7 +519,7 @@ def cmd_consume(args, deadline):
             idle_since["t"] = time.monotonic()
         emit({"event": kind, "partitions": partitions})
 
-    ledger = Ledger(args.expect, args.keys, args.seen_file)
+    ledger = Ledger(args.expect, args.keys, args.seen_file, args.value_bytes)
     reader = reader_class(args, events)
     started = time.monotonic()
     last_commit = started
@@ -523,6 +545,10 @@ def cmd_consume(args, deadline):
     reader.close()
     out = ledger.summary()
     out["commit_failures"] = reader.commit_failures
+    if done_at is not None:
+        # From the first record to the `--expect`-th distinct one: the read
+        # rate, without the group join before it or the linger after it.
+        out["read_seconds"] = round(done_at - ledger.first_record_at, 3)
     out.update({"event": "summary", "timed_out": timed_out, "seconds": round(time.monotonic() - started, 3)})
     return out
 
@@ -542,6 +568,12 @@ def main():
     p.add_argument("--count", type=int, default=0, help="records to produce")
     p.add_argument("--first-seq", type=int, default=0)
     p.add_argument("--keys", type=int, default=64, help="distinct record keys")
+    p.add_argument(
+        "--value-bytes",
+        type=int,
+        default=VALUE_BYTES_DEFAULT,
+        help=f"bytes per record value, {SEQ_BYTES} to {VALUE_BYTES_MAX}",
+    )
     p.add_argument("--codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--rate", type=float, default=0, help="records/s, 0 = unpaced")
     p.add_argument("--group", default="kelp-interop")
@@ -553,6 +585,8 @@ def main():
     p.add_argument("--until-stdin-closes", action="store_true")
     p.add_argument("--timeout-s", type=float, required=True)
     args = p.parse_args()
+    if not SEQ_BYTES <= args.value_bytes <= VALUE_BYTES_MAX:
+        p.error(f"--value-bytes must be {SEQ_BYTES} to {VALUE_BYTES_MAX}")
     deadline = time.monotonic() + args.timeout_s
     command = {
         "create-topic": cmd_create_topic,
