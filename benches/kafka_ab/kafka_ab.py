@@ -348,7 +348,7 @@ def one_run(args, system, round_no, workdir):
             args,
             "produce",
             broker.bootstrap,
-            ["--count", str(args.records), "--client-id", f"ab-{system}-producer"],
+            ["--count", str(args.records), "--acks", args.acks, "--client-id", f"ab-{system}-producer"],
             args.run_timeout_s,
             client_log,
         )
@@ -503,6 +503,12 @@ def main():
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--value-bytes", type=int, default=1000)
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument(
+        "--acks",
+        default="all",
+        choices=["all", "1"],
+        help="all: idempotent, kelp answers once in the filer (fsync'd); 1: kelp answers once in the shard's buffer",
+    )
     p.add_argument("--rounds", type=int, default=2, help="runs per system, alternating (at least 2)")
     p.add_argument("--kelp-shards", type=int, default=2)
     p.add_argument("--run-timeout-s", type=int, default=300, help="deadline of each produce and consume")
@@ -531,7 +537,7 @@ def main():
         "value_bytes": args.value_bytes,
         "key": "k<seq % 64> (2-3 bytes), one header",
         "partitions": args.partitions,
-        "producer": kafka_client.CONFLUENT_PRODUCER_TUNING,
+        "producer": {**kafka_client.producer_acks(args.acks), **kafka_client.CONFLUENT_PRODUCER_TUNING},
         "consumer": "one group member, librdkafka fetch defaults, consume(1000) batches, sync commit every 0.5 s",
         "kelp_shards": args.kelp_shards,
         "tansu_storage": "memory://tansu/",

@@ -178,15 +178,19 @@ def confluent_create_topic(args):
     return len(meta.topics[args.topic].partitions)
 
 
-# The producer settings besides address, codec and timeout (librdkafka
-# defaults for the rest); the Kafka A/B benchmark prints them.
+# The producer settings besides address, codec, acks and timeout
+# (librdkafka defaults for the rest); the Kafka A/B benchmark prints them.
 CONFLUENT_PRODUCER_TUNING = {
-    "enable.idempotence": True,
-    "acks": "all",
     "linger.ms": 5,
     "batch.num.messages": 10000,
     "queue.buffering.max.messages": 200000,
 }
+
+
+def producer_acks(acks):
+    """`--acks all` (the default): an idempotent producer. `--acks 1`: the
+    leader's ack, without idempotence (which needs acks=all)."""
+    return {"acks": acks, "enable.idempotence": acks == "all"}
 
 
 def confluent_produce(args, deadline, stop):
@@ -197,6 +201,7 @@ def confluent_produce(args, deadline, stop):
             "bootstrap.servers": args.bootstrap,
             "client.id": args.client_id,
             "compression.type": args.codec,
+            **producer_acks(args.acks),
             **CONFLUENT_PRODUCER_TUNING,
             "message.timeout.ms": int(max(1, deadline - time.monotonic()) * 1000),
         }
@@ -350,8 +355,8 @@ def kp_produce(args, deadline, stop):
         bootstrap_servers=args.bootstrap,
         client_id=args.client_id,
         compression_type=None if args.codec == "none" else args.codec,
-        acks="all",
-        enable_idempotence=True,
+        acks="all" if args.acks == "all" else 1,
+        enable_idempotence=args.acks == "all",
         linger_ms=5,
         batch_size=256 * 1024,
         max_block_ms=int(max(1, deadline - time.monotonic()) * 1000),
@@ -575,6 +580,7 @@ def main():
         help=f"bytes per record value, {SEQ_BYTES} to {VALUE_BYTES_MAX}",
     )
     p.add_argument("--codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--acks", default="all", choices=["all", "1"], help="produce acks (1: not idempotent)")
     p.add_argument("--rate", type=float, default=0, help="records/s, 0 = unpaced")
     p.add_argument("--group", default="kelp-interop")
     p.add_argument("--client-id", default="kelp-interop")
