@@ -375,6 +375,11 @@ def one_run(args, system, round_no, workdir):
                 GROUP,
                 "--client-id",
                 f"ab-{system}-consumer",
+                *(
+                    []
+                    if args.fetch_queue_backoff_ms is None
+                    else ["--fetch-queue-backoff-ms", str(args.fetch_queue_backoff_ms)]
+                ),
             ],
             args.run_timeout_s,
             client_log,
@@ -510,6 +515,11 @@ def main():
         help="all: idempotent, kelp answers once in the filer (fsync'd); 1: kelp answers once in the shard's buffer",
     )
     p.add_argument("--rounds", type=int, default=2, help="runs per system, alternating (at least 2)")
+    p.add_argument(
+        "--fetch-queue-backoff-ms",
+        type=int,
+        help="the consumer's fetch.queue.backoff.ms (default: librdkafka's, 1000 ms)",
+    )
     p.add_argument("--kelp-shards", type=int, default=2)
     p.add_argument("--run-timeout-s", type=int, default=300, help="deadline of each produce and consume")
     p.add_argument("--systems", default="kelp,tansu", help="which systems, in alternation order")
@@ -538,14 +548,23 @@ def main():
         "key": "k<seq % 64> (2-3 bytes), one header",
         "partitions": args.partitions,
         "producer": {**kafka_client.producer_acks(args.acks), **kafka_client.CONFLUENT_PRODUCER_TUNING},
-        "consumer": "one group member, librdkafka fetch defaults, consume(1000) batches, sync commit every 0.5 s",
+        "consumer": {
+            "members": 1,
+            "fetch.queue.backoff.ms": (
+                "librdkafka default (1000)" if args.fetch_queue_backoff_ms is None else args.fetch_queue_backoff_ms
+            ),
+            "other fetch settings": "librdkafka defaults",
+            "reads": "consume(num_messages=1000), a synchronous commit every 0.5 s",
+        },
         "kelp_shards": args.kelp_shards,
         "tansu_storage": "memory://tansu/",
         "rounds": args.rounds,
     }
     print(f"Kafka A/B, {started:%Y-%m-%d %H:%M:%S} UTC: {', '.join(systems)} alternating, {args.rounds} round(s)")
     print(f"  versions  {vers}")
-    print(f"  load      {args.records} records of {args.value_bytes} B, {args.partitions} partitions, producer {settings['producer']}")
+    print(f"  load      {args.records} records of {args.value_bytes} B, {args.partitions} partitions")
+    print(f"  producer  {settings['producer']}")
+    print(f"  consumer  {settings['consumer']}")
     print(f"  host      {uptime_before}")
     print(f"  logs      {workdir}", flush=True)
 

@@ -254,8 +254,18 @@ def confluent_consumer(args):
             "session.timeout.ms": 10000,
             "heartbeat.interval.ms": 1000,
             "max.poll.interval.ms": 60000,
+            **confluent_fetch_tuning(args),
         }
     )
+
+
+def confluent_fetch_tuning(args):
+    """`--fetch-queue-backoff-ms`: how long librdkafka waits before the
+    next fetch once its local queue is over its thresholds (librdkafka's
+    default, 1000 ms, when not given)."""
+    if args.fetch_queue_backoff_ms is None:
+        return {}
+    return {"fetch.queue.backoff.ms": args.fetch_queue_backoff_ms}
 
 
 def RETRIABLE_COMMIT_ERRORS(KafkaError):
@@ -586,6 +596,11 @@ def main():
     p.add_argument("--client-id", default="kelp-interop")
     p.add_argument("--expect", type=int, default=0, help="distinct records to read")
     p.add_argument("--linger-s", type=float, default=1.0)
+    p.add_argument(
+        "--fetch-queue-backoff-ms",
+        type=int,
+        help="confluent consumer: librdkafka's fetch.queue.backoff.ms (default: librdkafka's)",
+    )
     p.add_argument("--idle-exit-s", type=float, default=0)
     p.add_argument("--seen-file", help="append each sequence number read (u64 LE)")
     p.add_argument("--until-stdin-closes", action="store_true")
