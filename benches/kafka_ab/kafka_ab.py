@@ -328,6 +328,11 @@ def phase_figures(args, seconds, broker_ticks, client_cpu_s):
         "records_per_s": args.records / seconds,
         "broker_cpu_s_per_gb": broker_ticks / CLOCK_TICKS_PER_S / gb,
         "client_cpu_s_per_gb": client_cpu_s / gb,
+        # Cores busy on average over the timed interval (the client's whole
+        # process, its start and group join included): which side is
+        # saturated on this 2-core host.
+        "broker_cores": broker_ticks / CLOCK_TICKS_PER_S / seconds,
+        "client_cores": client_cpu_s / seconds,
     }
 
 
@@ -433,16 +438,20 @@ def print_run(run):
     print(
         f"round {run['round']} {run['system']:<5}  "
         f"produce {p['throughput_mb_s']:7.1f} MB/s {p['records_per_s']:9.0f} rec/s "
-        f"(broker {p['broker_cpu_s_per_gb']:.2f}, client {p['client_cpu_s_per_gb']:.2f} CPU s/GB)  "
+        f"(CPU s/GB broker {p['broker_cpu_s_per_gb']:.2f}, client {p['client_cpu_s_per_gb']:.2f}; "
+        f"cores {p['broker_cores']:.2f}, {p['client_cores']:.2f})  "
         f"consume {c['throughput_mb_s']:7.1f} MB/s {c['records_per_s']:9.0f} rec/s "
-        f"(broker {c['broker_cpu_s_per_gb']:.2f}, client {c['client_cpu_s_per_gb']:.2f} CPU s/GB)  "
+        f"(CPU s/GB broker {c['broker_cpu_s_per_gb']:.2f}, client {c['client_cpu_s_per_gb']:.2f}; "
+        f"cores {c['broker_cores']:.2f}, {c['client_cores']:.2f})  "
         f"peak RSS {run['broker_peak_rss_mb']:.0f} MiB  load {run['loadavg_before'][0]:.2f}",
         flush=True,
     )
 
 
 def summarize(runs):
-    """Median (min, max) per system and phase, and kelp/Tansu ratios."""
+    """Median (min, max) per system and phase, and kelp/Tansu ratios: of
+    throughput, and of broker CPU per GB (Tansu's over kelp's, so above 1
+    means kelp spends less CPU per byte)."""
     out = {}
     for system in SYSTEMS:
         mine = [r for r in runs if r["system"] == system]
@@ -451,7 +460,14 @@ def summarize(runs):
         out[system] = {}
         for phase in ("produce", "consume"):
             figures = {}
-            for key in ("throughput_mb_s", "records_per_s", "broker_cpu_s_per_gb", "client_cpu_s_per_gb"):
+            for key in (
+                "throughput_mb_s",
+                "records_per_s",
+                "broker_cpu_s_per_gb",
+                "client_cpu_s_per_gb",
+                "broker_cores",
+                "client_cores",
+            ):
                 values = [r[phase][key] for r in mine]
                 figures[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
             out[system][phase] = figures
@@ -459,9 +475,10 @@ def summarize(runs):
     ratios = {}
     if "kelp" in out and "tansu" in out:
         for phase in ("produce", "consume"):
-            ratios[phase] = (
-                out["kelp"][phase]["throughput_mb_s"]["median"]
-                / out["tansu"][phase]["throughput_mb_s"]["median"]
+            kelp, tansu = out["kelp"][phase], out["tansu"][phase]
+            ratios[phase] = kelp["throughput_mb_s"]["median"] / tansu["throughput_mb_s"]["median"]
+            ratios[f"{phase}_broker_cpu_per_gb_tansu_over_kelp"] = (
+                tansu["broker_cpu_s_per_gb"]["median"] / kelp["broker_cpu_s_per_gb"]["median"]
             )
     return out, ratios
 
@@ -476,11 +493,16 @@ def print_summary(medians, ratios):
             print(
                 f"  {system:<5} {phase:<7} {mb['median']:7.1f} MB/s ({mb['min']:.1f}-{mb['max']:.1f})  "
                 f"{rec['median']:9.0f} records/s  "
-                f"broker {f['broker_cpu_s_per_gb']['median']:.2f} CPU s/GB  "
-                f"client {f['client_cpu_s_per_gb']['median']:.2f} CPU s/GB"
+                f"CPU s/GB broker {f['broker_cpu_s_per_gb']['median']:.2f}, "
+                f"client {f['client_cpu_s_per_gb']['median']:.2f}  "
+                f"cores broker {f['broker_cores']['median']:.2f}, client {f['client_cores']['median']:.2f}"
             )
-    for phase, ratio in ratios.items():
-        print(f"  kelp/Tansu {phase:<7} {ratio:.2f}  (target >= 2)")
+    for phase in ("produce", "consume"):
+        if phase in ratios:
+            print(
+                f"  kelp/Tansu {phase:<7} {ratios[phase]:.2f} of Tansu's MB/s (target >= 2); "
+                f"Tansu spends {ratios[phase + '_broker_cpu_per_gb_tansu_over_kelp']:.2f}x kelp's broker CPU per GB"
+            )
 
 
 def versions(args):
