@@ -536,7 +536,12 @@ def main():
         choices=["all", "1"],
         help="all: idempotent, kelp answers once in the filer (fsync'd); 1: kelp answers once in the shard's buffer",
     )
-    p.add_argument("--rounds", type=int, default=2, help="runs per system, alternating (at least 2)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="runs per system, alternating (2 or more for an A/B/A/B; 1 is a quick check)",
+    )
     p.add_argument(
         "--fetch-queue-backoff-ms",
         type=int,
