@@ -10,6 +10,7 @@ command prints what it has (with "timed_out": true) and exits non-zero.
 """
 
 import argparse
+import functools
 import json
 import os
 import struct
@@ -18,8 +19,9 @@ import threading
 import time
 import zlib
 
-FILLER_BYTES = 56
-FILLER_POOL = bytes(range(256)) * 2
+SEQ_BYTES = 8
+VALUE_BYTES_DEFAULT = 64
+VALUE_BYTES_MAX = 1 << 20
 HEADER_KEY = "kelp-key"
 
 
@@ -30,9 +32,17 @@ def record_key(seq, keys):
     return b"k%d" % (seq % keys)
 
 
-def record_value(seq):
+@functools.lru_cache(maxsize=4)
+def filler_pool(filler_bytes):
+    """The byte pattern 0x00 0x01 .. 0xff 0x00 .., long enough that a
+    filler of `filler_bytes` can start at any offset 0..255 of it."""
+    return bytes(range(256)) * (filler_bytes // 256 + 2)
+
+
+def record_value(seq, value_bytes=VALUE_BYTES_DEFAULT):
     start = seq % 256
-    return struct.pack(">Q", seq) + FILLER_POOL[start : start + FILLER_BYTES]
+    filler = value_bytes - SEQ_BYTES
+    return struct.pack(">Q", seq) + filler_pool(filler)[start : start + filler]
 
 
 def value_checksum(value):
@@ -43,9 +53,10 @@ class Ledger:
     """What a consumer has read: each record checked against its sequence
     number, duplicates, per-key order and the sum of payload checksums."""
 
-    def __init__(self, expect, keys, seen_file=None):
+    def __init__(self, expect, keys, seen_file=None, value_bytes=VALUE_BYTES_DEFAULT):
         self.expect = expect
         self.keys = keys
+        self.value_bytes = value_bytes
         self.seen = bytearray(expect) if expect else None
         self.consumed = 0
         self.unique = 0
@@ -56,20 +67,24 @@ class Ledger:
         self.last_seq_per_key = {}
         self.first_offset = {}
         self.next_offset = {}
+        # When the first record arrived (time.monotonic()), for the read rate.
+        self.first_record_at = None
         self.seen_out = open(seen_file, "ab") if seen_file else None
 
     def add(self, partition, offset, key, value, header_value):
         self.consumed += 1
         if partition not in self.first_offset:
+            if self.first_record_at is None:
+                self.first_record_at = time.monotonic()
             self.first_offset[partition] = offset
             emit({"event": "first", "partition": partition, "offset": offset})
         self.next_offset[partition] = offset + 1
-        if value is None or len(value) != 8 + FILLER_BYTES:
+        if value is None or len(value) != self.value_bytes:
             self.corrupt += 1
             return
         (seq,) = struct.unpack_from(">Q", value)
         if (
-            value != record_value(seq)
+            value != record_value(seq, self.value_bytes)
             or key != record_key(seq, self.keys)
             or header_value != key
         ):
@@ -163,6 +178,21 @@ def confluent_create_topic(args):
     return len(meta.topics[args.topic].partitions)
 
 
+# The producer settings besides address, codec, acks and timeout
+# (librdkafka defaults for the rest); the Kafka A/B benchmark prints them.
+CONFLUENT_PRODUCER_TUNING = {
+    "linger.ms": 5,
+    "batch.num.messages": 10000,
+    "queue.buffering.max.messages": 200000,
+}
+
+
+def producer_acks(acks):
+    """`--acks all` (the default): an idempotent producer. `--acks 1`: the
+    leader's ack, without idempotence (which needs acks=all)."""
+    return {"acks": acks, "enable.idempotence": acks == "all"}
+
+
 def confluent_produce(args, deadline, stop):
     from confluent_kafka import Producer
 
@@ -171,11 +201,8 @@ def confluent_produce(args, deadline, stop):
             "bootstrap.servers": args.bootstrap,
             "client.id": args.client_id,
             "compression.type": args.codec,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "batch.num.messages": 10000,
-            "queue.buffering.max.messages": 200000,
+            **producer_acks(args.acks),
+            **CONFLUENT_PRODUCER_TUNING,
             "message.timeout.ms": int(max(1, deadline - time.monotonic()) * 1000),
         }
     )
@@ -200,7 +227,7 @@ def confluent_produce(args, deadline, stop):
             try:
                 producer.produce(
                     args.topic,
-                    value=record_value(seq),
+                    value=record_value(seq, args.value_bytes),
                     key=key,
                     headers=[(HEADER_KEY, key)],
                     on_delivery=on_delivery,
@@ -227,8 +254,18 @@ def confluent_consumer(args):
             "session.timeout.ms": 10000,
             "heartbeat.interval.ms": 1000,
             "max.poll.interval.ms": 60000,
+            **confluent_fetch_tuning(args),
         }
     )
+
+
+def confluent_fetch_tuning(args):
+    """`--fetch-queue-backoff-ms`: how long librdkafka waits before the
+    next fetch once its local queue is over its thresholds (librdkafka's
+    default, 1000 ms, when not given)."""
+    if args.fetch_queue_backoff_ms is None:
+        return {}
+    return {"fetch.queue.backoff.ms": args.fetch_queue_backoff_ms}
 
 
 def RETRIABLE_COMMIT_ERRORS(KafkaError):
@@ -328,8 +365,8 @@ def kp_produce(args, deadline, stop):
         bootstrap_servers=args.bootstrap,
         client_id=args.client_id,
         compression_type=None if args.codec == "none" else args.codec,
-        acks="all",
-        enable_idempotence=True,
+        acks="all" if args.acks == "all" else 1,
+        enable_idempotence=args.acks == "all",
         linger_ms=5,
         batch_size=256 * 1024,
         max_block_ms=int(max(1, deadline - time.monotonic()) * 1000),
@@ -354,7 +391,7 @@ def kp_produce(args, deadline, stop):
             break
         pace.wait(produced)
         key = record_key(seq, args.keys)
-        value = record_value(seq)
+        value = record_value(seq, args.value_bytes)
         fut = producer.send(args.topic, value=value, key=key, headers=[(HEADER_KEY, key)])
         fut.add_callback(ok(value))
         fut.add_errback(bad)
@@ -497,7 +534,7 @@ def cmd_consume(args, deadline):
             idle_since["t"] = time.monotonic()
         emit({"event": kind, "partitions": partitions})
 
-    ledger = Ledger(args.expect, args.keys, args.seen_file)
+    ledger = Ledger(args.expect, args.keys, args.seen_file, args.value_bytes)
     reader = reader_class(args, events)
     started = time.monotonic()
     last_commit = started
@@ -523,6 +560,10 @@ def cmd_consume(args, deadline):
     reader.close()
     out = ledger.summary()
     out["commit_failures"] = reader.commit_failures
+    if done_at is not None:
+        # From the first record to the `--expect`-th distinct one: the read
+        # rate, without the group join before it or the linger after it.
+        out["read_seconds"] = round(done_at - ledger.first_record_at, 3)
     out.update({"event": "summary", "timed_out": timed_out, "seconds": round(time.monotonic() - started, 3)})
     return out
 
@@ -542,17 +583,31 @@ def main():
     p.add_argument("--count", type=int, default=0, help="records to produce")
     p.add_argument("--first-seq", type=int, default=0)
     p.add_argument("--keys", type=int, default=64, help="distinct record keys")
+    p.add_argument(
+        "--value-bytes",
+        type=int,
+        default=VALUE_BYTES_DEFAULT,
+        help=f"bytes per record value, {SEQ_BYTES} to {VALUE_BYTES_MAX}",
+    )
     p.add_argument("--codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--acks", default="all", choices=["all", "1"], help="produce acks (1: not idempotent)")
     p.add_argument("--rate", type=float, default=0, help="records/s, 0 = unpaced")
     p.add_argument("--group", default="kelp-interop")
     p.add_argument("--client-id", default="kelp-interop")
     p.add_argument("--expect", type=int, default=0, help="distinct records to read")
     p.add_argument("--linger-s", type=float, default=1.0)
+    p.add_argument(
+        "--fetch-queue-backoff-ms",
+        type=int,
+        help="confluent consumer: librdkafka's fetch.queue.backoff.ms (default: librdkafka's)",
+    )
     p.add_argument("--idle-exit-s", type=float, default=0)
     p.add_argument("--seen-file", help="append each sequence number read (u64 LE)")
     p.add_argument("--until-stdin-closes", action="store_true")
     p.add_argument("--timeout-s", type=float, required=True)
     args = p.parse_args()
+    if not SEQ_BYTES <= args.value_bytes <= VALUE_BYTES_MAX:
+        p.error(f"--value-bytes must be {SEQ_BYTES} to {VALUE_BYTES_MAX}")
     deadline = time.monotonic() + args.timeout_s
     command = {
         "create-topic": cmd_create_topic,
