@@ -162,7 +162,7 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
                     QuicDriverArg::Tokio => "tokio",
                     QuicDriverArg::Shard => "shard",
                 },
-                keep_flushed_pages: args.keep_flushed_pages,
+                drop_flushed_pages: args.drop_flushed_pages,
             };
             let broker = BrokerProcess::start(launcher, &settings, &dir.path().join("broker"))?;
             eprintln!(

@@ -138,10 +138,10 @@ pub struct BenchArgs {
     /// Buffer (chunk) size of the bench's own broker, MiB.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub buffer_mib: u64,
-    /// The bench's own broker keeps flushed chunks in the page cache
-    /// (`kelp serve --keep-flushed-pages`).
+    /// The bench's own broker drops flushed chunks from the page cache
+    /// (`kelp serve --drop-flushed-pages`).
     #[arg(long)]
-    pub keep_flushed_pages: bool,
+    pub drop_flushed_pages: bool,
     /// How the bench's own broker drives QUIC.
     #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]
     pub quic_driver: QuicDriverArg,

@@ -62,8 +62,8 @@ pub struct BrokerSettings {
     pub flush_age_ms: u64,
     /// `tokio` or `shard`.
     pub quic_driver: &'static str,
-    /// Pass `--keep-flushed-pages`.
-    pub keep_flushed_pages: bool,
+    /// Pass `--drop-flushed-pages`.
+    pub drop_flushed_pages: bool,
 }
 
 /// A running broker child.
@@ -98,8 +98,8 @@ impl BrokerProcess {
             .arg(settings.quic_driver)
             .args(
                 settings
-                    .keep_flushed_pages
-                    .then_some("--keep-flushed-pages"),
+                    .drop_flushed_pages
+                    .then_some("--drop-flushed-pages"),
             )
             // The broker's info lines would interleave with the summary.
             .env("RUST_LOG", "warn")

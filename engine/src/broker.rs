@@ -72,7 +72,7 @@ impl Broker {
             .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;
         let filer: Arc<dyn Filer> = Arc::new(
             LocalFiler::open(config.data_dir.join("filer"))?
-                .keep_page_cache(config.keep_flushed_pages),
+                .drop_handed_over_pages(config.drop_flushed_pages),
         );
         let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
         let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;

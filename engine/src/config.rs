@@ -53,10 +53,10 @@ pub struct BrokerConfig {
     /// Bytes of payload pieces one shard holds while they are written to
     /// staging files; a connection waits beyond this.
     pub payload_upload_bytes_max: u64,
-    /// Whether flushed chunks keep their pages in the page cache. The
-    /// default (`false`) drops them once synced, so new buffers reuse that
-    /// memory (cheaper appends; chunk reads go to the disk).
-    pub keep_flushed_pages: bool,
+    /// Whether flushed chunks' pages leave the page cache once synced, so
+    /// new buffers reuse that memory (cheaper appends where fresh memory is
+    /// slow; reads of older chunks go to the disk). Off by default.
+    pub drop_flushed_pages: bool,
     /// Where the Kafka gateway listens; `None` (the default) runs none.
     /// Port 0 picks a free port (see `Broker::kafka_address`).
     pub kafka_listen: Option<SocketAddr>,
@@ -81,7 +81,7 @@ impl Default for BrokerConfig {
             shards: 0,
             buffer_bytes: 8 << 20,
             flush_age_ms: 1000,
-            keep_flushed_pages: false,
+            drop_flushed_pages: false,
             durable_linger_ms: 10,
             sealed_buffers_max: 4,
             connections_per_shard_max: 1024,

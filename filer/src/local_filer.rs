@@ -33,9 +33,9 @@ pub struct LocalFiler {
     /// Makes temp-file names unique among the threads of this process; the
     /// pid in the name separates processes sharing the directory.
     temp_counter: AtomicU64,
-    /// Whether files handed over by `put_file` keep their pages in the
-    /// page cache (see [`LocalFiler::keep_page_cache`]).
-    keep_page_cache: bool,
+    /// Whether files handed over by `put_file` leave the page cache (see
+    /// [`LocalFiler::drop_handed_over_pages`]).
+    drop_handed_over_pages: bool,
 }
 
 impl LocalFiler {
@@ -46,15 +46,15 @@ impl LocalFiler {
         Ok(LocalFiler {
             root,
             temp_counter: AtomicU64::new(0),
-            keep_page_cache: false,
+            drop_handed_over_pages: false,
         })
     }
 
-    /// Keep the pages of files handed over by `put_file` in the page cache
-    /// (`true`), or drop them once synced (`false`, the default): see
-    /// `drop_cached_pages`.
-    pub fn keep_page_cache(mut self, keep: bool) -> LocalFiler {
-        self.keep_page_cache = keep;
+    /// Drop the pages of files handed over by `put_file` from the page
+    /// cache once synced (`true`), or leave them to the kernel (`false`,
+    /// the default): see `drop_cached_pages`.
+    pub fn drop_handed_over_pages(mut self, drop: bool) -> LocalFiler {
+        self.drop_handed_over_pages = drop;
         self
     }
 
@@ -142,7 +142,7 @@ impl Filer for LocalFiler {
         };
         file.set_len(len).map_err(io_error("truncate", local))?;
         file.sync_data().map_err(io_error("fdatasync", local))?;
-        if !self.keep_page_cache {
+        if self.drop_handed_over_pages {
             drop_cached_pages(&file);
         }
         drop(file);
@@ -357,13 +357,14 @@ fn not_found_or<'a>(
 ///
 /// A handed-over file is a sealed segment buffer or a staged payload:
 /// readers of a segment's tail are served from the broker's live buffers.
-/// Keeping the pages makes every later buffer land in page-cache pages
-/// taken from elsewhere; dropping them lets the next buffer reuse the same,
-/// already-touched memory. Measured on this project's VM host: appends cost
-/// 0.9-1.1 CPU s/GB while the page cache keeps growing and 0.27 when its
-/// pages are recycled; reading a chunk soon after then goes to the disk
-/// (BENCHMARKS.md, "Page-cache reuse"). The pages are clean after the
-/// sync, so this only releases them; the advice failing changes nothing.
+/// Kept pages make every later buffer land in page-cache pages taken from
+/// elsewhere; dropped ones let the next buffer reuse the same memory.
+/// Where the page cache grows into memory the host has not backed yet (a
+/// fresh VM), appends cost 0.9-1.1 CPU s/GB instead of 0.27 (measured on
+/// this project's VM, BENCHMARKS.md "Page-cache reuse"); once memory is
+/// warm the gain is ~10%, and reading a chunk soon after its flush costs
+/// a disk read (2.3x slower there). The pages are clean after the sync, so
+/// this only releases them; the advice failing changes nothing.
 fn drop_cached_pages(file: &fs::File) {
     use std::os::unix::io::AsRawFd;
     // SAFETY: plain syscall on an open descriptor.
@@ -418,14 +419,14 @@ mod tests {
     }
 
     #[test]
-    fn handed_over_files_leave_the_page_cache_unless_kept() {
+    fn handed_over_files_leave_the_page_cache_when_asked() {
         // On the disk's file system, not a tmpfs /tmp (whose pages are the
         // files themselves).
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-        for keep in [false, true] {
-            let filer = LocalFiler::open(dir.path().join(format!("store-{keep}")))
+        for drop in [false, true] {
+            let filer = LocalFiler::open(dir.path().join(format!("store-{drop}")))
                 .unwrap()
-                .keep_page_cache(keep);
+                .drop_handed_over_pages(drop);
             let local = dir.path().join("buffer");
             std::fs::write(&local, vec![7u8; 1 << 20]).unwrap();
             assert!(
@@ -434,7 +435,7 @@ mod tests {
             );
             filer.put_file(&p("t/chunk"), &local, 1 << 20).unwrap();
             let (resident, pages) = resident_pages(&filer.file_path(&p("t/chunk")));
-            let expected = if keep { pages } else { 0 };
+            let expected = if drop { 0 } else { pages };
             assert_eq!(resident, expected, "resident pages after the hand-over");
         }
     }

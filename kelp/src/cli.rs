@@ -67,11 +67,12 @@ pub struct ServeArgs {
     /// ... or at this age.
     #[arg(long, default_value_t = 1000)]
     pub flush_age_ms: u64,
-    /// Keep flushed chunks in the page cache. By default their pages are
-    /// dropped once synced: appends then reuse that memory (less CPU per
-    /// GB), and reading an older chunk goes to the disk.
+    /// Drop flushed chunks' pages from the page cache once synced: new
+    /// buffers then reuse that memory instead of growing the cache (less
+    /// CPU per GB ingested where fresh memory is slow, as on some VMs), and
+    /// reading an older chunk goes to the disk.
     #[arg(long)]
-    pub keep_flushed_pages: bool,
+    pub drop_flushed_pages: bool,
     /// How QUIC is driven: quinn on one tokio thread handing frames to the
     /// shards, or quinn-proto on each shard's own thread.
     #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]

@@ -23,7 +23,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shards: args.shards,
         buffer_bytes: args.buffer_bytes,
         flush_age_ms: args.flush_age_ms,
-        keep_flushed_pages: args.keep_flushed_pages,
+        drop_flushed_pages: args.drop_flushed_pages,
         payload_grace_ms: args.payload_grace_ms,
         payload_sweep_interval_ms: args.payload_sweep_ms,
         kafka_listen: args.kafka,
