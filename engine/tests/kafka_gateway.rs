@@ -214,24 +214,25 @@ fn kafka_batch(recs: &[Rec], codec: Compression, producer: (i64, i16, i32)) -> V
     out
 }
 
+fn produce_request<'a>(topic: &str, partition: i32, batch: &'a [u8], acks: i16) -> RequestBody<'a> {
+    RequestBody::Produce(ProduceRequest {
+        transactional_id: None,
+        acks,
+        timeout_ms: 5000,
+        topics: vec![ProduceTopic {
+            name: topic.into(),
+            partitions: vec![ProducePartition {
+                index: partition,
+                records: Some(batch),
+            }],
+        }],
+    })
+}
+
 /// Produce one batch to `topic`/`partition`; the partition's error code
 /// and base offset.
 fn produce(c: &mut Kafka, topic: &str, partition: i32, batch: &[u8], acks: i16) -> (i16, i64) {
-    let r = c.call(
-        RequestBody::Produce(ProduceRequest {
-            transactional_id: None,
-            acks,
-            timeout_ms: 5000,
-            topics: vec![ProduceTopic {
-                name: topic.into(),
-                partitions: vec![ProducePartition {
-                    index: partition,
-                    records: Some(batch),
-                }],
-            }],
-        }),
-        9,
-    );
+    let r = c.call(produce_request(topic, partition, batch, acks), 9);
     let r = expect!(r, Produce);
     let p = &r.topics[0].partitions[0];
     (p.error_code, p.base_offset)
@@ -1262,5 +1263,67 @@ fn silent_members_are_evicted_by_the_rebalance_and_then_the_session_timeout() {
         heartbeat(&mut b, group, joined.generation_id, &b_id),
         k::UNKNOWN_MEMBER_ID
     );
+    broker.stop().unwrap();
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order_and_a_partition_keeps_request_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), port());
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "piped", 2);
+    // Six produce requests sent back to back without reading: durable
+    // (acks -1), alternating the two partitions, then a Metadata request
+    // that must wait for all of them.
+    let batches: Vec<(i32, Vec<Rec>, Vec<u8>)> = (0..6)
+        .map(|i| {
+            let recs = records(3 + i, &format!("piped{i}"));
+            let batch = kafka_batch(&recs, Compression::None, (-1, -1, -1));
+            (i as i32 % 2, recs, batch)
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for (partition, _, batch) in &batches {
+        ids.push(c.send(produce_request("piped", *partition, batch, -1), 9));
+    }
+    let metadata_id = c.send(
+        RequestBody::Metadata(MetadataRequest {
+            topics: Some(vec![MetadataRequestTopic {
+                topic_id: Uuid::ZERO,
+                name: Some("piped".into()),
+            }]),
+            allow_auto_topic_creation: false,
+            include_cluster_authorized_operations: false,
+            include_topic_authorized_operations: false,
+        }),
+        9,
+    );
+    let mut next_offset = [0i64; 2];
+    let mut expected: [Vec<Rec>; 2] = [Vec::new(), Vec::new()];
+    for (id, (partition, recs, _)) in ids.iter().zip(&batches) {
+        let frame = c.read().unwrap();
+        let (header, body) = decode_response(&frame, ApiKey::Produce, 9).unwrap();
+        assert_eq!(header.correlation_id, *id, "answers in request order");
+        let ResponseBody::Produce(r) = body else {
+            panic!("expected Produce, got {body:?}");
+        };
+        let p = &r.topics[0].partitions[0];
+        assert_eq!(p.error_code, k::NONE);
+        let slot = *partition as usize;
+        // Each partition's batches are stored in the order they were sent.
+        assert_eq!(p.base_offset, next_offset[slot]);
+        next_offset[slot] += recs.len() as i64;
+        expected[slot].extend(with_offsets(recs.clone(), p.base_offset));
+    }
+    let frame = c.read().unwrap();
+    let (header, body) = decode_response(&frame, ApiKey::Metadata, 9).unwrap();
+    assert_eq!(header.correlation_id, metadata_id);
+    assert!(matches!(body, ResponseBody::Metadata(_)));
+    for partition in 0..2 {
+        assert_eq!(
+            fetch_all(&mut c, "piped", partition),
+            expected[partition as usize]
+        );
+    }
     broker.stop().unwrap();
 }
