@@ -118,18 +118,17 @@ pub(crate) async fn handle_frame(
                 Duration::from_millis(u64::from(max_wait_ms.min(shard.config.fetch_wait_ms_max)));
             Reply::Later(Box::pin(async move {
                 let result = cell.fetch(from, max_bytes, max_wait).await;
-                answer(id, result, |f| {
-                    response_frame(
-                        id,
-                        &Response::Fetched(Fetched {
-                            segment,
-                            start_offset: f.start_offset,
-                            next_offset: f.next_offset,
-                            high_watermark: f.high_watermark,
-                            sealed: false,
-                            batches: &f.batches,
-                        }),
-                    )
+                answer(id, result, |mut f| {
+                    Fetched {
+                        segment,
+                        start_offset: f.start_offset,
+                        next_offset: f.next_offset,
+                        high_watermark: f.high_watermark,
+                        sealed: false,
+                        batches: &[],
+                    }
+                    .finish_frame(id, &mut f.frame);
+                    f.frame
                 })
             }))
         }

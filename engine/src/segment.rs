@@ -23,6 +23,7 @@ use wire::chunk::{
     decode_index, seek_offset, seek_timestamp, BatchWalk, ChunkHeader, ChunkIndexEntry,
     CHUNK_HEADER_BYTES,
 };
+use wire::message::FETCHED_FRAME_PREFIX_BYTES;
 use wire::{ErrorCode, FetchFrom};
 
 use crate::buffer::{ActiveBuffer, SealedBuffer, SpareBuffer};
@@ -130,7 +131,10 @@ pub(crate) struct FetchResult {
     pub(crate) start_offset: u64,
     pub(crate) next_offset: u64,
     pub(crate) high_watermark: u64,
-    pub(crate) batches: Vec<u8>,
+    /// The response frame to be: [`FETCHED_FRAME_PREFIX_BYTES`] of room,
+    /// then the batches, copied here once from the buffer or the chunk
+    /// (`Fetched::finish_frame` fills the room).
+    pub(crate) frame: Vec<u8>,
 }
 
 pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -538,7 +542,7 @@ impl SegmentCell {
                     start_offset: start,
                     next_offset: start,
                     high_watermark: next,
-                    batches: Vec::new(),
+                    frame: vec![0; FETCHED_FRAME_PREFIX_BYTES],
                 });
             }
             let _ = glommio::timer::timeout(deadline - now, async {
@@ -627,11 +631,14 @@ impl SegmentCell {
             .find(|b| b.base_offset <= start && start < b.next_offset)?;
         let position = seek_offset(buffer.index, start) as usize;
         let (from, to, next_offset) = whole_batches(buffer.data, position, start, max_bytes);
+        let mut frame = Vec::with_capacity(FETCHED_FRAME_PREFIX_BYTES + to - from);
+        frame.resize(FETCHED_FRAME_PREFIX_BYTES, 0);
+        frame.extend_from_slice(&buffer.data[from..to]);
         Some(FetchResult {
             start_offset: start,
             next_offset,
             high_watermark: state.next_offset,
-            batches: buffer.data[from..to].to_vec(),
+            frame,
         })
     }
 
@@ -662,17 +669,20 @@ impl SegmentCell {
         let mut want = (max_bytes as u64 + u64::from(wire::limits::CHUNK_INDEX_INTERVAL_BYTES))
             .min(data_end - position);
         loop {
-            let data = self
-                .read_range(
+            // Read behind room for the response's frame header and prefix.
+            let mut frame = self
+                .read_range_after(
+                    FETCHED_FRAME_PREFIX_BYTES,
                     &chunk.path,
                     CHUNK_HEADER_BYTES as u64 + position,
                     want as usize,
                 )
                 .await?;
+            let data = &frame[FETCHED_FRAME_PREFIX_BYTES..];
             let mut first = None;
             let mut end = 0usize;
             let mut next_offset = start;
-            for item in BatchWalk::new(&data) {
+            for item in BatchWalk::new(data) {
                 let Ok((at, batch)) = item else { break };
                 if batch.next_offset() <= start {
                     continue;
@@ -686,20 +696,22 @@ impl SegmentCell {
                 next_offset = batch.next_offset();
             }
             if let Some(first) = first {
-                let mut batches = data;
-                batches.truncate(end);
-                batches.drain(..first);
+                // The batches move up to the room's end (not at all when
+                // the read began at the first one).
+                let room = FETCHED_FRAME_PREFIX_BYTES;
+                frame.copy_within(room + first..room + end, room);
+                frame.truncate(room + end - first);
                 return Ok(FetchResult {
                     start_offset: start,
                     next_offset,
                     high_watermark,
-                    batches,
+                    frame,
                 });
             }
             // No whole batch past `start` in what was read: either the batch
             // is larger than `want` or the chunk is corrupt.
             let needed =
-                needed_bytes(&data, start).filter(|n| *n > want && position + n <= data_end);
+                needed_bytes(data, start).filter(|n| *n > want && position + n <= data_end);
             match needed {
                 Some(n) => want = n,
                 None => {
@@ -739,14 +751,25 @@ impl SegmentCell {
         offset: u64,
         len: usize,
     ) -> Result<Vec<u8>, ServeError> {
+        self.read_range_after(0, path, offset, len).await
+    }
+
+    /// `len` bytes of `path` from `offset`, after `room` zero bytes.
+    async fn read_range_after(
+        &self,
+        room: usize,
+        path: &ObjectPath,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, ServeError> {
         let filer = self.filer.clone();
         let path = path.clone();
         blocking(move || {
-            let mut buf = vec![0u8; len];
+            let mut buf = vec![0u8; room + len];
             let mut done = 0;
             while done < len {
                 let n = filer
-                    .read_at(&path, offset + done as u64, &mut buf[done..])
+                    .read_at(&path, offset + done as u64, &mut buf[room + done..])
                     .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
                 if n == 0 {
                     return Err(ServeError::new(

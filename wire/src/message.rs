@@ -287,6 +287,9 @@ pub struct Fetched<'a> {
 
 /// Bytes of a fetch response's payload before its batches.
 pub const FETCHED_PREFIX_BYTES: usize = 4 + 8 + 8 + 8 + 1;
+/// Bytes of a fetch response frame before its batches: the frame header
+/// and the payload's fixed part.
+pub const FETCHED_FRAME_PREFIX_BYTES: usize = FRAME_HEADER_BYTES + FETCHED_PREFIX_BYTES;
 
 impl Fetched<'_> {
     /// The fixed part of the payload; the batches follow it on the wire.
@@ -298,6 +301,24 @@ impl Fetched<'_> {
         b[20..28].copy_from_slice(&self.high_watermark.to_le_bytes());
         b[28] = u8::from(self.sealed);
         b
+    }
+
+    /// Complete a fetch response frame whose batches a server copied
+    /// straight into place: `frame` is [`FETCHED_FRAME_PREFIX_BYTES`] bytes
+    /// of room, then the batches. Writes the payload's fixed part and the
+    /// frame header (with its checksum); the result is the frame
+    /// [`Response::encode`] makes of `self` with those batches, without
+    /// copying them again. `self.batches` is not read.
+    pub fn finish_frame(&self, request_id: u32, frame: &mut [u8]) {
+        debug_assert!(frame.len() >= FETCHED_FRAME_PREFIX_BYTES);
+        frame[FRAME_HEADER_BYTES..FETCHED_FRAME_PREFIX_BYTES]
+            .copy_from_slice(&self.encode_prefix());
+        let header = FrameHeader::for_payload(
+            FrameType::FetchResponse,
+            request_id,
+            &frame[FRAME_HEADER_BYTES..],
+        );
+        frame[..FRAME_HEADER_BYTES].copy_from_slice(&header.encode());
     }
 }
 
@@ -719,6 +740,25 @@ pub fn frame_header_for_parts(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_fetched_frame_finished_in_place_is_the_encoded_one() {
+        let batches = b"two whole batches, as far as this test cares";
+        let fetched = Fetched {
+            segment: 3,
+            start_offset: 17,
+            next_offset: 40,
+            high_watermark: 41,
+            sealed: true,
+            batches,
+        };
+        let mut encoded = Vec::new();
+        Response::Fetched(fetched.clone()).encode(9, &mut encoded);
+        let mut in_place = vec![0xAA; FETCHED_FRAME_PREFIX_BYTES];
+        in_place.extend_from_slice(batches);
+        fetched.finish_frame(9, &mut in_place);
+        assert_eq!(in_place, encoded);
+    }
     use crate::frame::FRAME_HEADER_BYTES;
 
     fn decode_frame(bytes: &[u8]) -> (FrameHeader, &[u8]) {
