@@ -313,12 +313,7 @@ impl Fetched<'_> {
         debug_assert!(frame.len() >= FETCHED_FRAME_PREFIX_BYTES);
         frame[FRAME_HEADER_BYTES..FETCHED_FRAME_PREFIX_BYTES]
             .copy_from_slice(&self.encode_prefix());
-        let header = FrameHeader::for_payload(
-            FrameType::FetchResponse,
-            request_id,
-            &frame[FRAME_HEADER_BYTES..],
-        );
-        frame[..FRAME_HEADER_BYTES].copy_from_slice(&header.encode());
+        seal_frame(frame, 0, FrameType::FetchResponse, request_id);
     }
 }
 
