@@ -16,11 +16,12 @@ use kafka::api::fetch::{FetchPartitionData, FetchRequest, FetchResponse, FetchTo
 use kafka::error_code as k;
 use kafka::{encode_record_batch, Compression, Record, RecordBatchHeader, RecordHeaders};
 use wire::batch::BatchView;
-use wire::message::FetchFrom;
+use wire::message::{FetchFrom, SegmentInfo};
 use wire::Response;
 
 use super::topics::{is_stale, kafka_error, kelp_name};
 use super::Gateway;
+use crate::serve_error::ServeError;
 
 /// One partition's answer, its records already Kafka batches.
 struct PartitionOut {
@@ -182,11 +183,57 @@ async fn read_partition(
         .partition(index)
         .ok_or(k::UNKNOWN_TOPIC_OR_PARTITION)?;
     let from = u64::try_from(offset).map_err(|_| k::OFFSET_OUT_OF_RANGE)?;
+    let max_bytes = u32::try_from(max_bytes).unwrap_or(u32::MAX);
+    let read = read_segment(
+        gateway,
+        topic,
+        segment,
+        FetchFrom::Offset(from),
+        max_bytes,
+        max_wait_ms,
+        |fetched| {
+            if from > fetched.high_watermark {
+                return Err(k::OFFSET_OUT_OF_RANGE);
+            }
+            let mut records = Vec::with_capacity(fetched.batches.len() + fetched.batches.len() / 4);
+            to_kafka_batches(fetched.batches, &mut records).map_err(|e| {
+                log::error!("Kafka fetch {topic}/{index}: {e}");
+                k::CORRUPT_MESSAGE
+            })?;
+            Ok(PartitionOut {
+                index,
+                error_code: k::NONE,
+                high_watermark: fetched.high_watermark as i64,
+                records,
+            })
+        },
+    )
+    .await;
+    match read {
+        Ok(out) => out,
+        // The segment refuses an offset past its end.
+        Err(e) if e.code == wire::ErrorCode::InvalidArgument => Err(k::OFFSET_OUT_OF_RANGE),
+        Err(e) => Err(kafka_error(&e)),
+    }
+}
+
+/// One read of `segment` (Kafka topic `topic`'s partition) on its shard,
+/// waiting at most `max_wait_ms` for data, handed to `read`. A layout the
+/// shard calls stale is forgotten.
+pub(crate) async fn read_segment<R>(
+    gateway: &Gateway,
+    topic: &str,
+    segment: &SegmentInfo,
+    from: FetchFrom,
+    max_bytes: u32,
+    max_wait_ms: u32,
+    read: impl FnOnce(wire::message::Fetched<'_>) -> R,
+) -> Result<R, ServeError> {
     let request = wire::Request::Fetch {
         topic: kelp_name(topic),
         segment: segment.id,
-        from: FetchFrom::Offset(from),
-        max_bytes: u32::try_from(max_bytes).unwrap_or(u32::MAX),
+        from,
+        max_bytes,
         max_wait_ms,
     };
     let answer = gateway.shards.call(segment.shard, &request).await;
@@ -194,32 +241,19 @@ async fn read_partition(
         .as_ref()
         .map_err(Clone::clone)
         .and_then(|a| a.response());
-    let fetched = match response {
-        Ok(Some(Response::Fetched(f))) => f,
-        Ok(_) => return Err(k::UNKNOWN_SERVER_ERROR),
-        // The segment refuses an offset past its end.
-        Err(e) if e.code == wire::ErrorCode::InvalidArgument => return Err(k::OFFSET_OUT_OF_RANGE),
+    match response {
+        Ok(Some(Response::Fetched(fetched))) => Ok(read(fetched)),
+        Ok(_) => Err(ServeError::new(
+            wire::ErrorCode::Internal,
+            "unexpected shard answer",
+        )),
         Err(e) => {
             if is_stale(&e) {
                 gateway.topics.forget(topic);
             }
-            return Err(kafka_error(&e));
+            Err(e)
         }
-    };
-    if from > fetched.high_watermark {
-        return Err(k::OFFSET_OUT_OF_RANGE);
     }
-    let mut records = Vec::with_capacity(fetched.batches.len() + fetched.batches.len() / 4);
-    to_kafka_batches(fetched.batches, &mut records).map_err(|e| {
-        log::error!("Kafka fetch {topic}/{index}: {e}");
-        k::CORRUPT_MESSAGE
-    })?;
-    Ok(PartitionOut {
-        index,
-        error_code: k::NONE,
-        high_watermark: fetched.high_watermark as i64,
-        records,
-    })
 }
 
 /// Re-encode kelp batches (stored, so validated on append) as Kafka v2

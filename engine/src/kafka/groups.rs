@@ -35,7 +35,7 @@ use kafka::api::sync_group::{SyncGroupRequest, SyncGroupResponse};
 use kafka::group::{self, Coordinator, CoordinatorConfig, GroupState, Released, Token};
 use kafka::RequestHeader;
 
-use super::{Gateway, NODE_ID};
+use super::{read_object, Gateway, NODE_ID};
 use crate::error::EngineError;
 
 /// Where committed offsets live in the filer.
@@ -67,17 +67,6 @@ pub(crate) fn offsets_path(group_id: &str) -> Result<ObjectPath, FilerError> {
     ObjectPath::new(OFFSETS_PREFIX)?.join(&name)
 }
 
-fn read_object(filer: &dyn Filer, path: &ObjectPath) -> Result<Vec<u8>, FilerError> {
-    let size = filer.size(path)?;
-    let size = usize::try_from(size)
-        .unwrap_or(usize::MAX)
-        .min(group::OFFSETS_FILE_BYTES_MAX);
-    let mut bytes = vec![0u8; size];
-    let n = filer.read_at(path, 0, &mut bytes)?;
-    bytes.truncate(n);
-    Ok(bytes)
-}
-
 impl Groups {
     /// A coordinator with every group's committed offsets restored.
     pub(crate) fn open(filer: Arc<dyn Filer>) -> Result<Groups, EngineError> {
@@ -87,7 +76,7 @@ impl Groups {
         let mut coordinator = Coordinator::new(CoordinatorConfig::default(), seed);
         let prefix = ObjectPath::new(OFFSETS_PREFIX)?;
         for path in filer.list(&prefix)? {
-            let bytes = read_object(filer.as_ref(), &path)?;
+            let bytes = read_object(filer.as_ref(), &path, group::OFFSETS_FILE_BYTES_MAX)?;
             match coordinator.restore_offsets(&bytes) {
                 Ok(group) => log::debug!("Kafka gateway: restored offsets of group {group}"),
                 // A damaged file loses that group's offsets, not the broker.

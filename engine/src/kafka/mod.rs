@@ -47,6 +47,21 @@ pub(crate) const REQUEST_BYTES_IN_FLIGHT_MAX: usize = 256 << 20;
 /// The node id the gateway gives itself in Metadata and FindCoordinator.
 pub(crate) const NODE_ID: i32 = 0;
 
+/// The gateway's own filer object at `path`, at most its first `bytes_max`
+/// bytes (a longer one is not the gateway's format and fails to decode).
+pub(crate) fn read_object(
+    filer: &dyn Filer,
+    path: &filer::ObjectPath,
+    bytes_max: usize,
+) -> Result<Vec<u8>, filer::FilerError> {
+    let size = filer.size(path)?;
+    let size = usize::try_from(size).unwrap_or(usize::MAX).min(bytes_max);
+    let mut bytes = vec![0u8; size];
+    let n = filer.read_at(path, 0, &mut bytes)?;
+    bytes.truncate(n);
+    Ok(bytes)
+}
+
 /// What the gateway thread is given.
 pub(crate) struct GatewayParts {
     pub(crate) listen: SocketAddr,

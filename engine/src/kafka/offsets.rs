@@ -9,9 +9,9 @@ use kafka::api::list_offsets::{
 use kafka::error_code as k;
 use wire::batch::BatchView;
 use wire::message::FetchFrom;
-use wire::Response;
 
-use super::topics::{is_stale, kafka_error, kelp_name};
+use super::fetch::read_segment;
+use super::topics::kafka_error;
 use super::Gateway;
 
 pub(crate) const LATEST: i64 = -1;
@@ -76,43 +76,27 @@ pub(crate) async fn lookup(
         // -3 (max timestamp) and others: not supported.
         _ => return Err(k::UNSUPPORTED_VERSION),
     };
-    let request = wire::Request::Fetch {
-        topic: kelp_name(topic),
-        segment: segment.id,
-        from,
-        max_bytes: 1,
-        max_wait_ms: 0,
-    };
-    let answer = gateway.shards.call(segment.shard, &request).await;
-    let response = answer
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|a| a.response());
-    let fetched = match response {
-        Ok(Some(Response::Fetched(f))) => f,
-        Ok(_) => return Err(k::UNKNOWN_SERVER_ERROR),
-        Err(e) => {
-            if is_stale(&e) {
-                gateway.topics.forget(topic);
-            }
-            return Err(kafka_error(&e));
+    read_segment(gateway, topic, segment, from, 1, 0, |fetched| {
+        let offset = fetched.start_offset as i64;
+        if timestamp < 0 {
+            return (-1, offset);
         }
-    };
-    let offset = fetched.start_offset as i64;
-    if timestamp < 0 {
-        return Ok((-1, offset));
-    }
-    if fetched.start_offset >= fetched.high_watermark {
-        return Ok((-1, -1));
-    }
-    // The found record's own timestamp, from the batch that holds it.
-    let found = BatchView::peek_len(fetched.batches)
-        .and_then(|n| fetched.batches.get(..n as usize))
-        .and_then(|b| BatchView::validate(b).ok())
-        .and_then(|view| {
-            view.records()
-                .find(|r| view.base_offset() + u64::from(r.offset_delta) == fetched.start_offset)
-                .map(|r| r.timestamp_ms)
-        });
-    Ok((found.unwrap_or(timestamp), offset))
+        if fetched.start_offset >= fetched.high_watermark {
+            return (-1, -1);
+        }
+        // The found record's own timestamp, from the batch that holds it.
+        let found = BatchView::peek_len(fetched.batches)
+            .and_then(|n| fetched.batches.get(..n as usize))
+            .and_then(|b| BatchView::validate(b).ok())
+            .and_then(|view| {
+                view.records()
+                    .find(|r| {
+                        view.base_offset() + u64::from(r.offset_delta) == fetched.start_offset
+                    })
+                    .map(|r| r.timestamp_ms)
+            });
+        (found.unwrap_or(timestamp), offset)
+    })
+    .await
+    .map_err(|e| kafka_error(&e))
 }

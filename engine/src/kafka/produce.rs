@@ -144,9 +144,14 @@ async fn produce_partition(
             "no records in the produce request".into(),
         ));
     }
-    let slot = idempotent.map(|_| gateway.producers.slot(topic, partition.index, segment));
-    let producers = match (&slot, &idempotent) {
-        (Some(slot), Some(batch)) => {
+    let slot = idempotent.map(|batch| {
+        (
+            batch,
+            gateway.producers.slot(topic, partition.index, segment),
+        )
+    });
+    let producers = match &slot {
+        Some((batch, slot)) => {
             let producers = slot.ready(gateway).await?;
             let check = producers.borrow().check(batch);
             match check {
@@ -168,7 +173,7 @@ async fn produce_partition(
             producers.borrow_mut().begin();
             Some(producers)
         }
-        _ => None,
+        None => None,
     };
     let records_count = builder.len() as u64;
     let bytes = match idempotent {
@@ -190,25 +195,27 @@ async fn produce_partition(
         .as_ref()
         .map_err(Clone::clone)
         .and_then(|a| a.response());
-    let stored = match &response {
-        Ok(Some(Response::Produced { base_offset, .. })) => {
-            Some((idempotent, *base_offset as i64, base_offset + records_count))
-        }
-        _ => None,
-    };
-    if let Some(producers) = producers {
-        producers.borrow_mut().end(stored);
-    }
-    match response {
-        Ok(Some(Response::Produced { base_offset, .. })) => Ok(base_offset as i64),
+    // What was stored (for the producer state) and the partition's answer.
+    let (stored, result) = match response {
+        Ok(Some(Response::Produced { base_offset, .. })) => (
+            Some((idempotent, base_offset as i64, base_offset + records_count)),
+            Ok(base_offset as i64),
+        ),
         // acks 0: no answer, and no offset to give.
-        Ok(None) => Ok(-1),
-        Ok(Some(_)) => Err((k::UNKNOWN_SERVER_ERROR, "unexpected shard answer".into())),
+        Ok(None) => (None, Ok(-1)),
+        Ok(Some(_)) => (
+            None,
+            Err((k::UNKNOWN_SERVER_ERROR, "unexpected shard answer".into())),
+        ),
         Err(e) => {
             if is_stale(&e) {
                 gateway.topics.forget(topic);
             }
-            Err((kafka_error(&e), e.message))
+            (None, Err((kafka_error(&e), e.message)))
         }
+    };
+    if let Some(producers) = producers {
+        producers.borrow_mut().end(stored);
     }
+    result
 }

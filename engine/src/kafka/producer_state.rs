@@ -28,11 +28,13 @@ use std::time::Duration;
 use filer::{FilerError, ObjectPath};
 use kafka::error_code as k;
 use wire::batch::BatchView;
+use wire::chunk::BatchWalk;
 use wire::message::{FetchFrom, SegmentInfo};
-use wire::Response;
 
-use super::topics::{is_stale, kafka_error, kelp_name};
-use super::Gateway;
+use super::fetch::read_segment;
+use super::topics::{kafka_error, kelp_name};
+use super::{read_object, Gateway};
+use crate::serve_error::ServeError;
 
 /// Batches per producer and partition whose resend is recognised (Kafka's
 /// `max.in.flight.requests.per.connection` limit for idempotence).
@@ -52,6 +54,10 @@ const SNAPSHOT_HEADER_BYTES: usize = 16;
 const PRODUCER_BYTES: usize = 15;
 /// First and last sequence, base offset.
 const RECENT_BYTES: usize = 16;
+/// The largest valid snapshot: every producer with five recent batches.
+const SNAPSHOT_BYTES_MAX: usize = SNAPSHOT_HEADER_BYTES
+    + PRODUCERS_PER_PARTITION_MAX * (PRODUCER_BYTES + RECENT_BATCHES * RECENT_BYTES)
+    + 4;
 /// Sequences wrap to 0 after this (as Kafka's do).
 const SEQUENCE_MAX: i64 = i32::MAX as i64;
 
@@ -487,16 +493,12 @@ async fn recover(
 ) -> Result<PartitionProducers, Refusal> {
     let path = snapshot_path(topic, segment.id).map_err(|e| storage_error("snapshot path", e))?;
     let filer = gateway.filer.clone();
-    let stored = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, FilerError> {
-        let size = match filer.size(&path) {
-            Ok(n) => n,
-            Err(FilerError::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let mut bytes = vec![0; usize::try_from(size).unwrap_or(usize::MAX).min(64 << 20)];
-        let n = filer.read_at(&path, 0, &mut bytes)?;
-        bytes.truncate(n);
-        Ok(Some(bytes))
+    let stored = tokio::task::spawn_blocking(move || {
+        match read_object(filer.as_ref(), &path, SNAPSHOT_BYTES_MAX) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(FilerError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     })
     .await
     .map_err(|e| storage_error("reading producer state", e))?
@@ -534,8 +536,11 @@ async fn recover(
 
 /// The offset after the segment's last record.
 async fn read_end(gateway: &Gateway, topic: &str, segment: &SegmentInfo) -> Result<u64, Refusal> {
-    let fetched = read(gateway, topic, segment, FetchFrom::Latest, 1).await?;
-    Ok(fetched.0)
+    read_segment(gateway, topic, segment, FetchFrom::Latest, 1, 0, |f| {
+        f.start_offset
+    })
+    .await
+    .map_err(refusal)
 }
 
 /// Take every idempotent batch stored from `state.settled` on into the
@@ -550,85 +555,53 @@ async fn scan(
     let mut at = state.settled;
     let mut read_bytes = 0u64;
     loop {
-        let (end, batches) = match read(
+        let from = FetchFrom::Offset(at);
+        let read = read_segment(
             gateway,
             topic,
             segment,
-            FetchFrom::Offset(at),
+            from,
             SCAN_READ_BYTES,
+            0,
+            |fetched| {
+                for item in BatchWalk::new(fetched.batches) {
+                    let (_, view) = item.map_err(|e| storage_error("reading producer state", e))?;
+                    if let Some(batch) = ProducerBatch::of_stored(&view) {
+                        state.apply(&batch, view.base_offset() as i64);
+                    }
+                    at = at.max(view.next_offset());
+                }
+                Ok((fetched.high_watermark, fetched.batches.len()))
+            },
         )
-        .await
-        {
-            Ok(r) => r,
+        .await;
+        let (end, bytes) = match read {
+            Ok(r) => r?,
             // Past the segment's end: a crash lost what the snapshot
             // had seen, and nothing after it is stored.
-            Err((code, _)) if code == k::OFFSET_OUT_OF_RANGE => {
+            Err(e) if e.code == wire::ErrorCode::InvalidArgument => {
                 state.high = at;
                 return Ok(read_bytes);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(refusal(e)),
         };
-        read_bytes += batches.len() as u64;
-        let mut rest = &batches[..];
-        while !rest.is_empty() {
-            let len = BatchView::peek_len(rest)
-                .map(|n| n as usize)
-                .filter(|n| *n <= rest.len())
-                .ok_or_else(|| storage_error("reading producer state", "a batch cut short"))?;
-            let view = BatchView::validate(&rest[..len])
-                .map_err(|e| storage_error("reading producer state", e))?;
-            rest = &rest[len..];
-            if let Some(batch) = ProducerBatch::of_stored(&view) {
-                state.apply(&batch, view.base_offset() as i64);
-            }
-            at = at.max(view.next_offset());
-        }
-        if batches.is_empty() || at >= end {
+        read_bytes += bytes as u64;
+        if bytes == 0 || at >= end {
             state.high = at.max(end);
             return Ok(read_bytes);
         }
     }
 }
 
-/// One non-waiting read of the segment: its high watermark and batches.
-async fn read(
-    gateway: &Gateway,
-    topic: &str,
-    segment: &SegmentInfo,
-    from: FetchFrom,
-    max_bytes: u32,
-) -> Result<(u64, Vec<u8>), Refusal> {
-    let request = wire::Request::Fetch {
-        topic: kelp_name(topic),
-        segment: segment.id,
-        from,
-        max_bytes,
-        max_wait_ms: 0,
+/// A shard's refusal as a Kafka error code and message (an offset past the
+/// segment's end is OFFSET_OUT_OF_RANGE).
+fn refusal(e: ServeError) -> Refusal {
+    let code = if e.code == wire::ErrorCode::InvalidArgument {
+        k::OFFSET_OUT_OF_RANGE
+    } else {
+        kafka_error(&e)
     };
-    let answer = gateway.shards.call(segment.shard, &request).await;
-    let response = answer
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|a| a.response());
-    match response {
-        Ok(Some(Response::Fetched(f))) => {
-            let end = match from {
-                FetchFrom::Latest => f.start_offset,
-                _ => f.high_watermark,
-            };
-            Ok((end, f.batches.to_vec()))
-        }
-        Ok(_) => Err((k::UNKNOWN_SERVER_ERROR, "unexpected shard answer".into())),
-        Err(e) if e.code == wire::ErrorCode::InvalidArgument => {
-            Err((k::OFFSET_OUT_OF_RANGE, e.message))
-        }
-        Err(e) => {
-            if is_stale(&e) {
-                gateway.topics.forget(topic);
-            }
-            Err((kafka_error(&e), e.message))
-        }
-    }
+    (code, e.message)
 }
 
 #[cfg(test)]
