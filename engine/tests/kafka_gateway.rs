@@ -238,6 +238,24 @@ fn produce(c: &mut Kafka, topic: &str, partition: i32, batch: &[u8], acks: i16) 
     (p.error_code, p.base_offset)
 }
 
+/// A Metadata request for `names`, creating missing topics when `auto`.
+fn metadata_request(names: &[&str], auto: bool) -> RequestBody<'static> {
+    RequestBody::Metadata(MetadataRequest {
+        topics: Some(
+            names
+                .iter()
+                .map(|n| MetadataRequestTopic {
+                    topic_id: Uuid::ZERO,
+                    name: Some((*n).into()),
+                })
+                .collect(),
+        ),
+        allow_auto_topic_creation: auto,
+        include_cluster_authorized_operations: false,
+        include_topic_authorized_operations: false,
+    })
+}
+
 fn fetch_request(topic: &str, partition: i32, offset: i64, wait_ms: i32) -> RequestBody<'static> {
     RequestBody::Fetch(FetchRequest {
         replica_id: -1,
@@ -375,30 +393,14 @@ fn every_api_answers() {
         k::TOPIC_ALREADY_EXISTS
     );
 
-    let metadata = |names: &[&str], auto: bool| {
-        RequestBody::Metadata(MetadataRequest {
-            topics: Some(
-                names
-                    .iter()
-                    .map(|n| MetadataRequestTopic {
-                        topic_id: Uuid::ZERO,
-                        name: Some((*n).into()),
-                    })
-                    .collect(),
-            ),
-            allow_auto_topic_creation: auto,
-            include_cluster_authorized_operations: false,
-            include_topic_authorized_operations: false,
-        })
-    };
-    let r = c.call(metadata(&["apis", "missing"], false), 9);
+    let r = c.call(metadata_request(&["apis", "missing"], false), 9);
     let m = expect!(r, Metadata);
     assert_eq!(m.brokers.len(), 1);
     assert_eq!(m.brokers[0].port, i32::from(addr.port()));
     assert_eq!(m.topics[0].error_code, k::NONE);
     assert_eq!(m.topics[0].partitions.len(), 3);
     assert_eq!(m.topics[1].error_code, k::UNKNOWN_TOPIC_OR_PARTITION);
-    let r = c.call(metadata(&["auto"], true), 12);
+    let r = c.call(metadata_request(&["auto"], true), 12);
     let m = expect!(r, Metadata);
     assert_eq!(m.topics[0].error_code, k::NONE);
     assert_eq!(m.topics[0].partitions.len(), 1);
@@ -577,7 +579,7 @@ fn every_api_answers() {
         6,
     );
     assert_eq!(expect!(r, DeleteTopics).responses[0].error_code, k::NONE);
-    let r = c.call(metadata(&["apis"], false), 9);
+    let r = c.call(metadata_request(&["apis"], false), 9);
     assert_eq!(
         expect!(r, Metadata).topics[0].error_code,
         k::UNKNOWN_TOPIC_OR_PARTITION
@@ -1286,18 +1288,7 @@ fn pipelined_requests_are_answered_in_order_and_a_partition_keeps_request_order(
     for (partition, _, batch) in &batches {
         ids.push(c.send(produce_request("piped", *partition, batch, -1), 9));
     }
-    let metadata_id = c.send(
-        RequestBody::Metadata(MetadataRequest {
-            topics: Some(vec![MetadataRequestTopic {
-                topic_id: Uuid::ZERO,
-                name: Some("piped".into()),
-            }]),
-            allow_auto_topic_creation: false,
-            include_cluster_authorized_operations: false,
-            include_topic_authorized_operations: false,
-        }),
-        9,
-    );
+    let metadata_id = c.send(metadata_request(&["piped"], false), 9);
     let mut next_offset = [0i64; 2];
     let mut expected: [Vec<Rec>; 2] = [Vec::new(), Vec::new()];
     for (id, (partition, recs, _)) in ids.iter().zip(&batches) {
