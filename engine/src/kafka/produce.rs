@@ -171,7 +171,7 @@ async fn produce_partition(
                 }
             }
             producers.borrow_mut().begin();
-            Some(producers)
+            Some((producers, batch))
         }
         None => None,
     };
@@ -198,7 +198,7 @@ async fn produce_partition(
     // What was stored (for the producer state) and the partition's answer.
     let (stored, result) = match response {
         Ok(Some(Response::Produced { base_offset, .. })) => (
-            Some((idempotent, base_offset as i64, base_offset + records_count)),
+            Some((base_offset as i64, base_offset + records_count)),
             Ok(base_offset as i64),
         ),
         // acks 0: no answer, and no offset to give.
@@ -214,8 +214,8 @@ async fn produce_partition(
             (None, Err((kafka_error(&e), e.message)))
         }
     };
-    if let Some(producers) = producers {
-        producers.borrow_mut().end(stored);
+    if let Some((producers, batch)) = producers {
+        producers.borrow_mut().end(batch, stored);
     }
     result
 }

@@ -201,15 +201,13 @@ impl PartitionProducers {
         self.in_flight += 1;
     }
 
-    /// The append begun last ended: stored at `base_offset` with `batch`
-    /// (when idempotent), ending before `end_offset`; or failed (`None`).
-    pub(crate) fn end(&mut self, stored: Option<(Option<ProducerBatch>, i64, u64)>) {
+    /// An append of `batch` begun earlier ended: stored at `base_offset`,
+    /// ending before `end_offset`; or failed (`None`).
+    pub(crate) fn end(&mut self, batch: &ProducerBatch, stored: Option<(i64, u64)>) {
         self.in_flight = self.in_flight.saturating_sub(1);
         match stored {
-            Some((batch, base_offset, end_offset)) => {
-                if let Some(batch) = batch {
-                    self.apply(&batch, base_offset);
-                }
+            Some((base_offset, end_offset)) => {
+                self.apply(batch, base_offset);
                 self.high = self.high.max(end_offset);
             }
             None => self.frozen = true,
@@ -622,7 +620,7 @@ mod tests {
     fn appended(p: &mut PartitionProducers, b: ProducerBatch, base: i64) {
         p.begin();
         let end = base as u64 + (b.last - b.first) as u64 + 1;
-        p.end(Some((Some(b), base, end)));
+        p.end(&b, Some((base, end)));
     }
 
     #[test]
@@ -670,15 +668,15 @@ mod tests {
         let mut p = PartitionProducers::new(10);
         p.begin();
         p.begin();
-        p.end(Some((Some(batch(1, 0, 0, 0)), 10, 11)));
+        p.end(&batch(1, 0, 0, 0), Some((10, 11)));
         assert_eq!(p.settled, 10, "one append still in flight");
-        p.end(Some((None, 11, 20)));
+        p.end(&batch(2, 0, 0, 8), Some((11, 20)));
         assert_eq!(p.settled, 20);
         // A failed append freezes it: whether it was stored is unknown.
         p.begin();
-        p.end(None);
+        p.end(&batch(1, 0, 1, 1), None);
         p.begin();
-        p.end(Some((Some(batch(1, 0, 1, 1)), 25, 26)));
+        p.end(&batch(1, 0, 1, 1), Some((25, 26)));
         assert_eq!(p.settled, 20);
     }
 
