@@ -35,7 +35,7 @@ use kafka::api::sync_group::{SyncGroupRequest, SyncGroupResponse};
 use kafka::group::{self, Coordinator, CoordinatorConfig, GroupState, Released, Token};
 use kafka::RequestHeader;
 
-use super::{read_object, Gateway, NODE_ID};
+use super::{put_object, read_object, Gateway, NODE_ID};
 use crate::error::EngineError;
 
 /// Where committed offsets live in the filer.
@@ -442,10 +442,7 @@ pub(crate) async fn commit_offsets(
 
 async fn persist(filer: Arc<dyn Filer>, group_id: &str, bytes: Vec<u8>) -> Result<(), String> {
     let path = offsets_path(group_id).map_err(|e| e.to_string())?;
-    tokio::task::spawn_blocking(move || filer.put(&path, &bytes))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+    put_object(filer, path, bytes).await
 }
 
 pub(crate) fn fetch_offsets(

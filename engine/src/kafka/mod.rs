@@ -62,6 +62,19 @@ pub(crate) fn read_object(
     Ok(bytes)
 }
 
+/// Store `bytes` as the object at `path`, on a blocking thread (the gateway
+/// thread never waits on the filer itself).
+pub(crate) async fn put_object(
+    filer: Arc<dyn Filer>,
+    path: filer::ObjectPath,
+    bytes: Vec<u8>,
+) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || filer.put(&path, &bytes))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
 /// What the gateway thread is given.
 pub(crate) struct GatewayParts {
     pub(crate) listen: SocketAddr,

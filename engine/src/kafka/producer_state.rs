@@ -33,7 +33,7 @@ use wire::message::{FetchFrom, SegmentInfo};
 
 use super::fetch::read_segment;
 use super::topics::{kafka_error, kelp_name};
-use super::{read_object, Gateway};
+use super::{put_object, read_object, Gateway};
 use crate::serve_error::ServeError;
 
 /// Batches per producer and partition whose resend is recognised (Kafka's
@@ -475,11 +475,7 @@ fn storage_error(what: &str, e: impl std::fmt::Display) -> Refusal {
 
 async fn store(gateway: &Gateway, topic: &str, segment: u32, bytes: Vec<u8>) -> Result<(), String> {
     let path = snapshot_path(topic, segment).map_err(|e| e.to_string())?;
-    let filer = gateway.filer.clone();
-    tokio::task::spawn_blocking(move || filer.put(&path, &bytes))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+    put_object(gateway.filer.clone(), path, bytes).await
 }
 
 /// Rebuild a partition's state: the snapshot, then the batches stored
