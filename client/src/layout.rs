@@ -102,6 +102,7 @@ mod tests {
             next_offset: 0,
             appended_bytes: 0,
             successors: vec![],
+            ..SegmentInfo::default()
         }
     }
 

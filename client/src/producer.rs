@@ -689,6 +689,7 @@ mod tests {
                 next_offset: 0,
                 appended_bytes: 0,
                 successors: vec![],
+                ..SegmentInfo::default()
             })
             .collect();
         Layout::new(&TopicInfo {

@@ -125,6 +125,7 @@ fn answer(
                     next_offset: 0,
                     appended_bytes: 0,
                     successors: vec![],
+                    ..SegmentInfo::default()
                 })
                 .collect();
             Some(Response::Topic(TopicInfo {
@@ -225,6 +226,9 @@ fn answer(
                 Some(batches),
             );
         }
+        // Cluster requests are tested against real processes
+        // (kelp/tests/cluster.rs).
+        _ => error(ErrorCode::InvalidArgument, "this fake broker has no cluster"),
     };
     (r, None)
 }

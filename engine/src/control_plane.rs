@@ -280,6 +280,10 @@ impl EmbeddedControl {
                         .get(&(name.clone(), s.id.0))
                         .map_or(0, |st| st.appended_bytes.load(Ordering::Relaxed)),
                     successors: s.successors.iter().map(|id| id.0).collect(),
+                    broker: s.broker.map(|b| b.0),
+                    created_ms: s.created_ms,
+                    sealed_ms: s.sealed_ms,
+                    ..SegmentInfo::default()
                 })
                 .collect(),
             name,

@@ -229,6 +229,22 @@ pub(crate) async fn handle_frame(
                 })
             }))
         }
+        Request::SplitSegment { .. }
+        | Request::MergeSegments { .. }
+        | Request::MoveSegment { .. }
+        | Request::SetPolicy { .. }
+        | Request::ListBrokers
+        | Request::RegisterBroker { .. }
+        | Request::LoadReport { .. }
+        | Request::LeaveBroker { .. }
+        | Request::ApplyLayout { .. }
+        | Request::DropTopic { .. } => Reply::Now(error_frame(
+            id,
+            &ServeError::new(
+                ErrorCode::InvalidArgument,
+                "this broker runs its own control plane: cluster requests need `kelp serve --control`",
+            ),
+        )),
         Request::DescribeTopic { topic } => {
             let control = shard.control.clone();
             Reply::Later(Box::pin(async move {

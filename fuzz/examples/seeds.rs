@@ -138,6 +138,7 @@ fn main() -> AnyResult {
                 next_offset: 99,
                 appended_bytes: 4096,
                 successors: vec![4, 5],
+                ..SegmentInfo::default()
             }],
         }),
         Response::Done,

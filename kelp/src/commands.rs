@@ -341,6 +341,7 @@ mod tests {
                     next_offset: 42,
                     appended_bytes: 4200,
                     successors: vec![],
+                    ..SegmentInfo::default()
                 },
                 SegmentInfo {
                     id: 1,
@@ -352,6 +353,7 @@ mod tests {
                     next_offset: 7,
                     appended_bytes: 700,
                     successors: vec![3, 4],
+                    ..SegmentInfo::default()
                 },
             ],
         };

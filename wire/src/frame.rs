@@ -49,6 +49,16 @@ pub enum FrameType {
     PayloadWriteRequest = 0x20,
     PayloadCommitRequest = 0x21,
     PayloadReadRequest = 0x22,
+    SplitSegmentRequest = 0x06,
+    MergeSegmentsRequest = 0x07,
+    MoveSegmentRequest = 0x08,
+    SetPolicyRequest = 0x09,
+    ListBrokersRequest = 0x0A,
+    RegisterBrokerRequest = 0x30,
+    LoadReportRequest = 0x31,
+    LeaveBrokerRequest = 0x32,
+    ApplyLayoutRequest = 0x33,
+    DropTopicRequest = 0x34,
     ShardsResponse = 0x81,
     TopicResponse = 0x82,
     DoneResponse = 0x83,
@@ -56,12 +66,14 @@ pub enum FrameType {
     ProduceResponse = 0x90,
     FetchResponse = 0x91,
     PayloadReadResponse = 0xA2,
+    BrokersResponse = 0x85,
+    RegisteredResponse = 0xB0,
     ErrorResponse = 0xFF,
 }
 
 impl FrameType {
     /// Every frame type, for exhaustive tests.
-    pub const ALL: [FrameType; 18] = [
+    pub const ALL: [FrameType; 30] = [
         FrameType::ShardsRequest,
         FrameType::CreateTopicRequest,
         FrameType::DeleteTopicRequest,
@@ -72,6 +84,16 @@ impl FrameType {
         FrameType::PayloadWriteRequest,
         FrameType::PayloadCommitRequest,
         FrameType::PayloadReadRequest,
+        FrameType::SplitSegmentRequest,
+        FrameType::MergeSegmentsRequest,
+        FrameType::MoveSegmentRequest,
+        FrameType::SetPolicyRequest,
+        FrameType::ListBrokersRequest,
+        FrameType::RegisterBrokerRequest,
+        FrameType::LoadReportRequest,
+        FrameType::LeaveBrokerRequest,
+        FrameType::ApplyLayoutRequest,
+        FrameType::DropTopicRequest,
         FrameType::ShardsResponse,
         FrameType::TopicResponse,
         FrameType::DoneResponse,
@@ -79,6 +101,8 @@ impl FrameType {
         FrameType::ProduceResponse,
         FrameType::FetchResponse,
         FrameType::PayloadReadResponse,
+        FrameType::BrokersResponse,
+        FrameType::RegisteredResponse,
         FrameType::ErrorResponse,
     ];
 

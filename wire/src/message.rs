@@ -158,7 +158,7 @@ pub struct ShardAddress {
 }
 
 /// One segment as the broker describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SegmentInfo {
     pub id: u32,
     pub epoch: u32,
@@ -174,6 +174,54 @@ pub struct SegmentInfo {
     /// (the ingest counter; not kept across restarts).
     pub appended_bytes: u64,
     pub successors: Vec<u32>,
+    /// The owning broker in a cluster; `None` on a single broker (where
+    /// `shard` indexes the answering broker's shard list).
+    pub broker: Option<u32>,
+    /// Where to send the segment's traffic, when another broker than the
+    /// one asked may own it (a cluster). `None`: `shard` of the broker
+    /// asked. For a sealed segment, a broker that serves its reads.
+    pub address: Option<ShardAddress>,
+    /// Recent traffic (the control plane's shortest averaging window);
+    /// 0 where nobody measures it.
+    pub bytes_per_s: u64,
+    pub records_per_s: u64,
+    /// When the segment was created and sealed, ms since the Unix epoch.
+    pub created_ms: u64,
+    pub sealed_ms: Option<u64>,
+}
+
+/// Sentinel for "none" in the u32 and u64 fields that encode an `Option`.
+const NONE_U32: u32 = u32::MAX;
+const NONE_U64: u64 = u64::MAX;
+
+/// One broker of a cluster as the control plane lists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerStatus {
+    pub id: u32,
+    /// One address per shard, index = shard.
+    pub shards: Vec<ShardAddress>,
+    pub capacity_bytes_per_s: u64,
+    pub capacity_records_per_s: u64,
+    /// The broker's load: the sum of its open segments' recent rates.
+    pub bytes_per_s: u64,
+    pub records_per_s: u64,
+    /// Load over capacity (the larger ratio), in thousandths.
+    pub utilization_permille: u32,
+    pub open_segments: u32,
+    /// How long ago the broker was last heard from.
+    pub silent_ms: u64,
+}
+
+/// One open segment's traffic, as a broker reports it to the control plane.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SegmentLoadReport {
+    pub topic: String,
+    pub segment: u32,
+    /// Rates since the broker's previous report.
+    pub bytes_per_s: u64,
+    pub records_per_s: u64,
+    /// One past the last offset appended.
+    pub next_offset: u64,
 }
 
 /// A topic's layout.
@@ -237,6 +285,60 @@ pub enum Request<'a> {
         offset: u64,
         max_bytes: u32,
     },
+    /// Seal an open segment and open `pieces` successors over equal parts
+    /// of its range (answered by the control plane, through any broker).
+    SplitSegment {
+        topic: String,
+        segment: u32,
+        pieces: u32,
+    },
+    /// Seal two adjacent open segments and open one successor over both.
+    MergeSegments {
+        topic: String,
+        a: u32,
+        b: u32,
+    },
+    /// Seal an open segment and reopen its range on broker `to` (`None`:
+    /// the least-loaded other broker).
+    MoveSegment {
+        topic: String,
+        segment: u32,
+        to: Option<u32>,
+    },
+    /// Replace a topic's scaling policy: `policy` is its JSON (see
+    /// `docs/control-plane.md`), empty to remove it.
+    SetPolicy {
+        topic: String,
+        policy: String,
+    },
+    /// The brokers of the cluster and their load.
+    ListBrokers,
+    /// A broker joins the control plane (`id: None` asks for a new id).
+    RegisterBroker {
+        id: Option<u32>,
+        shards: Vec<ShardAddress>,
+        capacity_bytes_per_s: u64,
+        capacity_records_per_s: u64,
+    },
+    /// A broker's traffic per open segment since its previous report.
+    LoadReport {
+        broker: u32,
+        segments: Vec<SegmentLoadReport>,
+    },
+    /// A broker leaves gracefully: its segments move elsewhere first.
+    LeaveBroker {
+        broker: u32,
+    },
+    /// The control plane tells a broker a topic's layout (the topic's
+    /// JSON, `docs/control-plane.md`): the broker seals what the layout
+    /// seals and opens what it places on it.
+    ApplyLayout {
+        topic_json: &'a [u8],
+    },
+    /// The control plane tells a broker a topic is gone.
+    DropTopic {
+        topic: String,
+    },
 }
 
 /// What a broker answers.
@@ -265,6 +367,15 @@ pub enum Response<'a> {
     Error {
         code: ErrorCode,
         message: String,
+    },
+    Brokers {
+        brokers: Vec<BrokerStatus>,
+    },
+    /// A broker's registration was taken: its id, and the filer every
+    /// broker of the cluster stores in (a local directory path).
+    Registered {
+        id: u32,
+        filer: String,
     },
 }
 
@@ -333,6 +444,16 @@ impl<'a> Request<'a> {
             Request::PayloadWrite { .. } => FrameType::PayloadWriteRequest,
             Request::PayloadCommit { .. } => FrameType::PayloadCommitRequest,
             Request::PayloadRead { .. } => FrameType::PayloadReadRequest,
+            Request::SplitSegment { .. } => FrameType::SplitSegmentRequest,
+            Request::MergeSegments { .. } => FrameType::MergeSegmentsRequest,
+            Request::MoveSegment { .. } => FrameType::MoveSegmentRequest,
+            Request::SetPolicy { .. } => FrameType::SetPolicyRequest,
+            Request::ListBrokers => FrameType::ListBrokersRequest,
+            Request::RegisterBroker { .. } => FrameType::RegisterBrokerRequest,
+            Request::LoadReport { .. } => FrameType::LoadReportRequest,
+            Request::LeaveBroker { .. } => FrameType::LeaveBrokerRequest,
+            Request::ApplyLayout { .. } => FrameType::ApplyLayoutRequest,
+            Request::DropTopic { .. } => FrameType::DropTopicRequest,
         }
     }
 
@@ -342,12 +463,14 @@ impl<'a> Request<'a> {
         out.resize(start + FRAME_HEADER_BYTES, 0);
         let mut w = Writer { out };
         match self {
-            Request::Shards | Request::ListTopics => {}
+            Request::Shards | Request::ListTopics | Request::ListBrokers => {}
             Request::CreateTopic { topic, segments } => {
                 w.string(topic);
                 w.u32(*segments);
             }
-            Request::DeleteTopic { topic } | Request::DescribeTopic { topic } => w.string(topic),
+            Request::DeleteTopic { topic }
+            | Request::DescribeTopic { topic }
+            | Request::DropTopic { topic } => w.string(topic),
             Request::Produce {
                 topic,
                 segment,
@@ -405,6 +528,53 @@ impl<'a> Request<'a> {
                 w.u64(*offset);
                 w.u32(*max_bytes);
             }
+            Request::SplitSegment {
+                topic,
+                segment,
+                pieces,
+            } => {
+                w.string(topic);
+                w.u32(*segment);
+                w.u32(*pieces);
+            }
+            Request::MergeSegments { topic, a, b } => {
+                w.string(topic);
+                w.u32(*a);
+                w.u32(*b);
+            }
+            Request::MoveSegment { topic, segment, to } => {
+                w.string(topic);
+                w.u32(*segment);
+                w.u32(to.unwrap_or(NONE_U32));
+            }
+            Request::SetPolicy { topic, policy } => {
+                w.string(topic);
+                w.string(policy);
+            }
+            Request::RegisterBroker {
+                id,
+                shards,
+                capacity_bytes_per_s,
+                capacity_records_per_s,
+            } => {
+                w.u32(id.unwrap_or(NONE_U32));
+                shard_addresses(&mut w, shards);
+                w.u64(*capacity_bytes_per_s);
+                w.u64(*capacity_records_per_s);
+            }
+            Request::LoadReport { broker, segments } => {
+                w.u32(*broker);
+                w.count(segments.len());
+                for s in segments {
+                    w.string(&s.topic);
+                    w.u32(s.segment);
+                    w.u64(s.bytes_per_s);
+                    w.u64(s.records_per_s);
+                    w.u64(s.next_offset);
+                }
+            }
+            Request::LeaveBroker { broker } => w.u32(*broker),
+            Request::ApplyLayout { topic_json } => w.bytes(topic_json),
         }
         seal_frame(out, start, self.frame_type(), request_id);
     }
@@ -416,6 +586,52 @@ impl<'a> Request<'a> {
         let request = match frame_type {
             FrameType::ShardsRequest => Request::Shards,
             FrameType::ListTopicsRequest => Request::ListTopics,
+            FrameType::ListBrokersRequest => Request::ListBrokers,
+            FrameType::SplitSegmentRequest => Request::SplitSegment {
+                topic: r.string()?,
+                segment: r.u32()?,
+                pieces: r.u32()?,
+            },
+            FrameType::MergeSegmentsRequest => Request::MergeSegments {
+                topic: r.string()?,
+                a: r.u32()?,
+                b: r.u32()?,
+            },
+            FrameType::MoveSegmentRequest => Request::MoveSegment {
+                topic: r.string()?,
+                segment: r.u32()?,
+                to: some_u32(r.u32()?),
+            },
+            FrameType::SetPolicyRequest => Request::SetPolicy {
+                topic: r.string()?,
+                policy: r.string()?,
+            },
+            FrameType::RegisterBrokerRequest => Request::RegisterBroker {
+                id: some_u32(r.u32()?),
+                shards: read_shard_addresses(&mut r)?,
+                capacity_bytes_per_s: r.u64()?,
+                capacity_records_per_s: r.u64()?,
+            },
+            FrameType::LoadReportRequest => {
+                let broker = r.u32()?;
+                let n = r.count(2 + 4 + 8 + 8 + 8)?;
+                let mut segments = Vec::with_capacity(n);
+                for _ in 0..n {
+                    segments.push(SegmentLoadReport {
+                        topic: r.string()?,
+                        segment: r.u32()?,
+                        bytes_per_s: r.u64()?,
+                        records_per_s: r.u64()?,
+                        next_offset: r.u64()?,
+                    });
+                }
+                Request::LoadReport { broker, segments }
+            }
+            FrameType::LeaveBrokerRequest => Request::LeaveBroker { broker: r.u32()? },
+            FrameType::ApplyLayoutRequest => Request::ApplyLayout {
+                topic_json: r.rest(),
+            },
+            FrameType::DropTopicRequest => Request::DropTopic { topic: r.string()? },
             FrameType::CreateTopicRequest => Request::CreateTopic {
                 topic: r.string()?,
                 segments: r.u32()?,
@@ -515,6 +731,8 @@ impl<'a> Response<'a> {
             Response::Fetched(_) => FrameType::FetchResponse,
             Response::PayloadBytes { .. } => FrameType::PayloadReadResponse,
             Response::Error { .. } => FrameType::ErrorResponse,
+            Response::Brokers { .. } => FrameType::BrokersResponse,
+            Response::Registered { .. } => FrameType::RegisteredResponse,
         }
     }
 
@@ -524,13 +742,7 @@ impl<'a> Response<'a> {
         out.resize(start + FRAME_HEADER_BYTES, 0);
         let mut w = Writer { out };
         match self {
-            Response::Shards { shards } => {
-                w.count(shards.len());
-                for s in shards {
-                    w.string(&s.tcp);
-                    w.string(&s.quic);
-                }
-            }
+            Response::Shards { shards } => shard_addresses(&mut w, shards),
             Response::Topic(topic) => {
                 w.string(&topic.name);
                 w.count(topic.segments.len());
@@ -547,7 +759,38 @@ impl<'a> Response<'a> {
                     for id in &s.successors {
                         w.u32(*id);
                     }
+                    w.u32(s.broker.unwrap_or(NONE_U32));
+                    match &s.address {
+                        Some(a) => {
+                            w.u8(1);
+                            w.string(&a.tcp);
+                            w.string(&a.quic);
+                        }
+                        None => w.u8(0),
+                    }
+                    w.u64(s.bytes_per_s);
+                    w.u64(s.records_per_s);
+                    w.u64(s.created_ms);
+                    w.u64(s.sealed_ms.unwrap_or(NONE_U64));
                 }
+            }
+            Response::Brokers { brokers } => {
+                w.count(brokers.len());
+                for b in brokers {
+                    w.u32(b.id);
+                    shard_addresses(&mut w, &b.shards);
+                    w.u64(b.capacity_bytes_per_s);
+                    w.u64(b.capacity_records_per_s);
+                    w.u64(b.bytes_per_s);
+                    w.u64(b.records_per_s);
+                    w.u32(b.utilization_permille);
+                    w.u32(b.open_segments);
+                    w.u64(b.silent_ms);
+                }
+            }
+            Response::Registered { id, filer } => {
+                w.u32(*id);
+                w.string(filer);
             }
             Response::Done => {}
             Response::TopicList { topics } => {
@@ -591,20 +834,34 @@ impl<'a> Response<'a> {
     pub fn decode(frame_type: FrameType, payload: &'a [u8]) -> Result<Response<'a>, DecodeError> {
         let mut r = Reader::new(payload, "response");
         let response = match frame_type {
-            FrameType::ShardsResponse => {
-                let n = r.count(4)?;
-                let mut shards = Vec::with_capacity(n);
+            FrameType::ShardsResponse => Response::Shards {
+                shards: read_shard_addresses(&mut r)?,
+            },
+            FrameType::BrokersResponse => {
+                let n = r.count(4 + 4 + 8 * 4 + 4 + 4 + 8)?;
+                let mut brokers = Vec::with_capacity(n);
                 for _ in 0..n {
-                    shards.push(ShardAddress {
-                        tcp: r.string()?,
-                        quic: r.string()?,
+                    brokers.push(BrokerStatus {
+                        id: r.u32()?,
+                        shards: read_shard_addresses(&mut r)?,
+                        capacity_bytes_per_s: r.u64()?,
+                        capacity_records_per_s: r.u64()?,
+                        bytes_per_s: r.u64()?,
+                        records_per_s: r.u64()?,
+                        utilization_permille: r.u32()?,
+                        open_segments: r.u32()?,
+                        silent_ms: r.u64()?,
                     });
                 }
-                Response::Shards { shards }
+                Response::Brokers { brokers }
             }
+            FrameType::RegisteredResponse => Response::Registered {
+                id: r.u32()?,
+                filer: r.string()?,
+            },
             FrameType::TopicResponse => {
                 let name = r.string()?;
-                let n = r.count(43)?;
+                let n = r.count(43 + 4 + 1 + 8 * 4)?;
                 let mut segments = Vec::with_capacity(n);
                 for _ in 0..n {
                     let id = r.u32()?;
@@ -620,6 +877,24 @@ impl<'a> Response<'a> {
                     for _ in 0..k {
                         successors.push(r.u32()?);
                     }
+                    let broker = some_u32(r.u32()?);
+                    let address = match r.u8()? {
+                        0 => None,
+                        1 => Some(ShardAddress {
+                            tcp: r.string()?,
+                            quic: r.string()?,
+                        }),
+                        _ => {
+                            return Err(DecodeError::Invalid {
+                                what: "topic response",
+                                reason: "address flag is neither 0 nor 1",
+                            })
+                        }
+                    };
+                    let bytes_per_s = r.u64()?;
+                    let records_per_s = r.u64()?;
+                    let created_ms = r.u64()?;
+                    let sealed_ms = Some(r.u64()?).filter(|&t| t != NONE_U64);
                     if u64::from(start) >= end || end > 1 << 32 {
                         return Err(DecodeError::Invalid {
                             what: "topic response",
@@ -636,6 +911,12 @@ impl<'a> Response<'a> {
                         next_offset,
                         appended_bytes,
                         successors,
+                        broker,
+                        address,
+                        bytes_per_s,
+                        records_per_s,
+                        created_ms,
+                        sealed_ms,
                     });
                 }
                 Response::Topic(TopicInfo { name, segments })
@@ -681,6 +962,30 @@ impl<'a> Response<'a> {
         r.finish()?;
         Ok(response)
     }
+}
+
+fn some_u32(v: u32) -> Option<u32> {
+    (v != NONE_U32).then_some(v)
+}
+
+fn shard_addresses(w: &mut Writer<'_>, shards: &[ShardAddress]) {
+    w.count(shards.len());
+    for s in shards {
+        w.string(&s.tcp);
+        w.string(&s.quic);
+    }
+}
+
+fn read_shard_addresses(r: &mut Reader<'_>) -> Result<Vec<ShardAddress>, DecodeError> {
+    let n = r.count(4)?;
+    let mut shards = Vec::with_capacity(n);
+    for _ in 0..n {
+        shards.push(ShardAddress {
+            tcp: r.string()?,
+            quic: r.string()?,
+        });
+    }
+    Ok(shards)
 }
 
 fn payload_id(w: &mut Writer<'_>, id: &PayloadId) {
@@ -826,6 +1131,57 @@ mod tests {
                 offset: 11,
                 max_bytes: 12,
             },
+            Request::SplitSegment {
+                topic: "ns/t".into(),
+                segment: 3,
+                pieces: 2,
+            },
+            Request::MergeSegments {
+                topic: "ns/t".into(),
+                a: 4,
+                b: 5,
+            },
+            Request::MoveSegment {
+                topic: "ns/t".into(),
+                segment: 6,
+                to: Some(2),
+            },
+            Request::MoveSegment {
+                topic: "ns/t".into(),
+                segment: 6,
+                to: None,
+            },
+            Request::SetPolicy {
+                topic: "ns/t".into(),
+                policy: r#"{"target":{"bytes_per_s":1000}}"#.into(),
+            },
+            Request::ListBrokers,
+            Request::RegisterBroker {
+                id: None,
+                shards: vec![ShardAddress {
+                    tcp: "127.0.0.1:7420".into(),
+                    quic: "127.0.0.1:7420".into(),
+                }],
+                capacity_bytes_per_s: 1 << 30,
+                capacity_records_per_s: 1 << 20,
+            },
+            Request::LoadReport {
+                broker: 3,
+                segments: vec![SegmentLoadReport {
+                    topic: "ns/t".into(),
+                    segment: 1,
+                    bytes_per_s: 2,
+                    records_per_s: 3,
+                    next_offset: 4,
+                }],
+            },
+            Request::LeaveBroker { broker: 3 },
+            Request::ApplyLayout {
+                topic_json: br#"{"name":"ns/t"}"#,
+            },
+            Request::DropTopic {
+                topic: "ns/t".into(),
+            },
         ]
     }
 
@@ -849,8 +1205,52 @@ mod tests {
                     next_offset: 99,
                     appended_bytes: 12345,
                     successors: vec![4, 5],
+                    ..SegmentInfo::default()
                 }],
             }),
+            Response::Topic(TopicInfo {
+                name: "ns/t".into(),
+                segments: vec![SegmentInfo {
+                    id: 7,
+                    epoch: 2,
+                    start: 5,
+                    end: 9,
+                    sealed: true,
+                    shard: 0,
+                    next_offset: 1,
+                    appended_bytes: 2,
+                    successors: vec![8],
+                    broker: Some(4),
+                    address: Some(ShardAddress {
+                        tcp: "127.0.0.1:7500".into(),
+                        quic: "127.0.0.1:7500".into(),
+                    }),
+                    bytes_per_s: 1000,
+                    records_per_s: 10,
+                    created_ms: 1_700_000_000_000,
+                    sealed_ms: Some(1_700_000_001_000),
+                }],
+            }),
+            Response::Brokers {
+                brokers: vec![BrokerStatus {
+                    id: 1,
+                    shards: vec![ShardAddress {
+                        tcp: "127.0.0.1:7420".into(),
+                        quic: "127.0.0.1:7420".into(),
+                    }],
+                    capacity_bytes_per_s: 100,
+                    capacity_records_per_s: 10,
+                    bytes_per_s: 50,
+                    records_per_s: 1,
+                    utilization_permille: 500,
+                    open_segments: 3,
+                    silent_ms: 400,
+                }],
+            },
+            Response::Registered {
+                id: 9,
+                filer: "/var/lib/kelp/filer".into(),
+            },
             Response::Done,
             Response::TopicList {
                 topics: vec!["a/b".into(), "c/d".into()],
@@ -910,12 +1310,17 @@ mod tests {
             req.encode(1, &mut out);
             let payload = &out[FRAME_HEADER_BYTES..];
             for n in 0..payload.len() {
-                // The last field of Produce and PayloadWrite is "the
-                // rest", so any cut past the fixed part decodes;
+                // The last field of Produce, PayloadWrite and ApplyLayout
+                // is "the rest", so any cut past the fixed part decodes;
                 // everything else must refuse.
                 if let Ok(r) = Request::decode(req.frame_type(), &payload[..n]) {
                     assert!(
-                        matches!(r, Request::Produce { .. } | Request::PayloadWrite { .. }),
+                        matches!(
+                            r,
+                            Request::Produce { .. }
+                                | Request::PayloadWrite { .. }
+                                | Request::ApplyLayout { .. }
+                        ),
                         "{req:?} cut to {n} decoded"
                     );
                 }
