@@ -65,22 +65,11 @@ pub struct Broker {
 
 impl Broker {
     /// Start everything and return once every shard serves.
-    pub fn start(config: BrokerConfig) -> Result<Broker, EngineError> {
+    pub fn start(mut config: BrokerConfig) -> Result<Broker, EngineError> {
         config.validate().map_err(EngineError::Config)?;
         let shard_count = config.shard_count();
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;
-        let filer: Arc<dyn Filer> = Arc::new(
-            LocalFiler::open(config.data_dir.join("filer"))?
-                .drop_handed_over_pages(config.drop_flushed_pages),
-        );
-        let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
-        let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
-        let quic_config = crate::tls::server_config(cert, key)?;
-        // quinn's ServerConfig is quinn-proto's, so both drivers share it.
-        let shard_quic_config = Arc::new(quic_config.clone());
-        let quic_driver = config.quic_driver;
-
         let addresses: Vec<ShardAddress> = (0..shard_count)
             .map(|i| {
                 let a = config.shard_address(i).to_string();
@@ -90,19 +79,42 @@ impl Broker {
                 }
             })
             .collect();
+        // In a cluster the control plane names this broker's id and the
+        // filer every broker shares; alone, the filer is in the data dir.
+        let joined = match config.control.clone() {
+            Some(control) => {
+                let joined = crate::cluster_agent::join(&config, &control, &addresses)?;
+                config.broker_id = Some(joined.id);
+                Some(joined)
+            }
+            None => None,
+        };
+        let filer_dir = joined
+            .as_ref()
+            .map_or_else(|| config.data_dir.join("filer"), |j| j.filer.clone());
+        let filer: Arc<dyn Filer> = Arc::new(
+            LocalFiler::open(filer_dir)?.drop_handed_over_pages(config.drop_flushed_pages),
+        );
+        let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
+        let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
+        let quic_config = crate::tls::server_config(cert, key)?;
+        // quinn's ServerConfig is quinn-proto's, so both drivers share it.
+        let shard_quic_config = Arc::new(quic_config.clone());
+        let quic_driver = config.quic_driver;
+
         let (control_tx, control_rx) = flume::bounded(CONTROL_REQUESTS_QUEUED_MAX);
-        let mut command_txs = Vec::new();
+        let (command_txs, mut command_rxs): (Vec<_>, Vec<_>) = (0..shard_count)
+            .map(|_| flume::bounded::<ShardCommand>(SHARD_COMMANDS_QUEUED_MAX))
+            .unzip();
         let mut inbox_txs = Vec::new();
         let mut shard_threads = Vec::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), EngineError>>();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let io_memory = (IO_MEMORY_BYTES * 2 / shard_count.max(2)).max(128 << 10);
-        for index in 0..shard_count {
-            let (command_tx, command_rx) =
-                flume::bounded::<ShardCommand>(SHARD_COMMANDS_QUEUED_MAX);
+        for (index, command_rx) in command_rxs.drain(..).enumerate() {
             let (inbox_tx, inbox_rx) = flume::bounded(config.quic_inbox_frames_max);
-            command_txs.push(command_tx);
             inbox_txs.push(inbox_tx);
+            let shard_commands = command_txs.clone();
             let placement = if config.pin_shards {
                 Placement::Fixed(index % cpus)
             } else {
@@ -158,6 +170,7 @@ impl Broker {
                         payload_budget,
                         topics: RefCell::new(HashMap::new()),
                         control,
+                        shard_commands: Rc::new(shard_commands),
                         shard_addresses: Rc::new(addresses),
                         connections: Cell::new(0),
                         stopping: Cell::new(false),
@@ -218,29 +231,47 @@ impl Broker {
             }
         }
 
-        // The control plane loads the layout and has every shard open its
-        // segments (recovering and flushing what an earlier run left)
-        // before any client is served over QUIC.
-        let service = ControlService::open(filer.clone(), shard_count as u16, 0)?;
-        let sweeper = PayloadSweeper::new(filer.clone(), config.payload_grace_ms);
-        let mut control = EmbeddedControl::new(
-            service,
-            command_txs,
-            payloads,
-            sweeper,
-            Duration::from_millis(config.payload_sweep_interval_ms),
-            Duration::from_millis(config.payload_grace_ms),
-        );
-        control
-            .announce_all()
-            .map_err(|reason| EngineError::Shard {
-                shard: usize::MAX,
-                reason,
-            })?;
-        let control_thread = std::thread::Builder::new()
-            .name("kelp-control".into())
-            .spawn(move || control.run(control_rx))
-            .map_err(|e| EngineError::io("spawn control thread", "", e))?;
+        let control_thread = match joined {
+            // The cluster's control plane sends this broker every topic's
+            // layout once the agent's first load report reaches it.
+            Some(joined) => {
+                let agent = crate::cluster_agent::ClusterAgent::new(
+                    joined,
+                    config.clone(),
+                    addresses.clone(),
+                    command_txs,
+                );
+                std::thread::Builder::new()
+                    .name("kelp-cluster".into())
+                    .spawn(move || agent.run(control_rx))
+                    .map_err(|e| EngineError::io("spawn cluster agent thread", "", e))?
+            }
+            None => {
+                // The control plane loads the layout and has every shard
+                // open its segments (recovering and flushing what an
+                // earlier run left) before any client is served over QUIC.
+                let service = ControlService::open(filer.clone(), shard_count as u16, 0)?;
+                let sweeper = PayloadSweeper::new(filer.clone(), config.payload_grace_ms);
+                let mut control = EmbeddedControl::new(
+                    service,
+                    command_txs,
+                    payloads,
+                    sweeper,
+                    Duration::from_millis(config.payload_sweep_interval_ms),
+                    Duration::from_millis(config.payload_grace_ms),
+                );
+                control
+                    .announce_all()
+                    .map_err(|reason| EngineError::Shard {
+                        shard: usize::MAX,
+                        reason,
+                    })?;
+                std::thread::Builder::new()
+                    .name("kelp-control".into())
+                    .spawn(move || control.run(control_rx))
+                    .map_err(|e| EngineError::io("spawn control thread", "", e))?
+            }
+        };
 
         let kafka = match config.kafka_listen {
             Some(listen) => Some(KafkaGateway::start(GatewayParts {

@@ -60,6 +60,19 @@ pub struct BrokerConfig {
     /// Where the Kafka gateway listens; `None` (the default) runs none.
     /// Port 0 picks a free port (see `Broker::kafka_address`).
     pub kafka_listen: Option<SocketAddr>,
+    /// The control plane to join (`host:port`); `None` (the default) runs
+    /// the embedded single-broker control plane.
+    pub control: Option<String>,
+    /// This broker's id in the cluster: set by the broker when the control
+    /// plane takes its registration (kept in `<data dir>/broker-id` for
+    /// the next start); `None` on a single broker.
+    pub broker_id: Option<u32>,
+    /// What the broker tells the control plane it can take, per shard:
+    /// the unit of its utilization for placement and rebalancing.
+    pub capacity_bytes_per_s_per_shard: u64,
+    pub capacity_records_per_s_per_shard: u64,
+    /// How often a broker in a cluster reports its segments' load.
+    pub load_report_ms: u64,
 }
 
 /// How QUIC reaches the shards.
@@ -96,6 +109,13 @@ impl Default for BrokerConfig {
             payload_sweep_interval_ms: 60_000,
             payload_upload_bytes_max: 64 << 20,
             kafka_listen: None,
+            control: None,
+            broker_id: None,
+            // About what one shard ingests on this class of host
+            // (BENCHMARKS.md).
+            capacity_bytes_per_s_per_shard: 500 << 20,
+            capacity_records_per_s_per_shard: 1_000_000,
+            load_report_ms: 1000,
         }
     }
 }
@@ -156,6 +176,18 @@ impl BrokerConfig {
         }
         if self.tick_ms == 0 {
             return Err("tick must be at least 1 ms".into());
+        }
+        if self.control.is_some() && self.kafka_listen.is_some() {
+            return Err(
+                "the Kafka gateway runs only on a single broker (no --control) for now".into(),
+            );
+        }
+        if self.capacity_bytes_per_s_per_shard == 0 || self.capacity_records_per_s_per_shard == 0
+        {
+            return Err("capacities must be at least 1".into());
+        }
+        if self.load_report_ms == 0 {
+            return Err("the load report interval must be at least 1 ms".into());
         }
         Ok(())
     }

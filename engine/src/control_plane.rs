@@ -47,6 +47,14 @@ pub(crate) enum ControlRequest {
         topic: String,
         reply: Reply<TopicInfo>,
     },
+    /// A client's admin request for the cluster's control plane, passed on
+    /// as it came (frame type and payload); the answer comes back the same
+    /// way. Only a broker in a cluster takes these.
+    Forward {
+        frame_type: wire::FrameType,
+        payload: Vec<u8>,
+        reply: Reply<crate::cluster_agent::Answer>,
+    },
     Shutdown {
         reply: flume::Sender<Result<(), String>>,
     },
@@ -71,6 +79,11 @@ pub(crate) enum ShardCommand {
     DropTopic {
         name: String,
         reply: flume::Sender<()>,
+    },
+    /// The counters of every open segment here (the cluster agent's load
+    /// report).
+    ReportLoad {
+        reply: flume::Sender<Vec<crate::shard::SegmentLoadFigures>>,
     },
     /// Seal and flush everything, then report.
     Shutdown {
@@ -185,8 +198,15 @@ impl EmbeddedControl {
                 ControlRequest::DescribeTopic { topic, reply } => {
                     let _ = reply.send(self.describe(&topic));
                 }
+                ControlRequest::Forward { reply, .. } => {
+                    let _ = reply.send(Err(ServeError::new(
+                        ErrorCode::InvalidArgument,
+                        "this broker runs its own control plane: cluster requests need \
+                         `kelp serve --control`",
+                    )));
+                }
                 ControlRequest::Shutdown { reply } => {
-                    let _ = reply.send(self.shutdown_shards());
+                    let _ = reply.send(shut_down_shards(&self.shards));
                     return;
                 }
             }
@@ -289,27 +309,29 @@ impl EmbeddedControl {
             name,
         }
     }
+}
 
-    fn shutdown_shards(&mut self) -> Result<(), String> {
-        let mut waiting = Vec::new();
-        for (i, shard) in self.shards.iter().enumerate() {
-            let (tx, rx) = flume::bounded(1);
-            if shard.send(ShardCommand::Shutdown { reply: tx }).is_ok() {
-                waiting.push((i, rx));
-            }
-        }
-        let mut failures = Vec::new();
-        for (i, rx) in waiting {
-            match rx.recv_timeout(SHARD_COMMAND_TIMEOUT) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failures.push(format!("shard {i}: {e}")),
-                Err(_) => failures.push(format!("shard {i} did not finish flushing")),
-            }
-        }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failures.join("; "))
+/// Have every shard seal and flush everything, and wait for them.
+pub(crate) fn shut_down_shards(shards: &[flume::Sender<ShardCommand>]) -> Result<(), String> {
+    let mut waiting = Vec::new();
+    for (i, shard) in shards.iter().enumerate() {
+        let (tx, rx) = flume::bounded(1);
+        if shard.send(ShardCommand::Shutdown { reply: tx }).is_ok() {
+            waiting.push((i, rx));
         }
     }
+    let mut failures = Vec::new();
+    for (i, rx) in waiting {
+        match rx.recv_timeout(SHARD_COMMAND_TIMEOUT) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(format!("shard {i}: {e}")),
+            Err(_) => failures.push(format!("shard {i} did not finish flushing")),
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
+    }
 }
+

@@ -13,6 +13,7 @@
 
 mod broker;
 mod buffer;
+mod cluster_agent;
 pub mod config;
 mod connection;
 mod control_plane;

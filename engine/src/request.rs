@@ -11,12 +11,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use wire::batch::BatchView;
-use wire::frame::FrameHeader;
+use wire::frame::{encode_frame, FrameHeader};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::message::{Fetched, FETCHED_PREFIX_BYTES};
 use wire::{key_hash, AckMode, ErrorCode, Request, Response};
 
-use crate::control_plane::ControlRequest;
+use crate::control_plane::{ControlRequest, ShardCommand};
 use crate::segment::blocking;
 use crate::serve_error::ServeError;
 use crate::shard::{SegmentLookup, Shard};
@@ -88,6 +88,9 @@ pub(crate) async fn handle_frame(
         Ok(r) => r,
         Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
     };
+    if shard.config.control.is_some() && is_admin(&request) {
+        return forward(shard, id, header.frame_type, payload);
+    }
     match request {
         Request::Shards => Reply::Now(response_frame(
             id,
@@ -108,15 +111,26 @@ pub(crate) async fn handle_frame(
             max_bytes,
             max_wait_ms,
         } => {
+            // A segment sealed elsewhere is read from the filer through a
+            // view this shard opens on first use.
             let cell = match local_segment(shard, &topic, segment) {
-                Ok(c) => c,
+                Ok(c) => Some(c),
+                Err(e) if e.code == ErrorCode::SegmentSealed => None,
                 Err(e) => return Reply::Now(error_frame(id, &e)),
             };
             let max_bytes = (max_bytes as usize)
                 .clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
             let max_wait =
                 Duration::from_millis(u64::from(max_wait_ms.min(shard.config.fetch_wait_ms_max)));
+            let shard = shard.clone();
             Reply::Later(Box::pin(async move {
+                let cell = match cell {
+                    Some(c) => c,
+                    None => match shard.sealed_view(&topic, segment).await {
+                        Ok(c) => c,
+                        Err(e) => return error_frame(id, &ServeError::storage(&e)),
+                    },
+                };
                 let result = cell.fetch(from, max_bytes, max_wait).await;
                 answer(id, result, |mut f| {
                     Fetched {
@@ -124,7 +138,7 @@ pub(crate) async fn handle_frame(
                         start_offset: f.start_offset,
                         next_offset: f.next_offset,
                         high_watermark: f.high_watermark,
-                        sealed: false,
+                        sealed: f.sealed,
                         batches: &[],
                     }
                     .finish_frame(id, &mut f.frame);
@@ -234,17 +248,69 @@ pub(crate) async fn handle_frame(
         | Request::MoveSegment { .. }
         | Request::SetPolicy { .. }
         | Request::ListBrokers
-        | Request::RegisterBroker { .. }
-        | Request::LoadReport { .. }
-        | Request::LeaveBroker { .. }
         | Request::ApplyLayout { .. }
-        | Request::DropTopic { .. } => Reply::Now(error_frame(
-            id,
-            &ServeError::new(
-                ErrorCode::InvalidArgument,
-                "this broker runs its own control plane: cluster requests need `kelp serve --control`",
-            ),
-        )),
+        | Request::DropTopic { .. }
+            if shard.config.control.is_none() =>
+        {
+            Reply::Now(error_frame(
+                id,
+                &ServeError::new(
+                    ErrorCode::InvalidArgument,
+                    "this broker runs its own control plane: cluster requests need \
+                     `kelp serve --control`",
+                ),
+            ))
+        }
+        Request::RegisterBroker { .. } | Request::LoadReport { .. } | Request::LeaveBroker { .. } => {
+            Reply::Now(error_frame(
+                id,
+                &ServeError::new(
+                    ErrorCode::InvalidArgument,
+                    "brokers register with the control plane, not with another broker",
+                ),
+            ))
+        }
+        Request::ApplyLayout { topic_json } => {
+            let topic = match control::Topic::from_json_bytes(topic_json) {
+                Ok(t) => t,
+                Err(e) => {
+                    let e = ServeError::new(ErrorCode::InvalidArgument, format!("layout: {e}"));
+                    return Reply::Now(error_frame(id, &e));
+                }
+            };
+            let commands = shard.shard_commands.clone();
+            Reply::Later(Box::pin(async move {
+                let result = apply_layout(&commands, topic).await;
+                answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        Request::DropTopic { topic } => {
+            let name = match control::TopicName::parse(&topic) {
+                Ok(n) => n,
+                Err(e) => return Reply::Now(error_frame(id, &ServeError::from(e))),
+            };
+            let commands = shard.shard_commands.clone();
+            let payloads = shard.payloads.clone();
+            Reply::Later(Box::pin(async move {
+                for c in commands.iter() {
+                    let (tx, rx) = flume::bounded(1);
+                    let command = ShardCommand::DropTopic {
+                        name: topic.clone(),
+                        reply: tx,
+                    };
+                    if c.send_async(command).await.is_ok() {
+                        let _ = rx.recv_async().await;
+                    }
+                }
+                payloads.drop_topic(&name);
+                response_frame(id, &Response::Done)
+            }))
+        }
+        Request::SplitSegment { .. }
+        | Request::MergeSegments { .. }
+        | Request::MoveSegment { .. }
+        | Request::SetPolicy { .. }
+        | Request::ListBrokers => forward(shard, id, header.frame_type, payload),
         Request::DescribeTopic { topic } => {
             let control = shard.control.clone();
             Reply::Later(Box::pin(async move {
@@ -257,6 +323,76 @@ pub(crate) async fn handle_frame(
             }))
         }
     }
+}
+
+/// The requests the control plane answers: a broker in a cluster passes
+/// them on as they came.
+fn is_admin(request: &Request<'_>) -> bool {
+    matches!(
+        request,
+        Request::CreateTopic { .. }
+            | Request::DeleteTopic { .. }
+            | Request::ListTopics
+            | Request::DescribeTopic { .. }
+            | Request::SplitSegment { .. }
+            | Request::MergeSegments { .. }
+            | Request::MoveSegment { .. }
+            | Request::SetPolicy { .. }
+            | Request::ListBrokers
+    )
+}
+
+/// Pass an admin request to the cluster's control plane (through the
+/// cluster agent) and its answer back under the client's request id.
+fn forward(shard: &Shard, id: u32, frame_type: wire::FrameType, payload: &[u8]) -> Reply {
+    let control = shard.control.clone();
+    let payload = payload.to_vec();
+    Reply::Later(Box::pin(async move {
+        let result = ask(&control, |reply| ControlRequest::Forward {
+            frame_type,
+            payload,
+            reply,
+        })
+        .await;
+        answer(id, result, |(frame_type, payload)| {
+            let mut out = Vec::with_capacity(wire::frame::FRAME_HEADER_BYTES + payload.len());
+            encode_frame(&mut out, frame_type, id, &payload);
+            out
+        })
+    }))
+}
+
+/// Give every shard of this broker a topic's layout and wait until each
+/// applied it (sealed segments flushed, new ones open).
+async fn apply_layout(
+    commands: &[flume::Sender<ShardCommand>],
+    topic: control::Topic,
+) -> Result<(), ServeError> {
+    let mut waiting = Vec::with_capacity(commands.len());
+    for (i, c) in commands.iter().enumerate() {
+        let (tx, rx) = flume::bounded(1);
+        let command = ShardCommand::TopicLayout {
+            topic: topic.clone(),
+            reply: tx,
+        };
+        c.send_async(command)
+            .await
+            .map_err(|_| ServeError::new(ErrorCode::Internal, format!("shard {i} is gone")))?;
+        waiting.push((i, rx));
+    }
+    for (i, rx) in waiting {
+        match rx.recv_async().await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(ServeError::new(ErrorCode::Storage, e)),
+            Err(_) => {
+                return Err(ServeError::new(
+                    ErrorCode::Internal,
+                    format!("shard {i} did not answer"),
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Most payload bytes one read answers with: a frame's payload less the

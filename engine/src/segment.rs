@@ -36,7 +36,31 @@ use crate::serve_error::ServeError;
 pub(crate) struct SegmentStats {
     pub(crate) next_offset: AtomicU64,
     pub(crate) appended_bytes: AtomicU64,
+    /// Records appended since the broker opened the segment.
+    pub(crate) appended_records: AtomicU64,
 }
+
+/// Whether a segment takes writes, and whether its end is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SealState {
+    /// Takes writes.
+    Open,
+    /// Takes no writes; records may still be on their way to the filer
+    /// (the owner is flushing, or another broker's view waits for the
+    /// owner's seal marker).
+    Sealing,
+    /// Takes no writes and every record is in the filer: a reader at the
+    /// end is done with the segment.
+    Sealed,
+}
+
+/// The name of the object, beside a segment's chunks, whose presence says
+/// the segment is sealed and its chunks are final (`docs/control-plane.md`).
+pub(crate) const SEAL_MARKER_NAME: &str = "sealed";
+
+/// How long a fetch from a sealed segment's view waits before it looks
+/// for the owner's marker and new chunks again.
+const SEAL_POLL: Duration = Duration::from_millis(100);
 
 /// A chunk in the filer.
 #[derive(Debug, Clone)]
@@ -119,6 +143,7 @@ pub(crate) struct SegmentCell {
     config: Rc<BrokerConfig>,
     pub(crate) stats: Arc<SegmentStats>,
     state: RefCell<SegmentState>,
+    seal: Cell<SealState>,
     closed: Cell<bool>,
     appended: Event,
     flushed: Event,
@@ -131,6 +156,8 @@ pub(crate) struct FetchResult {
     pub(crate) start_offset: u64,
     pub(crate) next_offset: u64,
     pub(crate) high_watermark: u64,
+    /// The segment is sealed and every record is in the filer.
+    pub(crate) sealed: bool,
     /// The response frame to be: [`FETCHED_FRAME_PREFIX_BYTES`] of room,
     /// then the batches, copied here once from the buffer or the chunk
     /// (`Fetched::finish_frame` fills the room).
@@ -209,6 +236,7 @@ impl SegmentCell {
             filer,
             config,
             stats,
+            seal: Cell::new(SealState::Open),
             state: RefCell::new(SegmentState {
                 next_offset,
                 flushed_offset: chunk_end,
@@ -238,6 +266,137 @@ impl SegmentCell {
         Ok(cell)
     }
 
+    /// A view of a segment sealed on another broker (or before this one
+    /// started), for reads only: its chunks in the filer, and whether the
+    /// sealing broker's marker says they are final. No local buffers.
+    pub(crate) async fn open_sealed(
+        config: Rc<BrokerConfig>,
+        filer: Arc<dyn Filer>,
+        topic_prefix: &str,
+        id: u32,
+        range_start: u32,
+        range_end: u64,
+    ) -> Result<Rc<SegmentCell>, EngineError> {
+        let chunk_prefix = ObjectPath::new(format!("{topic_prefix}/{id}"))?;
+        let (chunks, marked) = {
+            let filer = filer.clone();
+            let prefix = chunk_prefix.clone();
+            blocking(move || load_sealed(filer.as_ref(), &prefix)).await?
+        };
+        let end = chunks.last().map_or(0, |c| c.header.next_offset);
+        let stats = Arc::new(SegmentStats::default());
+        stats.next_offset.store(end, Ordering::Relaxed);
+        Ok(Rc::new(SegmentCell {
+            id,
+            range_start,
+            range_end,
+            buffers_dir: PathBuf::new(),
+            chunk_prefix,
+            filer,
+            config,
+            stats,
+            seal: Cell::new(if marked {
+                SealState::Sealed
+            } else {
+                SealState::Sealing
+            }),
+            state: RefCell::new(SegmentState {
+                next_offset: end,
+                flushed_offset: end,
+                active: None,
+                sealed: VecDeque::new(),
+                chunks,
+                flushing: false,
+                durable_waiting_since: None,
+                index_cache: None,
+                spares: Vec::new(),
+                spares_pending: 0,
+                spare_counter: 0,
+            }),
+            closed: Cell::new(false),
+            appended: Event::new(),
+            flushed: Event::new(),
+            space: Event::new(),
+        }))
+    }
+
+    /// Whether the segment takes writes.
+    pub(crate) fn seal_state(&self) -> SealState {
+        self.seal.get()
+    }
+
+    /// Seal the segment for good (the control plane moved its range to
+    /// successors): refuse writes from now on, flush everything buffered,
+    /// drop the local buffers, then store the seal marker so readers on
+    /// any broker know the chunks are final. Idempotent.
+    pub(crate) async fn seal(self: &Rc<Self>, epoch: u32) -> Result<(), ServeError> {
+        if self.seal.get() == SealState::Sealed {
+            return Ok(());
+        }
+        self.seal.set(SealState::Sealing);
+        // Producers held back by a full flush queue see the seal.
+        self.space.notify(usize::MAX);
+        let target = {
+            let mut state = self.state.borrow_mut();
+            self.seal_active(&mut state)?;
+            state.next_offset
+        };
+        self.start_flush();
+        self.wait_flushed(target)
+            .await
+            .map_err(|e| ServeError::storage(&e))?;
+        while self.state.borrow().spares_pending > 0 {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        {
+            let mut state = self.state.borrow_mut();
+            state.active = None;
+            state.spares.clear();
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.buffers_dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!("remove {}: {e}", self.buffers_dir.display());
+            }
+        }
+        let marker = self
+            .chunk_prefix
+            .join(SEAL_MARKER_NAME)
+            .map_err(|e| ServeError::new(ErrorCode::Internal, e.to_string()))?;
+        let body = seal_marker(self.id, epoch, "broker");
+        let filer = self.filer.clone();
+        blocking(move || filer.put(&marker, &body))
+            .await
+            .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
+        self.seal.set(SealState::Sealed);
+        // Long-polling readers at the end learn that it is the end.
+        self.appended.notify(usize::MAX);
+        Ok(())
+    }
+
+    /// For a view of a segment sealed elsewhere: look for the marker and
+    /// for chunks flushed since the last look.
+    async fn refresh_sealed(&self) -> Result<(), ServeError> {
+        let (chunks, marked) = {
+            let filer = self.filer.clone();
+            let prefix = self.chunk_prefix.clone();
+            blocking(move || load_sealed(filer.as_ref(), &prefix))
+                .await
+                .map_err(|e| ServeError::storage(&e))?
+        };
+        let end = chunks.last().map_or(0, |c| c.header.next_offset);
+        let mut state = self.state.borrow_mut();
+        if end > state.next_offset {
+            state.next_offset = end;
+            state.flushed_offset = end;
+            state.chunks = chunks;
+            self.stats.next_offset.store(end, Ordering::Relaxed);
+        }
+        if marked {
+            self.seal.set(SealState::Sealed);
+        }
+        Ok(())
+    }
+
     /// Whether a key hash belongs to this segment.
     pub(crate) fn covers(&self, hash: u32) -> bool {
         hash >= self.range_start && u64::from(hash) < self.range_end
@@ -256,6 +415,12 @@ impl SegmentCell {
                     "topic was deleted",
                 ));
             }
+            if self.seal.get() != SealState::Open {
+                return Err(ServeError::new(
+                    ErrorCode::SegmentSealed,
+                    format!("segment {} is sealed", self.id),
+                ));
+            }
             let listener = {
                 let mut state = self.state.borrow_mut();
                 let needs_roll = state.active.as_ref().is_none_or(|a| !a.fits(len));
@@ -268,6 +433,9 @@ impl SegmentCell {
                     self.stats
                         .appended_bytes
                         .fetch_add(len as u64, Ordering::Relaxed);
+                    self.stats
+                        .appended_records
+                        .fetch_add(next - base, Ordering::Relaxed);
                     self.appended.notify(usize::MAX);
                     return Ok((base, next));
                 }
@@ -528,6 +696,9 @@ impl SegmentCell {
         max_bytes: usize,
         max_wait: Duration,
     ) -> Result<FetchResult, ServeError> {
+        if self.seal.get() == SealState::Sealing && self.buffers_dir.as_os_str().is_empty() {
+            self.refresh_sealed().await?;
+        }
         let start = self.resolve(from).await?;
         let deadline = Instant::now() + max_wait;
         loop {
@@ -537,13 +708,22 @@ impl SegmentCell {
                 break;
             }
             let now = Instant::now();
-            if now >= deadline {
+            let seal = self.seal.get();
+            if now >= deadline || seal == SealState::Sealed {
                 return Ok(FetchResult {
                     start_offset: start,
                     next_offset: start,
                     high_watermark: next,
+                    sealed: seal == SealState::Sealed,
                     frame: vec![0; FETCHED_FRAME_PREFIX_BYTES],
                 });
+            }
+            if self.buffers_dir.as_os_str().is_empty() {
+                // A view of a segment sealed elsewhere: nothing here wakes
+                // it, so look again in a while.
+                glommio::timer::sleep(SEAL_POLL.min(deadline - now)).await;
+                self.refresh_sealed().await?;
+                continue;
             }
             let _ = glommio::timer::timeout(deadline - now, async {
                 listener.await;
@@ -557,10 +737,13 @@ impl SegmentCell {
                 "topic was deleted",
             ));
         }
-        if let Some(result) = self.read_memory(start, max_bytes) {
-            return Ok(result);
-        }
-        self.read_chunks(start, max_bytes).await
+        let sealed = self.seal.get() == SealState::Sealed;
+        let mut result = match self.read_memory(start, max_bytes) {
+            Some(result) => result,
+            None => self.read_chunks(start, max_bytes).await?,
+        };
+        result.sealed = sealed;
+        Ok(result)
     }
 
     /// Turn a start position into an offset.
@@ -638,6 +821,7 @@ impl SegmentCell {
             start_offset: start,
             next_offset,
             high_watermark: state.next_offset,
+            sealed: false,
             frame,
         })
     }
@@ -705,6 +889,7 @@ impl SegmentCell {
                     start_offset: start,
                     next_offset,
                     high_watermark,
+                    sealed: false,
                     frame,
                 });
             }
@@ -895,6 +1080,26 @@ fn load_chunks(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Vec<ChunkMeta>,
         }
     }
     Ok(chunks)
+}
+
+/// A sealed segment's chunks, and whether its seal marker is there.
+fn load_sealed(
+    filer: &dyn Filer,
+    prefix: &ObjectPath,
+) -> Result<(Vec<ChunkMeta>, bool), EngineError> {
+    // The marker first: chunks listed after it are all there are.
+    let marked = match filer.read_at(&prefix.join(SEAL_MARKER_NAME)?, 0, &mut [0u8; 1]) {
+        Ok(_) => true,
+        Err(filer::FilerError::NotFound { .. }) => false,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((load_chunks(filer, prefix)?, marked))
+}
+
+/// The seal marker's content: informational JSON (its presence is what
+/// counts), e.g. `{"segment":3,"epoch":2,"written_by":"broker"}`.
+pub(crate) fn seal_marker(segment: u32, epoch: u32, written_by: &str) -> Vec<u8> {
+    format!(r#"{{"segment":{segment},"epoch":{epoch},"written_by":"{written_by}"}}"#).into_bytes()
 }
 
 /// Buffers a previous run left for this segment, oldest first.

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use control::{SegmentId, Topic};
+use control::{BrokerId, SegmentId, Topic};
 use filer::Filer;
 use wire::message::ShardAddress;
 
@@ -17,14 +17,22 @@ use crate::config::BrokerConfig;
 use crate::control_plane::{ControlRequest, SegmentHandle, ShardCommand};
 use crate::error::EngineError;
 use crate::payload::PayloadStore;
-use crate::segment::SegmentCell;
+use crate::segment::{SealState, SegmentCell};
 
 /// What a shard knows of a topic: its whole layout (to tell a client which
-/// shard owns a segment) and the segments it owns itself.
+/// shard owns a segment), the segments it owns, the ones it owned and
+/// sealed, and views of segments sealed elsewhere that it serves reads of.
 #[derive(Debug)]
 pub(crate) struct ShardTopic {
     pub(crate) layout: Topic,
     pub(crate) segments: HashMap<u32, Rc<SegmentCell>>,
+}
+
+/// Orders layouts of one topic: segments are only ever added and sealed,
+/// never removed or reopened, so a later layout has more of either.
+fn layout_age(topic: &Topic) -> (usize, usize) {
+    let sealed = topic.segments().iter().filter(|s| !s.is_open()).count();
+    (topic.segments().len(), sealed)
 }
 
 #[derive(Debug)]
@@ -38,6 +46,9 @@ pub(crate) struct Shard {
     pub(crate) payload_budget: Rc<glommio::sync::Semaphore>,
     pub(crate) topics: RefCell<HashMap<String, ShardTopic>>,
     pub(crate) control: flume::Sender<ControlRequest>,
+    /// Every shard's command channel (this one's too): a layout the
+    /// control plane sends to one shard reaches them all.
+    pub(crate) shard_commands: Rc<Vec<flume::Sender<ShardCommand>>>,
     pub(crate) shard_addresses: Rc<Vec<ShardAddress>>,
     pub(crate) connections: Cell<usize>,
     /// Set when the shard shuts down: listeners and connections end.
@@ -82,6 +93,9 @@ impl Shard {
                 let result = self.open_topic(topic).await.map_err(|e| e.to_string());
                 let _ = reply.send_async(result).await;
             }
+            ShardCommand::ReportLoad { reply } => {
+                let _ = reply.send_async(self.load()).await;
+            }
             ShardCommand::DropTopic { name, reply } => {
                 if let Some(t) = self.topics.borrow_mut().remove(&name) {
                     for cell in t.segments.values() {
@@ -117,57 +131,134 @@ impl Shard {
         }
     }
 
-    /// Learn a topic's layout and open the segments placed here.
+    /// Learn a topic's layout: seal the segments it seals, open the ones
+    /// it places here (this shard, and this broker in a cluster), keep the
+    /// sealed ones for reads. A layout older than the one held is ignored
+    /// (layouts of one topic may reach shards out of order).
     async fn open_topic(self: &Rc<Self>, topic: Topic) -> Result<Vec<SegmentHandle>, EngineError> {
         let name = topic.name().to_string();
         let prefix = topic.name().object_prefix();
         let buffers_root = self.config.data_dir.join("buffers").join(&name);
-        let mut opened = HashMap::new();
-        let existing: HashMap<u32, Rc<SegmentCell>> = self
-            .topics
-            .borrow()
-            .get(&name)
-            .map(|t| t.segments.clone())
-            .unwrap_or_default();
-        for segment in topic.open_segments() {
-            if usize::from(segment.shard) != self.index {
+        let (existing, held_age) = match self.topics.borrow().get(&name) {
+            Some(t) => (t.segments.clone(), Some(layout_age(&t.layout))),
+            None => (HashMap::new(), None),
+        };
+        if held_age.is_some_and(|held| layout_age(&topic) < held) {
+            return Ok(open_handles(&existing));
+        }
+        let me = self.config.broker_id.map(BrokerId);
+        let mut kept = HashMap::new();
+        for segment in topic.segments() {
+            let id = segment.id.0;
+            if let Some(cell) = existing.get(&id) {
+                if !segment.is_open() && cell.seal_state() == SealState::Open {
+                    cell.seal(segment.epoch)
+                        .await
+                        .map_err(|e| EngineError::Shard {
+                            shard: self.index,
+                            reason: format!("seal {name} segment {id}: {}", e.message),
+                        })?;
+                    log::info!("{name} segment {id}: sealed at offset {}", {
+                        cell.stats.next_offset.load(std::sync::atomic::Ordering::Relaxed)
+                    });
+                }
+                kept.insert(id, cell.clone());
                 continue;
             }
-            let id = segment.id.0;
-            let cell = match existing.get(&id) {
-                Some(cell) => cell.clone(),
-                None => SegmentCell::open(
-                    self.config.clone(),
-                    self.filer.clone(),
-                    &prefix,
-                    buffers_root.join(id.to_string()),
-                    id,
-                    segment.range.start(),
-                    segment.range.end(),
-                )
-                .await
-                .map_err(|e| EngineError::Shard {
-                    shard: self.index,
-                    reason: format!("open {name} segment {id}: {e}"),
-                })?,
-            };
-            opened.insert(id, cell);
+            if !segment.is_open() || usize::from(segment.shard) != self.index || segment.broker != me
+            {
+                continue;
+            }
+            let cell = SegmentCell::open(
+                self.config.clone(),
+                self.filer.clone(),
+                &prefix,
+                buffers_root.join(id.to_string()),
+                id,
+                segment.range.start(),
+                segment.range.end(),
+            )
+            .await
+            .map_err(|e| EngineError::Shard {
+                shard: self.index,
+                reason: format!("open {name} segment {id}: {e}"),
+            })?;
+            kept.insert(id, cell);
         }
-        let handles = opened
-            .values()
-            .map(|c| SegmentHandle {
-                id: c.id,
-                stats: c.stats.clone(),
-            })
-            .collect();
+        let handles = open_handles(&kept);
         self.topics.borrow_mut().insert(
             name,
             ShardTopic {
                 layout: topic,
-                segments: opened,
+                segments: kept,
             },
         );
         Ok(handles)
+    }
+
+    /// A read-only view of a segment sealed on another broker (or before
+    /// this one started), opened on first use and kept.
+    pub(crate) async fn sealed_view(
+        &self,
+        topic: &str,
+        segment: u32,
+    ) -> Result<Rc<SegmentCell>, EngineError> {
+        let (prefix, start, end) = {
+            let topics = self.topics.borrow();
+            let t = topics.get(topic).ok_or_else(|| EngineError::Shard {
+                shard: self.index,
+                reason: format!("topic {topic} is gone"),
+            })?;
+            if let Some(cell) = t.segments.get(&segment) {
+                return Ok(cell.clone());
+            }
+            let s = t
+                .layout
+                .segment(SegmentId(segment))
+                .ok_or_else(|| EngineError::Shard {
+                    shard: self.index,
+                    reason: format!("topic {topic} has no segment {segment}"),
+                })?;
+            (t.layout.name().object_prefix(), s.range.start(), s.range.end())
+        };
+        let cell = SegmentCell::open_sealed(
+            self.config.clone(),
+            self.filer.clone(),
+            &prefix,
+            segment,
+            start,
+            end,
+        )
+        .await?;
+        let mut topics = self.topics.borrow_mut();
+        let Some(t) = topics.get_mut(topic) else {
+            return Ok(cell);
+        };
+        // Another fetch may have opened it meanwhile: keep one.
+        Ok(t.segments.entry(segment).or_insert(cell).clone())
+    }
+
+    /// The figures of every open segment here, for the load report.
+    fn load(&self) -> Vec<SegmentLoadFigures> {
+        let topics = self.topics.borrow();
+        let mut out = Vec::new();
+        for (name, t) in topics.iter() {
+            for cell in t.segments.values() {
+                if cell.seal_state() != SealState::Open {
+                    continue;
+                }
+                let st = &cell.stats;
+                use std::sync::atomic::Ordering::Relaxed;
+                out.push(SegmentLoadFigures {
+                    topic: name.clone(),
+                    segment: cell.id,
+                    next_offset: st.next_offset.load(Relaxed),
+                    appended_bytes: st.appended_bytes.load(Relaxed),
+                    appended_records: st.appended_records.load(Relaxed),
+                });
+            }
+        }
+        out
     }
 
     fn all_segments(&self) -> Vec<Rc<SegmentCell>> {
@@ -204,4 +295,26 @@ impl Shard {
             }
         }
     }
+}
+
+/// The handles of the open segments among `cells`.
+fn open_handles(cells: &HashMap<u32, Rc<SegmentCell>>) -> Vec<SegmentHandle> {
+    cells
+        .values()
+        .filter(|c| c.seal_state() == SealState::Open)
+        .map(|c| SegmentHandle {
+            id: c.id,
+            stats: c.stats.clone(),
+        })
+        .collect()
+}
+
+/// One open segment's counters, as a shard reports them.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentLoadFigures {
+    pub(crate) topic: String,
+    pub(crate) segment: u32,
+    pub(crate) next_offset: u64,
+    pub(crate) appended_bytes: u64,
+    pub(crate) appended_records: u64,
 }

@@ -89,6 +89,16 @@ pub struct ServeArgs {
     /// How often the orphan payload sweep runs.
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub payload_sweep_ms: u64,
+    /// Join the cluster whose control plane (`kelp control`) listens here,
+    /// instead of running a control plane inside this broker. The broker
+    /// then stores in the cluster's filer and keeps its id in
+    /// `<data-dir>/broker-id`.
+    #[arg(long, value_name = "ADDR")]
+    pub control: Option<String>,
+    /// Leave shard threads to the OS scheduler instead of pinning shard i
+    /// to CPU i (for several brokers on one host).
+    #[arg(long)]
+    pub unpinned: bool,
 }
 
 /// `--quic-driver` values.

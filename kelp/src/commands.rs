@@ -27,6 +27,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         payload_grace_ms: args.payload_grace_ms,
         payload_sweep_interval_ms: args.payload_sweep_ms,
         kafka_listen: args.kafka,
+        control: args.control,
+        pin_shards: !args.unpinned,
         quic_driver: match args.quic_driver {
             crate::cli::QuicDriverArg::Tokio => engine::QuicDriver::Tokio,
             crate::cli::QuicDriverArg::Shard => engine::QuicDriver::Shard,
