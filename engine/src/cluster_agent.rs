@@ -335,6 +335,7 @@ impl ClusterAgent {
                 bytes_per_s: per_s(f.appended_bytes, bytes),
                 records_per_s: per_s(f.appended_records, records),
                 next_offset: f.next_offset,
+                first_append_ms: f.first_append_ms,
             });
             last.insert(key, (f.appended_bytes, f.appended_records));
         }

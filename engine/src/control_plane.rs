@@ -301,6 +301,11 @@ impl EmbeddedControl {
                         .map_or(0, |st| st.appended_bytes.load(Ordering::Relaxed)),
                     successors: s.successors.iter().map(|id| id.0).collect(),
                     broker: s.broker.map(|b| b.0),
+                    first_append_ms: self
+                        .stats
+                        .get(&(name.clone(), s.id.0))
+                        .map(|st| st.first_append_ms.load(Ordering::Relaxed))
+                        .filter(|&t| t > 0),
                     created_ms: s.created_ms,
                     sealed_ms: s.sealed_ms,
                     ..SegmentInfo::default()

@@ -38,6 +38,9 @@ pub(crate) struct SegmentStats {
     pub(crate) appended_bytes: AtomicU64,
     /// Records appended since the broker opened the segment.
     pub(crate) appended_records: AtomicU64,
+    /// When this broker appended its first record, ms since the Unix
+    /// epoch; 0 before.
+    pub(crate) first_append_ms: AtomicU64,
 }
 
 /// Whether a segment takes writes, and whether its end is known.
@@ -436,6 +439,12 @@ impl SegmentCell {
                     self.stats
                         .appended_records
                         .fetch_add(next - base, Ordering::Relaxed);
+                    if self.stats.first_append_ms.load(Ordering::Relaxed) == 0 {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(1, |d| d.as_millis() as u64);
+                        self.stats.first_append_ms.store(now, Ordering::Relaxed);
+                    }
                     self.appended.notify(usize::MAX);
                     return Ok((base, next));
                 }

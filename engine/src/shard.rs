@@ -255,6 +255,7 @@ impl Shard {
                     next_offset: st.next_offset.load(Relaxed),
                     appended_bytes: st.appended_bytes.load(Relaxed),
                     appended_records: st.appended_records.load(Relaxed),
+                    first_append_ms: Some(st.first_append_ms.load(Relaxed)).filter(|&t| t > 0),
                 });
             }
         }
@@ -317,4 +318,5 @@ pub(crate) struct SegmentLoadFigures {
     pub(crate) next_offset: u64,
     pub(crate) appended_bytes: u64,
     pub(crate) appended_records: u64,
+    pub(crate) first_append_ms: Option<u64>,
 }

@@ -188,6 +188,10 @@ pub struct SegmentInfo {
     /// When the segment was created and sealed, ms since the Unix epoch.
     pub created_ms: u64,
     pub sealed_ms: Option<u64>,
+    /// When its owner appended its first record (the owner's clock, ms
+    /// since the Unix epoch): with `created_ms`, how long producers took
+    /// to reach a new segment.
+    pub first_append_ms: Option<u64>,
 }
 
 /// Sentinel for "none" in the u32 and u64 fields that encode an `Option`.
@@ -222,6 +226,9 @@ pub struct SegmentLoadReport {
     pub records_per_s: u64,
     /// One past the last offset appended.
     pub next_offset: u64,
+    /// When the first record was appended, ms since the Unix epoch; `None`
+    /// before any.
+    pub first_append_ms: Option<u64>,
 }
 
 /// A topic's layout.
@@ -571,6 +578,7 @@ impl<'a> Request<'a> {
                     w.u64(s.bytes_per_s);
                     w.u64(s.records_per_s);
                     w.u64(s.next_offset);
+                    w.u64(s.first_append_ms.unwrap_or(NONE_U64));
                 }
             }
             Request::LeaveBroker { broker } => w.u32(*broker),
@@ -614,7 +622,7 @@ impl<'a> Request<'a> {
             },
             FrameType::LoadReportRequest => {
                 let broker = r.u32()?;
-                let n = r.count(2 + 4 + 8 + 8 + 8)?;
+                let n = r.count(2 + 4 + 8 * 4)?;
                 let mut segments = Vec::with_capacity(n);
                 for _ in 0..n {
                     segments.push(SegmentLoadReport {
@@ -623,6 +631,7 @@ impl<'a> Request<'a> {
                         bytes_per_s: r.u64()?,
                         records_per_s: r.u64()?,
                         next_offset: r.u64()?,
+                        first_append_ms: some_u64(r.u64()?),
                     });
                 }
                 Request::LoadReport { broker, segments }
@@ -772,6 +781,7 @@ impl<'a> Response<'a> {
                     w.u64(s.records_per_s);
                     w.u64(s.created_ms);
                     w.u64(s.sealed_ms.unwrap_or(NONE_U64));
+                    w.u64(s.first_append_ms.unwrap_or(NONE_U64));
                 }
             }
             Response::Brokers { brokers } => {
@@ -861,7 +871,7 @@ impl<'a> Response<'a> {
             },
             FrameType::TopicResponse => {
                 let name = r.string()?;
-                let n = r.count(43 + 4 + 1 + 8 * 4)?;
+                let n = r.count(43 + 4 + 1 + 8 * 5)?;
                 let mut segments = Vec::with_capacity(n);
                 for _ in 0..n {
                     let id = r.u32()?;
@@ -894,7 +904,8 @@ impl<'a> Response<'a> {
                     let bytes_per_s = r.u64()?;
                     let records_per_s = r.u64()?;
                     let created_ms = r.u64()?;
-                    let sealed_ms = Some(r.u64()?).filter(|&t| t != NONE_U64);
+                    let sealed_ms = some_u64(r.u64()?);
+                    let first_append_ms = some_u64(r.u64()?);
                     if u64::from(start) >= end || end > 1 << 32 {
                         return Err(DecodeError::Invalid {
                             what: "topic response",
@@ -917,6 +928,7 @@ impl<'a> Response<'a> {
                         records_per_s,
                         created_ms,
                         sealed_ms,
+                        first_append_ms,
                     });
                 }
                 Response::Topic(TopicInfo { name, segments })
@@ -966,6 +978,10 @@ impl<'a> Response<'a> {
 
 fn some_u32(v: u32) -> Option<u32> {
     (v != NONE_U32).then_some(v)
+}
+
+fn some_u64(v: u64) -> Option<u64> {
+    (v != NONE_U64).then_some(v)
 }
 
 fn shard_addresses(w: &mut Writer<'_>, shards: &[ShardAddress]) {
@@ -1173,6 +1189,7 @@ mod tests {
                     bytes_per_s: 2,
                     records_per_s: 3,
                     next_offset: 4,
+                    first_append_ms: Some(5),
                 }],
             },
             Request::LeaveBroker { broker: 3 },
@@ -1229,6 +1246,7 @@ mod tests {
                     records_per_s: 10,
                     created_ms: 1_700_000_000_000,
                     sealed_ms: Some(1_700_000_001_000),
+                    first_append_ms: Some(1_700_000_000_020),
                 }],
             }),
             Response::Brokers {
