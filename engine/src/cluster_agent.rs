@@ -100,7 +100,11 @@ impl ControlLink {
     }
 
     /// Send a request frame's payload as it came from a client.
-    pub(crate) fn call_raw(&mut self, frame_type: FrameType, payload: &[u8]) -> Result<Answer, String> {
+    pub(crate) fn call_raw(
+        &mut self,
+        frame_type: FrameType,
+        payload: &[u8],
+    ) -> Result<Answer, String> {
         let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
         let id = self.take_request_id();
         encode_frame(&mut frame, frame_type, id, payload);
@@ -129,7 +133,8 @@ impl ControlLink {
         stream.write_all(frame).map_err(io)?;
         let mut head = [0u8; FRAME_HEADER_BYTES];
         stream.read_exact(&mut head).map_err(io)?;
-        let header = FrameHeader::decode(&head).map_err(|e| format!("control plane {address}: {e}"))?;
+        let header =
+            FrameHeader::decode(&head).map_err(|e| format!("control plane {address}: {e}"))?;
         if header.payload_bytes > FRAME_PAYLOAD_BYTES_MAX {
             return Err(format!("control plane {address}: oversized answer"));
         }
@@ -216,7 +221,9 @@ fn register(
         id,
         shards: shards.to_vec(),
         capacity_bytes_per_s: config.capacity_bytes_per_s_per_shard.saturating_mul(count),
-        capacity_records_per_s: config.capacity_records_per_s_per_shard.saturating_mul(count),
+        capacity_records_per_s: config
+            .capacity_records_per_s_per_shard
+            .saturating_mul(count),
     })?;
     match Response::decode(frame_type, &payload).map_err(|e| e.to_string())? {
         Response::Registered { id: given, filer } => match id {
@@ -225,9 +232,9 @@ fn register(
             )),
             _ => Ok((given, filer)),
         },
-        Response::Error { code, message } => {
-            Err(format!("the control plane refused to register: {code:?}: {message}"))
-        }
+        Response::Error { code, message } => Err(format!(
+            "the control plane refused to register: {code:?}: {message}"
+        )),
         other => Err(format!("unexpected answer to a registration: {other:?}")),
     }
 }
@@ -311,7 +318,12 @@ impl ClusterAgent {
         if self.registered && self.link.is_connected() {
             return Ok(());
         }
-        let (id, _) = register(&mut self.link, &self.config, Some(self.id), &self.shard_addresses)?;
+        let (id, _) = register(
+            &mut self.link,
+            &self.config,
+            Some(self.id),
+            &self.shard_addresses,
+        )?;
         log::info!("registered again with the control plane as broker {id}");
         self.registered = true;
         Ok(())
@@ -396,7 +408,8 @@ impl ClusterAgent {
     /// plane declares it dead after its silence limit.
     fn leave(&mut self) {
         let result = self.ensure_registered().and_then(|()| {
-            let (frame_type, payload) = self.link.call(&Request::LeaveBroker { broker: self.id })?;
+            let (frame_type, payload) =
+                self.link.call(&Request::LeaveBroker { broker: self.id })?;
             match Response::decode(frame_type, &payload).map_err(|e| e.to_string())? {
                 Response::Done => Ok(()),
                 other => Err(format!("{other:?}")),
@@ -410,7 +423,10 @@ impl ClusterAgent {
 }
 
 fn unreachable(e: String) -> ServeError {
-    ServeError::new(ErrorCode::Storage, format!("the control plane is unreachable: {e}"))
+    ServeError::new(
+        ErrorCode::Storage,
+        format!("the control plane is unreachable: {e}"),
+    )
 }
 
 /// The typed requests only the embedded control plane answers (the Kafka

@@ -182,8 +182,7 @@ impl BrokerConfig {
                 "the Kafka gateway runs only on a single broker (no --control) for now".into(),
             );
         }
-        if self.capacity_bytes_per_s_per_shard == 0 || self.capacity_records_per_s_per_shard == 0
-        {
+        if self.capacity_bytes_per_s_per_shard == 0 || self.capacity_records_per_s_per_shard == 0 {
             return Err("capacities must be at least 1".into());
         }
         if self.load_report_ms == 0 {

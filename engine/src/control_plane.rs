@@ -339,4 +339,3 @@ pub(crate) fn shut_down_shards(shards: &[flume::Sender<ShardCommand>]) -> Result
         Err(failures.join("; "))
     }
 }
-

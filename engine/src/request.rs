@@ -261,15 +261,15 @@ pub(crate) async fn handle_frame(
                 ),
             ))
         }
-        Request::RegisterBroker { .. } | Request::LoadReport { .. } | Request::LeaveBroker { .. } => {
-            Reply::Now(error_frame(
-                id,
-                &ServeError::new(
-                    ErrorCode::InvalidArgument,
-                    "brokers register with the control plane, not with another broker",
-                ),
-            ))
-        }
+        Request::RegisterBroker { .. }
+        | Request::LoadReport { .. }
+        | Request::LeaveBroker { .. } => Reply::Now(error_frame(
+            id,
+            &ServeError::new(
+                ErrorCode::InvalidArgument,
+                "brokers register with the control plane, not with another broker",
+            ),
+        )),
         Request::ApplyLayout { topic_json } => {
             let topic = match control::Topic::from_json_bytes(topic_json) {
                 Ok(t) => t,

@@ -159,13 +159,17 @@ impl Shard {
                             reason: format!("seal {name} segment {id}: {}", e.message),
                         })?;
                     log::info!("{name} segment {id}: sealed at offset {}", {
-                        cell.stats.next_offset.load(std::sync::atomic::Ordering::Relaxed)
+                        cell.stats
+                            .next_offset
+                            .load(std::sync::atomic::Ordering::Relaxed)
                     });
                 }
                 kept.insert(id, cell.clone());
                 continue;
             }
-            if !segment.is_open() || usize::from(segment.shard) != self.index || segment.broker != me
+            if !segment.is_open()
+                || usize::from(segment.shard) != self.index
+                || segment.broker != me
             {
                 continue;
             }
@@ -219,7 +223,11 @@ impl Shard {
                     shard: self.index,
                     reason: format!("topic {topic} has no segment {segment}"),
                 })?;
-            (t.layout.name().object_prefix(), s.range.start(), s.range.end())
+            (
+                t.layout.name().object_prefix(),
+                s.range.start(),
+                s.range.end(),
+            )
         };
         let cell = SegmentCell::open_sealed(
             self.config.clone(),

@@ -119,3 +119,63 @@ impl Drop for Broker {
         let _ = self.child.wait();
     }
 }
+
+/// A `kelp control` process, killed when the test ends.
+pub struct ControlPlane {
+    pub child: Child,
+    pub port: u16,
+    pub data_dir: PathBuf,
+}
+
+impl ControlPlane {
+    /// Start a control plane on `port` and wait until it accepts.
+    pub fn start(data_dir: &Path, port: u16, extra: &[&str]) -> ControlPlane {
+        let child = Command::new(kelp_bin())
+            .arg("control")
+            .args(extra)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start kelp control");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "control plane did not start on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ControlPlane {
+            child,
+            port,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// SIGTERM, and the process must exit cleanly.
+    pub fn stop(mut self) {
+        let term = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "control plane exited with {status}");
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
