@@ -228,7 +228,10 @@ fn answer(
         }
         // Cluster requests are tested against real processes
         // (kelp/tests/cluster.rs).
-        _ => error(ErrorCode::InvalidArgument, "this fake broker has no cluster"),
+        _ => error(
+            ErrorCode::InvalidArgument,
+            "this fake broker has no cluster",
+        ),
     };
     (r, None)
 }
