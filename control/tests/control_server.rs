@@ -112,7 +112,6 @@ impl Client {
 /// a test (`seq` comes from one shared counter).
 #[derive(Debug, Clone)]
 struct Event {
-    broker: &'static str,
     seq: u64,
     /// `seq` taken just before answering.
     answered_seq: u64,
@@ -141,7 +140,6 @@ impl FakeBroker {
                     while let Ok(Some(header)) = read_frame(&mut stream, &mut payload) {
                         let seq = clock.fetch_add(1, Ordering::SeqCst);
                         let mut event = Event {
-                            broker: name,
                             seq,
                             answered_seq: 0,
                             layout: None,
@@ -152,7 +150,7 @@ impl FakeBroker {
                                 event.layout = Some(Topic::from_json_bytes(topic_json).unwrap());
                             }
                             Request::DropTopic { topic } => event.dropped = Some(topic),
-                            other => panic!("fake broker got {other:?}"),
+                            other => panic!("fake broker {name} got {other:?}"),
                         }
                         std::thread::sleep(answer_delay);
                         event.answered_seq = clock.fetch_add(1, Ordering::SeqCst);
