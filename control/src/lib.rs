@@ -15,14 +15,26 @@
 //! The [`service`] module is the thin driver around [`Layout`]:
 //! [`ControlService`] persists it through a `kelp_filer`
 //! [`Filer`](filer::Filer) and is synchronous, meant to run on a thread of
-//! its own. Nothing in this crate depends on glommio, quinn or tokio.
+//! its own.
+//!
+//! The control-plane process around [`Cluster`] (`kelp control`) is
+//! [`ControlServer`]: a TCP listener with a thread per connection
+//! ([`control_server`]), one driver thread owning the core
+//! ([`cluster_service`]: persistence, command delivery, resync), and a
+//! blocking client for commands to brokers ([`broker_link`]). These use
+//! `std::net` and threads; the core modules above do no I/O. Nothing in
+//! this crate depends on glommio, quinn or tokio.
 //!
 //! The policies and the actions are described in `docs/control-plane.md`.
 
 mod action;
 mod broker;
+pub mod broker_link;
 mod cluster;
+pub mod cluster_service;
+pub mod control_server;
 mod error;
+pub mod frame_stream;
 mod key_range;
 mod layout;
 mod membership;
@@ -38,6 +50,8 @@ mod topic_name;
 pub use action::{Action, BrokerCommand, Cause, PlacedSegment, SealedSegment};
 pub use broker::{BrokerId, BrokerInfo, Capacity, SHARDS_PER_BROKER_MAX, SHARD_ADDRESS_BYTES_MAX};
 pub use cluster::{Cluster, ClusterConfig};
+pub use cluster_service::ClusterService;
+pub use control_server::{ControlServer, ControlServerConfig, ControlServerError};
 pub use error::ControlError;
 pub use key_range::{KeyRange, RING_END};
 pub use layout::{Layout, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX};

@@ -60,31 +60,8 @@ impl ControlService {
             return Err(ControlError::InvalidShardCount);
         }
         let mut layout = Layout::new(shard_count);
-        let topics = ObjectPath::new(TOPICS_PREFIX)?;
-        // Two levels of names, then one object per topic: never a walk of
-        // the chunks and payloads below.
-        for namespace in filer.list_children(&topics)? {
-            let namespace = topics.join(&namespace)?;
-            for topic in filer.list_children(&namespace)? {
-                let path = namespace.join(&topic)?.join(TOPIC_FILE_NAME)?;
-                let bytes = match read_layout_object(filer.as_ref(), &path) {
-                    // A directory without a layout: an interrupted delete's
-                    // leftovers, or not a topic at all.
-                    Err(ControlError::Filer(FilerError::NotFound { .. })) => continue,
-                    other => other?,
-                };
-                let Some(name) = topic_name_of_layout_object(&path)? else {
-                    continue;
-                };
-                let topic = Topic::from_json_bytes_at(&bytes, path.as_str())?;
-                if topic.name() != &name {
-                    return Err(ControlError::Corrupt {
-                        path: path.to_string(),
-                        reason: format!("holds topic {} but is stored as {name}", topic.name()),
-                    });
-                }
-                layout.insert_loaded(topic)?;
-            }
+        for topic in load_topics(filer.as_ref())? {
+            layout.insert_loaded(topic)?;
         }
         // Each topic was validated on decode; this also checks the derived
         // per-shard counts before the service takes any request.
@@ -150,10 +127,51 @@ impl ControlService {
     }
 }
 
+/// Every topic stored in `filer`, sorted by name: each
+/// `topics/<ns>/<name>/topic.json`, decoded and validated.
+///
+/// Any layout object that fails to read, decode or validate, or that names a
+/// different topic than its path, fails the whole load with
+/// [`ControlError::Corrupt`] naming the path: starting without a topic would
+/// silently drop its data. Only the two directory levels under `topics/` and
+/// each topic's `topic.json` are read; chunk files and payloads below are
+/// never listed. Shared by [`ControlService`] and the cluster's driver.
+pub(crate) fn load_topics(filer: &dyn Filer) -> Result<Vec<Topic>, ControlError> {
+    let mut loaded = Vec::new();
+    let topics = ObjectPath::new(TOPICS_PREFIX)?;
+    // Two levels of names, then one object per topic: never a walk of the
+    // chunks and payloads below.
+    for namespace in filer.list_children(&topics)? {
+        let namespace = topics.join(&namespace)?;
+        for topic in filer.list_children(&namespace)? {
+            let path = namespace.join(&topic)?.join(TOPIC_FILE_NAME)?;
+            let bytes = match read_layout_object(filer, &path) {
+                // A directory without a layout: an interrupted delete's
+                // leftovers, or not a topic at all.
+                Err(ControlError::Filer(FilerError::NotFound { .. })) => continue,
+                other => other?,
+            };
+            let Some(name) = topic_name_of_layout_object(&path)? else {
+                continue;
+            };
+            let topic = Topic::from_json_bytes_at(&bytes, path.as_str())?;
+            if topic.name() != &name {
+                return Err(ControlError::Corrupt {
+                    path: path.to_string(),
+                    reason: format!("holds topic {} but is stored as {name}", topic.name()),
+                });
+            }
+            loaded.push(topic);
+        }
+    }
+    loaded.sort_by(|a, b| a.name().cmp(b.name()));
+    Ok(loaded)
+}
+
 /// `topics/<namespace>/<name>` as an object path. Cannot fail for a valid
 /// [`TopicName`] (a compile-time check in `topic_name` guarantees the length),
 /// but the filer's validation is kept rather than bypassed.
-fn object_prefix(name: &TopicName) -> Result<ObjectPath, ControlError> {
+pub(crate) fn object_prefix(name: &TopicName) -> Result<ObjectPath, ControlError> {
     Ok(ObjectPath::new(name.object_prefix())?)
 }
 

@@ -24,6 +24,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a broker until SIGINT or SIGTERM.
     Serve(ServeArgs),
+    /// Run the cluster's control plane until SIGINT or SIGTERM: topics,
+    /// broker membership, placement, split and merge.
+    Control(ControlArgs),
     /// Create, list, describe and delete topics.
     Topic {
         #[command(subcommand)]
@@ -48,6 +51,25 @@ pub enum Command {
         #[command(subcommand)]
         command: ChunkCommand,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ControlArgs {
+    /// Address brokers and clients reach the control plane on.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub listen: SocketAddr,
+    /// Directory of the control plane; the filer every broker shares is
+    /// its `filer` subdirectory.
+    #[arg(long, default_value = "./kelp-control")]
+    pub data_dir: PathBuf,
+    /// A broker not heard from for longer than this is dead and its
+    /// segments move.
+    #[arg(long, default_value_t = 10_000)]
+    pub broker_silence_ms: u64,
+    /// How often the control plane checks for dead brokers, splits, merges
+    /// and rebalancing.
+    #[arg(long, default_value_t = 1_000)]
+    pub tick_ms: u64,
 }
 
 #[derive(Debug, Args)]

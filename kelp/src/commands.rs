@@ -9,7 +9,7 @@ use client::{
 };
 use tokio::io::AsyncBufReadExt;
 
-use crate::cli::{BrokerArgs, PubArgs, ServeArgs, SubArgs, TopicCommand};
+use crate::cli::{BrokerArgs, ControlArgs, PubArgs, ServeArgs, SubArgs, TopicCommand};
 use crate::text::{escape_into, split_line};
 
 /// Bytes of the stdin and stdout buffers: large, so millions of lines cost
@@ -37,6 +37,24 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ..engine::BrokerConfig::default()
     };
     engine::run(config).context("broker stopped with an error")
+}
+
+/// Run the control plane until SIGINT or SIGTERM.
+pub fn control(args: ControlArgs) -> anyhow::Result<()> {
+    // Blocked before any thread starts, so only the wait below takes them.
+    let signals = engine::TerminationSignals::block();
+    let config = control::ControlServerConfig {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        broker_silence_ms: args.broker_silence_ms,
+        tick_ms: args.tick_ms,
+        ..control::ControlServerConfig::default()
+    };
+    control::ControlServer::run_until(config, || {
+        let signal = signals.wait();
+        log::info!("received signal {signal}; stopping the control plane");
+    })
+    .context("control plane stopped with an error")
 }
 
 async fn connect(broker: &BrokerArgs) -> anyhow::Result<Client> {

@@ -20,13 +20,14 @@ fn main() -> ExitCode {
     // A broker says where it serves and when it stops; client commands
     // print only warnings. RUST_LOG overrides both.
     let default_level = match cli.command {
-        Command::Serve(_) => "info",
+        Command::Serve(_) | Command::Control(_) => "info",
         _ => "warn",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
         .init();
     let result = match cli.command {
         Command::Serve(args) => commands::serve(args),
+        Command::Control(args) => commands::control(args),
         Command::Chunk {
             command: ChunkCommand::Cat { file },
         } => commands::chunk_cat(&file),

@@ -1,0 +1,408 @@
+//! [`ControlServer`]: the control-plane process. A TCP listener, one
+//! thread per connection, and one driver thread that owns the
+//! [`ClusterService`] (and so the [`Cluster`](crate::Cluster)); connection
+//! threads hand it requests over a bounded channel and wait for the answer.
+//! The driver also ticks the core every `tick_ms`.
+//!
+//! Connection threads decode and check every frame before anything uses
+//! it: a frame whose payload fails its checksum or does not decode gets an
+//! error answer and the connection goes on; a bad header (magic, version,
+//! type, length over the limit) cannot be resynchronised, so it gets an
+//! error answer and the connection is closed.
+
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use filer::{Filer, LocalFiler};
+use wire::{ErrorCode, Request, Response};
+
+use crate::broker_link::BrokerLink;
+use crate::cluster_service::{ClusterService, ControlRequest, Handled};
+use crate::frame_stream::{read_frame, FrameReadError};
+use crate::{ClusterConfig, ControlError, RebalancePolicy};
+
+/// Most connections served at once; more are answered `Busy` and closed.
+pub const CONNECTIONS_MAX: usize = 1024;
+/// Most requests waiting for the driver; connection threads wait beyond it.
+pub const REQUESTS_QUEUED_MAX: usize = 1024;
+
+/// How to run the control plane.
+#[derive(Debug, Clone)]
+pub struct ControlServerConfig {
+    /// Where to listen (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The control plane's directory; the filer brokers share is
+    /// `<data_dir>/filer`.
+    pub data_dir: PathBuf,
+    /// A broker silent for longer than this is dead.
+    pub broker_silence_ms: u64,
+    /// How often the core ticks.
+    pub tick_ms: u64,
+    /// The rebalancer; `None` turns it off.
+    pub rebalance: Option<RebalancePolicy>,
+    /// How commands reach brokers.
+    pub link: BrokerLink,
+    /// Most connections at once.
+    pub connections_max: usize,
+}
+
+impl Default for ControlServerConfig {
+    fn default() -> ControlServerConfig {
+        ControlServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7400)),
+            data_dir: PathBuf::from("./kelp-control"),
+            broker_silence_ms: ClusterConfig::default().broker_silence_ms,
+            tick_ms: 1_000,
+            rebalance: ClusterConfig::default().rebalance,
+            link: BrokerLink::default(),
+            connections_max: CONNECTIONS_MAX,
+        }
+    }
+}
+
+/// Why the control plane could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlServerError {
+    /// A setting is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Creating the data directory or listening failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On what.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Loading the topics failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// A thread could not be started.
+    #[error("starting thread {name}: {source}")]
+    Thread {
+        /// The thread.
+        name: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// What connection threads (and `stop`) send the driver.
+#[derive(Debug)]
+enum DriverInput {
+    Request {
+        request: ControlRequest,
+        reply: SyncSender<Response<'static>>,
+    },
+    Stop,
+}
+
+/// Connections being served, so `stop` can close them.
+type OpenConnections = Arc<Mutex<HashMap<u64, TcpStream>>>;
+
+/// A running control plane.
+#[derive(Debug)]
+pub struct ControlServer {
+    address: SocketAddr,
+    stopping: Arc<AtomicBool>,
+    driver: SyncSender<DriverInput>,
+    driver_thread: Option<JoinHandle<()>>,
+    accept_thread: Option<JoinHandle<()>>,
+    connections: OpenConnections,
+}
+
+impl ControlServer {
+    /// Load the topics, listen, and start the driver and acceptor threads.
+    pub fn start(config: ControlServerConfig) -> Result<ControlServer, ControlServerError> {
+        if config.tick_ms == 0 || config.broker_silence_ms == 0 || config.connections_max == 0 {
+            return Err(ControlServerError::Config(
+                "tick_ms, broker_silence_ms and connections_max must be at least 1".to_owned(),
+            ));
+        }
+        let io = |what: &'static str, path: String| {
+            move |source| ControlServerError::Io { what, path, source }
+        };
+        let filer_dir = config.data_dir.join("filer");
+        std::fs::create_dir_all(&filer_dir)
+            .map_err(io("create directory", filer_dir.display().to_string()))?;
+        let filer_dir = std::fs::canonicalize(&filer_dir)
+            .map_err(io("resolve directory", filer_dir.display().to_string()))?;
+        let filer: Arc<dyn Filer> =
+            Arc::new(LocalFiler::open(&filer_dir).map_err(ControlError::from)?);
+        let service = ClusterService::open(
+            filer,
+            filer_dir.display().to_string(),
+            ClusterConfig {
+                broker_silence_ms: config.broker_silence_ms,
+                rebalance: config.rebalance,
+            },
+            config.link,
+        )?;
+        let listener =
+            TcpListener::bind(config.listen).map_err(io("listen on", config.listen.to_string()))?;
+        let address = listener
+            .local_addr()
+            .map_err(io("local address of", config.listen.to_string()))?;
+
+        let (driver, inputs) = sync_channel(REQUESTS_QUEUED_MAX);
+        let tick = Duration::from_millis(config.tick_ms);
+        let driver_thread = std::thread::Builder::new()
+            .name("kelp-control-driver".to_owned())
+            .spawn(move || drive(service, inputs, tick))
+            .map_err(|source| ControlServerError::Thread {
+                name: "driver",
+                source,
+            })?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let connections: OpenConnections = Arc::default();
+        let acceptor = Acceptor {
+            listener,
+            driver: driver.clone(),
+            stopping: stopping.clone(),
+            connections: connections.clone(),
+            active: Arc::new(AtomicUsize::new(0)),
+            connections_max: config.connections_max,
+        };
+        let accept_thread = std::thread::Builder::new()
+            .name("kelp-control-accept".to_owned())
+            .spawn(move || acceptor.run())
+            .map_err(|source| ControlServerError::Thread {
+                name: "acceptor",
+                source,
+            })?;
+        log::info!(
+            "control plane listening on {address}, filer {}",
+            filer_dir.display()
+        );
+        Ok(ControlServer {
+            address,
+            stopping,
+            driver,
+            driver_thread: Some(driver_thread),
+            accept_thread: Some(accept_thread),
+            connections,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Stop accepting, close every connection, and stop the driver once it
+    /// finished the request it is on.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        // Wake the acceptor out of accept().
+        let _ = TcpStream::connect_timeout(&self.address, Duration::from_secs(1));
+        if let Some(thread) = self.accept_thread.take() {
+            let _ = thread.join();
+        }
+        if let Ok(connections) = self.connections.lock() {
+            for stream in connections.values() {
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+        }
+        let _ = self.driver.send(DriverInput::Stop);
+        if let Some(thread) = self.driver_thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Run until `until` returns (e.g. a signal arrived), then stop.
+    pub fn run_until(
+        config: ControlServerConfig,
+        until: impl FnOnce(),
+    ) -> Result<(), ControlServerError> {
+        let server = ControlServer::start(config)?;
+        until();
+        server.stop();
+        Ok(())
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        if self.driver_thread.is_some() {
+            self.shut_down();
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The driver loop: requests as they come, a tick every `tick`.
+fn drive(mut service: ClusterService, inputs: Receiver<DriverInput>, tick: Duration) {
+    let mut next_tick = Instant::now() + tick;
+    loop {
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        match inputs.recv_timeout(wait) {
+            Ok(DriverInput::Request { request, reply }) => {
+                let Handled { answer, after } = service.handle(now_ms(), request);
+                // The asker may have gone; the change stands regardless.
+                let _ = reply.send(answer);
+                service.execute_all(&after);
+            }
+            Ok(DriverInput::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if Instant::now() >= next_tick {
+            service.tick(now_ms());
+            next_tick = Instant::now() + tick;
+        }
+    }
+}
+
+struct Acceptor {
+    listener: TcpListener,
+    driver: SyncSender<DriverInput>,
+    stopping: Arc<AtomicBool>,
+    connections: OpenConnections,
+    active: Arc<AtomicUsize>,
+    connections_max: usize,
+}
+
+impl Acceptor {
+    fn run(self) {
+        let mut next_id: u64 = 0;
+        for stream in self.listener.incoming() {
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let mut stream = match stream {
+                Ok(stream) => stream,
+                Err(e) => {
+                    log::warn!("accepting a connection: {e}");
+                    // Out of descriptors and the like: do not spin.
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
+            if self.active.load(Ordering::SeqCst) >= self.connections_max {
+                answer_error(
+                    &mut stream,
+                    0,
+                    ErrorCode::Busy,
+                    format!("at most {} connections at once", self.connections_max),
+                );
+                continue;
+            }
+            next_id += 1;
+            let id = next_id;
+            let Ok(clone) = stream.try_clone() else {
+                continue;
+            };
+            if let Ok(mut open) = self.connections.lock() {
+                open.insert(id, clone);
+            }
+            self.active.fetch_add(1, Ordering::SeqCst);
+            let driver = self.driver.clone();
+            let connections = self.connections.clone();
+            let active = self.active.clone();
+            let spawned = std::thread::Builder::new()
+                .name("kelp-control-conn".to_owned())
+                .spawn(move || {
+                    serve_connection(stream, &driver);
+                    if let Ok(mut open) = connections.lock() {
+                        open.remove(&id);
+                    }
+                    active.fetch_sub(1, Ordering::SeqCst);
+                });
+            if let Err(e) = spawned {
+                log::warn!("starting a connection thread: {e}");
+                if let Ok(mut open) = self.connections.lock() {
+                    open.remove(&id);
+                }
+                self.active.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Serve one connection's requests in order until it closes or breaks.
+fn serve_connection(mut stream: TcpStream, driver: &SyncSender<DriverInput>) {
+    let _ = stream.set_nodelay(true);
+    let mut payload = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        let header = match read_frame(&mut stream, &mut payload) {
+            Ok(Some(header)) => header,
+            Ok(None) => return,
+            Err(FrameReadError::Payload { header, error }) => {
+                let code = ErrorCode::from(&error);
+                answer_error(&mut stream, header.request_id, code, error.to_string());
+                continue;
+            }
+            Err(FrameReadError::Header(error)) => {
+                // Cannot be resynchronised: say why, then close.
+                let code = ErrorCode::from(&error);
+                answer_error(&mut stream, 0, code, format!("bad frame header: {error}"));
+                return;
+            }
+            Err(_) => return,
+        };
+        let answer = if !header.frame_type.is_request() {
+            error_response(
+                ErrorCode::InvalidArgument,
+                format!("{:?} is a response, not a request", header.frame_type),
+            )
+        } else {
+            match Request::decode(header.frame_type, &payload) {
+                Err(e) => error_response(ErrorCode::from(&e), e.to_string()),
+                Ok(request) => match ControlRequest::from_wire(request) {
+                    Err((code, message)) => error_response(code, message),
+                    Ok(request) => ask_driver(driver, request),
+                },
+            }
+        };
+        out.clear();
+        answer.encode(header.request_id, &mut out);
+        if std::io::Write::write_all(&mut stream, &out).is_err() {
+            return;
+        }
+    }
+}
+
+fn ask_driver(driver: &SyncSender<DriverInput>, request: ControlRequest) -> Response<'static> {
+    let (reply, answer) = sync_channel(1);
+    let stopped = || {
+        error_response(
+            ErrorCode::Internal,
+            "the control plane is shutting down".to_owned(),
+        )
+    };
+    if driver
+        .send(DriverInput::Request { request, reply })
+        .is_err()
+    {
+        return stopped();
+    }
+    answer.recv().unwrap_or_else(|_| stopped())
+}
+
+fn error_response(code: ErrorCode, message: String) -> Response<'static> {
+    Response::Error { code, message }
+}
+
+fn answer_error(stream: &mut TcpStream, request_id: u32, code: ErrorCode, message: String) {
+    let mut out = Vec::new();
+    error_response(code, message).encode(request_id, &mut out);
+    let _ = std::io::Write::write_all(stream, &out);
+}

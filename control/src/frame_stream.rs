@@ -1,0 +1,154 @@
+//! Whole kelp frames over a blocking byte stream (a `std::net::TcpStream`):
+//! the control process's server side and its broker link both read and
+//! write through these two functions.
+//!
+//! Every header is decoded by [`FrameHeader::decode`] (magic, version, type,
+//! length bounded by `wire::limits::FRAME_PAYLOAD_BYTES_MAX`) before a payload
+//! buffer is sized from it, and every payload is checked against the
+//! header's checksum before it is returned.
+
+use std::io::{ErrorKind, Read, Write};
+
+use wire::frame::{encode_frame, FrameHeader, FrameType, FRAME_HEADER_BYTES};
+use wire::DecodeError;
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameReadError {
+    /// The stream failed (or timed out) while reading.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being read.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The stream ended inside a frame.
+    #[error("the stream ended inside a frame ({what})")]
+    Truncated {
+        /// What was being read.
+        what: &'static str,
+    },
+    /// The header is not a kelp frame header: the stream cannot be
+    /// resynchronised and must be closed.
+    #[error("bad frame header: {0}")]
+    Header(DecodeError),
+    /// The payload failed its checksum; the stream is still framed
+    /// correctly, so only this frame is lost.
+    #[error("frame payload: {error}")]
+    Payload {
+        /// The frame's header (its request id, for the answer).
+        header: FrameHeader,
+        /// What failed.
+        error: DecodeError,
+    },
+}
+
+impl FrameReadError {
+    /// Whether the stream may still be used after this error.
+    pub fn stream_usable(&self) -> bool {
+        matches!(self, FrameReadError::Payload { .. })
+    }
+}
+
+/// Read one frame into `payload` (resized to the frame's payload). `Ok(None)`:
+/// the peer closed the stream cleanly at a frame boundary.
+pub fn read_frame(
+    reader: &mut impl Read,
+    payload: &mut Vec<u8>,
+) -> Result<Option<FrameHeader>, FrameReadError> {
+    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
+    let mut filled = 0;
+    while filled < FRAME_HEADER_BYTES {
+        match reader.read(&mut header_bytes[filled..]) {
+            Ok(0) if filled == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(FrameReadError::Truncated {
+                    what: "frame header",
+                })
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(FrameReadError::Io {
+                    what: "reading a frame header",
+                    source,
+                })
+            }
+        }
+    }
+    let header = FrameHeader::decode(&header_bytes).map_err(FrameReadError::Header)?;
+    // `decode` bounded the length by FRAME_PAYLOAD_BYTES_MAX.
+    payload.clear();
+    payload.resize(header.payload_bytes as usize, 0);
+    reader.read_exact(payload).map_err(|source| {
+        if source.kind() == ErrorKind::UnexpectedEof {
+            FrameReadError::Truncated {
+                what: "frame payload",
+            }
+        } else {
+            FrameReadError::Io {
+                what: "reading a frame payload",
+                source,
+            }
+        }
+    })?;
+    header
+        .verify_payload(payload)
+        .map_err(|error| FrameReadError::Payload { header, error })?;
+    Ok(Some(header))
+}
+
+/// Write one whole frame with `frame_type`, `request_id` and `payload`, using
+/// `scratch` to assemble it so it goes out in one write.
+pub fn write_frame(
+    writer: &mut impl Write,
+    scratch: &mut Vec<u8>,
+    frame_type: FrameType,
+    request_id: u32,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    scratch.clear();
+    encode_frame(scratch, frame_type, request_id, payload);
+    writer.write_all(scratch)?;
+    writer.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn round_trip_and_errors() {
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        write_frame(&mut out, &mut scratch, FrameType::DoneResponse, 7, b"abc").unwrap();
+        let mut payload = Vec::new();
+        let header = read_frame(&mut out.as_slice(), &mut payload)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (header.frame_type, header.request_id),
+            (FrameType::DoneResponse, 7)
+        );
+        assert_eq!(payload, b"abc");
+
+        assert!(read_frame(&mut &b""[..], &mut payload).unwrap().is_none());
+        let err = read_frame(&mut &out[..5], &mut payload).unwrap_err();
+        assert!(matches!(err, FrameReadError::Truncated { .. }), "{err}");
+        let err = read_frame(&mut &out[..18], &mut payload).unwrap_err();
+        assert!(matches!(err, FrameReadError::Truncated { .. }), "{err}");
+
+        let mut bad = out.clone();
+        bad[0] = b'X';
+        let err = read_frame(&mut bad.as_slice(), &mut payload).unwrap_err();
+        assert!(matches!(err, FrameReadError::Header(_)) && !err.stream_usable());
+
+        let mut corrupt = out.clone();
+        *corrupt.last_mut().unwrap() ^= 1;
+        let err = read_frame(&mut corrupt.as_slice(), &mut payload).unwrap_err();
+        assert!(err.stream_usable(), "{err}");
+    }
+}
