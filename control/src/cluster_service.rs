@@ -169,8 +169,9 @@ pub struct ClusterService {
     link: BrokerLink,
     /// Each live broker's shard addresses as it registered them.
     addresses: BTreeMap<BrokerId, Vec<ShardAddress>>,
-    /// Each open segment's next offset, from the latest load report.
-    next_offsets: HashMap<(TopicName, SegmentId), u64>,
+    /// Each segment's next offset and first append time, from the latest
+    /// load report that named it (sealed segments keep their last).
+    next_offsets: HashMap<(TopicName, SegmentId), (u64, Option<u64>)>,
     /// Brokers a command failed to reach (or that just registered): the
     /// next load report sends them every topic's layout.
     needs_resync: BTreeSet<BrokerId>,
@@ -465,7 +466,7 @@ impl ClusterService {
             };
             self.next_offsets.insert(
                 (topic.clone(), SegmentId(report.segment)),
-                report.next_offset,
+                (report.next_offset, report.first_append_ms),
             );
             loads.push(SegmentLoad {
                 topic,
@@ -672,6 +673,11 @@ impl ClusterService {
                     .segment_rates(name, s.id)
                     .map(|r| r.window(0))
                     .unwrap_or_default();
+                let (next_offset, first_append_ms) = self
+                    .next_offsets
+                    .get(&(name.clone(), s.id))
+                    .copied()
+                    .unwrap_or((0, None));
                 SegmentInfo {
                     id: s.id.0,
                     epoch: s.epoch,
@@ -679,11 +685,8 @@ impl ClusterService {
                     end: s.range.end(),
                     sealed,
                     shard: s.shard,
-                    next_offset: self
-                        .next_offsets
-                        .get(&(name.clone(), s.id))
-                        .copied()
-                        .unwrap_or(0),
+                    next_offset,
+                    first_append_ms,
                     appended_bytes: 0,
                     successors: s.successors.iter().map(|id| id.0).collect(),
                     broker: s.broker.map(|b| b.0),
