@@ -630,11 +630,21 @@ impl ClusterService {
     }
 
     /// Shard 0's TCP address of a live broker.
+    /// Where commands for `broker` go: its shard 0. A leaving broker is no
+    /// longer a member when its seals are sent, so the addresses it
+    /// registered with are looked up first (they are forgotten once the
+    /// leave is carried out).
     fn command_address(&self, broker: BrokerId) -> Option<String> {
-        self.cluster
-            .membership()
-            .broker(broker)
-            .and_then(|b| b.info().shard_addresses.first().cloned())
+        self.addresses
+            .get(&broker)
+            .and_then(|shards| shards.first())
+            .map(|shard| shard.tcp.clone())
+            .or_else(|| {
+                self.cluster
+                    .membership()
+                    .broker(broker)
+                    .and_then(|b| b.info().shard_addresses.first().cloned())
+            })
     }
 
     fn shard_address(&self, broker: BrokerId, shard: u16) -> Option<ShardAddress> {

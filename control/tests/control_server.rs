@@ -407,6 +407,68 @@ fn manual_split_seals_before_it_opens() {
 }
 
 #[test]
+fn a_leaving_broker_seals_its_segments_before_the_leave_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 10_000, 1_000);
+    let clock = Arc::new(AtomicU64::new(0));
+    let b0 = FakeBroker::start("b0", &clock, Duration::from_millis(100));
+    let b1 = FakeBroker::start("b1", &clock, Duration::ZERO);
+    let mut client = Client::connect(server.address());
+    client.register(None, &b0);
+    client.register(None, &b1);
+    let created = create(&mut client, "ns/t", 2);
+    let on_b0: Vec<u32> = created
+        .segments
+        .iter()
+        .filter(|s| s.broker == Some(0))
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(on_b0.len(), 1, "one segment each: {created:?}");
+    let before = clock.load(Ordering::SeqCst);
+
+    assert_eq!(
+        client.call(&Request::LeaveBroker { broker: 0 }),
+        Response::Done
+    );
+    let answered = clock.load(Ordering::SeqCst);
+    // The leaving broker was told to seal, and had answered, before the
+    // leave was answered; the other broker then opened the successor.
+    let seal = b0
+        .events()
+        .into_iter()
+        .find(|e| e.seq >= before)
+        .expect("the leaving broker was told to seal");
+    assert!(seal.answered_seq < answered);
+    let layout = seal.layout.unwrap();
+    let moved = layout
+        .segment(kelp_control::SegmentId(on_b0[0]))
+        .unwrap()
+        .clone();
+    assert!(!moved.is_open());
+    let successor = moved.successors[0];
+    let open = b1
+        .events()
+        .into_iter()
+        .find(|e| e.seq >= before)
+        .expect("the other broker was told");
+    assert!(open.seq > seal.answered_seq);
+    let info = client.describe("ns/t");
+    let s = info.segments.iter().find(|s| s.id == successor.0).unwrap();
+    assert_eq!((s.broker, s.sealed), (Some(1), false));
+    // The leaver's sealed segment is read through a live broker now.
+    let old = info.segments.iter().find(|s| s.id == on_b0[0]).unwrap();
+    assert_eq!(old.address.as_ref(), Some(&b1.shards()[0]));
+    // It is gone from the cluster.
+    match client.call(&Request::ListBrokers) {
+        Response::Brokers { brokers } => {
+            assert_eq!(brokers.iter().map(|b| b.id).collect::<Vec<_>>(), [1]);
+        }
+        other => panic!("{other:?}"),
+    }
+    server.stop();
+}
+
+#[test]
 fn policy_splits_under_load_and_merges_when_it_drops() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 10_000, 50);
