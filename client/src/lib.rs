@@ -31,7 +31,9 @@ mod client;
 mod connection;
 mod error;
 mod frame_io;
+mod in_flight;
 mod layout;
+mod lineage;
 mod payload;
 mod producer;
 mod subscriber;
@@ -39,7 +41,7 @@ mod transport;
 
 pub use client::{
     Client, ClientOptions, CONNECT_TIMEOUT_MS_DEFAULT, IN_FLIGHT_REQUESTS_MAX_DEFAULT,
-    REQUEST_TIMEOUT_MS_DEFAULT, WRITE_QUEUE_FRAMES_MAX_DEFAULT,
+    PEER_CONNECTIONS_MAX, REQUEST_TIMEOUT_MS_DEFAULT, WRITE_QUEUE_FRAMES_MAX_DEFAULT,
 };
 pub use error::ClientError;
 pub use layout::segment_for_key;
@@ -53,5 +55,5 @@ pub use subscriber::{
     FETCH_MAX_BYTES_DEFAULT, FETCH_MAX_WAIT_MS_DEFAULT, RESOLVE_BYTES_MAX_DEFAULT,
 };
 pub use transport::{Transport, KELP_ALPN, KELP_SERVER_NAME};
-pub use wire::message::{SegmentInfo, TopicInfo};
+pub use wire::message::{BrokerStatus, SegmentInfo, ShardAddress, TopicInfo};
 pub use wire::{AckMode, ErrorCode, FetchFrom, PayloadId, PayloadRef};
