@@ -23,8 +23,17 @@ fn describe_columns_and_cluster_commands_on_a_lone_broker() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "topic admin/t");
     for column in [
-        "SEGMENT", "RANGE", "STATE", "BROKER", "SHARD", "ADDRESS", "BYTES/S", "RECORDS/S",
-        "CREATED", "SEALED", "SUCCESSORS",
+        "SEGMENT",
+        "RANGE",
+        "STATE",
+        "BROKER",
+        "SHARD",
+        "ADDRESS",
+        "BYTES/S",
+        "RECORDS/S",
+        "CREATED",
+        "SEALED",
+        "SUCCESSORS",
     ] {
         assert!(lines[1].contains(column), "{text}");
     }
