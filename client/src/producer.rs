@@ -13,9 +13,11 @@
 //! needed, and resent after a short backoff, with bounded attempts and
 //! time, then a clear error. Per-key order holds through it: refused
 //! batches are resent one at a time in the order they were first sent,
-//! each only after every earlier batch settled ([`crate::in_flight`]), and
+//! each only after every earlier batch settled ([`crate::in_flight`]);
 //! batches built on a new layout leave only once every batch of the old
-//! one settled. Each record is acknowledged once: only the pieces the
+//! one settled; and after a layout change a segment's first batch goes
+//! alone until the broker took it, since a successor not open yet could
+//! refuse one batch and take the next. Each record is acknowledged once: only the pieces the
 //! broker took are counted. Batches carry producer id 0 (none): there is
 //! no broker-side de-duplication yet, so transport failures are reported,
 //! not retried; and with ack `none` a refusal arrives as an error at the
@@ -168,6 +170,12 @@ struct OpenBatch {
     builder: BatchBuilder,
     /// When the first record went in.
     since: Option<Instant>,
+    /// Whether the broker took a batch for this segment since the layout
+    /// was adopted. Until then a batch goes alone: a segment not open yet
+    /// (`SegmentNotFound`, `NotOwner` for a few ms) could refuse one batch
+    /// and take the next pipelined one, which would overtake the refused
+    /// one's resend. Once open, a segment refuses only for good (sealed).
+    confirmed: bool,
 }
 
 impl Accumulator {
@@ -178,6 +186,7 @@ impl Accumulator {
             .map(|_| OpenBatch {
                 builder: BatchBuilder::new(),
                 since: None,
+                confirmed: false,
             })
             .collect();
         Accumulator {
@@ -359,13 +368,7 @@ impl Producer {
             }
             std::mem::take(&mut acc.shards_written)
         };
-        // Every permit back means every batch was settled.
-        let all = shared
-            .in_flight
-            .acquire_many(shared.in_flight_batches_max)
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        drop(all);
+        shared.wait_settled().await?;
         for target in shards_written {
             let conn = shared.client.connection_to(target).await?;
             // The broker handles a connection's requests in order, so once
@@ -428,12 +431,7 @@ impl Shared {
         for i in 0..acc.open.len() {
             self.dispatch(acc, i).await?;
         }
-        let all = self
-            .in_flight
-            .acquire_many(self.in_flight_batches_max)
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        drop(all);
+        self.wait_settled().await?;
         self.check_failure()?;
         let (version, layout) = self
             .layout
@@ -520,8 +518,28 @@ impl Shared {
                     _permit: permit,
                 };
                 tokio::spawn(Arc::clone(self).settle(seq, pending, refused));
+                if !acc.open[i].confirmed {
+                    // The first batch since the layout changed goes alone
+                    // (see `OpenBatch::confirmed`); once it is settled
+                    // without failure the broker took it, resent or not.
+                    self.wait_settled().await?;
+                    self.check_failure()?;
+                    acc.open[i].confirmed = true;
+                }
             }
         }
+        Ok(())
+    }
+
+    /// Wait until every batch sent is settled (acknowledged, resent, or
+    /// failed): every in-flight slot is free then.
+    async fn wait_settled(&self) -> Result<(), ClientError> {
+        let all = self
+            .in_flight
+            .acquire_many(self.in_flight_batches_max)
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        drop(all);
         Ok(())
     }
 

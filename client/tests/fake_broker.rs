@@ -698,3 +698,36 @@ async fn cluster_admin_requests_reach_the_broker() {
     assert_eq!(brokers.len(), 1);
     assert_eq!(brokers[0].shards.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_not_open_yet_is_not_overtaken_by_pipelined_batches() {
+    let broker = fake_broker(1).await;
+    let client = client(&broker).await;
+    client.create_topic(TOPIC, 1).await.unwrap();
+    let producer = client
+        .producer(
+            TOPIC,
+            ProducerConfig {
+                linger_ms: 0,
+                in_flight_batches_max: 8,
+                ..ProducerConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    // The segment refuses its first few requests as if not opened yet;
+    // batches pipelined behind the first must not land before its resend.
+    broker.state.lock().unwrap().not_open.insert(0, 4);
+    let n = 200u32;
+    for i in 0..n {
+        producer
+            .send(b"one key", &i.to_le_bytes(), &[])
+            .await
+            .unwrap();
+    }
+    assert_eq!(producer.flush().await.unwrap(), u64::from(n));
+    let segments = stored(&broker);
+    let values: Vec<u32> = segments[0].1.iter().map(|(_, v)| *v).collect();
+    assert_eq!(values, (0..n).collect::<Vec<_>>());
+    assert_eq!(broker.state.lock().unwrap().not_open[&0], 0);
+}
