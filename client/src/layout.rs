@@ -185,6 +185,32 @@ mod tests {
     }
 
     #[test]
+    fn routes_carry_their_segments_targets() {
+        let addr: SocketAddr = "10.0.0.2:7421".parse().unwrap();
+        let t = topic(vec![
+            segment(0, 0, 1 << 32, true),
+            segment(1, 0, 1 << 31, false),
+            segment(2, 1 << 31, 1 << 32, false),
+        ]);
+        // Targets line up with `topic.segments`, sealed ones included.
+        let targets = [Target::Shard(0), Target::Address(addr), Target::Shard(1)];
+        let layout = Layout::with_targets(&t, &targets).unwrap();
+        let by_segment: Vec<(u32, Target)> = layout
+            .routes()
+            .iter()
+            .map(|r| (r.segment, r.target))
+            .collect();
+        assert_eq!(
+            by_segment,
+            vec![(1, Target::Address(addr)), (2, Target::Shard(1))]
+        );
+        // Without targets, each segment goes to its shard.
+        let layout = Layout::new(&t).unwrap();
+        assert_eq!(layout.routes()[0].target, Target::Shard(1));
+        assert_eq!(layout.routes()[1].target, Target::Shard(0));
+    }
+
+    #[test]
     fn every_key_of_a_full_ring_routes() {
         let n = 7u64;
         let segments = (0..n)

@@ -21,7 +21,12 @@
 //!
 //! Shards: a broker runs one shard per core, each with its own address. The
 //! client asks the address it is given for the list and opens one
-//! connection per shard, lazily, carrying many requests at once.
+//! connection per shard, lazily, carrying many requests at once. In a
+//! cluster a segment may live on another broker: its described `address`
+//! names that broker's shard, and the client keeps one connection per such
+//! address too (at most [`PEER_CONNECTIONS_MAX`]). Producers and
+//! subscribers follow splits, merges and moves as they happen (see
+//! [`Producer`] and [`Subscriber`]).
 //!
 //! Every byte from a broker is checked (frame checksums, batch checksums,
 //! bounds) before use; bad bytes give [`ClientError::Decode`], never a

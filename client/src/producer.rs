@@ -94,6 +94,12 @@ impl Default for ProducerConfig {
 
 /// Publishes records to one topic, routing each by its key.
 ///
+/// Splits, merges and moves under load are followed: a batch the broker
+/// refuses because the layout changed was not stored; it is re-routed on
+/// a fresh layout and resent (bounded attempts and time, then an error),
+/// each key's records still appended in `send` order and each
+/// acknowledged once.
+///
 /// After the first failure (a broker error other than a stale layout, a
 /// lost connection, a timeout) every later `send` and `flush` returns that
 /// error: records sent after it may or may not have been stored. Call

@@ -125,6 +125,11 @@ pub struct OwnedRecord {
 type Delivery = Result<Vec<OwnedRecord>, ClientError>;
 
 /// Reads a topic. Dropping it stops its fetch loops.
+///
+/// It follows the topic's history: a sealed segment is read to its end,
+/// then its successors (a merge's successor once both predecessors are
+/// read), so each key's records come in publish order through splits,
+/// merges and moves.
 pub struct Subscriber {
     queue: mpsc::Receiver<Delivery>,
     ready: VecDeque<OwnedRecord>,
