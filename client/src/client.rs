@@ -514,3 +514,81 @@ async fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
         .next()
         .ok_or_else(|| connect_error("the name resolves to no address".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::message::ShardAddress;
+
+    /// A client of a broker at 10.0.0.1 with two shards, never dialed.
+    fn offline_client() -> Client {
+        let bootstrap: SocketAddr = "10.0.0.1:7420".parse().unwrap();
+        let shards = vec![bootstrap, "10.0.0.1:7421".parse().unwrap()];
+        Client {
+            inner: Arc::new(ClientInner {
+                options: ClientOptions::default(),
+                dialer: Dialer::Tcp,
+                bootstrap,
+                admin: Mutex::new(None),
+                connections: shards.iter().map(|_| Mutex::new(None)).collect(),
+                shards,
+                peers: std::sync::Mutex::new(HashMap::new()),
+                payloads: PayloadRoute::Broker,
+            }),
+        }
+    }
+
+    fn on(tcp: &str) -> SegmentInfo {
+        SegmentInfo {
+            shard: 1,
+            address: Some(ShardAddress {
+                tcp: tcp.into(),
+                quic: "10.9.9.9:1".into(),
+            }),
+            ..SegmentInfo::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn segments_are_sent_where_their_address_says() {
+        let client = offline_client();
+        // No address: the bootstrap broker's shard.
+        let local = SegmentInfo {
+            shard: 1,
+            ..SegmentInfo::default()
+        };
+        assert_eq!(client.target(&local).await.unwrap(), Target::Shard(1));
+        // An address of the bootstrap broker's own shard reuses its slot.
+        assert_eq!(
+            client.target(&on("10.0.0.1:7421")).await.unwrap(),
+            Target::Shard(1)
+        );
+        // Another broker's shard, by the transport's address; 0.0.0.0 is
+        // reached at the bootstrap's IP.
+        assert_eq!(
+            client.target(&on("10.0.0.2:7430")).await.unwrap(),
+            Target::Address("10.0.0.2:7430".parse().unwrap())
+        );
+        assert_eq!(
+            client.target(&on("0.0.0.0:7500")).await.unwrap(),
+            Target::Address("10.0.0.1:7500".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn peer_connections_are_one_per_address_and_bounded() {
+        let client = offline_client();
+        let addr = |i: usize| SocketAddr::from(([10, 0, 1, (i / 250) as u8], 1000 + i as u16));
+        let first = client.peer_slot(addr(0));
+        assert!(Arc::ptr_eq(&first, &client.peer_slot(addr(0))));
+        for i in 1..PEER_CONNECTIONS_MAX + 50 {
+            client.peer_slot(addr(i));
+            let peers = client.inner.peers.lock().unwrap().len();
+            assert!(peers <= PEER_CONNECTIONS_MAX, "{peers} slots");
+        }
+        // The newest address always has its slot.
+        let last = addr(PEER_CONNECTIONS_MAX + 49);
+        assert!(client.inner.peers.lock().unwrap().contains_key(&last));
+    }
+}
