@@ -210,10 +210,17 @@ impl Subscriber {
             .lock()
             .lineage
             .begin(&info, !matches!(from, FetchFrom::Latest));
+        // Every loop is made before any starts, so a failure leaves none
+        // running.
+        let mut fetches = Vec::with_capacity(first.len());
         for segment in first {
-            let fetch = SegmentFetch::new(&client, topic, segment, options, &tx, &follow).await?;
+            fetches.push(SegmentFetch::new(&client, topic, segment, options, &tx, &follow).await?);
+        }
+        {
             let mut state = follow.lock();
-            state.loops.push(tokio::spawn(fetch.run(from)));
+            for fetch in fetches {
+                state.loops.push(tokio::spawn(fetch.run(from)));
+            }
         }
         Ok(Subscriber {
             queue,
