@@ -188,6 +188,14 @@ impl State {
         [a, b]
     }
 
+    /// Seal open segment `id` and reopen its range on listener `shard`.
+    fn move_to(&mut self, id: u32, shard: u16, not_open: usize) -> u32 {
+        let s = self.segments.iter().find(|s| s.id == id).unwrap().clone();
+        let moved = self.open(s.start, s.end, shard, not_open);
+        self.seal(id, &[moved]);
+        moved
+    }
+
     /// Seal adjacent open segments `a` and `b` into one on `shard`.
     fn merge(&mut self, a: u32, b: u32, shard: u16, not_open: usize) -> u32 {
         let find = |id| self.segments.iter().find(|s| s.id == id).unwrap().clone();
@@ -525,7 +533,7 @@ fn stored(broker: &FakeBroker) -> Vec<StoredSegment> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn producer_follows_a_split_and_a_merge_under_load() {
+async fn producer_follows_a_split_a_move_and_a_merge_under_load() {
     // Shards 0 and 1 are listed; listener 2 is "another broker".
     let broker = fake_cluster(2, 1).await;
     let client = client(&broker).await;
@@ -544,8 +552,12 @@ async fn producer_follows_a_split_and_a_merge_under_load() {
         .unwrap();
     let n = 30_000u32;
     let keys = 97;
-    let (mut halves, mut merged) = (None, None);
+    let (mut halves, mut merged, mut moved) = (None, None, None);
     for i in 0..n {
+        if i == n / 2 {
+            // Move segment 1 to the other broker.
+            moved = Some(broker.state.lock().unwrap().move_to(1, 2, 2));
+        }
         if i == n / 3 {
             // Split segment 0 while its batches are in flight; the halves
             // live on the other broker and are not open for a while.
@@ -564,7 +576,7 @@ async fn producer_follows_a_split_and_a_merge_under_load() {
     // Every record acknowledged once...
     assert_eq!(producer.flush().await.unwrap(), u64::from(n));
     let segments = stored(&broker);
-    assert_eq!(segments.len(), 5);
+    assert_eq!(segments.len(), 6);
     // ...stored once...
     let mut seen = vec![false; n as usize];
     for (_, records) in &segments {
@@ -585,9 +597,9 @@ async fn producer_follows_a_split_and_a_merge_under_load() {
         }
     }
     // The successors took records (through the other broker's address for
-    // the halves), and the sealed segments took none after they sealed.
+    // the halves and the moved segment).
     let [a, b] = halves.unwrap();
-    for id in [a, b, merged.unwrap()] {
+    for id in [a, b, merged.unwrap(), moved.unwrap()] {
         let records = &segments.iter().find(|(s, _)| *s == id).unwrap().1;
         assert!(!records.is_empty(), "segment {id} got nothing");
     }
