@@ -1,18 +1,21 @@
-//! The client: shard discovery, one lazily opened connection per shard, and
-//! the admin requests.
+//! The client: shard discovery, one lazily opened connection per shard
+//! (of the bootstrap broker, and of any other broker a segment's address
+//! names), and the admin requests.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
-use wire::message::TopicInfo;
+use wire::message::{BrokerStatus, SegmentInfo, TopicInfo};
 use wire::{FetchFrom, Request, Response};
 
 use crate::connection::{Connection, ConnectionLimits};
 use crate::error::ClientError;
 use crate::frame_io::ResponseFrame;
+use crate::layout::{Layout, Target};
 use crate::payload::PayloadRoute;
 use crate::producer::{Producer, ProducerConfig};
 use crate::subscriber::{SubscribeOptions, Subscriber};
@@ -26,6 +29,11 @@ pub const WRITE_QUEUE_FRAMES_MAX_DEFAULT: usize = 64;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Default for [`ClientOptions::connect_timeout_ms`].
 pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Connections a client keeps to shards of brokers other than the one it
+/// bootstrapped from (a cluster's segments live on many brokers); beyond
+/// this the least useful one (a failed one, else any) is forgotten, and
+/// closes once its last user is done with it.
+pub const PEER_CONNECTIONS_MAX: usize = 256;
 
 /// Settings of a [`Client`].
 #[derive(Debug, Clone)]
@@ -80,8 +88,13 @@ pub(crate) struct ClientInner {
     /// One slot per shard, filled on first use and refilled after a
     /// connection fails.
     connections: Vec<Mutex<Option<Arc<Connection>>>>,
+    /// Shards of other brokers, by address, at most
+    /// [`PEER_CONNECTIONS_MAX`]; each slot is filled on first use.
+    peers: std::sync::Mutex<HashMap<SocketAddr, PeerSlot>>,
     pub(crate) payloads: PayloadRoute,
 }
+
+type PeerSlot = Arc<Mutex<Option<Arc<Connection>>>>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -147,6 +160,7 @@ impl Client {
                 admin: Mutex::new(Some(admin)),
                 shards,
                 connections,
+                peers: std::sync::Mutex::new(HashMap::new()),
                 payloads,
             }),
         })
@@ -219,6 +233,107 @@ impl Client {
         }
     }
 
+    /// Seal open segment `segment` of `topic` and open `pieces` successors
+    /// over equal parts of its range (a cluster's control plane does it;
+    /// any broker forwards the request). Returns the layout after.
+    pub async fn split_segment(
+        &self,
+        topic: &str,
+        segment: u32,
+        pieces: u32,
+    ) -> Result<TopicInfo, ClientError> {
+        self.topic_call(
+            &Request::SplitSegment {
+                topic: topic.to_owned(),
+                segment,
+                pieces,
+            },
+            "splitting a segment",
+        )
+        .await
+    }
+
+    /// Seal the adjacent open segments `a` and `b` of `topic` and open one
+    /// successor over both ranges. Returns the layout after.
+    pub async fn merge_segments(
+        &self,
+        topic: &str,
+        a: u32,
+        b: u32,
+    ) -> Result<TopicInfo, ClientError> {
+        self.topic_call(
+            &Request::MergeSegments {
+                topic: topic.to_owned(),
+                a,
+                b,
+            },
+            "merging segments",
+        )
+        .await
+    }
+
+    /// Seal open segment `segment` of `topic` and reopen its range on
+    /// broker `to` (`None`: the control plane picks the least-loaded other
+    /// broker). Returns the layout after.
+    pub async fn move_segment(
+        &self,
+        topic: &str,
+        segment: u32,
+        to: Option<u32>,
+    ) -> Result<TopicInfo, ClientError> {
+        self.topic_call(
+            &Request::MoveSegment {
+                topic: topic.to_owned(),
+                segment,
+                to,
+            },
+            "moving a segment",
+        )
+        .await
+    }
+
+    /// Replace the scaling policy of `topic` by `policy_json` (the JSON of
+    /// `control::ScalingPolicy`); an empty string removes it. Returns the
+    /// layout after.
+    pub async fn set_policy(
+        &self,
+        topic: &str,
+        policy_json: &str,
+    ) -> Result<TopicInfo, ClientError> {
+        self.topic_call(
+            &Request::SetPolicy {
+                topic: topic.to_owned(),
+                policy: policy_json.to_owned(),
+            },
+            "setting a scaling policy",
+        )
+        .await
+    }
+
+    /// The brokers of the cluster, with their shards and load.
+    pub async fn list_brokers(&self) -> Result<Vec<BrokerStatus>, ClientError> {
+        let frame = self
+            .admin_call(&Request::ListBrokers, "listing brokers")
+            .await?;
+        match frame.response()? {
+            Response::Brokers { brokers } => Ok(brokers),
+            _ => Err(unexpected(&frame, "brokers")),
+        }
+    }
+
+    /// An admin request answered with a topic's layout.
+    async fn topic_call(
+        &self,
+        request: &Request<'_>,
+        operation: &'static str,
+    ) -> Result<TopicInfo, ClientError> {
+        let frame = self.admin_call(request, operation).await?;
+        match frame.response()? {
+            Response::Topic(info) => Ok(info),
+            _ => Err(unexpected(&frame, "topic")),
+        }
+    }
+
     /// A producer for `topic` that routes each record by its key.
     pub async fn producer(
         &self,
@@ -252,6 +367,86 @@ impl Client {
             self.fresh(&mut slot, self.inner.bootstrap).await?
         };
         conn.call(request, operation, self.request_timeout()).await
+    }
+
+    /// Where a segment's traffic goes: its `address` if it names one (a
+    /// shard of the bootstrap broker counts as that shard), else shard
+    /// `shard` of the bootstrap broker.
+    pub(crate) async fn target(&self, segment: &SegmentInfo) -> Result<Target, ClientError> {
+        let Some(address) = &segment.address else {
+            return Ok(Target::Shard(segment.shard));
+        };
+        let advertised = match self.inner.dialer.transport() {
+            Transport::Tcp => &address.tcp,
+            Transport::Quic => &address.quic,
+        };
+        let addr = self.reachable(advertised).await?;
+        Ok(match self.inner.shards.iter().position(|a| *a == addr) {
+            Some(i) => Target::Shard(u16::try_from(i).unwrap_or(u16::MAX)),
+            None => Target::Address(addr),
+        })
+    }
+
+    /// The routing table of `topic`, with each open segment's target.
+    pub(crate) async fn layout(&self, topic: &TopicInfo) -> Result<Layout, ClientError> {
+        let mut targets = Vec::with_capacity(topic.segments.len());
+        for segment in &topic.segments {
+            targets.push(if segment.sealed {
+                Target::Shard(segment.shard)
+            } else {
+                self.target(segment).await?
+            });
+        }
+        Layout::with_targets(topic, &targets)
+    }
+
+    /// `host:port` resolved, an unspecified IP replaced by the bootstrap's.
+    async fn reachable(&self, advertised: &str) -> Result<SocketAddr, ClientError> {
+        let mut addr = match advertised.parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(_) => resolve(advertised).await?,
+        };
+        if addr.ip().is_unspecified() {
+            addr.set_ip(self.inner.bootstrap.ip());
+        }
+        Ok(addr)
+    }
+
+    /// The connection to `target`, opened if needed.
+    pub(crate) async fn connection_to(
+        &self,
+        target: Target,
+    ) -> Result<Arc<Connection>, ClientError> {
+        match target {
+            Target::Shard(shard) => self.connection(shard).await,
+            Target::Address(addr) => {
+                let slot = self.peer_slot(addr);
+                let mut slot = slot.lock().await;
+                self.fresh(&mut slot, addr).await
+            }
+        }
+    }
+
+    /// The slot of a shard of another broker, made if new; makes room by
+    /// forgetting a failed connection, else any other.
+    fn peer_slot(&self, addr: SocketAddr) -> PeerSlot {
+        let mut peers = self.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = peers.get(&addr) {
+            return Arc::clone(slot);
+        }
+        if peers.len() >= PEER_CONNECTIONS_MAX {
+            let failed = peers.iter().find_map(|(a, slot)| {
+                let conn = slot.try_lock().ok()?;
+                conn.as_ref().is_none_or(|c| c.is_failed()).then_some(*a)
+            });
+            let victim = failed.or_else(|| peers.keys().next().copied());
+            if let Some(victim) = victim {
+                peers.remove(&victim);
+            }
+        }
+        let slot = PeerSlot::default();
+        peers.insert(addr, Arc::clone(&slot));
+        slot
     }
 
     /// The connection to shard `shard`, opened if needed.
@@ -318,4 +513,82 @@ async fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
         .map_err(|e| connect_error(e.to_string()))?
         .next()
         .ok_or_else(|| connect_error("the name resolves to no address".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::message::ShardAddress;
+
+    /// A client of a broker at 10.0.0.1 with two shards, never dialed.
+    fn offline_client() -> Client {
+        let bootstrap: SocketAddr = "10.0.0.1:7420".parse().unwrap();
+        let shards = vec![bootstrap, "10.0.0.1:7421".parse().unwrap()];
+        Client {
+            inner: Arc::new(ClientInner {
+                options: ClientOptions::default(),
+                dialer: Dialer::Tcp,
+                bootstrap,
+                admin: Mutex::new(None),
+                connections: shards.iter().map(|_| Mutex::new(None)).collect(),
+                shards,
+                peers: std::sync::Mutex::new(HashMap::new()),
+                payloads: PayloadRoute::Broker,
+            }),
+        }
+    }
+
+    fn on(tcp: &str) -> SegmentInfo {
+        SegmentInfo {
+            shard: 1,
+            address: Some(ShardAddress {
+                tcp: tcp.into(),
+                quic: "10.9.9.9:1".into(),
+            }),
+            ..SegmentInfo::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn segments_are_sent_where_their_address_says() {
+        let client = offline_client();
+        // No address: the bootstrap broker's shard.
+        let local = SegmentInfo {
+            shard: 1,
+            ..SegmentInfo::default()
+        };
+        assert_eq!(client.target(&local).await.unwrap(), Target::Shard(1));
+        // An address of the bootstrap broker's own shard reuses its slot.
+        assert_eq!(
+            client.target(&on("10.0.0.1:7421")).await.unwrap(),
+            Target::Shard(1)
+        );
+        // Another broker's shard, by the transport's address; 0.0.0.0 is
+        // reached at the bootstrap's IP.
+        assert_eq!(
+            client.target(&on("10.0.0.2:7430")).await.unwrap(),
+            Target::Address("10.0.0.2:7430".parse().unwrap())
+        );
+        assert_eq!(
+            client.target(&on("0.0.0.0:7500")).await.unwrap(),
+            Target::Address("10.0.0.1:7500".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn peer_connections_are_one_per_address_and_bounded() {
+        let client = offline_client();
+        let addr = |i: usize| SocketAddr::from(([10, 0, 1, (i / 250) as u8], 1000 + i as u16));
+        let first = client.peer_slot(addr(0));
+        assert!(Arc::ptr_eq(&first, &client.peer_slot(addr(0))));
+        for i in 1..PEER_CONNECTIONS_MAX + 50 {
+            client.peer_slot(addr(i));
+            let peers = client.inner.peers.lock().unwrap().len();
+            assert!(peers <= PEER_CONNECTIONS_MAX, "{peers} slots");
+        }
+        // The newest address always has its slot.
+        let last = addr(PEER_CONNECTIONS_MAX + 49);
+        assert!(client.inner.peers.lock().unwrap().contains_key(&last));
+    }
 }

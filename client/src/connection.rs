@@ -334,8 +334,17 @@ async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
 }
 
 /// Whether a broker error means "refresh the layout and retry".
+/// Whether a broker's refusal means the client's layout is behind: the
+/// segment moved or was sealed, or its successor is not open on that
+/// broker yet (`SegmentNotFound`, `TopicNotFound`: a cluster's control
+/// plane opens successors a few ms after it seals, and a broker learns a
+/// topic when it is first given one of its segments). Refresh the layout
+/// and retry, a bounded number of times.
 pub(crate) fn is_stale_layout(error: &ClientError) -> bool {
-    error.broker_code().is_some_and(ErrorCode::is_stale_layout)
+    error.broker_code().is_some_and(|code| {
+        code.is_stale_layout()
+            || matches!(code, ErrorCode::SegmentNotFound | ErrorCode::TopicNotFound)
+    })
 }
 
 #[cfg(test)]

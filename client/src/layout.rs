@@ -6,17 +6,32 @@
 //! land in one segment, keep their publish order, and pass a broker's
 //! range check. Spreading them round-robin would balance load but needs a
 //! broker that exempts empty keys from that check.
+//!
+//! Each route carries its [`Target`], so code that sends to a segment
+//! needs no other lookup.
+
+use std::net::SocketAddr;
 
 use wire::key_hash;
 use wire::message::TopicInfo;
 
 use crate::error::ClientError;
 
+/// Where a segment's requests go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Target {
+    /// A shard of the broker the client bootstrapped from, by index in
+    /// its shard list.
+    Shard(u16),
+    /// A shard of another broker (a cluster), resolved.
+    Address(SocketAddr),
+}
+
 /// One open segment, as routing needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Route {
     pub(crate) segment: u32,
-    pub(crate) shard: u16,
+    pub(crate) target: Target,
     start: u32,
     end: u64,
 }
@@ -28,17 +43,33 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// The routing table of a topic. Refuses a topic with no open segment
+    /// The routing table of a topic whose segments all live on the
+    /// bootstrap broker (each goes to its `shard`).
+    pub(crate) fn new(topic: &TopicInfo) -> Result<Layout, ClientError> {
+        let targets: Vec<Target> = topic
+            .segments
+            .iter()
+            .map(|s| Target::Shard(s.shard))
+            .collect();
+        Layout::with_targets(topic, &targets)
+    }
+
+    /// The routing table of a topic, `targets[i]` being where segment `i`
+    /// of `topic.segments` is sent. Refuses a topic with no open segment
     /// or with open segments whose ranges overlap (a broker bug that would
     /// break per-key order).
-    pub(crate) fn new(topic: &TopicInfo) -> Result<Layout, ClientError> {
+    pub(crate) fn with_targets(
+        topic: &TopicInfo,
+        targets: &[Target],
+    ) -> Result<Layout, ClientError> {
         let mut routes: Vec<Route> = topic
             .segments
             .iter()
-            .filter(|s| !s.sealed)
-            .map(|s| Route {
+            .zip(targets)
+            .filter(|(s, _)| !s.sealed)
+            .map(|(s, target)| Route {
                 segment: s.id,
-                shard: s.shard,
+                target: *target,
                 start: s.start,
                 end: s.end,
             })
@@ -151,6 +182,32 @@ mod tests {
             segment(2, 100, 1 << 32, false)
         ]))
         .is_err());
+    }
+
+    #[test]
+    fn routes_carry_their_segments_targets() {
+        let addr: SocketAddr = "10.0.0.2:7421".parse().unwrap();
+        let t = topic(vec![
+            segment(0, 0, 1 << 32, true),
+            segment(1, 0, 1 << 31, false),
+            segment(2, 1 << 31, 1 << 32, false),
+        ]);
+        // Targets line up with `topic.segments`, sealed ones included.
+        let targets = [Target::Shard(0), Target::Address(addr), Target::Shard(1)];
+        let layout = Layout::with_targets(&t, &targets).unwrap();
+        let by_segment: Vec<(u32, Target)> = layout
+            .routes()
+            .iter()
+            .map(|r| (r.segment, r.target))
+            .collect();
+        assert_eq!(
+            by_segment,
+            vec![(1, Target::Address(addr)), (2, Target::Shard(1))]
+        );
+        // Without targets, each segment goes to its shard.
+        let layout = Layout::new(&t).unwrap();
+        assert_eq!(layout.routes()[0].target, Target::Shard(1));
+        assert_eq!(layout.routes()[1].target, Target::Shard(0));
     }
 
     #[test]

@@ -21,7 +21,12 @@
 //!
 //! Shards: a broker runs one shard per core, each with its own address. The
 //! client asks the address it is given for the list and opens one
-//! connection per shard, lazily, carrying many requests at once.
+//! connection per shard, lazily, carrying many requests at once. In a
+//! cluster a segment may live on another broker: its described `address`
+//! names that broker's shard, and the client keeps one connection per such
+//! address too (at most [`PEER_CONNECTIONS_MAX`]). Producers and
+//! subscribers follow splits, merges and moves as they happen (see
+//! [`Producer`] and [`Subscriber`]).
 //!
 //! Every byte from a broker is checked (frame checksums, batch checksums,
 //! bounds) before use; bad bytes give [`ClientError::Decode`], never a
@@ -31,7 +36,9 @@ mod client;
 mod connection;
 mod error;
 mod frame_io;
+mod in_flight;
 mod layout;
+mod lineage;
 mod payload;
 mod producer;
 mod subscriber;
@@ -39,7 +46,7 @@ mod transport;
 
 pub use client::{
     Client, ClientOptions, CONNECT_TIMEOUT_MS_DEFAULT, IN_FLIGHT_REQUESTS_MAX_DEFAULT,
-    REQUEST_TIMEOUT_MS_DEFAULT, WRITE_QUEUE_FRAMES_MAX_DEFAULT,
+    PEER_CONNECTIONS_MAX, REQUEST_TIMEOUT_MS_DEFAULT, WRITE_QUEUE_FRAMES_MAX_DEFAULT,
 };
 pub use error::ClientError;
 pub use layout::segment_for_key;
@@ -53,5 +60,5 @@ pub use subscriber::{
     FETCH_MAX_BYTES_DEFAULT, FETCH_MAX_WAIT_MS_DEFAULT, RESOLVE_BYTES_MAX_DEFAULT,
 };
 pub use transport::{Transport, KELP_ALPN, KELP_SERVER_NAME};
-pub use wire::message::{SegmentInfo, TopicInfo};
+pub use wire::message::{BrokerStatus, SegmentInfo, ShardAddress, TopicInfo};
 pub use wire::{AckMode, ErrorCode, FetchFrom, PayloadId, PayloadRef};

@@ -1,19 +1,27 @@
 //! The routing producer: records are hashed by key into a batch per open
-//! segment, and each batch goes to the shard that owns its segment.
+//! segment, and each batch goes to the shard that owns its segment (on
+//! whichever broker of a cluster holds it).
 //!
 //! Order: all batches of one segment leave in order on that shard's one
 //! connection, and the broker handles a connection's requests in order, so
 //! records of one key are appended in the order `send` was called.
 //!
-//! Resends: a batch refused with `NotOwner` or `SegmentSealed` is resent
-//! after refreshing the layout, split by key if the segment was split. A
-//! resend that happens after a later batch of the same segment was already
-//! appended can reorder those keys; that is acceptable for v0 because the
-//! v0 broker never seals or moves segments (so this path never runs), and
-//! the control plane's "move a key only after the old segment is sealed"
-//! rule will close it later. Batches carry producer id 0 (none): there is
+//! Splits, merges and moves under load: a batch refused because the
+//! layout changed (`NotOwner`, `SegmentSealed`, or `SegmentNotFound` /
+//! `TopicNotFound` from a broker that has not opened the successor yet)
+//! was not appended; it is re-routed on a fresh layout, split by key if
+//! needed, and resent after a short backoff, with bounded attempts and
+//! time, then a clear error. Per-key order holds through it: refused
+//! batches are resent one at a time in the order they were first sent,
+//! each only after every earlier batch settled ([`crate::in_flight`]);
+//! batches built on a new layout leave only once every batch of the old
+//! one settled; and after a layout change a segment's first batch goes
+//! alone until the broker took it, since a successor not open yet could
+//! refuse one batch and take the next. Each record is acknowledged once: only the pieces the
+//! broker took are counted. Batches carry producer id 0 (none): there is
 //! no broker-side de-duplication yet, so transport failures are reported,
-//! not retried.
+//! not retried; and with ack `none` a refusal arrives as an error at the
+//! next flush, not as a resend.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +37,8 @@ use crate::client::{unexpected, Client};
 use crate::connection::{is_stale_layout, PendingResponse};
 use crate::error::ClientError;
 use crate::frame_io::ResponseFrame;
-use crate::layout::{Layout, Route};
+use crate::in_flight::InFlight;
+use crate::layout::{Layout, Route, Target};
 
 /// Default for [`ProducerConfig::batch_bytes_max`]: 1 MiB.
 pub const BATCH_BYTES_MAX_DEFAULT: usize = 1 << 20;
@@ -40,10 +49,15 @@ pub const BY_REF_OVER_DEFAULT: usize = 1 << 20;
 /// Default for [`ProducerConfig::in_flight_batches_max`].
 pub const IN_FLIGHT_BATCHES_MAX_DEFAULT: usize = 64;
 /// Times a batch refused for a stale layout is re-routed and resent.
-pub const RESEND_ATTEMPTS_MAX: u32 = 5;
-/// Wait before the first resend, doubled for each later one, so a broker
-/// in the middle of a split has time to open the successors.
-const RESEND_BACKOFF_MS: u64 = 50;
+pub const RESEND_ATTEMPTS_MAX: u32 = 10;
+/// Wait before a resend on a layout asked for afresh, doubled for each
+/// later one up to [`RESEND_BACKOFF_MS_MAX`], so the control plane has
+/// time to open the successors. (The first resend of a batch goes at once
+/// when a newer layout than the one it was sent on is already known.)
+const RESEND_BACKOFF_MS: u64 = 20;
+const RESEND_BACKOFF_MS_MAX: u64 = 1_000;
+/// How long one batch may keep being refused before the producer fails.
+const RESEND_TIME_MS_MAX: u64 = 30_000;
 /// The producer id batches carry: 0 means "none" (no de-duplication).
 const PRODUCER_ID_NONE: u64 = 0;
 
@@ -79,6 +93,12 @@ impl Default for ProducerConfig {
 }
 
 /// Publishes records to one topic, routing each by its key.
+///
+/// Splits, merges and moves under load are followed: a batch the broker
+/// refuses because the layout changed was not stored; it is re-routed on
+/// a fresh layout and resent (bounded attempts and time, then an error),
+/// each key's records still appended in `send` order and each
+/// acknowledged once.
 ///
 /// After the first failure (a broker error other than a stale layout, a
 /// lost connection, a timeout) every later `send` and `flush` returns that
@@ -119,8 +139,20 @@ struct Shared {
     /// The newest layout, replaced after a stale-layout refusal.
     layout: Mutex<(u64, Arc<Layout>)>,
     layout_version: AtomicU64,
+    /// Batches awaiting an answer, in send order, and the refused ones
+    /// waiting to be resent.
+    in_flight_order: Mutex<InFlight<Refused>>,
     /// Wakes the linger task when a batch gets its first record.
     linger_wake: Notify,
+}
+
+/// A batch refused for a stale layout, waiting for its turn to be resent.
+struct Refused {
+    batch: Bytes,
+    /// The layout version it was built on.
+    layout_version: u64,
+    /// Its in-flight slot, held until it is settled.
+    _permit: OwnedSemaphorePermit,
 }
 
 /// A record's value as given to the producer.
@@ -137,13 +169,19 @@ struct Accumulator {
     open: Vec<OpenBatch>,
     /// Shards written with ack `none` since the last flush, which checks
     /// them for errors the broker sent back.
-    shards_written: Vec<u16>,
+    shards_written: Vec<Target>,
 }
 
 struct OpenBatch {
     builder: BatchBuilder,
     /// When the first record went in.
     since: Option<Instant>,
+    /// Whether the broker took a batch for this segment since the layout
+    /// was adopted. Until then a batch goes alone: a segment not open yet
+    /// (`SegmentNotFound`, `NotOwner` for a few ms) could refuse one batch
+    /// and take the next pipelined one, which would overtake the refused
+    /// one's resend. Once open, a segment refuses only for good (sealed).
+    confirmed: bool,
 }
 
 impl Accumulator {
@@ -154,6 +192,7 @@ impl Accumulator {
             .map(|_| OpenBatch {
                 builder: BatchBuilder::new(),
                 since: None,
+                confirmed: false,
             })
             .collect();
         Accumulator {
@@ -172,7 +211,7 @@ impl Producer {
         config: ProducerConfig,
     ) -> Result<Producer, ClientError> {
         let info = client.describe_topic(topic).await?;
-        let layout = Arc::new(Layout::new(&info)?);
+        let layout = Arc::new(client.layout(&info).await?);
         let in_flight_batches_max =
             u32::try_from(config.in_flight_batches_max.max(1)).unwrap_or(u32::MAX);
         let shared = Arc::new(Shared {
@@ -187,6 +226,7 @@ impl Producer {
             failure: Mutex::new(None),
             layout: Mutex::new((0, layout)),
             layout_version: AtomicU64::new(0),
+            in_flight_order: Mutex::new(InFlight::new()),
             linger_wake: Notify::new(),
         });
         let linger = tokio::spawn(linger_loop(
@@ -334,15 +374,9 @@ impl Producer {
             }
             std::mem::take(&mut acc.shards_written)
         };
-        // Every permit back means every batch was settled.
-        let all = shared
-            .in_flight
-            .acquire_many(shared.in_flight_batches_max)
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        drop(all);
-        for shard in shards_written {
-            let conn = shared.client.connection(shard).await?;
+        shared.wait_settled().await?;
+        for target in shards_written {
+            let conn = shared.client.connection_to(target).await?;
             // The broker handles a connection's requests in order, so once
             // this answer is back every earlier produce was handled and any
             // error it caused has arrived.
@@ -393,7 +427,9 @@ impl Shared {
     }
 
     /// Adopt a layout refreshed by a resend: send the batches built for the
-    /// old one first (a stale one is resent), then batch for the new one.
+    /// old one first (a stale one is resent), wait until every batch in
+    /// flight settled (so no batch on the new layout overtakes a resend of
+    /// the same keys), then batch for the new one.
     async fn sync_layout(self: &Arc<Self>, acc: &mut Accumulator) -> Result<(), ClientError> {
         if self.layout_version.load(Ordering::Acquire) == acc.layout_version {
             return Ok(());
@@ -401,6 +437,8 @@ impl Shared {
         for i in 0..acc.open.len() {
             self.dispatch(acc, i).await?;
         }
+        self.wait_settled().await?;
+        self.check_failure()?;
         let (version, layout) = self
             .layout
             .lock()
@@ -444,7 +482,7 @@ impl Shared {
             .await
             .map_err(|_| ClientError::Closed)?;
         let ack = self.config.ack;
-        let submitted = match self.client.connection(route.shard).await {
+        let submitted = match self.client.connection_to(route.target).await {
             Ok(conn) => {
                 let batch = open.builder.finish(PRODUCER_ID_NONE, 0);
                 conn.submit(
@@ -469,45 +507,99 @@ impl Shared {
             None => {
                 self.acked_records
                     .fetch_add(u64::from(records), Ordering::Relaxed);
-                if !acc.shards_written.contains(&route.shard) {
-                    acc.shards_written.push(route.shard);
+                if !acc.shards_written.contains(&route.target) {
+                    acc.shards_written.push(route.target);
                 }
             }
             Some(pending) => {
                 let batch = submitted
                     .frame
                     .slice(submitted.frame.len().saturating_sub(batch_bytes)..);
-                tokio::spawn(Arc::clone(self).settle(pending, batch, permit));
+                // Still under the accumulator's lock, so sequence numbers
+                // follow the order batches were queued on connections.
+                let seq = self.order().sent();
+                let refused = Refused {
+                    batch,
+                    layout_version: acc.layout_version,
+                    _permit: permit,
+                };
+                tokio::spawn(Arc::clone(self).settle(seq, pending, refused));
+                if !acc.open[i].confirmed {
+                    // The first batch since the layout changed goes alone
+                    // (see `OpenBatch::confirmed`); once it is settled
+                    // without failure the broker took it, resent or not.
+                    self.wait_settled().await?;
+                    self.check_failure()?;
+                    acc.open[i].confirmed = true;
+                }
             }
         }
         Ok(())
     }
 
-    /// Wait for one batch's acknowledgement; resend it on a stale layout.
-    /// The in-flight slot is held until the batch is settled either way.
-    async fn settle(
-        self: Arc<Self>,
-        pending: PendingResponse,
-        batch: Bytes,
-        _permit: OwnedSemaphorePermit,
-    ) {
+    /// Wait until every batch sent is settled (acknowledged, resent, or
+    /// failed): every in-flight slot is free then.
+    async fn wait_settled(&self) -> Result<(), ClientError> {
+        let all = self
+            .in_flight
+            .acquire_many(self.in_flight_batches_max)
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        drop(all);
+        Ok(())
+    }
+
+    fn order(&self) -> std::sync::MutexGuard<'_, InFlight<Refused>> {
+        self.in_flight_order
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait for one batch's acknowledgement; on a stale layout queue it to
+    /// be resent in send order. The in-flight slot (in `sent`) is held
+    /// until the batch is settled either way.
+    async fn settle(self: Arc<Self>, seq: u64, pending: PendingResponse, sent: Refused) {
         let result = pending
             .wait(
                 "waiting for a produce acknowledgement",
                 self.client.request_timeout(),
             )
             .await;
-        match self.acknowledged(result) {
+        let resend_now = match self.acknowledged(result) {
             Ok(n) => {
                 self.acked_records
                     .fetch_add(u64::from(n), Ordering::Relaxed);
+                self.order().settled(seq)
             }
-            Err(e) if is_stale_layout(&e) => {
-                if let Err(e) = self.resend(batch).await {
+            Err(e) if is_stale_layout(&e) => self.order().refused(seq, sent),
+            Err(e) => {
+                self.fail(e);
+                self.order().settled(seq)
+            }
+        };
+        if resend_now {
+            self.resend_in_order().await;
+        }
+    }
+
+    /// Be the resender: resend refused batches one at a time, oldest
+    /// first, while the oldest unsettled batch is a refused one. After a
+    /// failure the rest are dropped unsent (their slots freed), since the
+    /// producer reports the failure from then on.
+    async fn resend_in_order(self: &Arc<Self>) {
+        loop {
+            let next = self.order().next_resend();
+            let Some((seq, refused)) = next else {
+                return;
+            };
+            if !self.failed.load(Ordering::Acquire) {
+                if let Err(e) = self.resend(refused.batch, refused.layout_version).await {
                     self.fail(e);
                 }
             }
-            Err(e) => self.fail(e),
+            // The slot is freed only after the batch is marked settled.
+            let _permit = refused._permit;
+            self.order().settled(seq);
         }
     }
 
@@ -521,67 +613,116 @@ impl Shared {
     }
 
     /// Re-route a refused batch on a fresh layout and send it again, one
-    /// piece at a time; rare, so simple beats fast here.
-    async fn resend(self: &Arc<Self>, batch: Bytes) -> Result<(), ClientError> {
+    /// piece at a time, until every piece is appended; rare, so simple
+    /// beats fast here. A piece the broker refuses for a stale layout again
+    /// is retried after a backoff, within [`RESEND_ATTEMPTS_MAX`] attempts
+    /// and [`RESEND_TIME_MS_MAX`].
+    async fn resend(self: &Arc<Self>, batch: Bytes, sent_on: u64) -> Result<(), ClientError> {
+        let started = Instant::now();
         let mut work = vec![batch];
+        let mut last_refusal: Option<ClientError> = None;
         for attempt in 0..RESEND_ATTEMPTS_MAX {
-            if work.is_empty() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(RESEND_BACKOFF_MS << attempt)).await;
-            let layout = self.refresh_layout().await?;
+            let known = self.current_layout();
+            let layout = if attempt == 0 && known.0 > sent_on {
+                // A newer layout is known already: try it at once.
+                known.1
+            } else {
+                let backoff = (RESEND_BACKOFF_MS << attempt.min(16)).min(RESEND_BACKOFF_MS_MAX);
+                tokio::time::sleep(Duration::from_millis(backoff)).await;
+                match self.refresh_layout().await {
+                    Ok(layout) => layout,
+                    // The layout may be caught mid-change (no open segment
+                    // for a range for a moment); an unknown topic while
+                    // the successor is opened also passes.
+                    Err(e) if matches!(e, ClientError::Layout(_)) || is_stale_layout(&e) => {
+                        last_refusal = Some(e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
             let mut refused = Vec::new();
             for batch in work.drain(..) {
-                for (route, piece) in regroup(&layout, &batch)? {
-                    let conn = self.client.connection(route.shard).await?;
-                    let submitted = conn
-                        .submit(
-                            &Request::Produce {
-                                topic: &self.topic,
-                                segment: route.segment,
-                                ack: self.config.ack,
-                                batch: &piece,
-                            },
-                            true,
-                        )
-                        .await?;
-                    let result = match submitted.response {
-                        Some(p) => {
-                            p.wait(
-                                "waiting for a resend acknowledgement",
-                                self.client.request_timeout(),
-                            )
-                            .await
-                        }
-                        None => Err(ClientError::Closed),
-                    };
-                    match self.acknowledged(result) {
+                let pieces = match regroup(&layout, &batch) {
+                    Ok(p) => p,
+                    Err(e @ ClientError::Layout(_)) => {
+                        last_refusal = Some(e);
+                        refused.push(batch);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                for (route, piece) in pieces {
+                    match self.send_piece(route, &piece).await {
                         Ok(n) => {
                             self.acked_records
                                 .fetch_add(u64::from(n), Ordering::Relaxed);
                         }
-                        Err(e) if is_stale_layout(&e) => refused.push(Bytes::from(piece)),
+                        Err(e) if is_stale_layout(&e) => {
+                            last_refusal = Some(e);
+                            refused.push(Bytes::from(piece));
+                        }
                         Err(e) => return Err(e),
                     }
                 }
             }
             work = refused;
+            if work.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() >= Duration::from_millis(RESEND_TIME_MS_MAX) {
+                break;
+            }
         }
-        if work.is_empty() {
-            Ok(())
-        } else {
-            Err(ClientError::Layout(format!(
-                "the layout of {} kept changing: gave up resending after {RESEND_ATTEMPTS_MAX} attempts",
-                self.topic
-            )))
-        }
+        let why = last_refusal.map_or_else(String::new, |e| format!(" (last: {e})"));
+        Err(ClientError::Layout(format!(
+            "the layout of {} kept changing: gave up resending a batch after {RESEND_ATTEMPTS_MAX} \
+             attempts or {RESEND_TIME_MS_MAX} ms{why}",
+            self.topic
+        )))
+    }
+
+    /// Send one re-routed piece and wait for its answer: the records the
+    /// broker took.
+    async fn send_piece(&self, route: Route, piece: &[u8]) -> Result<u32, ClientError> {
+        let conn = self.client.connection_to(route.target).await?;
+        let submitted = conn
+            .submit(
+                &Request::Produce {
+                    topic: &self.topic,
+                    segment: route.segment,
+                    ack: self.config.ack,
+                    batch: piece,
+                },
+                true,
+            )
+            .await?;
+        let result = match submitted.response {
+            Some(p) => {
+                p.wait(
+                    "waiting for a resend acknowledgement",
+                    self.client.request_timeout(),
+                )
+                .await
+            }
+            None => Err(ClientError::Closed),
+        };
+        self.acknowledged(result)
+    }
+
+    /// The newest layout and its version.
+    fn current_layout(&self) -> (u64, Arc<Layout>) {
+        self.layout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Ask the broker for the topic's layout and publish it to the
     /// accumulator (adopted on the next send or flush).
     async fn refresh_layout(&self) -> Result<Arc<Layout>, ClientError> {
         let info = self.client.describe_topic(&self.topic).await?;
-        let layout = Arc::new(Layout::new(&info)?);
+        let layout = Arc::new(self.client.layout(&info).await?);
         let mut current = self.layout.lock().unwrap_or_else(|p| p.into_inner());
         let version = current.0 + 1;
         *current = (version, Arc::clone(&layout));

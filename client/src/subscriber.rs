@@ -8,10 +8,22 @@
 //! Records point into the fetched frame (`Bytes`), so no record is copied;
 //! a record kept alive keeps its whole fetch response alive.
 //!
-//! A sealed segment is read to its end and its loop stops. Successors of a
-//! sealed segment are not followed yet: the v0 broker never seals.
+//! Following splits, merges and moves: from the start of a topic
+//! (`Earliest`, `Offset`, `Timestamp`) loops start at the root segments
+//! (those no segment lists as a successor), from `Latest` at the open
+//! ones. A sealed segment is read to its end (`sealed` and nothing past
+//! the high watermark) and its loop stops; the subscriber then describes
+//! the topic afresh and starts each successor whose predecessors have all
+//! been read to their end ([`crate::lineage`]), from its start (from the
+//! same timestamp for `Timestamp`). A segment is read once. A segment's
+//! records are queued before its successors' loops start, so a key's
+//! records arrive in publish order end to end. A sealed segment is read
+//! wherever its `address` says (any live broker serves it in a cluster).
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,6 +37,8 @@ use crate::client::{unexpected, Client};
 use crate::connection::is_stale_layout;
 use crate::error::ClientError;
 use crate::frame_io::ResponseFrame;
+use crate::layout::Target;
+use crate::lineage::Lineage;
 
 /// Default for [`SubscribeOptions::max_bytes`]: 1 MiB.
 pub const FETCH_MAX_BYTES_DEFAULT: u32 = 1 << 20;
@@ -32,11 +46,15 @@ pub const FETCH_MAX_BYTES_DEFAULT: u32 = 1 << 20;
 pub const FETCH_MAX_WAIT_MS_DEFAULT: u32 = 500;
 /// Default for [`SubscribeOptions::fetches_buffered_max`].
 pub const FETCHES_BUFFERED_MAX_DEFAULT: usize = 16;
-/// Times a fetch loop re-reads the layout after "not the owner" before it
-/// gives up.
-const STALE_RETRIES_MAX: u32 = 5;
-/// Wait before re-reading the layout after "not the owner".
-const STALE_BACKOFF_MS: u64 = 100;
+/// Times a fetch loop re-reads the layout after "not the owner" (or "no
+/// such segment" from a broker that has not opened it yet) before it gives
+/// up; also times a finished loop re-reads it until it shows the segment
+/// sealed.
+const STALE_RETRIES_MAX: u32 = 10;
+/// Wait before re-reading the layout, doubled for each retry up to
+/// [`STALE_BACKOFF_MS_MAX`].
+const STALE_BACKOFF_MS: u64 = 50;
+const STALE_BACKOFF_MS_MAX: u64 = 1_000;
 
 /// Settings of a [`Subscriber`].
 #[derive(Debug, Clone, Copy)]
@@ -107,10 +125,15 @@ pub struct OwnedRecord {
 type Delivery = Result<Vec<OwnedRecord>, ClientError>;
 
 /// Reads a topic. Dropping it stops its fetch loops.
+///
+/// It follows the topic's history: a sealed segment is read to its end,
+/// then its successors (a merge's successor once both predecessors are
+/// read), so each key's records come in publish order through splits,
+/// merges and moves.
 pub struct Subscriber {
     queue: mpsc::Receiver<Delivery>,
     ready: VecDeque<OwnedRecord>,
-    loops: Vec<JoinHandle<()>>,
+    follow: Arc<Follow>,
     client: Client,
     topic: String,
     options: SubscribeOptions,
@@ -119,7 +142,7 @@ pub struct Subscriber {
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscriber")
-            .field("segments", &self.loops.len())
+            .field("segments", &self.follow.lock().lineage.started())
             .field("ready", &self.ready.len())
             .finish()
     }
@@ -127,9 +150,33 @@ impl std::fmt::Debug for Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        for l in &self.loops {
+        let mut state = self.follow.lock();
+        state.closed = true;
+        for l in state.loops.drain(..) {
             l.abort();
         }
+    }
+}
+
+/// What the fetch loops of one subscriber share: the walk through the
+/// topic's segments, and the loops to stop when the subscriber goes.
+struct Follow {
+    state: Mutex<FollowState>,
+    /// Where successors start reading.
+    successor_from: FetchFrom,
+}
+
+struct FollowState {
+    lineage: Lineage,
+    /// Running loops (ended ones are pruned as new ones start).
+    loops: Vec<JoinHandle<()>>,
+    /// Set when the subscriber is dropped: no loop starts after.
+    closed: bool,
+}
+
+impl Follow {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FollowState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -147,24 +194,38 @@ impl Subscriber {
             )));
         }
         let (tx, queue) = mpsc::channel(options.fetches_buffered_max.max(1));
-        let loops = info
-            .segments
-            .into_iter()
-            .map(|segment| {
-                let fetch = SegmentFetch {
-                    client: client.clone(),
-                    topic: topic.to_owned(),
-                    segment,
-                    options,
-                    tx: tx.clone(),
-                };
-                tokio::spawn(fetch.run(from))
-            })
-            .collect();
+        let successor_from = match from {
+            FetchFrom::Timestamp(t) => FetchFrom::Timestamp(t),
+            _ => FetchFrom::Earliest,
+        };
+        let follow = Arc::new(Follow {
+            state: Mutex::new(FollowState {
+                lineage: Lineage::default(),
+                loops: Vec::new(),
+                closed: false,
+            }),
+            successor_from,
+        });
+        let first = follow
+            .lock()
+            .lineage
+            .begin(&info, !matches!(from, FetchFrom::Latest));
+        // Every loop is made before any starts, so a failure leaves none
+        // running.
+        let mut fetches = Vec::with_capacity(first.len());
+        for segment in first {
+            fetches.push(SegmentFetch::new(&client, topic, segment, options, &tx, &follow).await?);
+        }
+        {
+            let mut state = follow.lock();
+            for fetch in fetches {
+                state.loops.push(tokio::spawn(fetch.run(from)));
+            }
+        }
         Ok(Subscriber {
             queue,
             ready: VecDeque::new(),
-            loops,
+            follow,
             client,
             topic: topic.to_owned(),
             options,
@@ -248,25 +309,64 @@ struct SegmentFetch {
     client: Client,
     topic: String,
     segment: SegmentInfo,
+    /// Where the segment's fetches go.
+    target: Target,
     options: SubscribeOptions,
     tx: mpsc::Sender<Delivery>,
+    follow: Arc<Follow>,
+}
+
+/// Why a fetch loop stopped without an error.
+enum LoopEnd {
+    /// The segment is sealed and was read to its end.
+    Sealed,
+    /// The subscriber is gone.
+    ReaderGone,
 }
 
 impl SegmentFetch {
-    async fn run(mut self, from: FetchFrom) {
-        if let Err(e) = self.fetch_until_end(from).await {
-            let _ = self.tx.send(Err(e)).await;
-        }
+    async fn new(
+        client: &Client,
+        topic: &str,
+        segment: SegmentInfo,
+        options: SubscribeOptions,
+        tx: &mpsc::Sender<Delivery>,
+        follow: &Arc<Follow>,
+    ) -> Result<SegmentFetch, ClientError> {
+        Ok(SegmentFetch {
+            target: client.target(&segment).await?,
+            client: client.clone(),
+            topic: topic.to_owned(),
+            segment,
+            options,
+            tx: tx.clone(),
+            follow: Arc::clone(follow),
+        })
     }
 
-    async fn fetch_until_end(&mut self, mut from: FetchFrom) -> Result<(), ClientError> {
+    /// The loop, boxed: a loop starts its successors' loops, and the
+    /// named type breaks that cycle for the compiler's `Send` check.
+    fn run(mut self, from: FetchFrom) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let result = match self.fetch_until_end(from).await {
+                Ok(LoopEnd::Sealed) => self.start_successors().await,
+                Ok(LoopEnd::ReaderGone) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                let _ = self.tx.send(Err(e)).await;
+            }
+        })
+    }
+
+    async fn fetch_until_end(&mut self, mut from: FetchFrom) -> Result<LoopEnd, ClientError> {
         let timeout = self.client.request_timeout()
             + Duration::from_millis(u64::from(self.options.max_wait_ms));
         // The next offset to deliver: skips anything a fetch returns twice.
         let mut delivered_to = 0u64;
         let mut stale_retries = 0;
         loop {
-            let conn = self.client.connection(self.segment.shard).await?;
+            let conn = self.client.connection_to(self.target).await?;
             let request = Request::Fetch {
                 topic: self.topic.clone(),
                 segment: self.segment.id,
@@ -277,8 +377,8 @@ impl SegmentFetch {
             let frame = match conn.call(&request, "fetching records", timeout).await {
                 Ok(f) => f,
                 Err(e) if is_stale_layout(&e) && stale_retries < STALE_RETRIES_MAX => {
+                    tokio::time::sleep(stale_backoff(stale_retries)).await;
                     stale_retries += 1;
-                    tokio::time::sleep(Duration::from_millis(STALE_BACKOFF_MS)).await;
                     self.refresh().await?;
                     continue;
                 }
@@ -305,12 +405,64 @@ impl SegmentFetch {
             }
             from = FetchFrom::Offset(fetched_next.max(delivered_to));
             if !records.is_empty() && self.tx.send(Ok(records)).await.is_err() {
-                return Ok(()); // The subscriber is gone.
+                return Ok(LoopEnd::ReaderGone);
             }
             if done {
-                return Ok(());
+                return Ok(LoopEnd::Sealed);
             }
         }
+    }
+
+    /// This segment was read to its end (its records are queued): start
+    /// the successors whose predecessors are all read, on a fresh
+    /// description (they may be newer than the one this loop started
+    /// with). Waits, a bounded number of times, for a description that
+    /// shows the segment sealed.
+    async fn start_successors(&self) -> Result<(), ClientError> {
+        self.follow.lock().lineage.finished(self.segment.id);
+        let mut retries = 0;
+        let info = loop {
+            let info = self.client.describe_topic(&self.topic).await?;
+            let sealed = info
+                .segments
+                .iter()
+                .any(|s| s.id == self.segment.id && s.sealed);
+            if sealed || retries >= STALE_RETRIES_MAX {
+                break info;
+            }
+            tokio::time::sleep(stale_backoff(retries)).await;
+            retries += 1;
+        };
+        let ready = self
+            .follow
+            .lock()
+            .lineage
+            .successors_ready(&info, self.segment.id);
+        for segment in ready {
+            let id = segment.id;
+            let fetch = SegmentFetch::new(
+                &self.client,
+                &self.topic,
+                segment,
+                self.options,
+                &self.tx,
+                &self.follow,
+            )
+            .await?;
+            log::debug!(
+                "{}: segment {} read to its end, reading its successor {id}",
+                self.topic,
+                self.segment.id
+            );
+            let mut state = self.follow.lock();
+            if state.closed {
+                return Ok(());
+            }
+            state.loops.retain(|l| !l.is_finished());
+            let handle = tokio::spawn(fetch.run(self.follow.successor_from));
+            state.loops.push(handle);
+        }
+        Ok(())
     }
 
     /// Re-read the segment's owner after "not the owner".
@@ -318,6 +470,7 @@ impl SegmentFetch {
         let info = self.client.describe_topic(&self.topic).await?;
         match info.segments.into_iter().find(|s| s.id == self.segment.id) {
             Some(s) => {
+                self.target = self.client.target(&s).await?;
                 self.segment = s;
                 Ok(())
             }
@@ -327,6 +480,11 @@ impl SegmentFetch {
             ))),
         }
     }
+}
+
+/// The wait before stale-layout retry `retry` (from 0).
+fn stale_backoff(retry: u32) -> Duration {
+    Duration::from_millis((STALE_BACKOFF_MS << retry.min(16)).min(STALE_BACKOFF_MS_MAX))
 }
 
 /// The records of a fetch response from `start_offset` (and from

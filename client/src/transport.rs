@@ -72,7 +72,18 @@ impl Dialer {
         }
     }
 
-    /// Open a connection to `addr` and start its tasks.
+    /// The transport this dialer speaks.
+    pub(crate) fn transport(&self) -> Transport {
+        match self {
+            Dialer::Tcp => Transport::Tcp,
+            Dialer::Quic(_) => Transport::Quic,
+        }
+    }
+
+    /// Open a connection to `addr` and start its tasks. QUIC asks every
+    /// address for the same server name ([`KELP_SERVER_NAME`]): every kelp
+    /// broker's certificate is issued for it, so one endpoint and one TLS
+    /// configuration reach any broker of a cluster.
     pub(crate) async fn dial(
         &self,
         addr: SocketAddr,

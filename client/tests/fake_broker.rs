@@ -2,6 +2,12 @@
 //! fake checks that each batch reaches the shard owning its segment and
 //! that every key lies in its segment's range, so routing, batching,
 //! pipelining, resends and subscribing are exercised without the engine.
+//!
+//! Clusters: a test can seal a segment into successors on the fly (a split
+//! or a merge), place successors on a listener the broker does not list
+//! among its shards (a shard of "another broker", reached through the
+//! segment's `address`, advertised as 0.0.0.0), and have a successor
+//! answer `SegmentNotFound` a few times as if not opened yet.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -16,14 +22,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wire::batch::{set_base_offset, BatchView};
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
-use wire::message::{Fetched, SegmentInfo, ShardAddress, TopicInfo};
+use wire::message::{BrokerStatus, Fetched, SegmentInfo, ShardAddress, TopicInfo};
 use wire::{key_hash, Request, Response};
 
 const TOPIC: &str = "test/events";
 
 #[derive(Default)]
 struct State {
+    /// Every listener's address; the first `listed` are the shards the
+    /// broker lists, the others stand for shards of other brokers.
+    addrs: Vec<String>,
+    listed: usize,
     segments: Vec<SegmentInfo>,
+    /// Answer produces and fetches of a segment with `SegmentNotFound`
+    /// this many times first (a successor not opened yet).
+    not_open: HashMap<u32, usize>,
     /// Batches of each segment, offsets stamped.
     logs: HashMap<u32, Vec<Vec<u8>>>,
     /// Answer this many produce requests with `NotOwner` first.
@@ -38,28 +51,37 @@ struct FakeBroker {
 }
 
 async fn fake_broker(shards: usize) -> FakeBroker {
+    fake_cluster(shards, 0).await
+}
+
+/// A fake broker listing `shards` shards, with `others` more listeners
+/// that only segment addresses name.
+async fn fake_cluster(shards: usize, others: usize) -> FakeBroker {
     let mut listeners = Vec::new();
     let mut addrs = Vec::new();
-    for _ in 0..shards {
+    for _ in 0..shards + others {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         addrs.push(l.local_addr().unwrap().to_string());
         listeners.push(l);
     }
-    let state = Arc::new(Mutex::new(State::default()));
+    let state = Arc::new(Mutex::new(State {
+        addrs: addrs.clone(),
+        listed: shards,
+        ..State::default()
+    }));
     for (shard, l) in listeners.into_iter().enumerate() {
         let state = Arc::clone(&state);
-        let addrs = addrs.clone();
         tokio::spawn(async move {
             loop {
                 let (s, _) = l.accept().await.unwrap();
-                tokio::spawn(serve(s, shard as u16, Arc::clone(&state), addrs.clone()));
+                tokio::spawn(serve(s, shard as u16, Arc::clone(&state)));
             }
         });
     }
     FakeBroker { addrs, state }
 }
 
-async fn serve(mut s: TcpStream, shard: u16, state: Arc<Mutex<State>>, addrs: Vec<String>) {
+async fn serve(mut s: TcpStream, shard: u16, state: Arc<Mutex<State>>) {
     loop {
         let mut h = [0u8; FRAME_HEADER_BYTES];
         if s.read_exact(&mut h).await.is_err() {
@@ -72,7 +94,7 @@ async fn serve(mut s: TcpStream, shard: u16, state: Arc<Mutex<State>>, addrs: Ve
         let request = Request::decode(header.frame_type, &payload).unwrap();
         let mut out = Vec::new();
         let wait = matches!(request, Request::Fetch { .. });
-        let (response, batches) = answer(&request, shard, &state, &addrs);
+        let (response, batches) = answer(&request, shard, &state);
         match (response, batches) {
             (Some(r), None) => r.encode(header.request_id, &mut out),
             (Some(Response::Fetched(f)), Some(b)) => {
@@ -95,16 +117,106 @@ fn error(code: ErrorCode, message: &str) -> Option<Response<'static>> {
     })
 }
 
+/// A refusal for a segment that is unknown, not opened yet, sealed (for
+/// produces) or on another listener; `None` if `shard` serves it.
+fn refusal(st: &mut State, segment: u32, shard: u16, produce: bool) -> Option<Response<'static>> {
+    let Some(seg) = st.segments.iter().find(|s| s.id == segment) else {
+        return error(ErrorCode::SegmentNotFound, "no such segment");
+    };
+    let (sealed, owner) = (seg.sealed, seg.shard);
+    if let Some(n) = st.not_open.get_mut(&segment).filter(|n| **n > 0) {
+        *n -= 1;
+        return error(ErrorCode::SegmentNotFound, "not opened yet (test)");
+    }
+    if owner != shard {
+        return error(ErrorCode::NotOwner, "wrong shard");
+    }
+    if produce && sealed {
+        return error(ErrorCode::SegmentSealed, "sealed");
+    }
+    None
+}
+
+impl State {
+    /// The address a segment on listener `shard` is described with: none
+    /// for a listed shard, else that listener as 0.0.0.0:port.
+    fn address(&self, shard: u16) -> Option<ShardAddress> {
+        let i = usize::from(shard);
+        (i >= self.listed).then(|| {
+            let port = self.addrs[i].rsplit(':').next().unwrap();
+            ShardAddress {
+                tcp: format!("0.0.0.0:{port}"),
+                quic: format!("0.0.0.0:{port}"),
+            }
+        })
+    }
+
+    fn next_id(&self) -> u32 {
+        self.segments.iter().map(|s| s.id + 1).max().unwrap_or(0)
+    }
+
+    fn open(&mut self, start: u32, end: u64, shard: u16, not_open: usize) -> u32 {
+        let id = self.next_id();
+        self.segments.push(SegmentInfo {
+            id,
+            epoch: 1,
+            start,
+            end,
+            shard,
+            address: self.address(shard),
+            ..SegmentInfo::default()
+        });
+        self.not_open.insert(id, not_open);
+        id
+    }
+
+    fn seal(&mut self, id: u32, successors: &[u32]) {
+        let s = self.segments.iter_mut().find(|s| s.id == id).unwrap();
+        assert!(!s.sealed);
+        s.sealed = true;
+        s.successors = successors.to_vec();
+    }
+
+    /// Seal open segment `id` into two halves on listener `shard`, each
+    /// answering `SegmentNotFound` `not_open` times first.
+    fn split(&mut self, id: u32, shard: u16, not_open: usize) -> [u32; 2] {
+        let s = self.segments.iter().find(|s| s.id == id).unwrap().clone();
+        let mid = (u64::from(s.start) + s.end) / 2;
+        let a = self.open(s.start, mid, shard, not_open);
+        let b = self.open(mid as u32, s.end, shard, not_open);
+        self.seal(id, &[a, b]);
+        [a, b]
+    }
+
+    /// Seal open segment `id` and reopen its range on listener `shard`.
+    fn move_to(&mut self, id: u32, shard: u16, not_open: usize) -> u32 {
+        let s = self.segments.iter().find(|s| s.id == id).unwrap().clone();
+        let moved = self.open(s.start, s.end, shard, not_open);
+        self.seal(id, &[moved]);
+        moved
+    }
+
+    /// Seal adjacent open segments `a` and `b` into one on `shard`.
+    fn merge(&mut self, a: u32, b: u32, shard: u16, not_open: usize) -> u32 {
+        let find = |id| self.segments.iter().find(|s| s.id == id).unwrap().clone();
+        let (sa, sb) = (find(a), find(b));
+        assert_eq!(sa.end, u64::from(sb.start));
+        let m = self.open(sa.start, sb.end, shard, not_open);
+        self.seal(a, &[m]);
+        self.seal(b, &[m]);
+        m
+    }
+}
+
 fn answer(
     request: &Request<'_>,
     shard: u16,
     state: &Mutex<State>,
-    addrs: &[String],
 ) -> (Option<Response<'static>>, Option<Vec<u8>>) {
     let mut st = state.lock().unwrap();
     let r = match request {
         Request::Shards => Some(Response::Shards {
-            shards: addrs
+            shards: st.addrs[..st.listed]
                 .iter()
                 .map(|a| ShardAddress {
                     tcp: a.clone(),
@@ -121,7 +233,7 @@ fn answer(
                     start: ((i << 32) / n) as u32,
                     end: ((i + 1) << 32) / n,
                     sealed: false,
-                    shard: (i % addrs.len() as u64) as u16,
+                    shard: (i % st.listed as u64) as u16,
                     next_offset: 0,
                     appended_bytes: 0,
                     successors: vec![],
@@ -148,20 +260,20 @@ fn answer(
             batch,
             ..
         } => {
-            let seg = st
-                .segments
-                .iter()
-                .find(|s| s.id == *segment)
-                .unwrap()
-                .clone();
             let r = if let Some(code) = st.produce_error {
                 error(code, "refused by the test")
             } else if st.refuse_produces > 0 {
                 st.refuse_produces -= 1;
                 error(ErrorCode::NotOwner, "not mine (test)")
-            } else if seg.shard != shard {
-                error(ErrorCode::NotOwner, "wrong shard")
+            } else if let Some(refused) = refusal(&mut st, *segment, shard, true) {
+                Some(refused)
             } else {
+                let seg = st
+                    .segments
+                    .iter()
+                    .find(|s| s.id == *segment)
+                    .unwrap()
+                    .clone();
                 let view = BatchView::validate(batch).unwrap();
                 let in_range = view.records().all(|r| {
                     let h = u64::from(key_hash(r.key));
@@ -197,6 +309,9 @@ fn answer(
             "this fake broker stores no payloads",
         ),
         Request::Fetch { segment, from, .. } => {
+            if let Some(refused) = refusal(&mut st, *segment, shard, false) {
+                return (Some(refused), None);
+            }
             let seg = st
                 .segments
                 .iter()
@@ -220,18 +335,46 @@ fn answer(
                     start_offset: start,
                     next_offset: seg.next_offset.max(start),
                     high_watermark: seg.next_offset,
-                    sealed: false,
+                    sealed: seg.sealed,
                     batches: &[],
                 })),
                 Some(batches),
             );
         }
-        // Cluster requests are tested against real processes
-        // (kelp/tests/cluster.rs).
-        _ => error(
-            ErrorCode::InvalidArgument,
-            "this fake broker has no cluster",
-        ),
+        Request::SplitSegment { topic, segment, .. } => {
+            st.split(*segment, 0, 0);
+            Some(Response::Topic(TopicInfo {
+                name: topic.clone(),
+                segments: st.segments.clone(),
+            }))
+        }
+        Request::MergeSegments { topic, a, b } => {
+            st.merge(*a, *b, 0, 0);
+            Some(Response::Topic(TopicInfo {
+                name: topic.clone(),
+                segments: st.segments.clone(),
+            }))
+        }
+        Request::SetPolicy { topic, .. } => Some(Response::Topic(TopicInfo {
+            name: topic.clone(),
+            segments: st.segments.clone(),
+        })),
+        Request::ListBrokers => Some(Response::Brokers {
+            brokers: vec![BrokerStatus {
+                id: 0,
+                shards: st.addrs[..st.listed]
+                    .iter()
+                    .map(|a| ShardAddress {
+                        tcp: a.clone(),
+                        quic: a.clone(),
+                    })
+                    .collect(),
+                ..BrokerStatus::default()
+            }],
+        }),
+        // Moves and the broker side of a cluster are tested against real
+        // processes.
+        _ => error(ErrorCode::InvalidArgument, "this fake broker moves nothing"),
     };
     (r, None)
 }
@@ -365,4 +508,238 @@ async fn admin_errors_and_unreachable_brokers() {
     assert!(e
         .to_string()
         .starts_with(&format!("cannot reach broker at {addr}")));
+}
+
+/// A segment's id and its stored records as (key, value).
+type StoredSegment = (u32, Vec<(Vec<u8>, u32)>);
+
+/// Every stored record, by segment id.
+fn stored(broker: &FakeBroker) -> Vec<StoredSegment> {
+    let st = broker.state.lock().unwrap();
+    let mut ids: Vec<u32> = st.segments.iter().map(|s| s.id).collect();
+    ids.sort_unstable();
+    ids.into_iter()
+        .map(|id| {
+            let mut records = Vec::new();
+            for b in st.logs.get(&id).into_iter().flatten() {
+                for r in BatchView::validate(b).unwrap().records() {
+                    let v = u32::from_le_bytes(r.value.try_into().unwrap());
+                    records.push((r.key.to_vec(), v));
+                }
+            }
+            (id, records)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_follows_a_split_a_move_and_a_merge_under_load() {
+    // Shards 0 and 1 are listed; listener 2 is "another broker".
+    let broker = fake_cluster(2, 1).await;
+    let client = client(&broker).await;
+    client.create_topic(TOPIC, 2).await.unwrap();
+    let producer = client
+        .producer(
+            TOPIC,
+            ProducerConfig {
+                batch_bytes_max: 2048,
+                in_flight_batches_max: 8,
+                linger_ms: 1,
+                ..ProducerConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    let n = 30_000u32;
+    let keys = 97;
+    let (mut halves, mut merged, mut moved) = (None, None, None);
+    for i in 0..n {
+        if i == n / 2 {
+            // Move segment 1 to the other broker.
+            moved = Some(broker.state.lock().unwrap().move_to(1, 2, 2));
+        }
+        if i == n / 3 {
+            // Split segment 0 while its batches are in flight; the halves
+            // live on the other broker and are not open for a while.
+            halves = Some(broker.state.lock().unwrap().split(0, 2, 3));
+        }
+        if i == 2 * n / 3 {
+            let [a, b] = halves.unwrap();
+            merged = Some(broker.state.lock().unwrap().merge(a, b, 1, 2));
+        }
+        let key = format!("key-{}", i % keys);
+        producer
+            .send(key.as_bytes(), &i.to_le_bytes(), &[])
+            .await
+            .unwrap();
+    }
+    // Every record acknowledged once...
+    assert_eq!(producer.flush().await.unwrap(), u64::from(n));
+    let segments = stored(&broker);
+    assert_eq!(segments.len(), 6);
+    // ...stored once...
+    let mut seen = vec![false; n as usize];
+    for (_, records) in &segments {
+        for (_, v) in records {
+            assert!(!seen[*v as usize], "record {v} stored twice");
+            seen[*v as usize] = true;
+        }
+    }
+    assert!(seen.iter().all(|s| *s), "a record is missing");
+    // ...and each key's records in publish order along predecessor then
+    // successors (ids grow along the history).
+    let mut last: HashMap<Vec<u8>, u32> = HashMap::new();
+    for (_, records) in &segments {
+        for (k, v) in records {
+            if let Some(prev) = last.insert(k.clone(), *v) {
+                assert!(prev < *v, "key {k:?}: {prev} stored before {v}");
+            }
+        }
+    }
+    // The successors took records (through the other broker's address for
+    // the halves and the moved segment).
+    let [a, b] = halves.unwrap();
+    for id in [a, b, merged.unwrap(), moved.unwrap()] {
+        let records = &segments.iter().find(|(s, _)| *s == id).unwrap().1;
+        assert!(!records.is_empty(), "segment {id} got nothing");
+    }
+}
+
+#[tokio::test]
+async fn subscriber_reads_parents_before_their_successors() {
+    let broker = fake_cluster(2, 1).await;
+    let client = client(&broker).await;
+    client.create_topic(TOPIC, 1).await.unwrap();
+    let per_phase = 2_000u32;
+    let keys = 13;
+    let mut next_value = 0u32;
+    let mut produce_phase = || {
+        let client = client.clone();
+        let from = next_value;
+        next_value += per_phase;
+        async move {
+            let producer = client
+                .producer(TOPIC, ProducerConfig::default())
+                .await
+                .unwrap();
+            for i in from..from + per_phase {
+                let key = format!("key-{}", i % keys);
+                producer
+                    .send(key.as_bytes(), &i.to_le_bytes(), &[])
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(producer.flush().await.unwrap(), u64::from(per_phase));
+        }
+    };
+    produce_phase().await;
+    let [a, b] = broker.state.lock().unwrap().split(0, 2, 2);
+    produce_phase().await;
+    let m = broker.state.lock().unwrap().merge(a, b, 1, 0);
+    produce_phase().await;
+
+    let mut sub = client
+        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
+        .await
+        .unwrap();
+    let total = 3 * per_phase;
+    let mut order = Vec::new();
+    let mut last: HashMap<Vec<u8>, u32> = HashMap::new();
+    for _ in 0..total {
+        let r = tokio::time::timeout(Duration::from_secs(10), sub.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
+        if let Some(prev) = last.insert(r.key.to_vec(), v) {
+            assert!(prev < v, "key order broken: {prev} then {v}");
+        }
+        order.push(r.segment);
+    }
+    let position = |id: u32| {
+        let first = order.iter().position(|s| *s == id).unwrap();
+        let last = order.iter().rposition(|s| *s == id).unwrap();
+        (first, last)
+    };
+    let (p, (af, al), (bf, bl), (mf, _)) = (position(0), position(a), position(b), position(m));
+    assert!(p.1 < af && p.1 < bf, "the parent is read before its halves");
+    assert!(al < mf && bl < mf, "the merge is read after both parents");
+    assert_eq!(
+        order.iter().filter(|s| **s == 0).count(),
+        per_phase as usize
+    );
+    // The merged segment is open: the subscriber waits for more.
+    assert!(tokio::time::timeout(Duration::from_millis(100), sub.next())
+        .await
+        .is_err());
+
+    // From the end: only the open segment is read, new records only.
+    let mut latest = client
+        .subscribe(TOPIC, FetchFrom::Latest, SubscribeOptions::default())
+        .await
+        .unwrap();
+    produce_phase().await;
+    for _ in 0..per_phase {
+        let r = tokio::time::timeout(Duration::from_secs(10), latest.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.segment, m);
+        let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
+        assert!(v >= total);
+    }
+}
+
+#[tokio::test]
+async fn cluster_admin_requests_reach_the_broker() {
+    let broker = fake_broker(1).await;
+    let client = client(&broker).await;
+    client.create_topic(TOPIC, 2).await.unwrap();
+    let info = client.split_segment(TOPIC, 0, 2).await.unwrap();
+    assert_eq!(info.segments.len(), 4);
+    assert_eq!(info.segments[0].successors, vec![2, 3]);
+    let info = client.merge_segments(TOPIC, 2, 3).await.unwrap();
+    assert_eq!(info.segments.iter().filter(|s| !s.sealed).count(), 2);
+    let e = client.move_segment(TOPIC, 4, Some(7)).await.unwrap_err();
+    assert_eq!(e.broker_code(), Some(ErrorCode::InvalidArgument));
+    let info = client.set_policy(TOPIC, "").await.unwrap();
+    assert_eq!(info.name, TOPIC);
+    let brokers = client.list_brokers().await.unwrap();
+    assert_eq!(brokers.len(), 1);
+    assert_eq!(brokers[0].shards.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_not_open_yet_is_not_overtaken_by_pipelined_batches() {
+    let broker = fake_broker(1).await;
+    let client = client(&broker).await;
+    client.create_topic(TOPIC, 1).await.unwrap();
+    let producer = client
+        .producer(
+            TOPIC,
+            ProducerConfig {
+                linger_ms: 0,
+                in_flight_batches_max: 8,
+                ..ProducerConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    // The segment refuses its first few requests as if not opened yet;
+    // batches pipelined behind the first must not land before its resend.
+    broker.state.lock().unwrap().not_open.insert(0, 4);
+    let n = 200u32;
+    for i in 0..n {
+        producer
+            .send(b"one key", &i.to_le_bytes(), &[])
+            .await
+            .unwrap();
+    }
+    assert_eq!(producer.flush().await.unwrap(), u64::from(n));
+    let segments = stored(&broker);
+    let values: Vec<u32> = segments[0].1.iter().map(|(_, v)| *v).collect();
+    assert_eq!(values, (0..n).collect::<Vec<_>>());
+    assert_eq!(broker.state.lock().unwrap().not_open[&0], 0);
 }

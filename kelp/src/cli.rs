@@ -27,7 +27,8 @@ pub enum Command {
     /// Run the cluster's control plane until SIGINT or SIGTERM: topics,
     /// broker membership, placement, split and merge.
     Control(ControlArgs),
-    /// Create, list, describe and delete topics.
+    /// Create, list, describe and delete topics; split, merge and move
+    /// their segments, set their scaling policy.
     Topic {
         #[command(subcommand)]
         command: TopicCommand,
@@ -46,6 +47,11 @@ pub enum Command {
     /// latency percentiles, broker CPU and memory, and (--baseline) the
     /// host's limits measured in the same run.
     Bench(kelp_benches::BenchArgs),
+    /// List a cluster's brokers: shards, load, open segments, last heard.
+    Cluster {
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
     /// Inspect chunk files.
     Chunk {
         #[command(subcommand)]
@@ -183,7 +189,9 @@ pub enum TopicCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Show a topic's segments: id, key-hash range, state, shard, next offset.
+    /// Show a topic's segments, every one ever (sealed ones with their
+    /// successors): id, key-hash range, state, owner broker and shard,
+    /// address, next offset, rates, created and sealed times (UTC).
     Describe {
         topic: String,
         #[command(flatten)]
@@ -195,6 +203,77 @@ pub enum TopicCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
+    /// Seal an open segment and open successors over equal parts of its
+    /// key range; prints the layout after.
+    Split {
+        topic: String,
+        segment: u32,
+        /// Successors to cut the range into.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..))]
+        pieces: u32,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Seal two adjacent open segments and open one successor over both;
+    /// prints the layout after.
+    Merge {
+        topic: String,
+        a: u32,
+        b: u32,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Seal an open segment and reopen its range on another broker;
+    /// prints the layout after.
+    Move {
+        topic: String,
+        segment: u32,
+        /// The broker id to move it to; without it the control plane picks
+        /// the least-loaded other broker.
+        #[arg(long, value_name = "BROKER")]
+        to: Option<u32>,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Set a topic's scaling policy (when segments split and merge by
+    /// themselves); unset fields take their defaults. Prints the layout.
+    Policy(PolicyArgs),
+}
+
+/// `kelp topic policy`: the fields of `control::ScalingPolicy`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    pub topic: String,
+    /// Payload bytes per second one segment should carry (0: not
+    /// considered; both targets 0: no automatic scaling).
+    #[arg(long, value_name = "BYTES")]
+    pub target_bytes_per_s: Option<u64>,
+    /// Records per second one segment should carry.
+    #[arg(long, value_name = "RECORDS")]
+    pub target_records_per_s: Option<u64>,
+    /// The four averaging windows in ms, shortest first: `a,b,c,d`.
+    #[arg(long, value_name = "MS,MS,MS,MS", value_delimiter = ',')]
+    pub windows_ms: Option<Vec<u64>>,
+    /// No automatic split or merge of a segment younger than this.
+    #[arg(long, value_name = "MS")]
+    pub cooldown_ms: Option<u64>,
+    /// Fewest open segments.
+    #[arg(long, value_name = "N")]
+    pub segments_min: Option<u32>,
+    /// Most open segments.
+    #[arg(long, value_name = "N")]
+    pub segments_max: Option<u32>,
+    /// Most pieces one automatic split cuts a segment into.
+    #[arg(long, value_name = "N")]
+    pub split_pieces_max: Option<u32>,
+    /// Remove the policy (no automatic scaling).
+    #[arg(long, conflicts_with_all = [
+        "target_bytes_per_s", "target_records_per_s", "windows_ms",
+        "cooldown_ms", "segments_min", "segments_max", "split_pieces_max",
+    ])]
+    pub off: bool,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -432,6 +511,87 @@ mod tests {
                 command: TopicCommand::Delete { .. }
             }
         ));
+        let Command::Topic {
+            command:
+                TopicCommand::Split {
+                    topic,
+                    segment,
+                    pieces,
+                    ..
+                },
+        } = parse(&["topic", "split", "a/b", "3", "--pieces", "4"]).command
+        else {
+            panic!()
+        };
+        assert_eq!((topic.as_str(), segment, pieces), ("a/b", 3, 4));
+        let Command::Topic {
+            command: TopicCommand::Split { pieces, .. },
+        } = parse(&["topic", "split", "a/b", "3"]).command
+        else {
+            panic!()
+        };
+        assert_eq!(pieces, 2);
+        assert!(
+            Cli::try_parse_from(["kelp", "topic", "split", "a/b", "3", "--pieces", "1"]).is_err()
+        );
+        let Command::Topic {
+            command: TopicCommand::Merge { a, b, .. },
+        } = parse(&["topic", "merge", "a/b", "5", "6"]).command
+        else {
+            panic!()
+        };
+        assert_eq!((a, b), (5, 6));
+        let Command::Topic {
+            command: TopicCommand::Move { segment, to, .. },
+        } = parse(&["topic", "move", "a/b", "5", "--to", "2"]).command
+        else {
+            panic!()
+        };
+        assert_eq!((segment, to), (5, Some(2)));
+        let Command::Topic {
+            command: TopicCommand::Move { to, .. },
+        } = parse(&["topic", "move", "a/b", "5"]).command
+        else {
+            panic!()
+        };
+        assert_eq!(to, None);
+        let Command::Topic {
+            command: TopicCommand::Policy(p),
+        } = parse(&[
+            "topic",
+            "policy",
+            "a/b",
+            "--target-bytes-per-s",
+            "1000",
+            "--windows-ms",
+            "1,2,3,4",
+            "--segments-max",
+            "8",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(p.target_bytes_per_s, Some(1000));
+        assert_eq!(p.windows_ms, Some(vec![1, 2, 3, 4]));
+        assert_eq!(p.segments_max, Some(8));
+        assert_eq!(p.cooldown_ms, None);
+        assert!(!p.off);
+        assert!(Cli::try_parse_from([
+            "kelp",
+            "topic",
+            "policy",
+            "a/b",
+            "--off",
+            "--cooldown-ms",
+            "5"
+        ])
+        .is_err());
+        let Command::Cluster { broker } = parse(&["cluster", "--broker", "10.0.0.1:1"]).command
+        else {
+            panic!()
+        };
+        assert_eq!(broker.broker, "10.0.0.1:1");
         let Command::Pub(p) = parse(&[
             "pub",
             "a/b",

@@ -4,12 +4,11 @@ use std::io::{ErrorKind, Write};
 use std::path::Path;
 
 use anyhow::Context;
-use client::{
-    Client, ClientError, ClientOptions, ProducerConfig, SubscribeOptions, TopicInfo, ValueSource,
-};
+use client::{Client, ClientError, ClientOptions, ProducerConfig, SubscribeOptions, ValueSource};
 use tokio::io::AsyncBufReadExt;
 
-use crate::cli::{BrokerArgs, ControlArgs, PubArgs, ServeArgs, SubArgs, TopicCommand};
+use crate::cli::{BrokerArgs, ControlArgs, PolicyArgs, PubArgs, ServeArgs, SubArgs, TopicCommand};
+use crate::tables::{brokers_table, describe_table};
 use crate::text::{escape_into, split_line};
 
 /// Bytes of the stdin and stdout buffers: large, so millions of lines cost
@@ -113,47 +112,112 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot delete topic {topic}"))?;
             writeln!(out, "deleted {topic}")?;
         }
+        TopicCommand::Split {
+            topic,
+            segment,
+            pieces,
+            broker,
+        } => {
+            let info = connect(&broker)
+                .await?
+                .split_segment(&topic, segment, pieces)
+                .await
+                .with_context(|| format!("cannot split segment {segment} of {topic}"))?;
+            out.write_all(describe_table(&info).as_bytes())?;
+        }
+        TopicCommand::Merge {
+            topic,
+            a,
+            b,
+            broker,
+        } => {
+            let info = connect(&broker)
+                .await?
+                .merge_segments(&topic, a, b)
+                .await
+                .with_context(|| format!("cannot merge segments {a} and {b} of {topic}"))?;
+            out.write_all(describe_table(&info).as_bytes())?;
+        }
+        TopicCommand::Move {
+            topic,
+            segment,
+            to,
+            broker,
+        } => {
+            let info = connect(&broker)
+                .await?
+                .move_segment(&topic, segment, to)
+                .await
+                .with_context(|| format!("cannot move segment {segment} of {topic}"))?;
+            out.write_all(describe_table(&info).as_bytes())?;
+        }
+        TopicCommand::Policy(args) => {
+            let policy = policy_json(&args)?;
+            let info = connect(&args.broker)
+                .await?
+                .set_policy(&args.topic, &policy)
+                .await
+                .with_context(|| format!("cannot set the scaling policy of {}", args.topic))?;
+            if policy.is_empty() {
+                writeln!(out, "removed the scaling policy of {}", info.name)?;
+            } else {
+                writeln!(out, "scaling policy of {}: {policy}", info.name)?;
+            }
+            out.write_all(describe_table(&info).as_bytes())?;
+        }
     }
     Ok(())
 }
 
-/// The `topic describe` table: one row per segment, by range start.
-pub fn describe_table(info: &TopicInfo) -> String {
-    let mut segments: Vec<_> = info.segments.iter().collect();
-    segments.sort_by_key(|s| (s.start, s.id));
-    let mut out = format!("topic {}\n", info.name);
-    out += &format!(
-        "{:>7}  {:>5}  {:<19}  {:<6}  {:>5}  {:>11}  {:>14}  {}\n",
-        "SEGMENT",
-        "EPOCH",
-        "RANGE",
-        "STATE",
-        "SHARD",
-        "NEXT OFFSET",
-        "APPENDED BYTES",
-        "SUCCESSORS"
-    );
-    for s in segments {
-        let successors: Vec<String> = s.successors.iter().map(u32::to_string).collect();
-        let row = format!(
-            "{:>7}  {:>5}  {:<19}  {:<6}  {:>5}  {:>11}  {:>14}  {}",
-            s.id,
-            s.epoch,
-            format!("{:08x}-{:08x}", s.start, s.end),
-            if s.sealed { "sealed" } else { "open" },
-            s.shard,
-            s.next_offset,
-            s.appended_bytes,
-            if successors.is_empty() {
-                "-".to_owned()
-            } else {
-                successors.join(",")
-            }
-        );
-        out += row.trim_end();
-        out.push('\n');
+/// The JSON of the scaling policy `kelp topic policy` sets: defaults with
+/// the given fields replaced, checked here so a bad value is refused
+/// before it reaches the control plane; empty with `--off`.
+pub fn policy_json(args: &PolicyArgs) -> anyhow::Result<String> {
+    if args.off {
+        return Ok(String::new());
     }
-    out
+    let mut policy = control::ScalingPolicy::default();
+    if let Some(v) = args.target_bytes_per_s {
+        policy.target.bytes_per_s = v;
+    }
+    if let Some(v) = args.target_records_per_s {
+        policy.target.records_per_s = v;
+    }
+    if let Some(w) = &args.windows_ms {
+        policy.windows_ms = w
+            .as_slice()
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("--windows-ms takes four windows, got {}", w.len()))?;
+    }
+    if let Some(v) = args.cooldown_ms {
+        policy.cooldown_ms = v;
+    }
+    if let Some(v) = args.segments_min {
+        policy.segments_min = v;
+    }
+    if let Some(v) = args.segments_max {
+        policy.segments_max = v;
+    }
+    if let Some(v) = args.split_pieces_max {
+        policy.split_pieces_max = v;
+    }
+    policy
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid scaling policy: {e}"))?;
+    Ok(serde_json::to_string(&policy)?)
+}
+
+/// `kelp cluster`: the brokers table.
+pub async fn cluster(broker: BrokerArgs) -> anyhow::Result<()> {
+    let brokers = connect(&broker)
+        .await?
+        .list_brokers()
+        .await
+        .context("cannot list the cluster's brokers")?;
+    std::io::stdout()
+        .lock()
+        .write_all(brokers_table(&brokers).as_bytes())?;
+    Ok(())
 }
 
 pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
@@ -343,51 +407,64 @@ pub fn chunk_cat(path: &Path) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
-    use client::SegmentInfo;
 
     #[test]
-    fn describe_table_reads_well() {
-        let info = TopicInfo {
-            name: "ns/t".into(),
-            segments: vec![
-                SegmentInfo {
-                    id: 2,
-                    epoch: 1,
-                    start: 0x8000_0000,
-                    end: 1 << 32,
-                    sealed: false,
-                    shard: 1,
-                    next_offset: 42,
-                    appended_bytes: 4200,
-                    successors: vec![],
-                    ..SegmentInfo::default()
-                },
-                SegmentInfo {
-                    id: 1,
-                    epoch: 1,
-                    start: 0,
-                    end: 0x8000_0000,
-                    sealed: true,
-                    shard: 0,
-                    next_offset: 7,
-                    appended_bytes: 700,
-                    successors: vec![3, 4],
-                    ..SegmentInfo::default()
-                },
-            ],
+    fn policy_flags_become_the_policy_json() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            let cli = crate::cli::Cli::try_parse_from(
+                ["kelp", "topic", "policy", "ns/t"].iter().chain(args),
+            )
+            .unwrap();
+            let crate::cli::Command::Topic {
+                command: TopicCommand::Policy(p),
+            } = cli.command
+            else {
+                panic!()
+            };
+            policy_json(&p)
         };
-        let table = describe_table(&info);
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines[0], "topic ns/t");
-        assert!(lines[1].starts_with("SEGMENT"));
-        assert!(lines[2].contains("00000000-80000000"), "{table}");
-        assert!(lines[2].contains("sealed") && lines[2].ends_with("3,4"));
-        assert!(lines[3].contains("80000000-100000000"), "{table}");
-        assert!(lines[3].contains("open") && lines[3].contains("42"));
-        assert!(
-            lines[3].contains("4200") && lines[2].contains("700"),
-            "{table}"
+        let json = parse(&[
+            "--target-bytes-per-s",
+            "1000000",
+            "--target-records-per-s",
+            "5000",
+            "--windows-ms",
+            "10,20,30,40",
+            "--cooldown-ms",
+            "500",
+            "--segments-min",
+            "2",
+            "--segments-max",
+            "16",
+        ])
+        .unwrap();
+        let policy: control::ScalingPolicy = serde_json::from_str(&json).unwrap();
+        assert_eq!(policy.target.bytes_per_s, 1_000_000);
+        assert_eq!(policy.target.records_per_s, 5_000);
+        assert_eq!(policy.windows_ms, [10, 20, 30, 40]);
+        assert_eq!(policy.cooldown_ms, 500);
+        assert_eq!((policy.segments_min, policy.segments_max), (2, 16));
+        assert_eq!(
+            policy.split_pieces_max,
+            control::ScalingPolicy::default().split_pieces_max
         );
+        // Unset fields keep their defaults.
+        let json = parse(&["--cooldown-ms", "7"]).unwrap();
+        let policy: control::ScalingPolicy = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            policy,
+            control::ScalingPolicy {
+                cooldown_ms: 7,
+                ..control::ScalingPolicy::default()
+            }
+        );
+        assert_eq!(parse(&["--off"]).unwrap(), "");
+        let e = parse(&["--segments-min", "5", "--segments-max", "4"]).unwrap_err();
+        assert!(e.to_string().contains("invalid scaling policy"), "{e}");
+        let e = parse(&["--windows-ms", "1,2,3"]).unwrap_err();
+        assert!(e.to_string().contains("four windows, got 3"), "{e}");
     }
 }

@@ -7,6 +7,7 @@
 
 mod cli;
 mod commands;
+mod tables;
 mod text;
 
 use std::process::ExitCode;
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
             command: ChunkCommand::Cat { file },
         } => commands::chunk_cat(&file),
         Command::Topic { command } => run_async(commands::topic(command)),
+        Command::Cluster { broker } => run_async(commands::cluster(broker)),
         Command::Pub(args) => run_async(commands::publish(args)),
         Command::Sub(args) => run_async(commands::subscribe(args)),
         // The bench builds its own runtimes and starts `kelp serve` from

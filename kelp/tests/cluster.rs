@@ -1,0 +1,337 @@
+//! A cluster on loopback with real processes: one `kelp control`, three
+//! `kelp serve --control` brokers, a producer that ramps traffic up until
+//! the topic's policy splits its one segment into at least four, then down
+//! until they merge back into one, and a subscriber reading all along.
+//! Mid-run one broker leaves gracefully, another joins, and the control
+//! plane restarts. Every acknowledged record must be read exactly once, and
+//! each key's records in the order they were published.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use client::{AckMode, TopicInfo};
+use client::{Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions, Transport};
+
+mod support;
+
+use support::{port, Broker, ControlPlane};
+
+const TOPIC: &str = "cluster/ramp";
+/// Distinct keys: enough that every piece of an eight-way split gets some.
+const KEYS: u64 = 64;
+/// Bytes per segment per second the policy aims at. The fast phase sends
+/// about 20 times this.
+const TARGET_BYTES_PER_S: u64 = 25_000;
+/// Records per pause in the fast phase, and the pause.
+const FAST_RECORDS_PER_STEP: u64 = 40;
+const STEP: Duration = Duration::from_millis(10);
+/// The slow phase sends one record per this.
+const SLOW_STEP: Duration = Duration::from_millis(50);
+/// Bounds of the whole run: the test fails rather than hang.
+const RAMP_UP_LIMIT: Duration = Duration::from_secs(90);
+const RAMP_DOWN_LIMIT: Duration = Duration::from_secs(150);
+const READ_LIMIT: Duration = Duration::from_secs(60);
+
+fn start_broker(dir: &std::path::Path, control: &ControlPlane) -> Broker {
+    Broker::start_with(
+        dir,
+        port(),
+        &["--control", &control.address(), "--unpinned"],
+    )
+}
+
+/// The layout, asked through any live broker; `None` while the control
+/// plane is away (it restarts once during the run).
+async fn describe(client: &Client) -> Option<TopicInfo> {
+    client.describe_topic(TOPIC).await.ok()
+}
+
+fn open_count(info: &TopicInfo) -> usize {
+    info.segments.iter().filter(|s| !s.sealed).count()
+}
+
+/// Publishes keyed records whose values are `key:sequence`; counts what it
+/// sent so the reader knows what to expect.
+struct Publisher {
+    producer: client::Producer,
+    next_seq: HashMap<u64, u64>,
+    sent: u64,
+    turn: u64,
+}
+
+impl Publisher {
+    async fn send_one(&mut self) {
+        let k = self.turn % KEYS;
+        self.turn += 1;
+        let seq = self.next_seq.entry(k).or_insert(0);
+        let key = format!("key-{k:03}");
+        // About 120 bytes per record.
+        let value = format!("{key}:{:010}:{}", *seq, "x".repeat(90));
+        *seq += 1;
+        self.producer
+            .send(key.as_bytes(), value.as_bytes(), &[])
+            .await
+            .expect("send");
+        self.sent += 1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let control_dir = dir.path().join("control");
+    let control_port = port();
+    let mut control =
+        ControlPlane::start(&control_dir, control_port, &["--broker-silence-ms", "5000"]);
+    let b1 = start_broker(&dir.path().join("b1"), &control);
+    let b2 = start_broker(&dir.path().join("b2"), &control);
+    let b3 = start_broker(&dir.path().join("b3"), &control);
+
+    // Clients bootstrap through broker 1, which stays up all along.
+    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
+        .await
+        .unwrap();
+    client.create_topic(TOPIC, 1).await.unwrap();
+    let policy = format!(
+        r#"{{"target":{{"bytes_per_s":{TARGET_BYTES_PER_S}}},"windows_ms":[1000,2000,4000,8000],"cooldown_ms":2000,"segments_min":1,"segments_max":8,"split_pieces_max":2}}"#
+    );
+    client.set_policy(TOPIC, &policy).await.unwrap();
+
+    // The reader, from the start, all along: it stops once it has read
+    // `expected` records and a while more (to catch any read twice), or
+    // when told to give up.
+    let expected = Arc::new(AtomicU64::new(u64::MAX));
+    let give_up = Arc::new(AtomicBool::new(false));
+    let mut subscriber = client
+        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
+        .await
+        .unwrap();
+    let reader = {
+        let expected = expected.clone();
+        let give_up = give_up.clone();
+        tokio::spawn(async move {
+            let mut got: Vec<(String, u64)> = Vec::new();
+            let mut complete_at: Option<Instant> = None;
+            while !give_up.load(Ordering::Relaxed)
+                && complete_at.is_none_or(|t| t.elapsed() < Duration::from_secs(2))
+            {
+                let next =
+                    tokio::time::timeout(Duration::from_millis(200), subscriber.next()).await;
+                if complete_at.is_none() && got.len() as u64 >= expected.load(Ordering::Relaxed) {
+                    complete_at = Some(Instant::now());
+                }
+                let Ok(next) = next else { continue };
+                let record = next.expect("the subscriber ended").expect("read a record");
+                let value = std::str::from_utf8(&record.value).unwrap().to_owned();
+                let mut parts = value.split(':');
+                let key = parts.next().unwrap().to_owned();
+                let seq: u64 = parts.next().unwrap().parse().unwrap();
+                assert_eq!(
+                    record.key.as_ref(),
+                    key.as_bytes(),
+                    "record key and value agree"
+                );
+                got.push((key, seq));
+            }
+            got
+        })
+    };
+
+    let producer = client
+        .producer(
+            TOPIC,
+            ProducerConfig {
+                ack: AckMode::Durable,
+                linger_ms: 5,
+                ..ProducerConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut publisher = Publisher {
+        producer,
+        next_seq: HashMap::new(),
+        sent: 0,
+        turn: 0,
+    };
+
+    // Ramp up until the policy has split the topic into at least four.
+    let started = Instant::now();
+    let mut most_open = 1;
+    let mut last_look = Instant::now();
+    while most_open < 4 {
+        assert!(
+            started.elapsed() < RAMP_UP_LIMIT,
+            "the policy did not split the topic into 4 segments (at most {most_open} open)"
+        );
+        for _ in 0..FAST_RECORDS_PER_STEP {
+            publisher.send_one().await;
+        }
+        tokio::time::sleep(STEP).await;
+        if last_look.elapsed() >= Duration::from_millis(250) {
+            last_look = Instant::now();
+            if let Some(info) = describe(&client).await {
+                most_open = most_open.max(open_count(&info));
+            }
+        }
+    }
+    eprintln!(
+        "split into {most_open} open segments after {:?}, {} records sent",
+        started.elapsed(),
+        publisher.sent
+    );
+
+    // Broker 2 leaves gracefully under load; its segments move first.
+    let leaving = tokio::task::spawn_blocking(move || b2.stop());
+    while !leaving.is_finished() {
+        for _ in 0..FAST_RECORDS_PER_STEP {
+            publisher.send_one().await;
+        }
+        tokio::time::sleep(STEP).await;
+    }
+    leaving.await.unwrap();
+    let info = describe(&client).await.expect("describe after a leave");
+    let owners: HashSet<Option<u32>> = info
+        .segments
+        .iter()
+        .filter(|s| !s.sealed)
+        .map(|s| s.broker)
+        .collect();
+    eprintln!("after broker 2 left, open segments are on brokers {owners:?}");
+
+    // Broker 4 joins, and the control plane restarts; brokers and
+    // producers carry on.
+    let b4 = start_broker(&dir.path().join("b4"), &control);
+    let before_restart = describe(&client).await.expect("describe before restart");
+    control.stop();
+    for _ in 0..100 {
+        for _ in 0..FAST_RECORDS_PER_STEP / 4 {
+            publisher.send_one().await;
+        }
+        tokio::time::sleep(STEP).await;
+    }
+    control = ControlPlane::start(&control_dir, control_port, &["--broker-silence-ms", "5000"]);
+    let after_restart = loop {
+        if let Some(info) = describe(&client).await {
+            break info;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let open_of = |info: &TopicInfo| -> BTreeMap<u32, (u32, u64, Option<u32>)> {
+        info.segments
+            .iter()
+            .filter(|s| !s.sealed)
+            .map(|s| (s.id, (s.start, s.end, s.broker)))
+            .collect()
+    };
+    // The policy may act once the new control plane has rates again, but
+    // a restart by itself moves nothing: every segment open before it is
+    // either still open where it was, or was split or merged since.
+    for (id, before) in open_of(&before_restart) {
+        let now = after_restart.segments.iter().find(|s| s.id == id).unwrap();
+        if !now.sealed {
+            assert_eq!(
+                (now.start, now.end, now.broker),
+                before,
+                "segment {id} changed owner or range across a control plane restart"
+            );
+        }
+    }
+
+    // Ramp down until the policy has merged everything back into one.
+    let slowing = Instant::now();
+    let mut open = usize::MAX;
+    while open > 1 {
+        assert!(
+            slowing.elapsed() < RAMP_DOWN_LIMIT,
+            "the policy did not merge the topic back into one segment ({open} open)"
+        );
+        publisher.send_one().await;
+        tokio::time::sleep(SLOW_STEP).await;
+        if last_look.elapsed() >= Duration::from_millis(500) {
+            last_look = Instant::now();
+            if let Some(info) = describe(&client).await {
+                open = open_count(&info);
+            }
+        }
+    }
+    eprintln!("merged back into one segment after {:?}", slowing.elapsed());
+    publisher
+        .producer
+        .flush()
+        .await
+        .expect("every record acknowledged");
+    let sent = publisher.sent;
+    assert_eq!(publisher.producer.acked_records(), sent);
+
+    // Every acknowledged record is read exactly once, each key in order.
+    expected.store(sent, Ordering::Relaxed);
+    let reader = {
+        let give_up = give_up.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(READ_LIMIT).await;
+            give_up.store(true, Ordering::Relaxed);
+        });
+        reader
+    };
+    let got = reader.await.unwrap();
+    let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
+    for (key, seq) in &got {
+        per_key.entry(key.clone()).or_default().push(*seq);
+    }
+    let mut read = 0u64;
+    for (key, seqs) in &per_key {
+        let expected: Vec<u64> = (0..seqs.len() as u64).collect();
+        assert_eq!(
+            seqs, &expected,
+            "key {key}: records out of order, missing or read twice"
+        );
+        read += seqs.len() as u64;
+    }
+    assert_eq!(read, sent, "records read against records acknowledged");
+    for k in 0..KEYS {
+        let key = format!("key-{k:03}");
+        assert_eq!(
+            per_key.get(&key).map_or(0, |s| s.len() as u64),
+            publisher.next_seq[&k],
+            "key {key}: every acknowledged record read"
+        );
+    }
+
+    // The history: the topic went through at least four open segments and
+    // back, every sealed segment names successors, and splits took how long
+    // to reach producers.
+    let history = describe(&client).await.expect("history");
+    let sealed = history.segments.iter().filter(|s| s.sealed).count();
+    assert!(sealed >= 4, "history holds {sealed} sealed segments");
+    assert!(history
+        .segments
+        .iter()
+        .filter(|s| s.sealed)
+        .all(|s| !s.successors.is_empty()));
+    let successors: HashSet<u32> = history
+        .segments
+        .iter()
+        .flat_map(|s| s.successors.iter().copied())
+        .collect();
+    let mut delays: Vec<u64> = history
+        .segments
+        .iter()
+        .filter(|s| successors.contains(&s.id))
+        .filter_map(|s| Some(s.first_append_ms?.saturating_sub(s.created_ms)))
+        .collect();
+    delays.sort_unstable();
+    eprintln!(
+        "ms from a successor's creation (the decision) to its first append, \
+         over {} successors: {delays:?}",
+        delays.len()
+    );
+
+    drop(b1);
+    drop(b3);
+    drop(b4);
+    drop(control);
+}
