@@ -340,11 +340,16 @@ async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
 /// plane opens successors a few ms after it seals, and a broker learns a
 /// topic when it is first given one of its segments). Refresh the layout
 /// and retry, a bounded number of times.
+///
+/// A connection that could not be opened counts too: nothing was sent, and
+/// the segment's owner may have left (or died, and the control plane moves
+/// its segments once it notices).
 pub(crate) fn is_stale_layout(error: &ClientError) -> bool {
-    error.broker_code().is_some_and(|code| {
-        code.is_stale_layout()
-            || matches!(code, ErrorCode::SegmentNotFound | ErrorCode::TopicNotFound)
-    })
+    matches!(error, ClientError::Connect { .. })
+        || error.broker_code().is_some_and(|code| {
+            code.is_stale_layout()
+                || matches!(code, ErrorCode::SegmentNotFound | ErrorCode::TopicNotFound)
+        })
 }
 
 #[cfg(test)]

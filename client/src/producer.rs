@@ -483,6 +483,30 @@ impl Shared {
             .map_err(|_| ClientError::Closed)?;
         let ack = self.config.ack;
         let submitted = match self.client.connection_to(route.target).await {
+            Err(e) if is_stale_layout(&e) => {
+                // Never sent: the owner cannot be reached (it left the
+                // cluster, or died and its segments are being moved). The
+                // batch goes the way of a refused one: re-routed on a
+                // fresh layout, in send order.
+                let batch = Bytes::copy_from_slice(open.builder.finish(PRODUCER_ID_NONE, 0));
+                open.builder.clear();
+                open.since = None;
+                let refused = Refused {
+                    batch,
+                    layout_version: acc.layout_version,
+                    _permit: permit,
+                };
+                let resend_now = {
+                    let mut order = self.order();
+                    let seq = order.sent();
+                    order.refused(seq, refused)
+                };
+                if resend_now {
+                    let shared = Arc::clone(self);
+                    tokio::spawn(async move { shared.resend_in_order().await });
+                }
+                return Ok(());
+            }
             Ok(conn) => {
                 let batch = open.builder.finish(PRODUCER_ID_NONE, 0);
                 conn.submit(
