@@ -16,13 +16,13 @@
 //! without moving anything.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use wire::frame::{encode_frame, FrameHeader, FRAME_HEADER_BYTES};
-use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
+use control::frame_stream::read_frame;
+use wire::frame::{encode_frame, FRAME_HEADER_BYTES};
 use wire::message::{SegmentLoadReport, ShardAddress};
 use wire::{ErrorCode, FrameType, Request, Response};
 
@@ -129,25 +129,17 @@ impl ControlLink {
     fn try_exchange(&mut self, id: u32, frame: &[u8]) -> Result<Answer, String> {
         let address = self.address.clone();
         let stream = self.connect()?;
-        let io = |e: std::io::Error| format!("control plane {address}: {e}");
-        stream.write_all(frame).map_err(io)?;
-        let mut head = [0u8; FRAME_HEADER_BYTES];
-        stream.read_exact(&mut head).map_err(io)?;
-        let header =
-            FrameHeader::decode(&head).map_err(|e| format!("control plane {address}: {e}"))?;
-        if header.payload_bytes > FRAME_PAYLOAD_BYTES_MAX {
-            return Err(format!("control plane {address}: oversized answer"));
-        }
-        let mut payload = vec![0u8; header.payload_bytes as usize];
-        stream.read_exact(&mut payload).map_err(io)?;
-        header
-            .verify_payload(&payload)
-            .map_err(|e| format!("control plane {address}: {e}"))?;
+        let failed = |e: &dyn std::fmt::Display| format!("control plane {address}: {e}");
+        stream.write_all(frame).map_err(|e| failed(&e))?;
+        let mut payload = Vec::new();
+        let header = read_frame(stream, &mut payload)
+            .map_err(|e| failed(&e))?
+            .ok_or_else(|| failed(&"closed the connection without answering"))?;
         if header.request_id != id || header.frame_type.is_request() {
-            return Err(format!(
-                "control plane {address}: answer {:?} to request {} does not match request {id}",
+            return Err(failed(&format!(
+                "answer {:?} to request {} does not match request {id}",
                 header.frame_type, header.request_id
-            ));
+            )));
         }
         Ok((header.frame_type, payload))
     }
