@@ -34,109 +34,54 @@ use crate::{
 /// The name of the seal marker object inside a segment's directory.
 pub const SEAL_MARKER_NAME: &str = "sealed";
 
-/// A request the control plane answers, owned so it can cross threads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ControlRequest {
-    CreateTopic {
-        topic: String,
-        segments: u32,
-    },
-    DeleteTopic {
-        topic: String,
-    },
-    ListTopics,
-    DescribeTopic {
-        topic: String,
-    },
-    SplitSegment {
-        topic: String,
-        segment: u32,
-        pieces: u32,
-    },
-    MergeSegments {
-        topic: String,
-        a: u32,
-        b: u32,
-    },
-    MoveSegment {
-        topic: String,
-        segment: u32,
-        to: Option<u32>,
-    },
-    SetPolicy {
-        topic: String,
-        policy: String,
-    },
-    ListBrokers,
-    RegisterBroker {
-        id: Option<u32>,
-        shards: Vec<ShardAddress>,
-        capacity_bytes_per_s: u64,
-        capacity_records_per_s: u64,
-    },
-    LoadReport {
-        broker: u32,
-        segments: Vec<SegmentLoadReport>,
-    },
-    LeaveBroker {
-        broker: u32,
-    },
+/// A request the control plane answers, decoded and owned so it can cross
+/// to the driver thread: a [`Request`] whose fields are all owned (every
+/// control-plane request is), or the error to answer for one the control
+/// plane does not serve (data-plane and broker-side requests).
+pub fn control_request(request: Request<'_>) -> Result<Request<'static>, (ErrorCode, String)> {
+    Ok(match request {
+        Request::CreateTopic { topic, segments } => Request::CreateTopic { topic, segments },
+        Request::DeleteTopic { topic } => Request::DeleteTopic { topic },
+        Request::ListTopics => Request::ListTopics,
+        Request::DescribeTopic { topic } => Request::DescribeTopic { topic },
+        Request::SplitSegment {
+            topic,
+            segment,
+            pieces,
+        } => Request::SplitSegment {
+            topic,
+            segment,
+            pieces,
+        },
+        Request::MergeSegments { topic, a, b } => Request::MergeSegments { topic, a, b },
+        Request::MoveSegment { topic, segment, to } => Request::MoveSegment { topic, segment, to },
+        Request::SetPolicy { topic, policy } => Request::SetPolicy { topic, policy },
+        Request::ListBrokers => Request::ListBrokers,
+        Request::RegisterBroker {
+            id,
+            shards,
+            capacity_bytes_per_s,
+            capacity_records_per_s,
+        } => Request::RegisterBroker {
+            id,
+            shards,
+            capacity_bytes_per_s,
+            capacity_records_per_s,
+        },
+        Request::LoadReport { broker, segments } => Request::LoadReport { broker, segments },
+        Request::LeaveBroker { broker } => Request::LeaveBroker { broker },
+        other => return Err(not_served(&other)),
+    })
 }
 
-impl ControlRequest {
-    /// The control-plane request a decoded wire request is, or the error
-    /// to answer for one the control plane does not serve (data-plane and
-    /// broker-side requests).
-    pub fn from_wire(request: Request<'_>) -> Result<ControlRequest, (ErrorCode, String)> {
-        Ok(match request {
-            Request::CreateTopic { topic, segments } => {
-                ControlRequest::CreateTopic { topic, segments }
-            }
-            Request::DeleteTopic { topic } => ControlRequest::DeleteTopic { topic },
-            Request::ListTopics => ControlRequest::ListTopics,
-            Request::DescribeTopic { topic } => ControlRequest::DescribeTopic { topic },
-            Request::SplitSegment {
-                topic,
-                segment,
-                pieces,
-            } => ControlRequest::SplitSegment {
-                topic,
-                segment,
-                pieces,
-            },
-            Request::MergeSegments { topic, a, b } => ControlRequest::MergeSegments { topic, a, b },
-            Request::MoveSegment { topic, segment, to } => {
-                ControlRequest::MoveSegment { topic, segment, to }
-            }
-            Request::SetPolicy { topic, policy } => ControlRequest::SetPolicy { topic, policy },
-            Request::ListBrokers => ControlRequest::ListBrokers,
-            Request::RegisterBroker {
-                id,
-                shards,
-                capacity_bytes_per_s,
-                capacity_records_per_s,
-            } => ControlRequest::RegisterBroker {
-                id,
-                shards,
-                capacity_bytes_per_s,
-                capacity_records_per_s,
-            },
-            Request::LoadReport { broker, segments } => {
-                ControlRequest::LoadReport { broker, segments }
-            }
-            Request::LeaveBroker { broker } => ControlRequest::LeaveBroker { broker },
-            other => {
-                return Err((
-                    ErrorCode::InvalidArgument,
-                    format!(
-                        "{:?} is not a control-plane request: send it to a broker",
-                        other.frame_type()
-                    ),
-                ))
-            }
-        })
-    }
+fn not_served(request: &Request<'_>) -> (ErrorCode, String) {
+    (
+        ErrorCode::InvalidArgument,
+        format!(
+            "{:?} is not a control-plane request: send it to a broker",
+            request.frame_type()
+        ),
+    )
 }
 
 /// What handling a request produced: the answer, and actions to carry out
@@ -244,7 +189,7 @@ impl ClusterService {
 
     /// Answer one request (carrying out what it changes, except
     /// [`Handled::after`]).
-    pub fn handle(&mut self, now_ms: u64, request: ControlRequest) -> Handled {
+    pub fn handle(&mut self, now_ms: u64, request: Request<'static>) -> Handled {
         match self.try_handle(now_ms, request) {
             Ok(handled) => handled,
             Err((code, message)) => Response::Error { code, message }.into(),
@@ -265,10 +210,10 @@ impl ClusterService {
     fn try_handle(
         &mut self,
         now_ms: u64,
-        request: ControlRequest,
+        request: Request<'static>,
     ) -> Result<Handled, (ErrorCode, String)> {
         let answer = match request {
-            ControlRequest::CreateTopic { topic, segments } => {
+            Request::CreateTopic { topic, segments } => {
                 let name = parse_name(&topic)?;
                 let action = self
                     .cluster
@@ -291,7 +236,7 @@ impl ClusterService {
                 self.send_commands(&action, &self.topic_json(&name));
                 Response::Topic(self.describe(now_ms, &name)?)
             }
-            ControlRequest::DeleteTopic { topic } => {
+            Request::DeleteTopic { topic } => {
                 let name = parse_name(&topic)?;
                 if self.cluster.topic(&name).is_none() {
                     return Err(error_answer(ControlError::TopicNotFound(name.to_string())));
@@ -312,17 +257,17 @@ impl ClusterService {
                 self.send_commands(&action, &[]);
                 Response::Done
             }
-            ControlRequest::ListTopics => Response::TopicList {
+            Request::ListTopics => Response::TopicList {
                 topics: self
                     .cluster
                     .topics()
                     .map(|t| t.name().to_string())
                     .collect(),
             },
-            ControlRequest::DescribeTopic { topic } => {
+            Request::DescribeTopic { topic } => {
                 Response::Topic(self.describe(now_ms, &parse_name(&topic)?)?)
             }
-            ControlRequest::SplitSegment {
+            Request::SplitSegment {
                 topic,
                 segment,
                 pieces,
@@ -334,7 +279,7 @@ impl ClusterService {
                     .map_err(error_answer)?;
                 self.change_answer(now_ms, &name, &action)?
             }
-            ControlRequest::MergeSegments { topic, a, b } => {
+            Request::MergeSegments { topic, a, b } => {
                 let name = parse_name(&topic)?;
                 let action = self
                     .cluster
@@ -342,7 +287,7 @@ impl ClusterService {
                     .map_err(error_answer)?;
                 self.change_answer(now_ms, &name, &action)?
             }
-            ControlRequest::MoveSegment { topic, segment, to } => {
+            Request::MoveSegment { topic, segment, to } => {
                 let name = parse_name(&topic)?;
                 let action = self
                     .cluster
@@ -350,7 +295,7 @@ impl ClusterService {
                     .map_err(error_answer)?;
                 self.change_answer(now_ms, &name, &action)?
             }
-            ControlRequest::SetPolicy { topic, policy } => {
+            Request::SetPolicy { topic, policy } => {
                 let name = parse_name(&topic)?;
                 let policy = parse_policy(&policy)?;
                 let before = self
@@ -371,10 +316,10 @@ impl ClusterService {
                 }
                 Response::Topic(self.describe(now_ms, &name)?)
             }
-            ControlRequest::ListBrokers => Response::Brokers {
+            Request::ListBrokers => Response::Brokers {
                 brokers: self.broker_statuses(now_ms),
             },
-            ControlRequest::RegisterBroker {
+            Request::RegisterBroker {
                 id,
                 shards,
                 capacity_bytes_per_s,
@@ -388,11 +333,11 @@ impl ClusterService {
                     capacity_records_per_s,
                 )
             }
-            ControlRequest::LoadReport { broker, segments } => {
+            Request::LoadReport { broker, segments } => {
                 self.load_report(now_ms, BrokerId(broker), &segments)?;
                 Response::Done
             }
-            ControlRequest::LeaveBroker { broker } => {
+            Request::LeaveBroker { broker } => {
                 let id = BrokerId(broker);
                 let actions = self.cluster.handle_leave(now_ms, id).map_err(|e| match e {
                     ControlError::BrokerNotFound(_) => not_registered(id),
@@ -403,6 +348,7 @@ impl ClusterService {
                 self.needs_resync.remove(&id);
                 Response::Done
             }
+            other => return Err(not_served(&other)),
         };
         Ok(answer.into())
     }

@@ -23,7 +23,7 @@ use filer::{Filer, LocalFiler};
 use wire::{ErrorCode, Request, Response};
 
 use crate::broker_link::BrokerLink;
-use crate::cluster_service::{ClusterService, ControlRequest, Handled};
+use crate::cluster_service::{control_request, ClusterService, Handled};
 use crate::frame_stream::{read_frame, FrameReadError};
 use crate::{ClusterConfig, ControlError, RebalancePolicy};
 
@@ -100,7 +100,7 @@ pub enum ControlServerError {
 #[derive(Debug)]
 enum DriverInput {
     Request {
-        request: ControlRequest,
+        request: Request<'static>,
         reply: SyncSender<Response<'static>>,
     },
     Stop,
@@ -366,7 +366,7 @@ fn serve_connection(mut stream: TcpStream, driver: &SyncSender<DriverInput>) {
         } else {
             match Request::decode(header.frame_type, &payload) {
                 Err(e) => error_response(ErrorCode::from(&e), e.to_string()),
-                Ok(request) => match ControlRequest::from_wire(request) {
+                Ok(request) => match control_request(request) {
                     Err((code, message)) => error_response(code, message),
                     Ok(request) => ask_driver(driver, request),
                 },
@@ -380,7 +380,7 @@ fn serve_connection(mut stream: TcpStream, driver: &SyncSender<DriverInput>) {
     }
 }
 
-fn ask_driver(driver: &SyncSender<DriverInput>, request: ControlRequest) -> Response<'static> {
+fn ask_driver(driver: &SyncSender<DriverInput>, request: Request<'static>) -> Response<'static> {
     let (reply, answer) = sync_channel(1);
     let stopped = || {
         error_response(
