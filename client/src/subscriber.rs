@@ -47,10 +47,12 @@ pub const FETCH_MAX_WAIT_MS_DEFAULT: u32 = 500;
 /// Default for [`SubscribeOptions::fetches_buffered_max`].
 pub const FETCHES_BUFFERED_MAX_DEFAULT: usize = 16;
 /// Times a fetch loop re-reads the layout after "not the owner" (or "no
-/// such segment" from a broker that has not opened it yet) before it gives
-/// up; also times a finished loop re-reads it until it shows the segment
-/// sealed.
-const STALE_RETRIES_MAX: u32 = 10;
+/// such segment" from a broker that has not opened it yet, or a lost
+/// connection) before it gives up; also times a finished loop re-reads it
+/// until it shows the segment sealed. With the backoff below, about 30 s:
+/// longer than a control plane's default 10 s to declare a silent broker
+/// dead and move its segments.
+const STALE_RETRIES_MAX: u32 = 32;
 /// Wait before re-reading the layout, doubled for each retry up to
 /// [`STALE_BACKOFF_MS_MAX`].
 const STALE_BACKOFF_MS: u64 = 50;
@@ -304,6 +306,15 @@ impl Subscriber {
     }
 }
 
+/// Whether a request failed because its connection did (closed, broken, or
+/// silent past the timeout), not because the broker refused it.
+fn is_connection_lost(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Io { .. } | ClientError::Closed | ClientError::Timeout { .. }
+    )
+}
+
 /// The fetch loop of one segment.
 struct SegmentFetch {
     client: Client,
@@ -366,7 +377,6 @@ impl SegmentFetch {
         let mut delivered_to = 0u64;
         let mut stale_retries = 0;
         loop {
-            let conn = self.client.connection_to(self.target).await?;
             let request = Request::Fetch {
                 topic: self.topic.clone(),
                 segment: self.segment.id,
@@ -374,9 +384,19 @@ impl SegmentFetch {
                 max_bytes: self.options.max_bytes,
                 max_wait_ms: self.options.max_wait_ms,
             };
-            let frame = match conn.call(&request, "fetching records", timeout).await {
+            let answer = match self.client.connection_to(self.target).await {
+                Ok(conn) => conn.call(&request, "fetching records", timeout).await,
+                Err(e) => Err(e),
+            };
+            let frame = match answer {
                 Ok(f) => f,
-                Err(e) if is_stale_layout(&e) && stale_retries < STALE_RETRIES_MAX => {
+                // Reading again is harmless (records below `delivered_to`
+                // are skipped), so a lost connection is retried like a
+                // stale layout: the owner may have left or died.
+                Err(e)
+                    if (is_stale_layout(&e) || is_connection_lost(&e))
+                        && stale_retries < STALE_RETRIES_MAX =>
+                {
                     tokio::time::sleep(stale_backoff(stale_retries)).await;
                     stale_retries += 1;
                     self.refresh().await?;

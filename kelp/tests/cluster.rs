@@ -335,3 +335,161 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     drop(b4);
     drop(control);
 }
+
+/// Read until `want` records arrived (and a moment more, to catch any read
+/// twice), or `limit` passed; returns `(key, sequence)` pairs.
+async fn read_records(
+    subscriber: &mut client::Subscriber,
+    want: u64,
+    limit: Duration,
+) -> Vec<(String, u64)> {
+    let deadline = Instant::now() + limit;
+    let mut got = Vec::new();
+    let mut complete_at: Option<Instant> = None;
+    while Instant::now() < deadline
+        && complete_at.is_none_or(|t| t.elapsed() < Duration::from_secs(1))
+    {
+        if complete_at.is_none() && got.len() as u64 >= want {
+            complete_at = Some(Instant::now());
+        }
+        let Ok(next) = tokio::time::timeout(Duration::from_millis(200), subscriber.next()).await
+        else {
+            continue;
+        };
+        let record = next.expect("the subscriber ended").expect("read a record");
+        let value = std::str::from_utf8(&record.value).unwrap().to_owned();
+        let mut parts = value.split(':');
+        let key = parts.next().unwrap().to_owned();
+        got.push((key, parts.next().unwrap().parse().unwrap()));
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start(
+        &dir.path().join("control"),
+        port(),
+        &["--broker-silence-ms", "2000"],
+    );
+    let b1 = start_broker(&dir.path().join("b1"), &control);
+    let b2 = start_broker(&dir.path().join("b2"), &control);
+    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
+        .await
+        .unwrap();
+    let created = client.create_topic(TOPIC, 4).await.unwrap();
+    // Broker 2 dies; broker 1, which clients bootstrap through, survives.
+    let victim = broker_id(&client, &b2).await;
+    let (victim_broker, survivor) = (b2, b1);
+    let on_victim: Vec<u32> = created
+        .segments
+        .iter()
+        .filter(|s| s.broker == Some(victim))
+        .map(|s| s.id)
+        .collect();
+    assert!(!on_victim.is_empty());
+
+    // Durable records, all acknowledged before the kill.
+    let config = ProducerConfig {
+        ack: AckMode::Durable,
+        ..ProducerConfig::default()
+    };
+    let mut before = Publisher {
+        producer: client.producer(TOPIC, config).await.unwrap(),
+        next_seq: HashMap::new(),
+        sent: 0,
+        turn: 0,
+    };
+    for _ in 0..2_000 {
+        before.send_one().await;
+    }
+    before.producer.flush().await.unwrap();
+    let mut subscriber = client
+        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
+        .await
+        .unwrap();
+
+    victim_broker.kill9();
+
+    // Declared dead after its silence; its segments reopen on the survivor.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let moved = loop {
+        let info = client.describe_topic(TOPIC).await.unwrap();
+        if info
+            .segments
+            .iter()
+            .all(|s| s.sealed || s.broker != Some(victim))
+        {
+            break info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "broker {victim} never declared dead"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for id in &on_victim {
+        let s = moved.segments.iter().find(|s| s.id == *id).unwrap();
+        assert!(s.sealed && s.successors.len() == 1, "{s:?}");
+        let successor = moved
+            .segments
+            .iter()
+            .find(|x| x.id == s.successors[0])
+            .unwrap();
+        assert_ne!(successor.broker, Some(victim));
+        // Nobody else could: the control plane marked the segment sealed.
+        assert!(control
+            .data_dir
+            .join(format!("filer/topics/{TOPIC}/{id}/sealed"))
+            .exists());
+    }
+    let brokers = client.list_brokers().await.unwrap();
+    assert_eq!(brokers.len(), 1, "{brokers:?}");
+
+    // A producer that starts now reaches the successors; keys go on from
+    // where they were.
+    let fresh = Client::connect(
+        &survivor.broker_arg(),
+        Transport::Tcp,
+        ClientOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut after = Publisher {
+        producer: fresh.producer(TOPIC, config).await.unwrap(),
+        next_seq: before.next_seq.clone(),
+        sent: 0,
+        turn: before.turn,
+    };
+    for _ in 0..2_000 {
+        after.send_one().await;
+    }
+    after.producer.flush().await.unwrap();
+
+    // The subscriber rode through: everything, once, each key in order.
+    let total = before.sent + after.sent;
+    let got = read_records(&mut subscriber, total, Duration::from_secs(60)).await;
+    let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
+    for (key, seq) in got {
+        per_key.entry(key).or_default().push(seq);
+    }
+    let read: u64 = per_key.values().map(|s| s.len() as u64).sum();
+    assert_eq!(read, total, "records read against records acknowledged");
+    for (key, seqs) in &per_key {
+        let expected: Vec<u64> = (0..seqs.len() as u64).collect();
+        assert_eq!(seqs, &expected, "key {key}");
+    }
+    drop(survivor);
+    drop(control);
+}
+
+/// The id of the broker `broker` (by its shard 0 address).
+async fn broker_id(client: &Client, broker: &Broker) -> u32 {
+    let brokers = client.list_brokers().await.unwrap();
+    brokers
+        .iter()
+        .find(|b| b.shards.first().map(|s| s.tcp.as_str()) == Some(broker.broker_arg().as_str()))
+        .map(|b| b.id)
+        .unwrap()
+}
