@@ -118,6 +118,43 @@ fn main() -> AnyResult {
             offset: 4,
             max_bytes: 1 << 20,
         },
+        Request::SplitSegment {
+            topic: "ns/t".into(),
+            segment: 0,
+            pieces: 2,
+        },
+        Request::MoveSegment {
+            topic: "ns/t".into(),
+            segment: 1,
+            to: None,
+        },
+        Request::SetPolicy {
+            topic: "ns/t".into(),
+            policy: r#"{"target":{"bytes_per_s":1000}}"#.into(),
+        },
+        Request::RegisterBroker {
+            id: Some(3),
+            shards: vec![ShardAddress {
+                tcp: "127.0.0.1:7420".into(),
+                quic: "127.0.0.1:7420".into(),
+            }],
+            capacity_bytes_per_s: 1 << 29,
+            capacity_records_per_s: 1 << 20,
+        },
+        Request::LoadReport {
+            broker: 3,
+            segments: vec![kelp_wire::message::SegmentLoadReport {
+                topic: "ns/t".into(),
+                segment: 2,
+                bytes_per_s: 1000,
+                records_per_s: 10,
+                next_offset: 99,
+                first_append_ms: Some(1_700_000_000_000),
+            }],
+        },
+        Request::ApplyLayout {
+            topic_json: br#"{"version":1,"name":"ns/t","created_ms":1,"segments":[]}"#,
+        },
     ];
     let responses = [
         Response::Shards {
@@ -166,6 +203,46 @@ fn main() -> AnyResult {
         Response::Error {
             code: ErrorCode::NotOwner,
             message: "not mine".into(),
+        },
+        Response::Topic(TopicInfo {
+            name: "ns/t".into(),
+            segments: vec![SegmentInfo {
+                id: 3,
+                epoch: 0,
+                start: 0,
+                end: 1 << 31,
+                broker: Some(2),
+                address: Some(ShardAddress {
+                    tcp: "127.0.0.1:7500".into(),
+                    quic: "127.0.0.1:7500".into(),
+                }),
+                bytes_per_s: 1000,
+                records_per_s: 10,
+                created_ms: 1_700_000_000_000,
+                sealed_ms: Some(1_700_000_001_000),
+                first_append_ms: Some(1_700_000_000_040),
+                ..SegmentInfo::default()
+            }],
+        }),
+        Response::Brokers {
+            brokers: vec![kelp_wire::message::BrokerStatus {
+                id: 2,
+                shards: vec![ShardAddress {
+                    tcp: "127.0.0.1:7500".into(),
+                    quic: "127.0.0.1:7500".into(),
+                }],
+                capacity_bytes_per_s: 1 << 29,
+                capacity_records_per_s: 1 << 20,
+                bytes_per_s: 1000,
+                records_per_s: 10,
+                utilization_permille: 1,
+                open_segments: 1,
+                silent_ms: 300,
+            }],
+        },
+        Response::Registered {
+            id: 2,
+            filer: "/var/lib/kelp/filer".into(),
         },
     ];
     for (i, r) in requests.iter().enumerate() {
