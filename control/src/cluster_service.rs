@@ -31,8 +31,15 @@ use crate::{
     Rate, ScalingPolicy, SegmentId, SegmentLoad, SegmentState, Topic, TopicName,
 };
 
-/// The name of the seal marker object inside a segment's directory.
+/// The name of the seal marker object inside a segment's directory: its
+/// presence says the segment is sealed and its chunks are final.
 pub const SEAL_MARKER_NAME: &str = "sealed";
+
+/// The seal marker's content, informational (its presence is what counts):
+/// `{"segment":ID,"epoch":EPOCH,"written_by":"control"|"broker N"}`.
+pub fn seal_marker_content(segment: u32, epoch: u32, written_by: &str) -> Vec<u8> {
+    format!(r#"{{"segment":{segment},"epoch":{epoch},"written_by":"{written_by}"}}"#).into_bytes()
+}
 
 /// A request the control plane answers, decoded and owned so it can cross
 /// to the driver thread: a [`Request`] whose fields are all owned (every
@@ -552,11 +559,8 @@ impl ClusterService {
         epoch: u32,
     ) -> Result<(), ControlError> {
         let path = seal_marker_path(topic, segment)?;
-        let content = format!(
-            "{{\"segment\":{},\"epoch\":{epoch},\"written_by\":\"control\"}}",
-            segment.0
-        );
-        self.filer.put(&path, content.as_bytes())?;
+        self.filer
+            .put(&path, &seal_marker_content(segment.0, epoch, "control"))?;
         Ok(())
     }
 

@@ -57,9 +57,7 @@ pub(crate) enum SealState {
     Sealed,
 }
 
-/// The name of the object, beside a segment's chunks, whose presence says
-/// the segment is sealed and its chunks are final (`docs/control-plane.md`).
-pub(crate) const SEAL_MARKER_NAME: &str = "sealed";
+use control::cluster_service::{seal_marker_content, SEAL_MARKER_NAME};
 
 /// How long a fetch from a sealed segment's view waits before it looks
 /// for the owner's marker and new chunks again.
@@ -365,7 +363,11 @@ impl SegmentCell {
             .chunk_prefix
             .join(SEAL_MARKER_NAME)
             .map_err(|e| ServeError::new(ErrorCode::Internal, e.to_string()))?;
-        let body = seal_marker(self.id, epoch, "broker");
+        let by = self
+            .config
+            .broker_id
+            .map_or_else(|| "broker".to_owned(), |b| format!("broker {b}"));
+        let body = seal_marker_content(self.id, epoch, &by);
         let filer = self.filer.clone();
         blocking(move || filer.put(&marker, &body))
             .await
@@ -1103,12 +1105,6 @@ fn load_sealed(
         Err(e) => return Err(e.into()),
     };
     Ok((load_chunks(filer, prefix)?, marked))
-}
-
-/// The seal marker's content: informational JSON (its presence is what
-/// counts), e.g. `{"segment":3,"epoch":2,"written_by":"broker"}`.
-pub(crate) fn seal_marker(segment: u32, epoch: u32, written_by: &str) -> Vec<u8> {
-    format!(r#"{{"segment":{segment},"epoch":{epoch},"written_by":"{written_by}"}}"#).into_bytes()
 }
 
 /// Buffers a previous run left for this segment, oldest first.
