@@ -312,22 +312,44 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
         .iter()
         .filter(|s| s.sealed)
         .all(|s| !s.successors.is_empty()));
-    let successors: HashSet<u32> = history
+    // Each successor by the change that made it: a split's pieces share a
+    // predecessor, a merge's successor has two, a move's has one of the
+    // same range.
+    // Load figures are not persisted: what the control plane learned
+    // before its restart is in the layout read before it.
+    let first_appends: HashMap<u32, u64> = before_restart
         .segments
         .iter()
-        .flat_map(|s| s.successors.iter().copied())
+        .chain(&history.segments)
+        .filter_map(|s| Some((s.id, s.first_append_ms?)))
         .collect();
-    let mut delays: Vec<u64> = history
-        .segments
-        .iter()
-        .filter(|s| successors.contains(&s.id))
-        .filter_map(|s| Some(s.first_append_ms?.saturating_sub(s.created_ms)))
-        .collect();
-    delays.sort_unstable();
-    eprintln!(
-        "ms from a successor's creation (the decision) to its first append, \
-         over {} successors: {delays:?}",
-        delays.len()
+    let mut made_by: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for s in &history.segments {
+        let predecessors: Vec<_> = history
+            .segments
+            .iter()
+            .filter(|p| p.successors.contains(&s.id))
+            .collect();
+        let kind = match predecessors.as_slice() {
+            [] => continue,
+            [p] if p.successors.len() > 1 => "split",
+            [_] => "move",
+            _ => "merge",
+        };
+        if let Some(first) = first_appends.get(&s.id) {
+            made_by
+                .entry(kind)
+                .or_default()
+                .push(first.saturating_sub(s.created_ms));
+        }
+    }
+    for (kind, delays) in &mut made_by {
+        delays.sort_unstable();
+        eprintln!("{kind}: ms from the decision to the successor's first append: {delays:?}");
+    }
+    assert!(
+        made_by.get("split").is_some_and(|d| d.len() >= 3),
+        "the splits' successors took writes: {made_by:?}"
     );
 
     drop(b1);
