@@ -17,11 +17,14 @@
 //! batches built on a new layout leave only once every batch of the old
 //! one settled; and after a layout change a segment's first batch goes
 //! alone until the broker took it, since a successor not open yet could
-//! refuse one batch and take the next. Each record is acknowledged once: only the pieces the
-//! broker took are counted. Batches carry producer id 0 (none): there is
-//! no broker-side de-duplication yet, so transport failures are reported,
-//! not retried; and with ack `none` a refusal arrives as an error at the
-//! next flush, not as a resend.
+//! refuse one batch and take the next. Each record is acknowledged once:
+//! only the pieces the broker took are counted. A batch whose owner cannot
+//! be reached at all (it left the cluster, or died) was never sent either,
+//! and goes the same way. Batches carry producer id 0 (none): there is no
+//! broker-side de-duplication yet, so a connection lost with batches in
+//! flight is reported, not retried (they may have been appended); and with
+//! ack `none` a refusal arrives as an error at the next flush, not as a
+//! resend.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
