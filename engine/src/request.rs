@@ -243,23 +243,17 @@ pub(crate) async fn handle_frame(
                 })
             }))
         }
+        // In a cluster these were passed to the control plane above; the
+        // layout commands come only to a broker that has one apart.
         Request::SplitSegment { .. }
         | Request::MergeSegments { .. }
         | Request::MoveSegment { .. }
         | Request::SetPolicy { .. }
-        | Request::ListBrokers
-        | Request::ApplyLayout { .. }
-        | Request::DropTopic { .. }
+        | Request::ListBrokers => Reply::Now(error_frame(id, &embedded_refusal())),
+        Request::ApplyLayout { .. } | Request::DropTopic { .. }
             if shard.config.control.is_none() =>
         {
-            Reply::Now(error_frame(
-                id,
-                &ServeError::new(
-                    ErrorCode::InvalidArgument,
-                    "this broker runs its own control plane: cluster requests need \
-                     `kelp serve --control`",
-                ),
-            ))
+            Reply::Now(error_frame(id, &embedded_refusal()))
         }
         Request::RegisterBroker { .. }
         | Request::LoadReport { .. }
@@ -280,7 +274,17 @@ pub(crate) async fn handle_frame(
             };
             let commands = shard.shard_commands.clone();
             Reply::Later(Box::pin(async move {
-                let result = apply_layout(&commands, topic).await;
+                let result = ask_every_shard(&commands, |reply| ShardCommand::TopicLayout {
+                    topic: topic.clone(),
+                    reply,
+                })
+                .await
+                .and_then(|answers| {
+                    answers.into_iter().try_for_each(|a| {
+                        a.map(drop)
+                            .map_err(|e| ServeError::new(ErrorCode::Storage, e))
+                    })
+                });
                 answer(id, result, |()| response_frame(id, &Response::Done))
             }))
         }
@@ -292,25 +296,15 @@ pub(crate) async fn handle_frame(
             let commands = shard.shard_commands.clone();
             let payloads = shard.payloads.clone();
             Reply::Later(Box::pin(async move {
-                for c in commands.iter() {
-                    let (tx, rx) = flume::bounded(1);
-                    let command = ShardCommand::DropTopic {
-                        name: topic.clone(),
-                        reply: tx,
-                    };
-                    if c.send_async(command).await.is_ok() {
-                        let _ = rx.recv_async().await;
-                    }
-                }
+                let result = ask_every_shard(&commands, |reply| ShardCommand::DropTopic {
+                    name: topic.clone(),
+                    reply,
+                })
+                .await;
                 payloads.drop_topic(&name);
-                response_frame(id, &Response::Done)
+                answer(id, result, |_| response_frame(id, &Response::Done))
             }))
         }
-        Request::SplitSegment { .. }
-        | Request::MergeSegments { .. }
-        | Request::MoveSegment { .. }
-        | Request::SetPolicy { .. }
-        | Request::ListBrokers => forward(shard, id, header.frame_type, payload),
         Request::DescribeTopic { topic } => {
             let control = shard.control.clone();
             Reply::Later(Box::pin(async move {
@@ -362,37 +356,38 @@ fn forward(shard: &Shard, id: u32, frame_type: wire::FrameType, payload: &[u8]) 
     }))
 }
 
-/// Give every shard of this broker a topic's layout and wait until each
-/// applied it (sealed segments flushed, new ones open).
-async fn apply_layout(
+/// The refusal of a cluster request by a broker that runs its own control
+/// plane.
+fn embedded_refusal() -> ServeError {
+    ServeError::new(
+        ErrorCode::InvalidArgument,
+        "this broker runs its own control plane: cluster requests need \
+         `kelp serve --control`",
+    )
+}
+
+/// Send every shard of this broker the command `make` builds and wait for
+/// each answer, in shard order (a layout: sealed segments flushed, new ones
+/// open; a drop: the topic's segments closed).
+async fn ask_every_shard<T>(
     commands: &[flume::Sender<ShardCommand>],
-    topic: control::Topic,
-) -> Result<(), ServeError> {
+    make: impl Fn(flume::Sender<T>) -> ShardCommand,
+) -> Result<Vec<T>, ServeError> {
     let mut waiting = Vec::with_capacity(commands.len());
     for (i, c) in commands.iter().enumerate() {
         let (tx, rx) = flume::bounded(1);
-        let command = ShardCommand::TopicLayout {
-            topic: topic.clone(),
-            reply: tx,
-        };
-        c.send_async(command)
+        c.send_async(make(tx))
             .await
             .map_err(|_| ServeError::new(ErrorCode::Internal, format!("shard {i} is gone")))?;
         waiting.push((i, rx));
     }
+    let mut answers = Vec::with_capacity(waiting.len());
     for (i, rx) in waiting {
-        match rx.recv_async().await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(ServeError::new(ErrorCode::Storage, e)),
-            Err(_) => {
-                return Err(ServeError::new(
-                    ErrorCode::Internal,
-                    format!("shard {i} did not answer"),
-                ))
-            }
-        }
+        answers.push(rx.recv_async().await.map_err(|_| {
+            ServeError::new(ErrorCode::Internal, format!("shard {i} did not answer"))
+        })?);
     }
-    Ok(())
+    Ok(answers)
 }
 
 /// Most payload bytes one read answers with: a frame's payload less the
