@@ -113,6 +113,30 @@ struct MemoryBuffer<'a> {
 }
 
 impl SegmentState {
+    /// The state of a segment whose filer holds `chunks` up to
+    /// `flushed_offset`, with `sealed` buffers to flush after them up to
+    /// `next_offset`.
+    fn new(
+        chunks: Vec<ChunkMeta>,
+        flushed_offset: u64,
+        sealed: VecDeque<Arc<SealedBuffer>>,
+        next_offset: u64,
+    ) -> SegmentState {
+        SegmentState {
+            next_offset,
+            flushed_offset,
+            active: None,
+            sealed,
+            chunks,
+            flushing: false,
+            durable_waiting_since: None,
+            index_cache: None,
+            spares: Vec::new(),
+            spares_pending: 0,
+            spare_counter: 0,
+        }
+    }
+
     /// The buffers not yet in the filer, oldest first: the sealed ones,
     /// then the active one.
     fn memory_buffers(&self) -> impl Iterator<Item = MemoryBuffer<'_>> {
@@ -238,19 +262,7 @@ impl SegmentCell {
             config,
             stats,
             seal: Cell::new(SealState::Open),
-            state: RefCell::new(SegmentState {
-                next_offset,
-                flushed_offset: chunk_end,
-                active: None,
-                sealed,
-                chunks,
-                flushing: false,
-                durable_waiting_since: None,
-                index_cache: None,
-                spares: Vec::new(),
-                spares_pending: 0,
-                spare_counter: 0,
-            }),
+            state: RefCell::new(SegmentState::new(chunks, chunk_end, sealed, next_offset)),
             closed: Cell::new(false),
             appended: Event::new(),
             flushed: Event::new(),
@@ -301,24 +313,19 @@ impl SegmentCell {
             } else {
                 SealState::Sealing
             }),
-            state: RefCell::new(SegmentState {
-                next_offset: end,
-                flushed_offset: end,
-                active: None,
-                sealed: VecDeque::new(),
-                chunks,
-                flushing: false,
-                durable_waiting_since: None,
-                index_cache: None,
-                spares: Vec::new(),
-                spares_pending: 0,
-                spare_counter: 0,
-            }),
+            state: RefCell::new(SegmentState::new(chunks, end, VecDeque::new(), end)),
             closed: Cell::new(false),
             appended: Event::new(),
             flushed: Event::new(),
             space: Event::new(),
         }))
+    }
+
+    /// Whether this is a read-only view of a segment sealed elsewhere
+    /// ([`SegmentCell::open_sealed`]: the only cells without a buffers
+    /// directory).
+    fn is_view(&self) -> bool {
+        self.buffers_dir.as_os_str().is_empty()
     }
 
     /// Whether the segment takes writes.
@@ -707,7 +714,7 @@ impl SegmentCell {
         max_bytes: usize,
         max_wait: Duration,
     ) -> Result<FetchResult, ServeError> {
-        if self.seal.get() == SealState::Sealing && self.buffers_dir.as_os_str().is_empty() {
+        if self.seal.get() == SealState::Sealing && self.is_view() {
             self.refresh_sealed().await?;
         }
         let start = self.resolve(from).await?;
@@ -729,7 +736,7 @@ impl SegmentCell {
                     frame: vec![0; FETCHED_FRAME_PREFIX_BYTES],
                 });
             }
-            if self.buffers_dir.as_os_str().is_empty() {
+            if self.is_view() {
                 // A view of a segment sealed elsewhere: nothing here wakes
                 // it, so look again in a while.
                 glommio::timer::sleep(SEAL_POLL.min(deadline - now)).await;

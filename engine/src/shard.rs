@@ -6,6 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -158,11 +159,8 @@ impl Shard {
                             shard: self.index,
                             reason: format!("seal {name} segment {id}: {}", e.message),
                         })?;
-                    log::info!("{name} segment {id}: sealed at offset {}", {
-                        cell.stats
-                            .next_offset
-                            .load(std::sync::atomic::Ordering::Relaxed)
-                    });
+                    let end = cell.stats.next_offset.load(Relaxed);
+                    log::info!("{name} segment {id}: sealed at offset {end}");
                 }
                 kept.insert(id, cell.clone());
                 continue;
@@ -256,7 +254,6 @@ impl Shard {
                     continue;
                 }
                 let st = &cell.stats;
-                use std::sync::atomic::Ordering::Relaxed;
                 out.push(SegmentLoadFigures {
                     topic: name.clone(),
                     segment: cell.id,
