@@ -579,7 +579,6 @@ impl ClusterService {
             .collect()
     }
 
-    /// Shard 0's TCP address of a live broker.
     /// Where commands for `broker` go: its shard 0. A leaving broker is no
     /// longer a member when its seals are sent, so the addresses it
     /// registered with are looked up first (they are forgotten once the
