@@ -103,13 +103,7 @@ impl Broker {
     }
 
     pub fn stop(mut self) {
-        let term = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(term.success());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "broker exited with {status}");
+        terminate(&mut self.child, "broker");
     }
 }
 
@@ -163,13 +157,7 @@ impl ControlPlane {
 
     /// SIGTERM, and the process must exit cleanly.
     pub fn stop(mut self) {
-        let term = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(term.success());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "control plane exited with {status}");
+        terminate(&mut self.child, "control plane");
     }
 }
 
@@ -178,4 +166,15 @@ impl Drop for ControlPlane {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// SIGTERM `child`, and it must exit cleanly.
+fn terminate(child: &mut Child, what: &str) {
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{what} exited with {status}");
 }
