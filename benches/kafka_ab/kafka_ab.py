@@ -220,6 +220,7 @@ def start_kelp(args, workdir):
         str(data_dir),
         "--kafka",
         f"127.0.0.1:{kafka_port}",
+        *args.kelp_arg,
     ]
     return Broker("kelp", command, shard_ports + [kafka_port], workdir / "kelp.log", data_dir)
 
@@ -529,6 +530,13 @@ def main():
         help="a librdkafka setting for the consumer (repeatable), e.g. fetch.queue.backoff.ms=10",
     )
     p.add_argument("--kelp-shards", type=int, default=2)
+    p.add_argument(
+        "--kelp-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for `kelp serve` (repeatable), e.g. --kelp-arg=--drop-flushed-pages",
+    )
     p.add_argument("--run-timeout-s", type=int, default=300, help="deadline of each produce and consume")
     p.add_argument("--systems", default="kelp,tansu", help="which systems, in alternation order")
     p.add_argument("--json", type=Path, help="also write the figures here")
@@ -569,6 +577,7 @@ def main():
             "extra": args.consumer_set,
         },
         "kelp_shards": args.kelp_shards,
+        "kelp_args": args.kelp_arg,
         "tansu_storage": "memory://tansu/",
         "rounds": args.rounds,
     }
