@@ -573,7 +573,7 @@ def main():
         },
         "consumer": {
             "client": "rdkafka-load (librdkafka), one consumer, every partition assigned from the beginning, no group",
-            "settings": "librdkafka fetch defaults",
+            "settings": "librdkafka fetch defaults, but fetch.queue.backoff.ms 10",
             "extra": args.consumer_set,
         },
         "kelp_shards": args.kelp_shards,

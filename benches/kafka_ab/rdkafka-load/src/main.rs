@@ -441,6 +441,11 @@ fn consume(
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("enable.partition.eof", "false"),
+            // librdkafka pauses a partition's fetches this long once its
+            // local queue is over `queued.min.messages` (100,000) or
+            // `queued.max.messages.kbytes`; the default, 1,000 ms, puts
+            // whole-second gaps into a read of a few seconds.
+            ("fetch.queue.backoff.ms", "10"),
         ],
     )?;
     let consumer: BaseConsumer = config.create().context("creating the consumer")?;
