@@ -20,6 +20,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use bytes::BufMut;
 use kafka::api::api_versions::{ApiVersion, ApiVersionsResponse};
 use kafka::request::FRAME_PREFIX_BYTES;
 use kafka::{ApiKey, DecodeError, Request, RequestBody, ResponseBody, SUPPORTED_APIS};
@@ -33,6 +34,10 @@ use super::{admin, fetch, groups, metadata, offsets, produce, Gateway, REQUEST_F
 /// Requests of one connection in flight at once (librdkafka's most for an
 /// idempotent producer).
 pub(crate) const PIPELINE_MAX: usize = 5;
+
+/// Room for a Fetch answer's fields around its records (headers, names,
+/// per partition fields), reserved with the records' bytes.
+const FETCH_ANSWER_OVERHEAD_BYTES: usize = 4096;
 
 /// A request's claim while it runs: the (topic, partition)s a produce
 /// request writes, or the whole connection.
@@ -105,8 +110,13 @@ pub(crate) async fn serve(gateway: Rc<Gateway>, stream: tokio::net::TcpStream, p
     let (read, write) = stream.into_split();
     let in_flight = Rc::new(InFlight::default());
     let (answers_tx, answers_rx) = tokio::sync::mpsc::channel::<Answer>(PIPELINE_MAX);
-    let mut writer =
-        tokio::task::spawn_local(write_answers(write, answers_rx, in_flight.clone(), peer));
+    let mut writer = tokio::task::spawn_local(write_answers(
+        gateway.clone(),
+        write,
+        answers_rx,
+        in_flight.clone(),
+        peer,
+    ));
     tokio::select! {
         () = read_requests(&gateway, read, answers_tx, &in_flight, peer) => {
             // Every request read is answered before the connection closes.
@@ -150,10 +160,22 @@ async fn read_requests(
         else {
             return;
         };
-        let mut frame = vec![0u8; size];
-        if let Err(e) = stream.read_exact(&mut frame).await {
-            log::debug!("Kafka {peer}: read request: {e}");
-            return;
+        // Into a reused buffer, without zero-filling it first.
+        let mut frame = gateway.frames.take_owned(Vec::new);
+        frame.reserve_exact(size);
+        while frame.len() < size {
+            let want = size - frame.len();
+            match stream.read_buf(&mut (&mut frame).limit(want)).await {
+                Ok(0) => {
+                    log::debug!("Kafka {peer}: read request: the connection closed");
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    log::debug!("Kafka {peer}: read request: {e}");
+                    return;
+                }
+            }
         }
         in_flight.enter(Claim::of(&frame)).await;
         let answer = tokio::task::spawn_local(answer(gateway.clone(), frame, room, peer));
@@ -164,6 +186,7 @@ async fn read_requests(
 }
 
 async fn write_answers(
+    gateway: Rc<Gateway>,
     mut stream: OwnedWriteHalf,
     mut answers: tokio::sync::mpsc::Receiver<Answer>,
     in_flight: Rc<InFlight>,
@@ -189,6 +212,7 @@ async fn write_answers(
                 return;
             }
         }
+        gateway.frames.give_back(out);
     }
 }
 
@@ -199,9 +223,9 @@ async fn answer(
     _room: OwnedSemaphorePermit,
     peer: SocketAddr,
 ) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    match Request::decode(&frame) {
-        Ok(request) => handle(&gateway, request, &mut out, peer).await?,
+    let mut out = gateway.frames.take_owned(Vec::new);
+    let handled = match Request::decode(&frame) {
+        Ok(request) => handle(&gateway, request, &mut out, peer).await,
         Err(DecodeError::UnsupportedVersion {
             api_key: ApiKey::ApiVersions,
             correlation_id,
@@ -211,11 +235,12 @@ async fn answer(
             let body =
                 ResponseBody::ApiVersions(api_versions(kafka::error_code::UNSUPPORTED_VERSION));
             kafka::encode_response_frame(&mut out, correlation_id, 0, &body)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string())
         }
-        Err(e) => return Err(format!("malformed request: {e}")),
-    }
-    Ok(out)
+        Err(e) => Err(format!("malformed request: {e}")),
+    };
+    gateway.frames.give_back(frame);
+    handled.map(|()| out)
 }
 
 /// The ApiVersions answer: every API and version range the gateway speaks.
@@ -261,6 +286,9 @@ async fn handle(
         RequestBody::Fetch(r) => {
             // The records borrow the converted batches, which live here.
             let fetched = fetch::fetch(gateway, &r).await;
+            // Room for the records and the fields around them, so the
+            // answer is not grown (copied) on the way.
+            out.reserve(fetched.bytes() + FETCH_ANSWER_OVERHEAD_BYTES);
             let body = ResponseBody::Fetch(fetched.response());
             return kafka::encode_response_frame(out, correlation_id, version, &body)
                 .map_err(|e| e.to_string());

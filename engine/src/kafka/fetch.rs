@@ -65,7 +65,7 @@ impl Fetched {
         }
     }
 
-    fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.topics
             .iter()
             .flat_map(|(_, p)| p.iter())
@@ -118,52 +118,89 @@ pub(crate) async fn fetch(gateway: &Rc<Gateway>, request: &FetchRequest) -> Fetc
 
 /// Read every requested partition without waiting, within the request's
 /// byte limits (the first partition with data is always whole).
-async fn read_all(gateway: &Gateway, request: &FetchRequest) -> Fetched {
-    let mut budget = usize::try_from(request.max_bytes).unwrap_or(0).max(1);
-    let mut topics = Vec::with_capacity(request.topics.len());
+///
+/// The partitions are read at once, each up to its own limit and the
+/// response's: one shard round trip each, overlapped rather than one after
+/// another. The response's limit is then applied in request order, as if
+/// they had been read in turn: each partition keeps the whole batches that
+/// fit in what is left (at least one, as a shard's read gives), and once
+/// nothing is left a partition has no records, only its high watermark.
+async fn read_all(gateway: &Rc<Gateway>, request: &FetchRequest) -> Fetched {
+    let response_max = usize::try_from(request.max_bytes).unwrap_or(0).max(1);
+    let mut reads = Vec::new();
     for topic in &request.topics {
-        let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
-            let index = p.partition;
-            if budget == 0 {
-                // Over the response's byte limit: no records, but the
-                // partition's high watermark all the same.
-                let latest =
-                    super::offsets::lookup(gateway, &topic.topic, index, super::offsets::LATEST)
-                        .await;
-                partitions.push(match latest {
-                    Ok((_, high_watermark)) => PartitionOut {
-                        index,
-                        error_code: k::NONE,
-                        high_watermark,
-                        records: Vec::new(),
-                    },
-                    Err(error_code) => PartitionOut {
+            let max_bytes = usize::try_from(p.partition_max_bytes)
+                .unwrap_or(0)
+                .clamp(1, response_max);
+            let gateway = gateway.clone();
+            let name = topic.topic.clone();
+            let (index, offset) = (p.partition, p.fetch_offset);
+            reads.push(tokio::task::spawn_local(async move {
+                read_partition(&gateway, &name, index, offset, max_bytes, 0)
+                    .await
+                    .unwrap_or_else(|error_code| PartitionOut {
                         index,
                         error_code,
                         high_watermark: -1,
                         records: Vec::new(),
-                    },
-                });
-                continue;
-            }
-            let max_bytes = usize::try_from(p.partition_max_bytes)
-                .unwrap_or(0)
-                .clamp(1, budget);
-            let out = read_partition(gateway, &topic.topic, index, p.fetch_offset, max_bytes, 0)
-                .await
-                .unwrap_or_else(|error_code| PartitionOut {
-                    index,
-                    error_code,
-                    high_watermark: -1,
-                    records: Vec::new(),
-                });
-            budget = budget.saturating_sub(out.records.len());
+                    })
+            }));
+        }
+    }
+    let mut reads = reads.into_iter();
+    let mut budget = response_max;
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for p in &topic.partitions {
+            let read = match reads.next() {
+                Some(read) => read.await.ok(),
+                None => None,
+            };
+            let mut out = read.unwrap_or(PartitionOut {
+                index: p.partition,
+                error_code: k::UNKNOWN_SERVER_ERROR,
+                high_watermark: -1,
+                records: Vec::new(),
+            });
+            let kept = whole_batches_within(&out.records, budget);
+            out.records.truncate(kept);
+            budget = budget.saturating_sub(kept);
             partitions.push(out);
         }
         topics.push((topic.topic.clone(), partitions));
     }
     Fetched { topics }
+}
+
+/// How many leading bytes of `records` (Kafka batches back to back) are
+/// whole batches within `budget`: at least the first batch unless `budget`
+/// is 0, as a shard's read gives at least one batch.
+fn whole_batches_within(records: &[u8], budget: usize) -> usize {
+    if budget == 0 {
+        return 0;
+    }
+    let mut at = 0;
+    while at < records.len() {
+        let length = records
+            .get(at + kafka::record_batch::BATCH_LENGTH_OFFSET..)
+            .and_then(|rest| rest.first_chunk::<4>())
+            .map(|b| i32::from_be_bytes(*b));
+        let Some(end) = length
+            .and_then(|n| usize::try_from(n).ok())
+            .map(|n| at + kafka::record_batch::BATCH_LENGTH_BASE_BYTES + n)
+            .filter(|end| *end <= records.len())
+        else {
+            // Not batches this gateway wrote: keep them whole.
+            return records.len();
+        };
+        if at > 0 && end > budget {
+            break;
+        }
+        at = end;
+    }
+    at
 }
 
 async fn read_partition(
@@ -308,4 +345,38 @@ pub(crate) fn to_kafka_batches(mut batches: &[u8], out: &mut Vec<u8>) -> Result<
             .map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kafka batches of `sizes` bytes each, back to back (only the length
+    /// field matters here).
+    fn batches(sizes: &[usize]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &size in sizes {
+            let mut batch = vec![0u8; size];
+            let length = (size - kafka::record_batch::BATCH_LENGTH_BASE_BYTES) as i32;
+            let at = kafka::record_batch::BATCH_LENGTH_OFFSET;
+            batch[at..at + 4].copy_from_slice(&length.to_be_bytes());
+            out.extend_from_slice(&batch);
+        }
+        out
+    }
+
+    #[test]
+    fn the_budget_keeps_whole_batches_and_at_least_one() {
+        let records = batches(&[100, 200, 300]);
+        assert_eq!(whole_batches_within(&records, 0), 0);
+        assert_eq!(whole_batches_within(&records, 1), 100, "one batch at least");
+        assert_eq!(whole_batches_within(&records, 299), 100);
+        assert_eq!(whole_batches_within(&records, 300), 300);
+        assert_eq!(whole_batches_within(&records, 599), 300);
+        assert_eq!(whole_batches_within(&records, 10_000), 600);
+        assert_eq!(whole_batches_within(&[], 10), 0);
+        // Bytes that are not whole batches are kept as they are.
+        assert_eq!(whole_batches_within(&records[..350], 10_000), 350);
+        assert_eq!(whole_batches_within(&records[..50], 10), 50);
+    }
 }

@@ -20,6 +20,7 @@ mod groups;
 mod listener;
 mod metadata;
 mod offsets;
+mod pool;
 mod produce;
 mod producer_ids;
 mod producer_state;
@@ -46,6 +47,38 @@ pub(crate) const REQUEST_FRAME_BYTES_MAX: usize = 32 << 20;
 pub(crate) const REQUEST_BYTES_IN_FLIGHT_MAX: usize = 256 << 20;
 /// The node id the gateway gives itself in Metadata and FindCoordinator.
 pub(crate) const NODE_ID: i32 = 0;
+/// glibc keeps up to this much freed memory at the top of a heap instead
+/// of giving it back to the kernel (see [`keep_freed_memory`]).
+const MALLOC_TRIM_THRESHOLD_BYTES: i32 = 64 << 20;
+/// Allocations up to this size come from glibc's heaps, not their own
+/// mappings (glibc's largest allowed value on 64-bit).
+const MALLOC_MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
+
+const _: () = assert!(REQUEST_FRAME_BYTES_MAX <= MALLOC_MMAP_THRESHOLD_BYTES as usize);
+
+/// Every produce request hands its shard a fresh ~1 MB payload, which the
+/// shard frees on its own thread, and every Fetch answer comes back the
+/// other way. With glibc's default, dynamic thresholds, those frees trim
+/// the heap they came from, and the next megabyte is page-faulted and
+/// zeroed in again: in a profile of a librdkafka produce that was a
+/// quarter of the gateway thread's time (BENCHMARKS.md, "Kafka through
+/// the gateway vs Tansu"). Fixed thresholds keep that memory for reuse,
+/// bounded by the trim threshold per heap. Process-wide, so set only when
+/// the gateway runs; a failed call leaves glibc's defaults.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only changes two of the allocator's tunables; it
+        // is thread-safe and takes plain integers.
+        let set = unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES) == 1
+                && libc::mallopt(libc::M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD_BYTES) == 1
+        };
+        if !set {
+            log::warn!("Kafka gateway: mallopt refused the heap thresholds; glibc's defaults stay");
+        }
+    }
+}
 
 /// The gateway's own filer object at `path`, at most its first `bytes_max`
 /// bytes (a longer one is not the gateway's format and fails to decode).
@@ -99,6 +132,10 @@ pub(crate) struct Gateway {
     pub(crate) filer: Arc<dyn Filer>,
     /// Bounds the request bytes held by all connections.
     pub(crate) request_bytes: Arc<tokio::sync::Semaphore>,
+    /// Request frames, reused.
+    pub(crate) frames: pool::Pool<Vec<u8>>,
+    /// Produce's batch builders, reused.
+    pub(crate) builders: pool::Pool<wire::batch::BatchBuilder>,
 }
 
 /// The running gateway thread.
@@ -125,6 +162,7 @@ impl KafkaGateway {
         } else {
             local
         };
+        keep_freed_memory();
         let producer_ids = producer_ids::ProducerIds::open(parts.filer.clone())?;
         let groups = groups::Groups::open(parts.filer.clone())?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -163,6 +201,8 @@ impl KafkaGateway {
                         request_bytes: Arc::new(tokio::sync::Semaphore::new(
                             REQUEST_BYTES_IN_FLIGHT_MAX,
                         )),
+                        frames: pool::Pool::default(),
+                        builders: pool::Pool::default(),
                     });
                     let _ = ready_tx.send(Ok(()));
                     tokio::task::spawn_local(groups::tick_forever(gateway.clone()));

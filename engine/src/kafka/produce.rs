@@ -88,7 +88,11 @@ async fn produce_partition(
     };
     let corrupt = |e: String| (k::CORRUPT_MESSAGE, e);
     let records = partition.records.unwrap_or_default();
-    let mut builder = BatchBuilder::with_capacity(records.len() + 64);
+    // Kelp's record header is larger than Kafka's varints: room for that
+    // too, so the builder does not grow (a copy) midway.
+    let mut builder = gateway
+        .builders
+        .take(|| BatchBuilder::with_capacity(records.len() + records.len() / 8 + 64));
     let mut scratch = Vec::new();
     let mut idempotent: Option<ProducerBatch> = None;
     let mut batches = 0usize;

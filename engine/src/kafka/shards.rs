@@ -40,6 +40,46 @@ impl Answer {
     }
 }
 
+/// `request`'s frame header and payload, the payload in a `Vec` of its
+/// own (the inbox carries them apart).
+fn encode(id: u32, request: &wire::Request<'_>) -> Result<(FrameHeader, Vec<u8>), ServeError> {
+    let internal = |e: String| ServeError::new(ErrorCode::Internal, e);
+    if let wire::Request::Produce {
+        topic,
+        segment,
+        ack,
+        batch,
+    } = *request
+    {
+        // A produce's batch (~1 MB from a Kafka client) is its payload's
+        // last field, unframed (wire::message): encode the rest alone and
+        // copy the batch once, after it, instead of encoding the whole
+        // frame and then moving the payload down over its header.
+        let mut head = Vec::new();
+        wire::Request::Produce {
+            topic,
+            segment,
+            ack,
+            batch: &[],
+        }
+        .encode(id, &mut head);
+        let fields = head.get(FRAME_HEADER_BYTES..).unwrap_or_default();
+        let mut payload = Vec::with_capacity(fields.len() + batch.len());
+        payload.extend_from_slice(fields);
+        payload.extend_from_slice(batch);
+        let header = FrameHeader::for_payload(request.frame_type(), id, &payload);
+        return Ok((header, payload));
+    }
+    let mut frame = Vec::new();
+    request.encode(id, &mut frame);
+    let Some(header) = frame.first_chunk::<FRAME_HEADER_BYTES>() else {
+        return Err(internal("a request frame shorter than its header".into()));
+    };
+    let header = FrameHeader::decode(header).map_err(|e| internal(e.to_string()))?;
+    frame.drain(..FRAME_HEADER_BYTES);
+    Ok((header, frame))
+}
+
 impl Shards {
     pub(crate) fn new(inboxes: Vec<flume::Sender<InboxFrame>>) -> Shards {
         Shards {
@@ -63,18 +103,11 @@ impl Shards {
         };
         let id = self.next_request_id.get();
         self.next_request_id.set(id.wrapping_add(1));
-        let mut frame = Vec::new();
-        request.encode(id, &mut frame);
-        let Some(header) = frame.first_chunk::<FRAME_HEADER_BYTES>() else {
-            return Err(gone());
-        };
-        let header = FrameHeader::decode(header)
-            .map_err(|e| ServeError::new(ErrorCode::Internal, e.to_string()))?;
-        frame.drain(..FRAME_HEADER_BYTES);
+        let (header, payload) = encode(id, request)?;
         let (reply_tx, reply_rx) = flume::bounded(1);
         let item = InboxFrame {
             header,
-            payload: frame,
+            payload,
             reply: reply_tx,
             origin: Origin::KafkaGateway,
             _budget: None,
@@ -82,5 +115,38 @@ impl Shards {
         inbox.send_async(item).await.map_err(|_| gone())?;
         let answer = reply_rx.recv_async().await.map_err(|_| gone())?;
         Ok(Answer(answer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The split encoding is the whole frame's: same header, same payload.
+    #[test]
+    fn a_produce_frame_is_encoded_as_wire_encodes_it() {
+        let mut batch = wire::batch::BatchBuilder::new();
+        batch.push(7, b"key", &[5u8; 3000], &[]).unwrap();
+        let requests = [
+            wire::Request::Produce {
+                topic: "kafka/t",
+                segment: 3,
+                ack: wire::AckMode::Leader,
+                batch: batch.finish(0, 0),
+            },
+            wire::Request::DescribeTopic {
+                topic: "kafka/t".into(),
+            },
+        ];
+        for request in &requests {
+            let mut whole = Vec::new();
+            request.encode(42, &mut whole);
+            let (header, payload) = encode(42, request).unwrap();
+            assert_eq!(header.encode()[..], whole[..FRAME_HEADER_BYTES]);
+            assert_eq!(payload, whole[FRAME_HEADER_BYTES..]);
+            header.verify_payload(&payload).unwrap();
+        }
     }
 }
