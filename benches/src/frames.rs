@@ -117,6 +117,22 @@ pub fn with_broker_windows(mut config: quinn::ServerConfig) -> quinn::ServerConf
     config
 }
 
+/// Reads one frame's header, checking its size; the caller reads and
+/// verifies the payload.
+pub async fn read_frame_header<R: AsyncRead + Unpin + ?Sized>(read: &mut R) -> Result<FrameHeader> {
+    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
+    read.read_exact(&mut header_bytes)
+        .await
+        .context("read frame header")?;
+    let header = FrameHeader::decode(&header_bytes)?;
+    ensure!(
+        header.payload_bytes <= FRAME_PAYLOAD_BYTES_MAX,
+        "frame of {} bytes is over the limit",
+        header.payload_bytes
+    );
+    Ok(header)
+}
+
 /// Reads one frame; its verified payload is left in `payload`.
 pub async fn read_frame<R: AsyncRead + Unpin + ?Sized>(
     read: &mut R,

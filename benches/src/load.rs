@@ -20,10 +20,16 @@ use std::{
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use hdrhistogram::Histogram;
-use tokio::{io::AsyncWriteExt, sync::Semaphore};
-use wire::{chunk::BatchWalk, message::TopicInfo, AckMode, FetchFrom, Request, Response};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    sync::Semaphore,
+};
+use wire::{
+    message::{TopicInfo, FETCHED_PREFIX_BYTES},
+    AckMode, FetchFrom, FrameType, Request, Response,
+};
 
-use crate::frames::{read_frame, Dialer, FrameReader, ShardConnection};
+use crate::frames::{read_frame, read_frame_header, Dialer, FrameReader, ShardConnection};
 use crate::workload::Workload;
 
 /// Latencies are recorded in microseconds, from 1 us to one hour, with
@@ -299,21 +305,41 @@ pub async fn run_consumer(
     let mut payload = Vec::new();
     let mut next = 0u64;
     let mut id = 0u32;
-    while next < plan.target.load(Ordering::Acquire) {
-        frame.clear();
-        Request::Fetch {
-            topic: plan.topic.clone(),
-            segment: plan.segment,
-            from: FetchFrom::Offset(next),
-            max_bytes: plan.fetch_bytes_max,
-            max_wait_ms: FETCH_WAIT_MS,
+    let target = || plan.target.load(Ordering::Acquire);
+    // One fetch is always ahead: the next is sent as soon as an answer's
+    // fixed part names where it ends, before its batches are read, so the
+    // broker prepares one answer while this reader checks the last.
+    let mut asked = None;
+    while next < target() {
+        let sent_at = match asked.take() {
+            Some(at) => at,
+            None => {
+                send_fetch(&mut write, &plan, next, id, &mut frame).await?;
+                id = id.wrapping_add(1);
+                Instant::now()
+            }
+        };
+        let header = read_frame_header(&mut read).await?;
+        payload.resize(header.payload_bytes as usize, 0);
+        let prefix_bytes = FETCHED_PREFIX_BYTES.min(payload.len());
+        read.read_exact(&mut payload[..prefix_bytes])
+            .await
+            .context("read fetch answer")?;
+        if header.frame_type == FrameType::FetchResponse && prefix_bytes == FETCHED_PREFIX_BYTES {
+            // Not verified yet: the frame's check below covers these bytes,
+            // so a wrong offset fails the run before anything uses it.
+            let ahead = u64::from_le_bytes(payload[12..20].try_into()?);
+            if ahead > next && ahead < target() {
+                send_fetch(&mut write, &plan, ahead, id, &mut frame).await?;
+                id = id.wrapping_add(1);
+                asked = Some(Instant::now());
+            }
         }
-        .encode(id, &mut frame);
-        id = id.wrapping_add(1);
-        let asked = Instant::now();
-        write.write_all(&frame).await?;
-        let header = read_frame(&mut read, &mut payload).await?;
-        let fetched = match Response::decode(header.frame_type, &payload)? {
+        read.read_exact(&mut payload[prefix_bytes..])
+            .await
+            .context("read fetch answer")?;
+        let verified = Response::decode_verified(&header, &payload)?;
+        let fetched = match verified.response {
             Response::Fetched(f) => f,
             Response::Error { code, message } => {
                 bail!(
@@ -331,8 +357,7 @@ pub async fn run_consumer(
         );
         let delivered_at = plan.stamp_epoch.map(|e| e.elapsed().as_nanos() as u64);
         let mut records = 0u64;
-        for batch in BatchWalk::new(fetched.batches) {
-            let (_, view) = batch.context("fetched batch")?;
+        for view in &verified.batches {
             // Records before the asked offset are skipped, as a reader does.
             let fresh = view
                 .next_offset()
@@ -350,11 +375,13 @@ pub async fn run_consumer(
             fetched.next_offset - next
         );
         if delivered_at.is_none() && records > 0 {
-            record_latency(&mut latency, asked.elapsed(), 1);
+            record_latency(&mut latency, sent_at.elapsed(), 1);
         }
         next = fetched.next_offset;
         progress.add(records, record_bytes);
     }
+    // A fetch sent ahead is answered before the connection closes; reading
+    // its answer is not needed (the target is reached).
     write.shutdown().await.ok();
     if let Some(connection) = quic {
         connection.close(0u32.into(), b"done");
@@ -363,6 +390,26 @@ pub async fn run_consumer(
         records: next,
         latency,
     })
+}
+
+async fn send_fetch(
+    write: &mut crate::frames::FrameWriter,
+    plan: &ConsumerPlan,
+    from: u64,
+    id: u32,
+    frame: &mut Vec<u8>,
+) -> Result<()> {
+    frame.clear();
+    Request::Fetch {
+        topic: plan.topic.clone(),
+        segment: plan.segment,
+        from: FetchFrom::Offset(from),
+        max_bytes: plan.fetch_bytes_max,
+        max_wait_ms: FETCH_WAIT_MS,
+    }
+    .encode(id, frame);
+    write.write_all(frame).await?;
+    Ok(())
 }
 
 /// Which shard address serves each segment of `layout`.

@@ -1,14 +1,19 @@
 //! Reading response frames from a byte stream (a TCP connection or a QUIC
-//! stream). Every header and payload is verified before anything uses it.
+//! stream). Every header and payload is verified before anything uses it:
+//! a fetch response's payload when it is decoded (`ResponseFrame::fetched`,
+//! one pass for the frame's checksum and every batch's), every other one
+//! here.
 
 use tokio::io::{AsyncRead, AsyncReadExt};
-use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
+use wire::message::VerifiedResponse;
 use wire::{DecodeError, Response};
 
 use crate::error::ClientError;
 
-/// One verified frame: header checked, payload checksum checked. The
-/// payload is refcounted so records handed to the user can point into it.
+/// One frame, header checked, payload checksum checked (a fetch response's
+/// when it is decoded). The payload is refcounted so records handed to the
+/// user can point into it.
 #[derive(Debug, Clone)]
 pub(crate) struct ResponseFrame {
     pub(crate) header: FrameHeader,
@@ -18,9 +23,24 @@ pub(crate) struct ResponseFrame {
 impl ResponseFrame {
     /// Decode the payload. A broker `Error` becomes `ClientError::Broker`.
     pub(crate) fn response(&self) -> Result<Response<'_>, ClientError> {
-        match Response::decode(self.header.frame_type, &self.payload)? {
+        self.verified().map(|v| v.response)
+    }
+
+    /// Decode the payload with a fetch response's batches validated (empty
+    /// for every other response).
+    pub(crate) fn verified(&self) -> Result<VerifiedResponse<'_>, ClientError> {
+        let v = if self.header.frame_type == FrameType::FetchResponse {
+            Response::decode_verified(&self.header, &self.payload)?
+        } else {
+            // Verified when it was read.
+            VerifiedResponse {
+                response: Response::decode(self.header.frame_type, &self.payload)?,
+                batches: Vec::new(),
+            }
+        };
+        match v.response {
             Response::Error { code, message } => Err(ClientError::Broker { code, message }),
-            other => Ok(other),
+            _ => Ok(v),
         }
     }
 }
@@ -84,12 +104,14 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         }
         filled += n;
     }
-    header
-        .verify_payload(&payload)
-        .map_err(|error| FrameReadError::Payload {
-            request_id: header.request_id,
-            error,
-        })?;
+    if header.frame_type != FrameType::FetchResponse {
+        header
+            .verify_payload(&payload)
+            .map_err(|error| FrameReadError::Payload {
+                request_id: header.request_id,
+                error,
+            })?;
+    }
     Ok(Some(ResponseFrame {
         header,
         payload: payload.into(),

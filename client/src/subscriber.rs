@@ -29,8 +29,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use wire::chunk::BatchWalk;
 use wire::message::{Fetched, SegmentInfo};
+use wire::BatchView;
 use wire::{FetchFrom, PayloadRef, Request, Response};
 
 use crate::client::{unexpected, Client};
@@ -406,7 +406,8 @@ impl SegmentFetch {
             };
             stale_retries = 0;
             let (records, fetched_next, done) = {
-                let fetched = match frame.response()? {
+                let verified = frame.verified()?;
+                let fetched = match verified.response {
                     Response::Fetched(f) => f,
                     _ => return Err(unexpected(&frame, "fetched")),
                 };
@@ -416,7 +417,7 @@ impl SegmentFetch {
                         got: frame.header.frame_type,
                     });
                 }
-                let records = records_of(&frame, &fetched, delivered_to)?;
+                let records = records_of(&frame, &fetched, &verified.batches, delivered_to)?;
                 let done = fetched.sealed && fetched.next_offset >= fetched.high_watermark;
                 (records, fetched.next_offset, done)
             };
@@ -508,17 +509,17 @@ fn stale_backoff(retry: u32) -> Duration {
 }
 
 /// The records of a fetch response from `start_offset` (and from
-/// `delivered_to`) on, validating every batch, pointing into the frame.
+/// `delivered_to`) on, from its validated batches, pointing into the frame.
 fn records_of(
     frame: &ResponseFrame,
     fetched: &Fetched<'_>,
+    batches: &[BatchView<'_>],
     delivered_to: u64,
 ) -> Result<Vec<OwnedRecord>, ClientError> {
     let first = fetched.start_offset.max(delivered_to);
     let mut out = Vec::new();
     let mut expected_base: Option<u64> = None;
-    for batch in BatchWalk::new(fetched.batches) {
-        let (_, batch) = batch?;
+    for batch in batches {
         // Batches of one fetch are contiguous; anything else is a broker
         // bug that would break offset order.
         if expected_base.is_some_and(|e| e != batch.base_offset()) {
@@ -609,10 +610,11 @@ mod tests {
     }
 
     fn offsets(f: &ResponseFrame, delivered_to: u64) -> Result<Vec<u64>, ClientError> {
-        let Response::Fetched(fetched) = f.response()? else {
+        let v = f.verified()?;
+        let Response::Fetched(fetched) = v.response else {
             panic!()
         };
-        Ok(records_of(f, &fetched, delivered_to)?
+        Ok(records_of(f, &fetched, &v.batches, delivered_to)?
             .iter()
             .map(|r| r.offset)
             .collect())
@@ -623,10 +625,11 @@ mod tests {
         let f = frame(12, &[batch(10, 5), batch(15, 5)]);
         assert_eq!(offsets(&f, 0).unwrap(), (12..20).collect::<Vec<_>>());
         assert_eq!(offsets(&f, 17).unwrap(), (17..20).collect::<Vec<_>>());
-        let Response::Fetched(fetched) = f.response().unwrap() else {
+        let v = f.verified().unwrap();
+        let Response::Fetched(fetched) = v.response else {
             panic!()
         };
-        let r = &records_of(&f, &fetched, 0).unwrap()[0];
+        let r = &records_of(&f, &fetched, &v.batches, 0).unwrap()[0];
         assert_eq!(r.segment, 4);
         assert_eq!(&r.key[..], b"k12");
         assert_eq!(&r.value[..], b"v12");

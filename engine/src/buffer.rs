@@ -20,6 +20,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use memmap2::Mmap;
@@ -37,13 +38,40 @@ use crate::error::EngineError;
 const SEGMENT_ID_OFFSET: usize = 12;
 const BASE_OFFSET_OFFSET: usize = 16;
 
+/// A buffer or chunk file held open and mapped read-only: what reads are
+/// served from, by copy or straight from the file (`sendfile`). Shared
+/// (`Arc`) by the segment and the connections sending from it, so a flush
+/// (which renames the file) or a topic's deletion (which unlinks it) never
+/// pulls bytes from under a send: the descriptor and mapping stay valid.
+#[derive(Debug)]
+pub(crate) struct MappedFile {
+    file: File,
+    map: Mmap,
+}
+
+impl MappedFile {
+    /// Open and map a file this broker wrote (a chunk in the local filer).
+    pub(crate) fn open(path: &Path) -> Result<MappedFile, EngineError> {
+        let file = File::open(path).map_err(|e| EngineError::io("open chunk", path, e))?;
+        let map = map_file(&file, path)?;
+        Ok(MappedFile { file, map })
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub(crate) fn fd(&self) -> std::os::unix::io::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 /// The buffer being appended to. Public (not re-exported) only so the
 /// `bench` feature can hand it to the criterion benchmarks.
 #[derive(Debug)]
 pub struct ActiveBuffer {
     path: PathBuf,
-    file: File,
-    map: Mmap,
+    mapped: Arc<MappedFile>,
     segment_id: u32,
     base_offset: u64,
     next_offset: u64,
@@ -76,6 +104,8 @@ impl ActiveBuffer {
             .open(&path)
             .map_err(|e| EngineError::io("open buffer", &path, e))?;
         let map = map_file(&file, &path)?;
+        let mapped = Arc::new(MappedFile { file, map });
+        let (file, map) = (&mapped.file, &mapped.map);
         let corrupt = |reason: &str| EngineError::Shard {
             shard: usize::MAX,
             reason: format!("buffer {}: {reason}", path.display()),
@@ -132,8 +162,7 @@ impl ActiveBuffer {
             .map_err(|e| EngineError::io("write buffer header", &path, e))?;
         Ok(ActiveBuffer {
             path,
-            file,
-            map,
+            mapped,
             segment_id,
             base_offset,
             next_offset,
@@ -160,6 +189,12 @@ impl ActiveBuffer {
         &self.path
     }
 
+    /// The bytes its chunk file will have once sealed.
+    pub(crate) fn file_bytes(&self) -> u64 {
+        (CHUNK_HEADER_BYTES + self.data_bytes) as u64
+            + index_bytes(self.index.entries().len() as u64)
+    }
+
     /// Whether a batch of `len` bytes fits.
     pub fn fits(&self, len: usize) -> bool {
         self.data_bytes + len <= self.data_capacity
@@ -177,7 +212,7 @@ impl ActiveBuffer {
         // write it in place of the producer's zero, then the rest, in one
         // system call.
         write_all_at(
-            &self.file,
+            &self.mapped.file,
             [&base.to_le_bytes(), &bytes[BASE_OFFSET_END..]],
             at,
         )
@@ -190,7 +225,12 @@ impl ActiveBuffer {
 
     /// The batches appended so far.
     pub(crate) fn data(&self) -> &[u8] {
-        &self.map[CHUNK_HEADER_BYTES..CHUNK_HEADER_BYTES + self.data_bytes]
+        &self.mapped.map[CHUNK_HEADER_BYTES..CHUNK_HEADER_BYTES + self.data_bytes]
+    }
+
+    /// The file the batches are in (`data` starts at `CHUNK_HEADER_BYTES`).
+    pub(crate) fn mapped(&self) -> &Arc<MappedFile> {
+        &self.mapped
     }
 
     pub(crate) fn index(&self) -> &[ChunkIndexEntry] {
@@ -215,14 +255,18 @@ impl ActiveBuffer {
             has_references: self.index.has_references(),
         };
         let io = |e| EngineError::io("seal buffer", &self.path, e);
-        self.file
+        self.mapped
+            .file
             .write_all_at(&index, index_at as u64)
             .map_err(io)?;
-        self.file.write_all_at(&header.encode(), 0).map_err(io)?;
+        self.mapped
+            .file
+            .write_all_at(&header.encode(), 0)
+            .map_err(io)?;
         Ok(SealedBuffer {
             index: self.index.entries().to_vec(),
             path: self.path,
-            map: self.map,
+            mapped: self.mapped,
             header,
         })
     }
@@ -234,8 +278,7 @@ impl ActiveBuffer {
 #[derive(Debug)]
 pub(crate) struct SpareBuffer {
     path: PathBuf,
-    file: File,
-    map: Mmap,
+    mapped: Arc<MappedFile>,
     data_capacity: usize,
 }
 
@@ -257,8 +300,7 @@ impl SpareBuffer {
         let map = map_file(&file, &path)?;
         Ok(SpareBuffer {
             path,
-            file,
-            map,
+            mapped: Arc::new(MappedFile { file, map }),
             data_capacity,
         })
     }
@@ -281,7 +323,8 @@ impl SpareBuffer {
         head[..8].copy_from_slice(&CHUNK_MAGIC);
         head[SEGMENT_ID_OFFSET..SEGMENT_ID_OFFSET + 4].copy_from_slice(&segment_id.to_le_bytes());
         head[BASE_OFFSET_OFFSET..].copy_from_slice(&base_offset.to_le_bytes());
-        self.file
+        self.mapped
+            .file
             .write_all_at(&head, 0)
             .map_err(|e| EngineError::io("write buffer header", &self.path, e))?;
         if self.path != path {
@@ -290,8 +333,7 @@ impl SpareBuffer {
         }
         Ok(ActiveBuffer {
             path,
-            file: self.file,
-            map: self.map,
+            mapped: self.mapped,
             segment_id,
             base_offset,
             next_offset: base_offset,
@@ -312,7 +354,7 @@ impl SpareBuffer {
 #[derive(Debug)]
 pub(crate) struct SealedBuffer {
     path: PathBuf,
-    map: Mmap,
+    mapped: Arc<MappedFile>,
     header: ChunkHeader,
     index: Vec<ChunkIndexEntry>,
 }
@@ -330,10 +372,14 @@ impl SealedBuffer {
     /// The chunk file's bytes.
     #[cfg(test)]
     pub(crate) fn chunk_bytes(&self) -> &[u8] {
-        &self.map[..self.header.file_bytes() as usize]
+        &self.mapped.map[..self.header.file_bytes() as usize]
     }
     pub(crate) fn data(&self) -> &[u8] {
-        &self.map[CHUNK_HEADER_BYTES..CHUNK_HEADER_BYTES + self.header.data_bytes as usize]
+        &self.mapped.map[CHUNK_HEADER_BYTES..CHUNK_HEADER_BYTES + self.header.data_bytes as usize]
+    }
+    /// The file the batches are in (`data` starts at `CHUNK_HEADER_BYTES`).
+    pub(crate) fn mapped(&self) -> &Arc<MappedFile> {
+        &self.mapped
     }
 }
 
@@ -449,7 +495,7 @@ mod tests {
             // Simulate a torn fifth batch: half its bytes.
             let at = (CHUNK_HEADER_BYTES + buf.data_bytes) as u64;
             let half = bytes.len() / 2;
-            buf.file.write_all_at(&bytes[..half], at).unwrap();
+            buf.mapped.file.write_all_at(&bytes[..half], at).unwrap();
         }
         let buf = ActiveBuffer::recover(path.clone(), 1).unwrap();
         assert_eq!(buf.next_offset(), 12);

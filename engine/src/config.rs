@@ -8,6 +8,12 @@ use std::time::Duration;
 /// Default address of shard 0; shard `i` listens on the next ports.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:7420";
 
+/// `unflushed_bytes_max` unless set: enough that a burst of a few GB at
+/// memory speed is taken at memory speed (the disk catches up behind it),
+/// as with Kafka's and Iggy's page-cache writes; a sustained flood runs at
+/// the disk's speed.
+pub const UNFLUSHED_BYTES_MAX_DEFAULT: u64 = 4 << 30;
+
 /// Everything a broker needs to start.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -24,9 +30,12 @@ pub struct BrokerConfig {
     pub flush_age_ms: u64,
     /// ... or when a `durable` producer has waited this long.
     pub durable_linger_ms: u64,
-    /// Sealed buffers of one segment waiting for the filer; past this,
-    /// producers of that segment wait (backpressure).
-    pub sealed_buffers_max: usize,
+    /// Bytes of one segment's sealed buffers waiting for the filer; past
+    /// this, producers of that segment wait (backpressure). One sealed
+    /// buffer may always wait, whatever its size. The bytes are buffer
+    /// files on local disk (and dirty page cache until the kernel writes
+    /// them back), so this bounds disk use, not the broker's memory.
+    pub unflushed_bytes_max: u64,
     /// Open connections per shard (TCP and QUIC each).
     pub connections_per_shard_max: usize,
     /// Requests one connection may have in flight before the broker stops
@@ -96,7 +105,7 @@ impl Default for BrokerConfig {
             flush_age_ms: 1000,
             drop_flushed_pages: false,
             durable_linger_ms: 10,
-            sealed_buffers_max: 4,
+            unflushed_bytes_max: UNFLUSHED_BYTES_MAX_DEFAULT,
             connections_per_shard_max: 1024,
             connection_requests_in_flight_max: 256,
             quic_inbox_frames_max: 256,
@@ -160,7 +169,7 @@ impl BrokerConfig {
         if self.buffer_bytes < 64 << 10 || self.buffer_bytes > 1 << 30 {
             return Err("buffer bytes must be between 64 KiB and 1 GiB".into());
         }
-        if self.sealed_buffers_max == 0 || self.connection_requests_in_flight_max == 0 {
+        if self.unflushed_bytes_max == 0 || self.connection_requests_in_flight_max == 0 {
             return Err("limits must be at least 1".into());
         }
         if self.quic_inbox_bytes_max < wire::limits::FRAME_PAYLOAD_BYTES_MAX as usize {

@@ -2,6 +2,10 @@
 //! connection here; the QUIC driver has its own reader on the QUIC thread
 //! and shares `Outbox`'s discipline).
 //!
+//! A fetch answer whose batches are in a file is sent from the file: on a
+//! TCP socket with `sendfile`, so the broker neither copies nor checksums
+//! those bytes (`file_range.rs`).
+//!
 //! The reader takes one frame at a time, verifies it and handles it before
 //! reading the next, so a connection's produce requests are appended in the
 //! order they were sent. Answers go to the outbox; a writer task sends them,
@@ -13,6 +17,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::os::unix::io::RawFd;
 use std::rc::Rc;
 
 use event_listener::Event;
@@ -20,7 +25,8 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::ErrorCode;
 
-use crate::request::{error_frame, handle_frame, Origin, Reply};
+use crate::file_range::FileRange;
+use crate::request::{error_frame, handle_frame, Origin, Outgoing, Reply};
 use crate::serve_error::ServeError;
 use crate::shard::Shard;
 
@@ -35,7 +41,7 @@ const RECEIVE_BUFFER_KEPT_BYTES: usize = 2 << 20;
 /// Answers waiting to be written, and the in-flight count that bounds them.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
-    queue: RefCell<VecDeque<Vec<u8>>>,
+    queue: RefCell<VecDeque<Outgoing>>,
     ready: Event,
     in_flight: Cell<usize>,
     freed: Event,
@@ -43,11 +49,11 @@ pub(crate) struct Outbox {
 }
 
 impl Outbox {
-    fn push(&self, frame: Vec<u8>) {
+    fn push(&self, answer: Outgoing) {
         if self.closed.get() {
             return;
         }
-        self.queue.borrow_mut().push_back(frame);
+        self.queue.borrow_mut().push_back(answer);
         self.ready.notify(1);
     }
 
@@ -94,14 +100,16 @@ pub(crate) fn admit(shard: &Rc<Shard>) -> bool {
 }
 
 /// Serve a connection until the peer closes it or breaks the framing.
-pub(crate) async fn serve<S>(shard: Rc<Shard>, stream: S, peer: String)
+/// `socket` is the stream's descriptor if fetch answers may be sent from
+/// their files with `sendfile` (it must then be non-blocking).
+pub(crate) async fn serve<S>(shard: Rc<Shard>, stream: S, socket: Option<RawFd>, peer: String)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let _slot = ConnectionSlot(shard.clone());
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbox = Rc::new(Outbox::default());
-    let writer_task = glommio::spawn_local(write_loop(writer, outbox.clone()));
+    let writer_task = glommio::spawn_local(write_loop(writer, socket, outbox.clone()));
     let in_flight_max = shard.config.connection_requests_in_flight_max;
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     let mut payload = Vec::new();
@@ -131,7 +139,7 @@ where
             Err(e) => {
                 // The stream cannot be resynchronised: answer and close.
                 log::warn!("{peer}: closing connection: {e}");
-                outbox.push(error_frame(0, &ServeError::from(&e)));
+                outbox.push(Outgoing::Frame(error_frame(0, &ServeError::from(&e))));
                 break;
             }
         };
@@ -143,15 +151,15 @@ where
             log::debug!("{peer}: read payload: {e}");
             break;
         }
-        if let Err(e) = header.verify_payload(&payload[..len]) {
-            // Framed correctly, so the stream is still in step.
-            outbox.push(error_frame(header.request_id, &ServeError::from(&e)));
-            continue;
-        }
         match handle_frame(&shard, &header, &payload[..len], Origin::Network).await {
             Reply::Silent => outbox.release(1),
-            Reply::Now(frame) => outbox.push(frame),
+            Reply::Now(frame) => outbox.push(Outgoing::Frame(frame)),
             Reply::Later(future) => {
+                let outbox = outbox.clone();
+                glommio::spawn_local(async move { outbox.push(Outgoing::Frame(future.await)) })
+                    .detach();
+            }
+            Reply::Fetched(future) => {
                 let outbox = outbox.clone();
                 glommio::spawn_local(async move { outbox.push(future.await) }).detach();
             }
@@ -164,11 +172,15 @@ where
     writer_task.await;
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(mut writer: W, outbox: Rc<Outbox>) {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    socket: Option<RawFd>,
+    outbox: Rc<Outbox>,
+) {
     let mut coalesced = Vec::with_capacity(COALESCE_BYTES_MAX);
     loop {
         let listener = outbox.ready.listen();
-        let batch: Vec<Vec<u8>> = outbox.queue.borrow_mut().drain(..).collect();
+        let batch: Vec<Outgoing> = outbox.queue.borrow_mut().drain(..).collect();
         if batch.is_empty() {
             if outbox.closed.get() {
                 break;
@@ -178,16 +190,29 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut writer: W, outbox: Rc<Outbox>) {
         }
         let n = batch.len();
         let mut result = Ok(());
-        for frame in batch {
+        for answer in batch {
+            let (frame, body) = match &answer {
+                Outgoing::Frame(frame) => (&frame[..], None),
+                Outgoing::Fetched { head, body } => (&head[..], Some(body)),
+            };
             if coalesced.len() + frame.len() <= COALESCE_BYTES_MAX {
-                coalesced.extend_from_slice(&frame);
-                continue;
+                coalesced.extend_from_slice(frame);
+            } else {
+                if !coalesced.is_empty() {
+                    result = result.and(writer.write_all(&coalesced).await);
+                    coalesced.clear();
+                }
+                result = result.and(writer.write_all(frame).await);
             }
+            let Some(body) = body else { continue };
+            // What came before goes first; then the batches, from their file.
             if !coalesced.is_empty() {
                 result = result.and(writer.write_all(&coalesced).await);
                 coalesced.clear();
             }
-            result = result.and(writer.write_all(&frame).await);
+            if result.is_ok() {
+                result = send_file_range(&mut writer, socket, body).await;
+            }
         }
         if !coalesced.is_empty() {
             result = result.and(writer.write_all(&coalesced).await);
@@ -202,6 +227,36 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut writer: W, outbox: Rc<Outbox>) {
     }
     let _ = writer.flush().await;
     let _ = writer.close().await;
+}
+
+/// Bytes written through the stream (a copy) while `sendfile` waits for
+/// room in the socket: the stream's write waits for that room, then the
+/// rest goes by `sendfile` again.
+const SEND_WAIT_PIECE_BYTES: usize = 16 << 10;
+
+/// Send a fetch answer's batches from their file: with `sendfile` on a
+/// socket that allows it, else through the stream from the mapping.
+async fn send_file_range<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    socket: Option<RawFd>,
+    body: &FileRange,
+) -> std::io::Result<()> {
+    let (mut at, to) = body.span();
+    let Some(socket) = socket else {
+        return writer.write_all(body.bytes()).await;
+    };
+    while at < to {
+        if body.send_some(socket, &mut at)? {
+            break;
+        }
+        let piece = body.piece(at, SEND_WAIT_PIECE_BYTES);
+        let written = writer.write(piece).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        at += written;
+    }
+    Ok(())
 }
 
 /// The answer sent to a connection refused for the connection limit.

@@ -1,4 +1,4 @@
-//! A shard's inbox: verified native request frames from threads that are
+//! A shard's inbox: native request frames from threads that are
 //! not the shard's own (the tokio QUIC thread and the Kafka gateway),
 //! handled on the shard and answered through the sender's reply channel.
 //! The inbox is a bounded channel, so a busy shard pushes back on them.
@@ -13,7 +13,7 @@ use wire::frame::FrameHeader;
 use crate::request::{handle_frame, Origin, Reply};
 use crate::shard::Shard;
 
-/// A verified frame on its way to a shard, with where to send the answer.
+/// A frame on its way to a shard (verified there), with where to send the answer.
 /// An empty answer means "no answer" and only frees the sender's slot.
 #[derive(Debug)]
 pub(crate) struct InboxFrame {
@@ -44,6 +44,13 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<InboxFra
                 let reply = frame.reply;
                 glommio::spawn_local(async move {
                     let _ = reply.try_send(future.await);
+                })
+                .detach();
+            }
+            Reply::Fetched(future) => {
+                let reply = frame.reply;
+                glommio::spawn_local(async move {
+                    let _ = reply.try_send(future.await.into_frame());
                 })
                 .detach();
             }

@@ -18,6 +18,7 @@ pub mod config;
 mod connection;
 mod control_plane;
 pub mod error;
+mod file_range;
 mod inbox;
 mod kafka;
 mod payload;

@@ -1,6 +1,6 @@
 //! QUIC ingest. quinn runs on one small tokio thread for all shards, one
 //! endpoint per shard on that shard's port (shard-aware addresses), and
-//! hands each verified frame to the owning shard through a bounded channel;
+//! hands each frame to the owning shard through a bounded channel;
 //! answers come back the same way. The hand-off is the price of running
 //! quinn next to glommio (see BENCHMARKS.md for the measured cost against
 //! raw quinn and the alternative of driving quinn-proto on the shard).
@@ -156,11 +156,7 @@ async fn serve_connection(
         if recv.read_exact(&mut payload).await.is_err() {
             break;
         }
-        // Checksums are verified here, off the shard's core.
-        if let Err(e) = header.verify_payload(&payload) {
-            let _ = reply_tx.try_send(error_frame(header.request_id, &ServeError::from(&e)));
-            continue;
-        }
+        // The shard verifies the checksums (`Request::decode_verified`).
         let frame = InboxFrame {
             header,
             payload,

@@ -13,11 +13,12 @@ use std::time::Duration;
 use wire::batch::BatchView;
 use wire::frame::{encode_frame, FrameHeader};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
-use wire::message::{Fetched, FETCHED_PREFIX_BYTES};
+use wire::message::{Fetched, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES};
 use wire::{key_hash, AckMode, ErrorCode, Request, Response};
 
 use crate::control_plane::{ControlRequest, ShardCommand};
-use crate::segment::blocking;
+use crate::file_range::FileRange;
+use crate::segment::{blocking, FetchBody};
 use crate::serve_error::ServeError;
 use crate::shard::{SegmentLookup, Shard};
 
@@ -29,6 +30,38 @@ pub(crate) enum Reply {
     Now(Vec<u8>),
     /// A response frame once the future completes.
     Later(Pin<Box<dyn Future<Output = Vec<u8>>>>),
+    /// A fetch's answer once the future completes, its batches perhaps
+    /// left in their file.
+    Fetched(Pin<Box<dyn Future<Output = Outgoing>>>),
+}
+
+/// An answer on its way to a connection.
+#[derive(Debug)]
+pub(crate) enum Outgoing {
+    /// A whole frame.
+    Frame(Vec<u8>),
+    /// A fetch response: its frame header and payload prefix, then its
+    /// batches, sent from the file they are in.
+    Fetched {
+        head: [u8; FETCHED_FRAME_PREFIX_BYTES],
+        body: FileRange,
+    },
+}
+
+impl Outgoing {
+    /// The whole frame in memory, for transports that cannot send from a
+    /// file: copies a fetch's batches once.
+    pub(crate) fn into_frame(self) -> Vec<u8> {
+        match self {
+            Outgoing::Frame(frame) => frame,
+            Outgoing::Fetched { head, body } => {
+                let mut frame = Vec::with_capacity(head.len() + body.len());
+                frame.extend_from_slice(&head);
+                frame.extend_from_slice(body.bytes());
+                frame
+            }
+        }
+    }
 }
 
 pub(crate) fn response_frame(request_id: u32, response: &Response<'_>) -> Vec<u8> {
@@ -69,7 +102,8 @@ pub(crate) enum Origin {
     KafkaGateway,
 }
 
-/// Handle one request whose header and checksum the transport verified.
+/// Handle one request frame whose header the transport decoded: its
+/// payload is verified here (`Request::decode_verified`), once.
 pub(crate) async fn handle_frame(
     shard: &Rc<Shard>,
     header: &FrameHeader,
@@ -84,8 +118,8 @@ pub(crate) async fn handle_frame(
         );
         return Reply::Now(error_frame(id, &e));
     }
-    let request = match Request::decode(header.frame_type, payload) {
-        Ok(r) => r,
+    let (request, batch) = match Request::decode_verified(header, payload) {
+        Ok(v) => (v.request, v.batch),
         Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
     };
     if shard.config.control.is_some() && is_admin(&request) {
@@ -102,8 +136,11 @@ pub(crate) async fn handle_frame(
             topic,
             segment,
             ack,
-            batch,
-        } => produce(shard, id, topic, segment, ack, batch, origin).await,
+            ..
+        } => match batch {
+            Some(batch) => produce(shard, id, topic, segment, ack, &batch, origin).await,
+            None => Reply::Now(error_frame(id, &ServeError::internal())),
+        },
         Request::Fetch {
             topic,
             segment,
@@ -123,27 +160,38 @@ pub(crate) async fn handle_frame(
             let max_wait =
                 Duration::from_millis(u64::from(max_wait_ms.min(shard.config.fetch_wait_ms_max)));
             let shard = shard.clone();
-            Reply::Later(Box::pin(async move {
+            Reply::Fetched(Box::pin(async move {
                 let cell = match cell {
                     Some(c) => c,
                     None => match shard.sealed_view(&topic, segment).await {
                         Ok(c) => c,
-                        Err(e) => return error_frame(id, &ServeError::storage(&e)),
+                        Err(e) => {
+                            return Outgoing::Frame(error_frame(id, &ServeError::storage(&e)))
+                        }
                     },
                 };
-                let result = cell.fetch(from, max_bytes, max_wait).await;
-                answer(id, result, |mut f| {
-                    Fetched {
-                        segment,
-                        start_offset: f.start_offset,
-                        next_offset: f.next_offset,
-                        high_watermark: f.high_watermark,
-                        sealed: f.sealed,
-                        batches: &[],
+                let f = match cell.fetch(from, max_bytes, max_wait).await {
+                    Ok(f) => f,
+                    Err(e) => return Outgoing::Frame(error_frame(id, &e)),
+                };
+                let fetched = Fetched {
+                    segment,
+                    start_offset: f.start_offset,
+                    next_offset: f.next_offset,
+                    high_watermark: f.high_watermark,
+                    sealed: f.sealed,
+                    batches: &[],
+                };
+                match f.body {
+                    FetchBody::Copied(mut frame) => {
+                        fetched.finish_frame(id, &mut frame);
+                        Outgoing::Frame(frame)
                     }
-                    .finish_frame(id, &mut f.frame);
-                    f.frame
-                })
+                    FetchBody::File(body) => Outgoing::Fetched {
+                        head: fetched.frame_head(id, body.len(), body.crc()),
+                        body,
+                    },
+                }
             }))
         }
         Request::PayloadWrite {
@@ -448,16 +496,12 @@ async fn produce(
     topic: &str,
     segment: u32,
     ack: AckMode,
-    batch: &[u8],
+    view: &BatchView<'_>,
     origin: Origin,
 ) -> Reply {
     let cell = match local_segment(shard, topic, segment) {
         Ok(c) => c,
         Err(e) => return Reply::Now(error_frame(id, &e)),
-    };
-    let view = match BatchView::validate(batch) {
-        Ok(v) => v,
-        Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
     };
     // Keyless records may go to any segment; keyed ones must hash into it,
     // or per-key order would break when segments split. The Kafka gateway's
@@ -479,7 +523,7 @@ async fn produce(
         );
         return Reply::Now(error_frame(id, &e));
     }
-    let (base, next) = match cell.append(&view).await {
+    let (base, next) = match cell.append(view).await {
         Ok(offsets) => offsets,
         Err(e) => return Reply::Now(error_frame(id, &e)),
     };

@@ -5,8 +5,10 @@
 //!
 //! A segment is touched only by its shard's thread. Filer calls run on the
 //! shard's blocking pool (`spawn_blocking`) so a slow filer never stalls the
-//! shard; it only stops that segment's producers once `sealed_buffers_max`
-//! buffers wait (backpressure, never loss).
+//! shard; it only stops that segment's producers once `unflushed_bytes_max`
+//! of sealed buffers wait (backpressure, never loss). A `leader` ack never
+//! waits for the filer: the sealed buffers are files whose pages the kernel
+//! writes back while the flusher works through them in order.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -18,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use filer::{Filer, ObjectPath};
-use wire::batch::BatchView;
+use wire::batch::{BatchHead, BatchView};
+use wire::checksum::crc32c_combine;
 use wire::chunk::{
     decode_index, seek_offset, seek_timestamp, BatchWalk, ChunkHeader, ChunkIndexEntry,
     CHUNK_HEADER_BYTES,
@@ -26,9 +29,10 @@ use wire::chunk::{
 use wire::message::FETCHED_FRAME_PREFIX_BYTES;
 use wire::{ErrorCode, FetchFrom};
 
-use crate::buffer::{ActiveBuffer, SealedBuffer, SpareBuffer};
+use crate::buffer::{ActiveBuffer, MappedFile, SealedBuffer, SpareBuffer};
 use crate::config::BrokerConfig;
 use crate::error::EngineError;
+use crate::file_range::FileRange;
 use crate::serve_error::ServeError;
 
 /// Figures other threads may read (describe): written only by the owner.
@@ -79,12 +83,17 @@ struct SegmentState {
     active: Option<ActiveBuffer>,
     /// Oldest first; the front is the one being flushed.
     sealed: VecDeque<Arc<SealedBuffer>>,
+    /// The file bytes of `sealed`, held against `unflushed_bytes_max`.
+    sealed_bytes: u64,
     chunks: Vec<ChunkMeta>,
     flushing: bool,
     /// When the oldest unanswered `durable` producer started waiting.
     durable_waiting_since: Option<Instant>,
     /// The last chunk index read from the filer, to serve sequential reads.
     index_cache: Option<(u64, Rc<Vec<ChunkIndexEntry>>)>,
+    /// The last chunk file of the local filer opened for reads, by base
+    /// offset, for the same reason.
+    chunk_file_cache: Option<(u64, Arc<MappedFile>)>,
     /// The next active buffer, prepared off the shard's thread.
     spares: Vec<SpareBuffer>,
     /// Spares being made on the blocking pool.
@@ -99,6 +108,25 @@ struct SegmentState {
 /// disk, and only segments that roll buffers ever get one.
 const SPARES_MAX: usize = 1;
 
+/// Sealed buffers behind the one being flushed whose write-back the flusher
+/// starts (`sync_file_range`) before it syncs the front one.
+const WRITEBACK_AHEAD_BUFFERS: usize = 4;
+
+/// Ask the kernel to start writing a buffer file's dirty pages to disk,
+/// without waiting (`SYNC_FILE_RANGE_WRITE`). Only a hint that spreads the
+/// disk's work: durability still comes from the filer's own sync, so a
+/// failure here is ignored.
+fn start_writeback(path: &std::path::Path) {
+    use std::os::unix::io::AsRawFd;
+    let Ok(file) = std::fs::File::open(path) else {
+        return;
+    };
+    // SAFETY: a plain syscall on a descriptor that stays open across it.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
 /// Spare buffer files are named `spare-N.buf`; recovery ignores them.
 fn is_spare_file(name: &str) -> bool {
     name.starts_with("spare-") && name.ends_with(".buf")
@@ -110,6 +138,8 @@ struct MemoryBuffer<'a> {
     next_offset: u64,
     data: &'a [u8],
     index: &'a [ChunkIndexEntry],
+    /// The file `data` is in, from `CHUNK_HEADER_BYTES`.
+    file: &'a Arc<MappedFile>,
 }
 
 impl SegmentState {
@@ -126,15 +156,24 @@ impl SegmentState {
             next_offset,
             flushed_offset,
             active: None,
+            sealed_bytes: sealed.iter().map(|s| s.header().file_bytes()).sum(),
             sealed,
             chunks,
             flushing: false,
             durable_waiting_since: None,
             index_cache: None,
+            chunk_file_cache: None,
             spares: Vec::new(),
             spares_pending: 0,
             spare_counter: 0,
         }
+    }
+
+    /// Whether another buffer of `bytes` may be sealed: always while none
+    /// waits (so a buffer larger than the limit still moves), else while
+    /// the waiting ones stay within `max`.
+    fn may_seal(&self, bytes: u64, max: u64) -> bool {
+        self.sealed.is_empty() || self.sealed_bytes + bytes <= max
     }
 
     /// The buffers not yet in the filer, oldest first: the sealed ones,
@@ -145,12 +184,14 @@ impl SegmentState {
             next_offset: s.header().next_offset,
             data: s.data(),
             index: s.index(),
+            file: s.mapped(),
         });
         let active = self.active.iter().map(|a| MemoryBuffer {
             base_offset: a.base_offset(),
             next_offset: a.next_offset(),
             data: a.data(),
             index: a.index(),
+            file: a.mapped(),
         });
         sealed.chain(active)
     }
@@ -183,10 +224,75 @@ pub(crate) struct FetchResult {
     pub(crate) high_watermark: u64,
     /// The segment is sealed and every record is in the filer.
     pub(crate) sealed: bool,
+    pub(crate) body: FetchBody,
+}
+
+/// A fetch answer's batches.
+#[derive(Debug)]
+pub(crate) enum FetchBody {
     /// The response frame to be: [`FETCHED_FRAME_PREFIX_BYTES`] of room,
-    /// then the batches, copied here once from the buffer or the chunk
-    /// (`Fetched::finish_frame` fills the room).
-    pub(crate) frame: Vec<u8>,
+    /// then the batches, copied here once from a chunk a remote filer
+    /// holds (`Fetched::finish_frame` fills the room).
+    Copied(Vec<u8>),
+    /// The batches where they are: a buffer, or a chunk file of the local
+    /// filer (sent with `sendfile` on TCP).
+    File(FileRange),
+}
+
+/// Whole batches chosen for a fetch from batches laid end to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BatchSelection {
+    /// Byte range within the data.
+    from: usize,
+    to: usize,
+    /// The offset after the last batch.
+    next_offset: u64,
+    /// CRC-32C of `[from, to)` as the batches' stored checksums state it.
+    crc: u32,
+}
+
+/// Within `data` (batches end to end), from the batch at `position`: the
+/// whole batches that hold offsets from `start` on, at most `max_bytes`
+/// unless the first is larger. Only batch headers are read, and each is
+/// bounds-checked: `Err` if one is cut short, has an impossible length or
+/// offset, or runs past the data (a corrupt chunk). `Ok(None)` if no batch
+/// past `start` is there.
+fn select_batches(
+    data: &[u8],
+    position: usize,
+    start: u64,
+    max_bytes: usize,
+) -> Result<Option<BatchSelection>, ()> {
+    let mut at = position;
+    let mut selection: Option<BatchSelection> = None;
+    while at < data.len() {
+        let head = BatchHead::peek(&data[at..]).ok_or(())?;
+        let len = head.batch_bytes as usize;
+        let next_offset = head.next_offset().ok_or(())?;
+        if at + len > data.len() {
+            return Err(());
+        }
+        if next_offset > start {
+            match &mut selection {
+                None => {
+                    selection = Some(BatchSelection {
+                        from: at,
+                        to: at + len,
+                        next_offset,
+                        crc: head.whole_checksum(),
+                    })
+                }
+                Some(s) if at + len - s.from > max_bytes => break,
+                Some(s) => {
+                    s.to = at + len;
+                    s.next_offset = next_offset;
+                    s.crc = crc32c_combine(s.crc, head.whole_checksum(), len);
+                }
+            }
+        }
+        at += len;
+    }
+    Ok(selection)
 }
 
 pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -457,7 +563,8 @@ impl SegmentCell {
                     self.appended.notify(usize::MAX);
                     return Ok((base, next));
                 }
-                if state.sealed.len() < self.config.sealed_buffers_max {
+                let active_bytes = state.active.as_ref().map_or(0, |a| a.file_bytes());
+                if state.may_seal(active_bytes, self.config.unflushed_bytes_max) {
                     let sealed_one = self.seal_active(&mut state)?;
                     let capacity = (self.config.buffer_bytes as usize).max(len);
                     let path = self
@@ -480,8 +587,12 @@ impl SegmentCell {
                 self.space.listen()
             };
             // Re-check after registering, then wait for the flusher.
-            if self.state.borrow().sealed.len() < self.config.sealed_buffers_max {
-                continue;
+            {
+                let state = self.state.borrow();
+                let active_bytes = state.active.as_ref().map_or(0, |a| a.file_bytes());
+                if state.may_seal(active_bytes, self.config.unflushed_bytes_max) {
+                    continue;
+                }
             }
             listener.await;
         }
@@ -492,6 +603,7 @@ impl SegmentCell {
         match state.active.take() {
             Some(active) if !active.is_empty() => {
                 let sealed = active.seal().map_err(|e| ServeError::storage(&e))?;
+                state.sealed_bytes += sealed.header().file_bytes();
                 state.sealed.push_back(Arc::new(sealed));
                 Ok(true)
             }
@@ -511,7 +623,9 @@ impl SegmentCell {
             let Some(active) = state.active.as_ref() else {
                 return;
             };
-            if active.is_empty() || state.sealed.len() >= self.config.sealed_buffers_max {
+            if active.is_empty()
+                || !state.may_seal(active.file_bytes(), self.config.unflushed_bytes_max)
+            {
                 return;
             }
             let aged = now.duration_since(active.opened_at()) >= self.config.flush_age();
@@ -622,9 +736,24 @@ impl SegmentCell {
             };
             let job_buffer = buffer.clone();
             let job_path = path.clone();
+            let behind: Vec<PathBuf> = self
+                .state
+                .borrow()
+                .sealed
+                .iter()
+                .skip(1)
+                .take(WRITEBACK_AHEAD_BUFFERS)
+                .map(|b| b.path().to_path_buf())
+                .collect();
             // The sealed mapping is the chunk: the filer takes the file
             // itself (the local filer renames it into place, no copy).
             let result = blocking(move || {
+                // Start the disk on the buffers behind this one, so their
+                // own syncs find most pages written and the disk never
+                // idles between two flushes.
+                for path in &behind {
+                    start_writeback(path);
+                }
                 filer
                     .put_file(
                         &job_path,
@@ -639,6 +768,7 @@ impl SegmentCell {
                     backoff = Duration::from_millis(50);
                     let mut state = self.state.borrow_mut();
                     state.sealed.pop_front();
+                    state.sealed_bytes -= buffer.header().file_bytes();
                     state.flushed_offset = buffer.header().next_offset;
                     state.chunks.push(ChunkMeta {
                         path,
@@ -695,6 +825,7 @@ impl SegmentCell {
         let mut state = self.state.borrow_mut();
         state.active = None;
         state.sealed.clear();
+        state.sealed_bytes = 0;
         state.spares.clear();
         drop(state);
         if let Err(e) = std::fs::remove_dir_all(&self.buffers_dir) {
@@ -733,7 +864,7 @@ impl SegmentCell {
                     next_offset: start,
                     high_watermark: next,
                     sealed: seal == SealState::Sealed,
-                    frame: vec![0; FETCHED_FRAME_PREFIX_BYTES],
+                    body: FetchBody::Copied(vec![0; FETCHED_FRAME_PREFIX_BYTES]),
                 });
             }
             if self.is_view() {
@@ -756,11 +887,20 @@ impl SegmentCell {
             ));
         }
         let sealed = self.seal.get() == SealState::Sealed;
-        let mut result = match self.read_memory(start, max_bytes) {
+        let mut result = match self.read_memory(start, max_bytes)? {
             Some(result) => result,
             None => self.read_chunks(start, max_bytes).await?,
         };
         result.sealed = sealed;
+        // The shard's thread must not wait for the disk when the batches
+        // are sent: pages evicted since they were written (or a chunk read
+        // cold) are read in on the blocking pool first.
+        if let FetchBody::File(range) = &result.body {
+            if !range.is_resident() {
+                let range = range.clone();
+                blocking(move || range.load()).await;
+            }
+        }
         Ok(result)
     }
 
@@ -825,23 +965,102 @@ impl SegmentCell {
     }
 
     /// Serve from a buffer still in memory, if `start` is in one.
-    fn read_memory(&self, start: u64, max_bytes: usize) -> Option<FetchResult> {
+    fn read_memory(&self, start: u64, max_bytes: usize) -> Result<Option<FetchResult>, ServeError> {
         let state = self.state.borrow();
-        let buffer = state
+        let Some(buffer) = state
             .memory_buffers()
-            .find(|b| b.base_offset <= start && start < b.next_offset)?;
+            .find(|b| b.base_offset <= start && start < b.next_offset)
+        else {
+            return Ok(None);
+        };
         let position = seek_offset(buffer.index, start) as usize;
-        let (from, to, next_offset) = whole_batches(buffer.data, position, start, max_bytes);
-        let mut frame = Vec::with_capacity(FETCHED_FRAME_PREFIX_BYTES + to - from);
-        frame.resize(FETCHED_FRAME_PREFIX_BYTES, 0);
-        frame.extend_from_slice(&buffer.data[from..to]);
-        Some(FetchResult {
+        // This broker validated every batch of its buffers as it appended
+        // them, so a failure here is a bug, not bad data.
+        let selection = select_batches(buffer.data, position, start, max_bytes)
+            .ok()
+            .flatten()
+            .ok_or_else(|| {
+                ServeError::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "segment {}: no batch at offset {start} in its buffer",
+                        self.id
+                    ),
+                )
+            })?;
+        Ok(Some(FetchResult {
             start_offset: start,
-            next_offset,
+            next_offset: selection.next_offset,
             high_watermark: state.next_offset,
             sealed: false,
-            frame,
-        })
+            body: FetchBody::File(FileRange::new(
+                buffer.file.clone(),
+                CHUNK_HEADER_BYTES + selection.from,
+                CHUNK_HEADER_BYTES + selection.to,
+                selection.crc,
+            )),
+        }))
+    }
+
+    /// Serve from a chunk the local filer holds as a file: open and map it
+    /// (the last one stays open for the next read), choose the batches
+    /// from their headers, and leave them in the file. `Ok(None)` if the
+    /// filer keeps no local file.
+    async fn read_chunk_file(
+        &self,
+        chunk: &ChunkMeta,
+        index: &[ChunkIndexEntry],
+        start: u64,
+        max_bytes: usize,
+        high_watermark: u64,
+    ) -> Result<Option<FetchResult>, ServeError> {
+        let Some(local) = self.filer.local_file(&chunk.path) else {
+            return Ok(None);
+        };
+        let base = chunk.header.base_offset;
+        let cached = match &self.state.borrow().chunk_file_cache {
+            Some((b, file)) if *b == base => Some(file.clone()),
+            _ => None,
+        };
+        let file = match cached {
+            Some(file) => file,
+            None => {
+                let file = blocking(move || MappedFile::open(&local))
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| ServeError::storage(&e))?;
+                self.state.borrow_mut().chunk_file_cache = Some((base, file.clone()));
+                file
+            }
+        };
+        let corrupt = || {
+            ServeError::new(
+                ErrorCode::Storage,
+                format!("chunk {} is corrupt near offset {start}", chunk.path),
+            )
+        };
+        let data_end = CHUNK_HEADER_BYTES + chunk.header.data_bytes as usize;
+        let data = file
+            .bytes()
+            .get(CHUNK_HEADER_BYTES..data_end)
+            .ok_or_else(corrupt)?;
+        let position = seek_offset(index, start) as usize;
+        let selection = select_batches(data, position.min(data.len()), start, max_bytes)
+            .ok()
+            .flatten()
+            .ok_or_else(corrupt)?;
+        Ok(Some(FetchResult {
+            start_offset: start,
+            next_offset: selection.next_offset,
+            high_watermark,
+            sealed: false,
+            body: FetchBody::File(FileRange::new(
+                file,
+                CHUNK_HEADER_BYTES + selection.from,
+                CHUNK_HEADER_BYTES + selection.to,
+                selection.crc,
+            )),
+        }))
     }
 
     /// Serve from a chunk in the filer.
@@ -864,6 +1083,12 @@ impl SegmentCell {
             (chunk, state.next_offset)
         };
         let index = self.chunk_index(&chunk).await?;
+        if let Some(result) = self
+            .read_chunk_file(&chunk, &index, start, max_bytes, high_watermark)
+            .await?
+        {
+            return Ok(result);
+        }
         let position = seek_offset(&index, start) as u64;
         let data_end = chunk.header.data_bytes;
         // Read what the reader asked for plus the scan from the index entry;
@@ -908,7 +1133,7 @@ impl SegmentCell {
                     next_offset,
                     high_watermark,
                     sealed: false,
-                    frame,
+                    body: FetchBody::Copied(frame),
                 });
             }
             // No whole batch past `start` in what was read: either the batch
@@ -986,39 +1211,6 @@ impl SegmentCell {
         })
         .await
     }
-}
-
-/// Within `data` (trusted batches this broker wrote), from the batch at
-/// `position`: the byte range of whole batches that hold offsets from
-/// `start` on, at most `max_bytes` unless a single batch is larger, and the
-/// offset after them.
-fn whole_batches(
-    data: &[u8],
-    position: usize,
-    start: u64,
-    max_bytes: usize,
-) -> (usize, usize, u64) {
-    let mut at = position;
-    let mut from = None;
-    let mut to = position;
-    let mut next_offset = start;
-    while at < data.len() {
-        let Some(len) = BatchView::peek_len(&data[at..]) else {
-            break;
-        };
-        let len = len as usize;
-        let batch = BatchView::trusted(&data[at..at + len]);
-        if batch.next_offset() > start {
-            let first = *from.get_or_insert(at);
-            if at > first && at + len - first > max_bytes {
-                break;
-            }
-            to = at + len;
-            next_offset = batch.next_offset();
-        }
-        at += len;
-    }
-    (from.unwrap_or(to), to, next_offset)
 }
 
 /// If a batch holding offsets from `start` begins in `data` but is cut off,

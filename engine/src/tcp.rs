@@ -1,7 +1,7 @@
 //! TCP ingest: each shard listens on its own port with glommio's io_uring
 //! sockets and serves its connections on its own thread.
 
-use std::os::unix::io::RawFd;
+use std::os::unix::io::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -41,7 +41,11 @@ pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: Raw
                     continue;
                 }
                 let _ = stream.set_nodelay(true);
-                glommio::spawn_local(serve(shard.clone(), stream, peer)).detach();
+                // Non-blocking, so `sendfile` on it never blocks the shard
+                // (glommio's own calls pass MSG_DONTWAIT and need no flag).
+                let socket = stream.as_raw_fd();
+                let socket = set_nonblocking(socket).then_some(socket);
+                glommio::spawn_local(serve(shard.clone(), stream, socket, peer)).detach();
             }
             Err(e) => {
                 // Out of descriptors and the like: wait instead of spinning.
@@ -49,5 +53,14 @@ pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: Raw
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// Set `O_NONBLOCK` on a socket; false if the kernel refused.
+fn set_nonblocking(fd: RawFd) -> bool {
+    // SAFETY: fcntl on a descriptor the caller holds open.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
     }
 }

@@ -11,7 +11,7 @@
 //! backend maps them to whatever its medium uses; [`LocalFiler`] maps them to
 //! plain files under a root directory so any tool can read them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 mod error;
 mod local_filer;
@@ -71,6 +71,16 @@ pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
     /// Delete the object at `path` and every object under `path/`, durably.
     /// Deleting nothing is `Ok`.
     fn delete(&self, path: &ObjectPath) -> Result<(), FilerError>;
+
+    /// Where the object's bytes are as a file on this machine, if this
+    /// backend keeps them so (the local filer does): a reader may open and
+    /// map that file instead of copying the bytes through `read_at`.
+    /// Objects are never overwritten, so the file does not change while it
+    /// exists. The default, for backends that keep nothing local: `None`.
+    fn local_file(&self, path: &ObjectPath) -> Option<PathBuf> {
+        let _ = path;
+        None
+    }
 
     /// Store the first `len` bytes of the local file `local` as the whole
     /// object at `path`, with `put`'s guarantees, and hand the file over:

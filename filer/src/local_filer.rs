@@ -99,6 +99,10 @@ impl LocalFiler {
 }
 
 impl Filer for LocalFiler {
+    fn local_file(&self, path: &ObjectPath) -> Option<PathBuf> {
+        Some(self.file_path(path))
+    }
+
     fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
         self.create_parent_dirs(path)?;
         let target = self.file_path(path);

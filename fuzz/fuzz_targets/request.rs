@@ -1,9 +1,12 @@
 //! Request::decode for a frame type chosen by the first byte, over the rest
-//! as payload; a decoded request must survive an encode/decode round trip.
+//! as payload; a decoded request must survive an encode/decode round trip,
+//! and `Request::decode_verified` (the one-pass produce check) must agree
+//! with verifying the frame and validating the batch separately.
 #![no_main]
 
 use kelp_wire::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
 use kelp_wire::message::Request;
+use kelp_wire::BatchView;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -36,4 +39,22 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(again.len(), payload.len(), "{request:?}");
     let decoded = Request::decode(frame_type, again).expect("a re-encoded request decodes");
     assert_eq!(decoded, request);
+
+    let verified = Request::decode_verified(&header, again);
+    match (&request, verified) {
+        (Request::Produce { batch, .. }, Ok(v)) => {
+            assert!(BatchView::validate(batch).is_ok());
+            assert_eq!(v.batch.map(|b| b.bytes()), Some(*batch));
+            assert_eq!(v.request, request);
+        }
+        (Request::Produce { batch, .. }, Err(_)) => assert!(BatchView::validate(batch).is_err()),
+        (_, v) => {
+            let v = v.expect("a frame with its own checksum verifies");
+            assert!(v.batch.is_none());
+            assert_eq!(v.request, request);
+        }
+    }
+    let mut wrong = header;
+    wrong.checksum ^= 1;
+    assert!(Request::decode_verified(&wrong, again).is_err());
 });

@@ -330,6 +330,60 @@ impl BatchBuilder {
     }
 }
 
+/// A batch header's fixed fields, read without validating the batch: for
+/// walking batches whose records this reader does not check itself (a
+/// broker sending batches straight from a file; the receiver checks them
+/// against the frame's checksum, which [`BatchHead::whole_checksum`]
+/// lets the sender state without reading the records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHead {
+    /// The whole batch, header included; at least `BATCH_HEADER_BYTES`.
+    pub batch_bytes: u32,
+    pub base_offset: u64,
+    pub record_count: u32,
+    /// The stored CRC-32C of bytes `CHECKSUMMED_FROM..batch_bytes`.
+    pub checksum: u32,
+    /// The CRC-32C of bytes `0..CHECKSUMMED_FROM` (base offset, length,
+    /// checksum), which the stored checksum leaves out.
+    head_checksum: u32,
+}
+
+impl BatchHead {
+    /// The header at the start of `bytes`, if all of it is there and its
+    /// length field is at least a header's and at most `BATCH_BYTES_MAX`.
+    pub fn peek(bytes: &[u8]) -> Option<BatchHead> {
+        if bytes.len() < BATCH_HEADER_BYTES {
+            return None;
+        }
+        let batch_bytes = le_u32(bytes, BATCH_BYTES_OFFSET);
+        if (batch_bytes as usize) < BATCH_HEADER_BYTES || batch_bytes > BATCH_BYTES_MAX {
+            return None;
+        }
+        Some(BatchHead {
+            batch_bytes,
+            base_offset: le_u64(bytes, BASE_OFFSET_OFFSET),
+            record_count: le_u32(bytes, RECORD_COUNT_OFFSET),
+            checksum: le_u32(bytes, CHECKSUM_OFFSET),
+            head_checksum: crc32c(&bytes[..CHECKSUMMED_FROM]),
+        })
+    }
+
+    /// One past the last record's offset, unless it overflows.
+    pub fn next_offset(&self) -> Option<u64> {
+        self.base_offset.checked_add(u64::from(self.record_count))
+    }
+
+    /// The CRC-32C of the whole batch as it would be if its stored checksum
+    /// is right: folded from the first 16 bytes' and the stored one.
+    pub fn whole_checksum(&self) -> u32 {
+        crate::checksum::crc32c_combine(
+            self.head_checksum,
+            self.checksum,
+            self.batch_bytes as usize - CHECKSUMMED_FROM,
+        )
+    }
+}
+
 /// A batch whose structure and checksum were verified.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchView<'a> {
@@ -347,6 +401,18 @@ impl<'a> BatchView<'a> {
     /// checksum, and every record's bounds. Nothing of the batch is trusted
     /// before this returns.
     pub fn validate(bytes: &'a [u8]) -> Result<BatchView<'a>, DecodeError> {
+        let computed = bytes.get(CHECKSUMMED_FROM..).map_or(0, crc32c);
+        Self::validate_checksummed(bytes, computed)
+    }
+
+    /// [`BatchView::validate`] for a caller that has already computed the
+    /// CRC-32C of `bytes[CHECKSUMMED_FROM..]` (`computed`) in a pass of its
+    /// own, so the batch bytes are checksummed once. `computed` is compared
+    /// with the stored checksum exactly as `validate` compares its own.
+    pub fn validate_checksummed(
+        bytes: &'a [u8],
+        computed: u32,
+    ) -> Result<BatchView<'a>, DecodeError> {
         if bytes.len() < BATCH_HEADER_BYTES {
             return Err(DecodeError::Truncated {
                 what: "batch",
@@ -376,7 +442,6 @@ impl<'a> BatchView<'a> {
             });
         }
         let stored = le_u32(bytes, CHECKSUM_OFFSET);
-        let computed = crc32c(&bytes[CHECKSUMMED_FROM..]);
         if stored != computed {
             return Err(DecodeError::Checksum {
                 what: "batch",

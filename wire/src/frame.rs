@@ -16,7 +16,7 @@
 //! the receiver reports the error and closes the stream. A payload whose
 //! checksum fails was framed correctly, so the stream stays usable.
 
-use crate::checksum::{crc32c, crc32c_append};
+use crate::checksum::{crc32c, crc32c_append, crc32c_combine};
 use crate::codec::le_u32;
 use crate::error::DecodeError;
 use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
@@ -204,6 +204,39 @@ impl FrameHeader {
             });
         }
         let computed = self.compute_checksum(payload);
+        if computed != self.checksum {
+            return Err(DecodeError::Checksum {
+                what: "frame",
+                stored: self.checksum,
+                computed,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl FrameHeader {
+    /// Check a payload made of `head` followed by `tail_len` bytes whose
+    /// CRC-32C the caller has computed (`tail_crc`), without reading the
+    /// tail again: the frame's checksum is folded from the two. A produce
+    /// request's batch is checksummed once this way, for the batch's own
+    /// checksum and the frame's (`message::decode_request`).
+    pub fn verify_split(
+        &self,
+        head: &[u8],
+        tail_crc: u32,
+        tail_len: usize,
+    ) -> Result<(), DecodeError> {
+        let have = head.len() as u64 + tail_len as u64;
+        if have != u64::from(self.payload_bytes) {
+            return Err(DecodeError::Truncated {
+                what: "frame payload",
+                need: u64::from(self.payload_bytes),
+                have,
+            });
+        }
+        let head_crc = crc32c_append(crc32c(&self.prefix()), head);
+        let computed = crc32c_combine(head_crc, tail_crc, tail_len);
         if computed != self.checksum {
             return Err(DecodeError::Checksum {
                 what: "frame",

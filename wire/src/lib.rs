@@ -18,7 +18,7 @@ pub mod limits;
 pub mod message;
 pub mod payload_ref;
 
-pub use batch::{BatchBuilder, BatchView, Record, RecordHeader};
+pub use batch::{BatchBuilder, BatchHead, BatchView, Record, RecordHeader};
 pub use chunk::{ChunkHeader, ChunkIndexEntry, ChunkView};
 pub use error::DecodeError;
 pub use frame::{FrameHeader, FrameType};

@@ -17,8 +17,7 @@ use event_listener::Event;
 use quinn_proto::ConnectionHandle;
 use wire::frame::FrameHeader;
 
-use crate::request::{error_frame, handle_frame, Origin, Reply};
-use crate::serve_error::ServeError;
+use crate::request::{handle_frame, Origin, Reply};
 use crate::shard::Shard;
 
 /// Connections that asked the driver for a turn. Each connection is listed
@@ -157,17 +156,19 @@ pub(super) async fn handle_requests(shard: Rc<Shard>, requests: Rc<Requests>) {
     while let Some(item) = requests.next().await {
         match item {
             Inbound::Frame { header, payload } => {
-                if let Err(e) = header.verify_payload(&payload) {
-                    // Framed correctly, so the stream is still in step.
-                    requests.answer(error_frame(header.request_id, &ServeError::from(&e)));
-                    continue;
-                }
                 match handle_frame(&shard, &header, &payload, Origin::Network).await {
                     Reply::Silent => requests.release(1),
                     Reply::Now(frame) => requests.answer(frame),
                     Reply::Later(future) => {
                         let requests = requests.clone();
                         glommio::spawn_local(async move { requests.answer(future.await) }).detach();
+                    }
+                    Reply::Fetched(future) => {
+                        let requests = requests.clone();
+                        glommio::spawn_local(
+                            async move { requests.answer(future.await.into_frame()) },
+                        )
+                        .detach();
                     }
                 }
             }
