@@ -506,12 +506,17 @@ fn verify_batches<'a>(
         }
         let bytes = &batches[at..at + len];
         let tail_crc = crc32c(&bytes[CHECKSUMMED_FROM..]);
-        let whole = crc32c_combine(
-            crc32c(&bytes[..CHECKSUMMED_FROM]),
-            tail_crc,
-            len - CHECKSUMMED_FROM,
-        );
-        body_crc = crc32c_combine(body_crc, whole, len);
+        if len < crate::checksum::COMBINE_MIN_BYTES {
+            // Cheaper to read a small batch again than to fold its sum.
+            body_crc = crate::checksum::crc32c_append(body_crc, bytes);
+        } else {
+            let whole = crc32c_combine(
+                crc32c(&bytes[..CHECKSUMMED_FROM]),
+                tail_crc,
+                len - CHECKSUMMED_FROM,
+            );
+            body_crc = crc32c_combine(body_crc, whole, len);
+        }
         spans.push((bytes, tail_crc));
         at += len;
     }
@@ -717,7 +722,11 @@ impl<'a> Request<'a> {
         if header.frame_type == FrameType::ProduceRequest {
             let decoded = Request::decode(header.frame_type, payload);
             if let Ok(request @ Request::Produce { batch, .. }) = decoded {
-                if let Some(tail) = batch.get(crate::batch::CHECKSUMMED_FROM..) {
+                // A small batch is cheaper to read twice than to fold.
+                let tail = batch
+                    .get(crate::batch::CHECKSUMMED_FROM..)
+                    .filter(|t| t.len() >= crate::checksum::COMBINE_MIN_BYTES);
+                if let Some(tail) = tail {
                     let tail_crc = crate::checksum::crc32c(tail);
                     let head = &payload[..payload.len() - tail.len()];
                     header.verify_split(head, tail_crc, tail.len())?;
