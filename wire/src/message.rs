@@ -436,6 +436,44 @@ impl Fetched<'_> {
     }
 }
 
+/// The frame header and payload prefix of a produce request whose batch
+/// (`batch_len` bytes, whole-batch CRC-32C `batch_crc`, e.g.
+/// `BatchHead::whole_checksum` of a batch the sender built) is sent right
+/// after it: the bytes [`Request::encode`] puts before the batch. A sender
+/// that built the batch itself then neither copies it into a frame nor
+/// checksums it a second time. Written to `out`, cleared first.
+pub fn produce_frame_head(
+    topic: &str,
+    segment: u32,
+    ack: AckMode,
+    request_id: u32,
+    batch_len: usize,
+    batch_crc: u32,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    Request::Produce {
+        topic,
+        segment,
+        ack,
+        batch: &[],
+    }
+    .encode(request_id, out);
+    let prefix_len = out.len() - FRAME_HEADER_BYTES;
+    let mut header = FrameHeader {
+        frame_type: FrameType::ProduceRequest,
+        payload_bytes: u32::try_from(prefix_len + batch_len).unwrap_or(u32::MAX),
+        request_id,
+        checksum: 0,
+    };
+    let head_crc = crate::checksum::crc32c_append(
+        crate::checksum::crc32c(&header.encode()[..12]),
+        &out[FRAME_HEADER_BYTES..],
+    );
+    header.checksum = crate::checksum::crc32c_combine(head_crc, batch_crc, batch_len);
+    out[..FRAME_HEADER_BYTES].copy_from_slice(&header.encode());
+}
+
 /// A request whose frame checksum was verified, from
 /// [`Request::decode_verified`]; a produce request's batch comes validated.
 #[derive(Debug, Clone)]
@@ -1709,6 +1747,21 @@ mod tests {
         assert!(verified_response(&cut).is_err());
         let empty = fetched_frame(&[], None);
         assert!(verified_response(&empty).unwrap().batches.is_empty());
+    }
+
+    /// A produce frame's head stated from the batch's own checksum is the
+    /// head `encode` writes before the same batch.
+    #[test]
+    fn a_produce_head_from_the_batch_checksum_is_the_encoded_one() {
+        let batch = good_batch();
+        let whole = produce_frame(&batch);
+        let crc = crate::batch::BatchHead::peek(&batch)
+            .unwrap()
+            .whole_checksum();
+        let mut head = Vec::new();
+        produce_frame_head("ns/t", 3, AckMode::Leader, 7, batch.len(), crc, &mut head);
+        assert_eq!(&whole[..head.len()], &head[..]);
+        assert_eq!(head.len() + batch.len(), whole.len());
     }
 
     fn produce_frame(batch: &[u8]) -> Vec<u8> {
