@@ -138,16 +138,7 @@ pub async fn read_frame<R: AsyncRead + Unpin + ?Sized>(
     read: &mut R,
     payload: &mut Vec<u8>,
 ) -> Result<FrameHeader> {
-    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
-    read.read_exact(&mut header_bytes)
-        .await
-        .context("read frame header")?;
-    let header = FrameHeader::decode(&header_bytes)?;
-    ensure!(
-        header.payload_bytes <= FRAME_PAYLOAD_BYTES_MAX,
-        "frame of {} bytes is over the limit",
-        header.payload_bytes
-    );
+    let header = read_frame_header(read).await?;
     payload.resize(header.payload_bytes as usize, 0);
     read.read_exact(payload)
         .await

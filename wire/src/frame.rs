@@ -196,22 +196,7 @@ impl FrameHeader {
 
     /// Check the payload against the header's checksum and length.
     pub fn verify_payload(&self, payload: &[u8]) -> Result<(), DecodeError> {
-        if payload.len() as u64 != u64::from(self.payload_bytes) {
-            return Err(DecodeError::Truncated {
-                what: "frame payload",
-                need: u64::from(self.payload_bytes),
-                have: payload.len() as u64,
-            });
-        }
-        let computed = self.compute_checksum(payload);
-        if computed != self.checksum {
-            return Err(DecodeError::Checksum {
-                what: "frame",
-                stored: self.checksum,
-                computed,
-            });
-        }
-        Ok(())
+        self.verify_split(payload, 0, 0)
     }
 }
 
@@ -220,7 +205,7 @@ impl FrameHeader {
     /// CRC-32C the caller has computed (`tail_crc`), without reading the
     /// tail again: the frame's checksum is folded from the two. A produce
     /// request's batch is checksummed once this way, for the batch's own
-    /// checksum and the frame's (`message::decode_request`).
+    /// checksum and the frame's (`Request::decode_verified`).
     pub fn verify_split(
         &self,
         head: &[u8],
