@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use filer::{Filer, ObjectPath};
 use wire::batch::{BatchHead, BatchView};
-use wire::checksum::crc32c_combine;
+use wire::checksum::{crc32c_append, crc32c_combine, COMBINE_MIN_BYTES};
 use wire::chunk::{
     decode_index, seek_offset, seek_timestamp, BatchWalk, ChunkHeader, ChunkIndexEntry,
     CHUNK_HEADER_BYTES,
@@ -247,7 +247,8 @@ struct BatchSelection {
     to: usize,
     /// The offset after the last batch.
     next_offset: u64,
-    /// CRC-32C of `[from, to)` as the batches' stored checksums state it.
+    /// CRC-32C of `[from, to)` as the batches' stored checksums state it
+    /// (a batch under `COMBINE_MIN_BYTES`: as its bytes are).
     crc: u32,
 }
 
@@ -273,20 +274,31 @@ fn select_batches(
             return Err(());
         }
         if next_offset > start {
+            // A small batch is cheaper to checksum than to fold: its bytes
+            // are read (the reader then compares them with the batch's
+            // stored checksum); a large one is stated from its stored
+            // checksum without reading it.
+            let crc_after = |crc: u32| {
+                if len < COMBINE_MIN_BYTES {
+                    crc32c_append(crc, &data[at..at + len])
+                } else {
+                    crc32c_combine(crc, head.whole_checksum(), len)
+                }
+            };
             match &mut selection {
                 None => {
                     selection = Some(BatchSelection {
                         from: at,
                         to: at + len,
                         next_offset,
-                        crc: head.whole_checksum(),
+                        crc: crc_after(0),
                     })
                 }
                 Some(s) if at + len - s.from > max_bytes => break,
                 Some(s) => {
                     s.to = at + len;
                     s.next_offset = next_offset;
-                    s.crc = crc32c_combine(s.crc, head.whole_checksum(), len);
+                    s.crc = crc_after(s.crc);
                 }
             }
         }
@@ -1343,4 +1355,67 @@ fn recover_buffers(
         .into_iter()
         .map(|(_, path)| ActiveBuffer::recover(path, segment_id))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::BatchBuilder;
+
+    /// A batch of `records` records of `value_bytes` each, stamped at `base`.
+    fn batch(base: u64, records: usize, value_bytes: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new();
+        for i in 0..records {
+            b.push(i as i64, b"k", &vec![i as u8; value_bytes], &[])
+                .unwrap();
+        }
+        let mut bytes = b.finish(0, 0).to_vec();
+        bytes[..8].copy_from_slice(&base.to_le_bytes());
+        bytes
+    }
+
+    /// The selection's checksum is the CRC-32C of the bytes it names, for
+    /// small batches (checksummed outright) and large ones (folded from
+    /// their stored checksums) alike; it starts at the batch holding
+    /// `start` and stops before `max_bytes`, but always takes one batch.
+    #[test]
+    fn selected_batches_carry_the_checksum_of_their_bytes() {
+        let small = batch(0, 3, 100);
+        let large = batch(3, 2, COMBINE_MIN_BYTES);
+        let after = batch(5, 4, 200);
+        let data = [small.clone(), large.clone(), after.clone()].concat();
+        let all = select_batches(&data, 0, 0, usize::MAX).unwrap().unwrap();
+        assert_eq!((all.from, all.to, all.next_offset), (0, data.len(), 9));
+        assert_eq!(all.crc, wire::checksum::crc32c(&data));
+
+        let from_large = select_batches(&data, 0, 4, large.len()).unwrap().unwrap();
+        assert_eq!(from_large.from, small.len());
+        assert_eq!(from_large.to, small.len() + large.len());
+        assert_eq!(from_large.next_offset, 5);
+        assert_eq!(
+            from_large.crc,
+            wire::checksum::crc32c(&data[from_large.from..from_large.to])
+        );
+        let one = select_batches(&data, 0, 0, 1).unwrap().unwrap();
+        assert_eq!((one.from, one.to), (0, small.len()));
+        assert_eq!(select_batches(&data, 0, 9, usize::MAX).unwrap(), None);
+    }
+
+    /// Headers from a damaged chunk are refused, never trusted: a length
+    /// shorter than a header, or one running past the data.
+    #[test]
+    fn a_damaged_batch_header_is_an_error() {
+        let mut data = [batch(0, 2, 50), batch(2, 2, 50)].concat();
+        let second = data.len() / 2;
+        data[second + 8..second + 12].copy_from_slice(&10u32.to_le_bytes());
+        assert_eq!(select_batches(&data, 0, 0, usize::MAX), Err(()));
+        data[second + 8..second + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(select_batches(&data, 0, 0, usize::MAX), Err(()));
+        let cut = batch(0, 2, 50);
+        assert_eq!(
+            select_batches(&cut[..cut.len() - 1], 0, 0, usize::MAX),
+            Err(())
+        );
+    }
 }

@@ -376,9 +376,15 @@ impl BatchHead {
     /// The CRC-32C of the whole batch as it would be if its stored checksum
     /// is right: folded from the first 16 bytes' and the stored one.
     pub fn whole_checksum(&self) -> u32 {
+        self.whole_checksum_with(self.checksum)
+    }
+
+    /// The CRC-32C of the whole batch given the CRC-32C of its bytes from
+    /// `CHECKSUMMED_FROM` on (computed by the caller, or the stored one).
+    pub fn whole_checksum_with(&self, tail_crc: u32) -> u32 {
         crate::checksum::crc32c_combine(
             self.head_checksum,
-            self.checksum,
+            tail_crc,
             self.batch_bytes as usize - CHECKSUMMED_FROM,
         )
     }

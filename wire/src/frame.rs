@@ -140,6 +140,26 @@ impl FrameHeader {
         header
     }
 
+    /// Build the header for a payload made of `head` followed by
+    /// `tail_len` bytes whose CRC-32C is `tail_crc` (batches a sender built
+    /// or stored, and sends from where they are), without reading the tail.
+    pub fn for_split(
+        frame_type: FrameType,
+        request_id: u32,
+        head: &[u8],
+        tail_crc: u32,
+        tail_len: usize,
+    ) -> FrameHeader {
+        let mut header = FrameHeader {
+            frame_type,
+            payload_bytes: u32::try_from(head.len() + tail_len).unwrap_or(u32::MAX),
+            request_id,
+            checksum: 0,
+        };
+        header.checksum = header.split_checksum(head, tail_crc, tail_len);
+        header
+    }
+
     fn prefix(&self) -> [u8; CHECKSUM_OFFSET] {
         let mut b = [0u8; CHECKSUM_OFFSET];
         b[MAGIC_OFFSET..MAGIC_OFFSET + 2].copy_from_slice(&FRAME_MAGIC);
@@ -152,6 +172,11 @@ impl FrameHeader {
 
     fn compute_checksum(&self, payload: &[u8]) -> u32 {
         crc32c_append(crc32c(&self.prefix()), payload)
+    }
+
+    /// The checksum of a payload `head` + a tail known by its checksum.
+    fn split_checksum(&self, head: &[u8], tail_crc: u32, tail_len: usize) -> u32 {
+        crc32c_combine(self.compute_checksum(head), tail_crc, tail_len)
     }
 
     /// The 16 header bytes.
@@ -198,9 +223,7 @@ impl FrameHeader {
     pub fn verify_payload(&self, payload: &[u8]) -> Result<(), DecodeError> {
         self.verify_split(payload, 0, 0)
     }
-}
 
-impl FrameHeader {
     /// Check a payload made of `head` followed by `tail_len` bytes whose
     /// CRC-32C the caller has computed (`tail_crc`), without reading the
     /// tail again: the frame's checksum is folded from the two. A produce
@@ -220,8 +243,7 @@ impl FrameHeader {
                 have,
             });
         }
-        let head_crc = crc32c_append(crc32c(&self.prefix()), head);
-        let computed = crc32c_combine(head_crc, tail_crc, tail_len);
+        let computed = self.split_checksum(head, tail_crc, tail_len);
         if computed != self.checksum {
             return Err(DecodeError::Checksum {
                 what: "frame",

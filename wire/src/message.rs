@@ -459,18 +459,13 @@ pub fn produce_frame_head(
         batch: &[],
     }
     .encode(request_id, out);
-    let prefix_len = out.len() - FRAME_HEADER_BYTES;
-    let mut header = FrameHeader {
-        frame_type: FrameType::ProduceRequest,
-        payload_bytes: u32::try_from(prefix_len + batch_len).unwrap_or(u32::MAX),
+    let header = FrameHeader::for_split(
+        FrameType::ProduceRequest,
         request_id,
-        checksum: 0,
-    };
-    let head_crc = crate::checksum::crc32c_append(
-        crate::checksum::crc32c(&header.encode()[..12]),
         &out[FRAME_HEADER_BYTES..],
+        batch_crc,
+        batch_len,
     );
-    header.checksum = crate::checksum::crc32c_combine(head_crc, batch_crc, batch_len);
     out[..FRAME_HEADER_BYTES].copy_from_slice(&header.encode());
 }
 
@@ -496,17 +491,13 @@ impl Fetched<'_> {
         body_crc: u32,
     ) -> [u8; FETCHED_FRAME_PREFIX_BYTES] {
         let prefix = self.encode_prefix();
-        let mut header = FrameHeader {
-            frame_type: FrameType::FetchResponse,
-            payload_bytes: u32::try_from(FETCHED_PREFIX_BYTES + body_len).unwrap_or(u32::MAX),
+        let header = FrameHeader::for_split(
+            FrameType::FetchResponse,
             request_id,
-            checksum: 0,
-        };
-        let head_crc = crate::checksum::crc32c_append(
-            crate::checksum::crc32c(&header.encode()[..12]),
             &prefix,
+            body_crc,
+            body_len,
         );
-        header.checksum = crate::checksum::crc32c_combine(head_crc, body_crc, body_len);
         let mut out = [0u8; FETCHED_FRAME_PREFIX_BYTES];
         out[..FRAME_HEADER_BYTES].copy_from_slice(&header.encode());
         out[FRAME_HEADER_BYTES..].copy_from_slice(&prefix);
@@ -532,30 +523,26 @@ fn verify_batches<'a>(
     payload: &'a [u8],
     batches: &'a [u8],
 ) -> Option<Result<Vec<BatchView<'a>>, DecodeError>> {
-    use crate::batch::{BATCH_HEADER_BYTES, CHECKSUMMED_FROM};
-    use crate::checksum::{crc32c, crc32c_combine};
+    use crate::batch::{BatchHead, CHECKSUMMED_FROM};
+    use crate::checksum::{crc32c, crc32c_append, crc32c_combine, COMBINE_MIN_BYTES};
     let mut spans = Vec::new();
     let mut body_crc = 0u32;
     let mut at = 0usize;
     while at < batches.len() {
-        let len = BatchView::peek_len(&batches[at..])? as usize;
-        if len < BATCH_HEADER_BYTES || at + len > batches.len() {
+        let batch_head = BatchHead::peek(&batches[at..])?;
+        let len = batch_head.batch_bytes as usize;
+        if at + len > batches.len() {
             return None;
         }
         let bytes = &batches[at..at + len];
         let tail_crc = crc32c(&bytes[CHECKSUMMED_FROM..]);
-        if len < crate::checksum::COMBINE_MIN_BYTES {
+        body_crc = if len < COMBINE_MIN_BYTES {
             // Cheaper to read a small batch again than to fold its sum.
-            body_crc = crate::checksum::crc32c_append(body_crc, bytes);
+            crc32c_append(body_crc, bytes)
         } else {
-            let whole = crc32c_combine(
-                crc32c(&bytes[..CHECKSUMMED_FROM]),
-                tail_crc,
-                len - CHECKSUMMED_FROM,
-            );
-            body_crc = crc32c_combine(body_crc, whole, len);
-        }
-        spans.push((bytes, tail_crc));
+            crc32c_combine(body_crc, batch_head.whole_checksum_with(tail_crc), len)
+        };
+        spans.push((bytes, batch_head, tail_crc));
         at += len;
     }
     let head = &payload[..payload.len() - batches.len()];
@@ -564,19 +551,13 @@ fn verify_batches<'a>(
         // bytes do not (a sender that stated the frame's checksum from them,
         // `Fetched::frame_head`, sent a batch damaged where it was kept, or
         // a batch was damaged on the way): name that batch.
-        let stated = spans.iter().fold(0u32, |crc, (bytes, _)| {
-            let stored = crate::codec::le_u32(bytes, crate::batch::CHECKSUM_OFFSET);
-            let whole = crc32c_combine(
-                crc32c(&bytes[..CHECKSUMMED_FROM]),
-                stored,
-                bytes.len() - CHECKSUMMED_FROM,
-            );
-            crc32c_combine(crc, whole, bytes.len())
+        let stated = spans.iter().fold(0u32, |crc, (bytes, batch_head, _)| {
+            crc32c_combine(crc, batch_head.whole_checksum(), bytes.len())
         });
         if header.verify_split(head, stated, batches.len()).is_ok() {
             if let Some(Err(bad)) = spans
                 .iter()
-                .map(|(bytes, tail_crc)| BatchView::validate_checksummed(bytes, *tail_crc))
+                .map(|(bytes, _, tail_crc)| BatchView::validate_checksummed(bytes, *tail_crc))
                 .find(Result::is_err)
             {
                 return Some(Err(bad));
@@ -587,7 +568,7 @@ fn verify_batches<'a>(
     Some(
         spans
             .into_iter()
-            .map(|(bytes, tail_crc)| BatchView::validate_checksummed(bytes, tail_crc))
+            .map(|(bytes, _, tail_crc)| BatchView::validate_checksummed(bytes, tail_crc))
             .collect(),
     )
 }
@@ -744,8 +725,6 @@ impl<'a> Request<'a> {
         seal_frame(out, start, self.frame_type(), request_id);
     }
 
-    /// Decode a request payload whose frame header and checksum were
-    /// verified.
     /// Verify a request frame's payload against `header` and decode it: the
     /// one entry point for bytes from a peer. A produce request's batch is
     /// validated here too, and its bytes are checksummed once for both the
@@ -785,6 +764,8 @@ impl<'a> Request<'a> {
         Ok(VerifiedRequest { request, batch })
     }
 
+    /// Decode a request payload whose frame header and checksum were
+    /// verified.
     pub fn decode(frame_type: FrameType, payload: &'a [u8]) -> Result<Request<'a>, DecodeError> {
         let mut r = Reader::new(payload, "request");
         let request = match frame_type {
@@ -1035,8 +1016,6 @@ impl<'a> Response<'a> {
         seal_frame(out, start, self.frame_type(), request_id);
     }
 
-    /// Decode a response payload whose frame header and checksum were
-    /// verified.
     /// Verify a response frame's payload against `header` and decode it: the
     /// one entry point for a reader. A fetch response's batches are
     /// validated here too, each checksummed once, and the frame's checksum
@@ -1072,6 +1051,8 @@ impl<'a> Response<'a> {
         Ok(VerifiedResponse { response, batches })
     }
 
+    /// Decode a response payload whose frame header and checksum were
+    /// verified.
     pub fn decode(frame_type: FrameType, payload: &'a [u8]) -> Result<Response<'a>, DecodeError> {
         let mut r = Reader::new(payload, "response");
         let response = match frame_type {
