@@ -11,6 +11,12 @@
 //! After a stream error the connection is failed for good: every waiting
 //! request gets the error and later submits fail at once. The client opens
 //! a fresh connection the next time it needs that shard.
+//!
+//! A stopping broker says goodbye (docs/wire-format.md, "Goodbye"): the
+//! connection takes no new requests from then on (a submit fails with
+//! `ShuttingDown`, which callers treat as "never sent, re-route"), writes
+//! what was queued, closes its sending side, and still delivers the answers
+//! the broker owes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -56,6 +62,8 @@ struct Table {
 
 struct Shared {
     table: Mutex<Table>,
+    /// Woken by the broker's goodbye: the writer stops taking frames.
+    goodbye: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -64,6 +72,22 @@ impl Shared {
         // inconsistent (each operation is one map call), so poisoning is
         // ignored.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The broker said goodbye: no new requests, but the ones waiting keep
+    /// waiting for their answers.
+    fn goodbye(&self) {
+        log::debug!("the broker said goodbye");
+        {
+            let mut t = self.table();
+            if t.failed.is_none() {
+                t.failed = Some(ClientError::Broker {
+                    code: ErrorCode::ShuttingDown,
+                    message: "the broker is stopping".into(),
+                });
+            }
+        }
+        self.goodbye.notify_one();
     }
 
     fn fail(&self, error: ClientError) {
@@ -189,6 +213,7 @@ impl Connection {
     {
         let shared = Arc::new(Shared {
             table: Mutex::new(Table::default()),
+            goodbye: tokio::sync::Notify::new(),
         });
         let (outgoing, queue) = mpsc::channel(limits.write_queue_frames_max.max(1));
         tokio::spawn(write_loop(writer, queue, Arc::clone(&shared)));
@@ -286,7 +311,18 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
 ) {
     let mut writer = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
-    while let Some(frame) = queue.recv().await {
+    loop {
+        let frame = tokio::select! {
+            frame = queue.recv() => frame,
+            () = shared.goodbye.notified() => {
+                // Take nothing new (a submit from now on fails, never
+                // sent); what is queued is written below, then our side
+                // closes, which tells the broker we are done.
+                queue.close();
+                continue;
+            }
+        };
+        let Some(frame) = frame else { break };
         let mut result = writer.write_all(&frame).await;
         // Take what else is queued before flushing, so a burst of small
         // frames leaves in a few large writes.
@@ -308,7 +344,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             return;
         }
     }
-    // The connection was dropped: close our side politely.
+    // The connection was dropped, or the broker said goodbye: close our
+    // side politely.
     let _ = writer.shutdown().await;
 }
 
@@ -316,6 +353,7 @@ async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
     let mut reader = BufReader::with_capacity(STREAM_BUFFER_BYTES, reader);
     loop {
         match read_frame(&mut reader).await {
+            Ok(Some(frame)) if is_goodbye(&frame) => shared.goodbye(),
             Ok(Some(frame)) => shared.deliver(frame.header.request_id, Ok(frame)),
             Ok(None) => {
                 shared.fail(ClientError::Closed);
@@ -333,7 +371,19 @@ async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
     }
 }
 
-/// Whether a broker error means "refresh the layout and retry".
+/// Whether `frame` is a broker's goodbye: an unasked `ShuttingDown`.
+fn is_goodbye(frame: &ResponseFrame) -> bool {
+    frame.header.request_id == 0
+        && frame.header.frame_type == FrameType::ErrorResponse
+        && matches!(
+            Response::decode(frame.header.frame_type, &frame.payload),
+            Ok(Response::Error {
+                code: ErrorCode::ShuttingDown,
+                ..
+            })
+        )
+}
+
 /// Whether a broker's refusal means the client's layout is behind: the
 /// segment moved or was sealed, or its successor is not open on that
 /// broker yet (`SegmentNotFound`, `TopicNotFound`: a cluster's control

@@ -73,8 +73,8 @@ fn topic_name(topic: &str) -> Result<TopicName, ClientError> {
     TopicName::parse(topic).map_err(|e| ClientError::Layout(e.to_string()))
 }
 
-fn object_path(topic: &TopicName, id: &PayloadId) -> Result<ObjectPath, ClientError> {
-    ObjectPath::new(topic.payload_path(id)).map_err(|e| ClientError::Layout(e.to_string()))
+fn object_path(topic: &TopicName, id: &PayloadId) -> ObjectPath {
+    control::filer_layout::payload(topic, id)
 }
 
 fn payload_error(reference: &PayloadRef, e: &FilerError) -> ClientError {
@@ -120,7 +120,7 @@ impl Client {
         };
         match &self.inner.payloads {
             PayloadRoute::Direct(filer) => {
-                let path = object_path(&name, &reference.id)?;
+                let path = object_path(&name, &reference.id);
                 let filer = Arc::clone(filer);
                 let bytes = value.to_vec();
                 tokio::task::spawn_blocking(move || filer.put(&path, &bytes))
@@ -257,7 +257,7 @@ impl PayloadReader {
         match &self.client.inner.payloads {
             PayloadRoute::Direct(filer) => {
                 let filer = Arc::clone(filer);
-                let path = object_path(&self.name, &self.reference.id)?;
+                let path = object_path(&self.name, &self.reference.id);
                 let reference = self.reference;
                 tokio::task::spawn_blocking(move || {
                     let length = filer.size(&path)?;

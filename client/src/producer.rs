@@ -149,6 +149,13 @@ struct Shared {
     linger_wake: Notify,
 }
 
+/// Whether a failed send left the batch unsent for certain (so it may be
+/// re-routed without risk of appending it twice).
+enum NeverSent {
+    Yes,
+    No,
+}
+
 /// A batch refused for a stale layout, waiting for its turn to be resent.
 struct Refused {
     batch: Bytes,
@@ -486,11 +493,33 @@ impl Shared {
             .map_err(|_| ClientError::Closed)?;
         let ack = self.config.ack;
         let submitted = match self.client.connection_to(route.target).await {
-            Err(e) if is_stale_layout(&e) => {
-                // Never sent: the owner cannot be reached (it left the
-                // cluster, or died and its segments are being moved). The
-                // batch goes the way of a refused one: re-routed on a
+            Ok(conn) => {
+                let batch = open.builder.finish(PRODUCER_ID_NONE, 0);
+                conn.submit(
+                    &Request::Produce {
+                        topic: &self.topic,
+                        segment: route.segment,
+                        ack,
+                        batch,
+                    },
+                    ack != AckMode::None,
+                )
+                .await
+                // Every error of `submit` means the frame was never queued
+                // (the connection had failed, or its broker said goodbye).
+                .map_err(|e| (e, NeverSent::Yes))
+            }
+            Err(e) if is_stale_layout(&e) => Err((e, NeverSent::Yes)),
+            Err(e) => Err((e, NeverSent::No)),
+        };
+        let submitted = match submitted {
+            Ok(s) => Ok(s),
+            Err((e, NeverSent::Yes)) => {
+                // The owner cannot be reached (it left the cluster, is
+                // stopping, or died and its segments are being moved).
+                // The batch goes the way of a refused one: re-routed on a
                 // fresh layout, in send order.
+                log::debug!("{}: batch not sent ({e}); re-routing it", self.topic);
                 let batch = Bytes::copy_from_slice(open.builder.finish(PRODUCER_ID_NONE, 0));
                 open.builder.clear();
                 open.since = None;
@@ -510,20 +539,7 @@ impl Shared {
                 }
                 return Ok(());
             }
-            Ok(conn) => {
-                let batch = open.builder.finish(PRODUCER_ID_NONE, 0);
-                conn.submit(
-                    &Request::Produce {
-                        topic: &self.topic,
-                        segment: route.segment,
-                        ack,
-                        batch,
-                    },
-                    ack != AckMode::None,
-                )
-                .await
-            }
-            Err(e) => Err(e),
+            Err((e, NeverSent::No)) => Err(e),
         };
         // Sent or failed, the records leave the builder: a failure is
         // reported, never silently retried.
@@ -685,11 +701,15 @@ impl Shared {
                             self.acked_records
                                 .fetch_add(u64::from(n), Ordering::Relaxed);
                         }
-                        Err(e) if is_stale_layout(&e) => {
+                        Err((e, NeverSent::Yes)) => {
                             last_refusal = Some(e);
                             refused.push(Bytes::from(piece));
                         }
-                        Err(e) => return Err(e),
+                        Err((e, NeverSent::No)) if is_stale_layout(&e) => {
+                            last_refusal = Some(e);
+                            refused.push(Bytes::from(piece));
+                        }
+                        Err((e, NeverSent::No)) => return Err(e),
                     }
                 }
             }
@@ -710,9 +730,17 @@ impl Shared {
     }
 
     /// Send one re-routed piece and wait for its answer: the records the
-    /// broker took.
-    async fn send_piece(&self, route: Route, piece: &[u8]) -> Result<u32, ClientError> {
-        let conn = self.client.connection_to(route.target).await?;
+    /// broker took. An error says whether the piece was never sent.
+    async fn send_piece(
+        &self,
+        route: Route,
+        piece: &[u8],
+    ) -> Result<u32, (ClientError, NeverSent)> {
+        let conn = match self.client.connection_to(route.target).await {
+            Ok(conn) => conn,
+            Err(e) if is_stale_layout(&e) => return Err((e, NeverSent::Yes)),
+            Err(e) => return Err((e, NeverSent::No)),
+        };
         let submitted = conn
             .submit(
                 &Request::Produce {
@@ -723,7 +751,8 @@ impl Shared {
                 },
                 true,
             )
-            .await?;
+            .await
+            .map_err(|e| (e, NeverSent::Yes))?;
         let result = match submitted.response {
             Some(p) => {
                 p.wait(
@@ -734,7 +763,7 @@ impl Shared {
             }
             None => Err(ClientError::Closed),
         };
-        self.acknowledged(result)
+        self.acknowledged(result).map_err(|e| (e, NeverSent::No))
     }
 
     /// The newest layout and its version.

@@ -20,26 +20,17 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use filer::{Filer, FilerError, ObjectPath};
+use filer::{Filer, FilerError};
 use wire::message::{BrokerStatus, SegmentInfo, SegmentLoadReport, ShardAddress, TopicInfo};
 use wire::{ErrorCode, Request, Response};
 
 use crate::broker_link::BrokerLink;
-use crate::service::{load_topics, object_prefix, TOPIC_FILE_NAME};
+use crate::filer_layout;
+use crate::service::load_topics;
 use crate::{
     Action, BrokerCommand, BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig, ControlError,
     Rate, ScalingPolicy, SegmentId, SegmentLoad, SegmentState, Topic, TopicName,
 };
-
-/// The name of the seal marker object inside a segment's directory: its
-/// presence says the segment is sealed and its chunks are final.
-pub const SEAL_MARKER_NAME: &str = "sealed";
-
-/// The seal marker's content, informational (its presence is what counts):
-/// `{"segment":ID,"epoch":EPOCH,"written_by":"control"|"broker N"}`.
-pub fn seal_marker_content(segment: u32, epoch: u32, written_by: &str) -> Vec<u8> {
-    format!(r#"{{"segment":{segment},"epoch":{epoch},"written_by":"{written_by}"}}"#).into_bytes()
-}
 
 /// A request the control plane answers, decoded and owned so it can cross
 /// to the driver thread: a [`Request`] whose fields are all owned (every
@@ -230,8 +221,10 @@ impl ClusterService {
                 // Leftovers of a delete interrupted after its commit point
                 // belong to no live topic: clear them first.
                 let persisted = match created {
-                    Some(topic) => object_prefix(&name)
-                        .and_then(|prefix| Ok(self.filer.delete(&prefix)?))
+                    Some(topic) => self
+                        .filer
+                        .delete(&filer_layout::topic_prefix(&name))
+                        .map_err(ControlError::from)
                         .and_then(|()| self.persist(&topic)),
                     None => Err(ControlError::TopicNotFound(name.to_string())),
                 };
@@ -248,8 +241,8 @@ impl ClusterService {
                 if self.cluster.topic(&name).is_none() {
                     return Err(error_answer(ControlError::TopicNotFound(name.to_string())));
                 }
-                let prefix = object_prefix(&name).map_err(error_answer)?;
-                let commit = prefix.join(TOPIC_FILE_NAME).map_err(filer_answer)?;
+                let prefix = filer_layout::topic_prefix(&name);
+                let commit = filer_layout::topic_file(&name);
                 self.filer.delete(&commit).map_err(filer_answer)?;
                 let action = self
                     .cluster
@@ -545,7 +538,7 @@ impl ClusterService {
     }
 
     fn persist(&self, topic: &Topic) -> Result<(), ControlError> {
-        let path = object_prefix(topic.name())?.join(TOPIC_FILE_NAME)?;
+        let path = filer_layout::topic_file(topic.name());
         self.filer.put(&path, &topic.to_json_bytes())?;
         Ok(())
     }
@@ -558,9 +551,11 @@ impl ClusterService {
         segment: SegmentId,
         epoch: u32,
     ) -> Result<(), ControlError> {
-        let path = seal_marker_path(topic, segment)?;
-        self.filer
-            .put(&path, &seal_marker_content(segment.0, epoch, "control"))?;
+        let path = filer_layout::seal_marker(topic, segment.0);
+        self.filer.put(
+            &path,
+            &filer_layout::seal_marker_content(segment.0, epoch, "control"),
+        )?;
         Ok(())
     }
 
@@ -693,17 +688,6 @@ impl ClusterService {
             })
             .collect()
     }
-}
-
-/// `topics/<ns>/<name>/<segment>/sealed`.
-pub fn seal_marker_path(topic: &TopicName, segment: SegmentId) -> Result<ObjectPath, FilerError> {
-    object_prefix_path(topic)?
-        .join(&segment.0.to_string())?
-        .join(SEAL_MARKER_NAME)
-}
-
-fn object_prefix_path(topic: &TopicName) -> Result<ObjectPath, FilerError> {
-    ObjectPath::new(topic.object_prefix())
 }
 
 /// For each action, the topic as it stood right after it (`None` for a

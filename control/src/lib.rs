@@ -34,6 +34,7 @@ mod cluster;
 pub mod cluster_service;
 pub mod control_server;
 mod error;
+pub mod filer_layout;
 pub mod frame_stream;
 mod key_range;
 mod layout;

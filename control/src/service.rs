@@ -23,11 +23,7 @@ use filer::{Filer, FilerError, ObjectPath};
 
 use crate::{ControlError, Layout, Topic, TopicName, TOPIC_JSON_BYTES_MAX};
 
-/// The filer prefix under which all topics live.
-pub const TOPICS_PREFIX: &str = "topics";
-
-/// The name of a topic's layout object inside its prefix.
-pub const TOPIC_FILE_NAME: &str = "topic.json";
+use crate::filer_layout::{self, TOPICS_PREFIX};
 
 /// The control plane of a single broker: the [`Layout`] plus its persistence.
 #[derive(Debug)]
@@ -84,12 +80,11 @@ impl ControlService {
         segment_count: u32,
     ) -> Result<Topic, ControlError> {
         let topic = self.layout.prepare_topic(now_ms, name, segment_count)?;
-        let prefix = object_prefix(name)?;
         // Leftovers of a delete interrupted after its commit point belong to
         // no live topic; clear them so the new topic starts empty.
-        self.filer.delete(&prefix)?;
+        self.filer.delete(&filer_layout::topic_prefix(name))?;
         self.filer
-            .put(&prefix.join(TOPIC_FILE_NAME)?, &topic.to_json_bytes())?;
+            .put(&filer_layout::topic_file(name), &topic.to_json_bytes())?;
         Ok(self.layout.insert(topic).clone())
     }
 
@@ -104,10 +99,9 @@ impl ControlService {
         if self.layout.topic(name).is_none() {
             return Err(ControlError::TopicNotFound(name.to_string()));
         }
-        let prefix = object_prefix(name)?;
-        self.filer.delete(&prefix.join(TOPIC_FILE_NAME)?)?;
+        self.filer.delete(&filer_layout::topic_file(name))?;
         let topic = self.layout.delete_topic(name)?;
-        self.filer.delete(&prefix)?;
+        self.filer.delete(&filer_layout::topic_prefix(name))?;
         Ok(topic)
     }
 
@@ -138,13 +132,12 @@ impl ControlService {
 /// never listed. Shared by [`ControlService`] and the cluster's driver.
 pub(crate) fn load_topics(filer: &dyn Filer) -> Result<Vec<Topic>, ControlError> {
     let mut loaded = Vec::new();
-    let topics = ObjectPath::new(TOPICS_PREFIX)?;
+    let topics = filer_layout::topics();
     // Two levels of names, then one object per topic: never a walk of the
     // chunks and payloads below.
     for namespace in filer.list_children(&topics)? {
-        let namespace = topics.join(&namespace)?;
-        for topic in filer.list_children(&namespace)? {
-            let path = namespace.join(&topic)?.join(TOPIC_FILE_NAME)?;
+        for topic in filer.list_children(&topics.join(&namespace)?)? {
+            let path = filer_layout::listed_topic_file(&namespace, &topic)?;
             let bytes = match read_layout_object(filer, &path) {
                 // A directory without a layout: an interrupted delete's
                 // leftovers, or not a topic at all.
@@ -168,23 +161,12 @@ pub(crate) fn load_topics(filer: &dyn Filer) -> Result<Vec<Topic>, ControlError>
     Ok(loaded)
 }
 
-/// `topics/<namespace>/<name>` as an object path. Cannot fail for a valid
-/// [`TopicName`] (a compile-time check in `topic_name` guarantees the length),
-/// but the filer's validation is kept rather than bypassed.
-pub(crate) fn object_prefix(name: &TopicName) -> Result<ObjectPath, ControlError> {
-    Ok(ObjectPath::new(name.object_prefix())?)
-}
-
 /// If `path` is `topics/<ns>/<name>/topic.json`, the topic name it is stored
 /// under; `None` for any other shape. A layout object under a directory that
 /// is not a valid topic name is corrupt, not ignorable.
 fn topic_name_of_layout_object(path: &ObjectPath) -> Result<Option<TopicName>, ControlError> {
-    let components: Vec<&str> = path.components().collect();
-    let [TOPICS_PREFIX, namespace, name, TOPIC_FILE_NAME] = components[..] else {
-        return Ok(None);
-    };
-    TopicName::parse(&format!("{namespace}/{name}"))
-        .map(Some)
+    filer_layout::parse_topic_file(path)
+        .transpose()
         .map_err(|e| ControlError::Corrupt {
             path: path.to_string(),
             reason: e.to_string(),

@@ -6,12 +6,6 @@ use crate::ControlError;
 /// so every kelp topic can be exposed through a Kafka gateway.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 
-/// Room for the name inside the filer paths the service builds:
-/// `topics/<namespace>/<name>/topic.json` must be a valid object path.
-const _: () = assert!(
-    "topics/".len() + TOPIC_NAME_BYTES_MAX + "/topic.json".len() <= filer::OBJECT_PATH_BYTES_MAX
-);
-
 /// A topic's name: `namespace/name`, exactly one `/`, each part one or more
 /// bytes of `[A-Za-z0-9._-]` and neither part `.` or `..`, at most
 /// [`TOPIC_NAME_BYTES_MAX`] bytes in all.
@@ -78,28 +72,6 @@ impl TopicName {
     pub fn name(&self) -> &str {
         &self.name
     }
-
-    /// The filer prefix under which everything of this topic is stored:
-    /// `topics/<namespace>/<name>`.
-    pub fn object_prefix(&self) -> String {
-        format!("topics/{}/{}", self.namespace, self.name)
-    }
-
-    /// The filer path of one of this topic's uploaded payloads:
-    /// `topics/<namespace>/<name>/payloads/<bucket>/<payload name>`
-    /// (docs/payloads.md).
-    pub fn payload_path(&self, id: &wire::PayloadId) -> String {
-        format!("{}/{}", self.object_prefix(), id.relative_path())
-    }
-
-    /// The filer prefix holding every payload of this topic.
-    pub fn payloads_prefix(&self) -> String {
-        format!(
-            "{}/{}",
-            self.object_prefix(),
-            wire::payload_ref::PAYLOADS_DIR
-        )
-    }
 }
 
 fn is_name_char(c: char) -> bool {
@@ -151,7 +123,6 @@ mod tests {
         assert_eq!(t.namespace(), "payments");
         assert_eq!(t.name(), "orders.v2_eu-1");
         assert_eq!(t.to_string(), "payments/orders.v2_eu-1");
-        assert_eq!(t.object_prefix(), "topics/payments/orders.v2_eu-1");
         let longest = format!("{}/{}", "n".repeat(124), "t".repeat(124));
         assert_eq!(longest.len(), TOPIC_NAME_BYTES_MAX);
         assert!(TopicName::parse(&longest).is_ok());

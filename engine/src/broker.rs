@@ -42,6 +42,9 @@ const BLOCKING_THREADS: usize = 2;
 
 /// How long a stopping shard waits for its connections to end.
 const CONNECTIONS_DRAIN_WAIT: Duration = Duration::from_secs(2);
+// A connection's goodbye ends within the shard's wait for it.
+const _: () =
+    assert!(crate::connection::GOODBYE_WAIT.as_millis() < CONNECTIONS_DRAIN_WAIT.as_millis());
 
 /// Run a broker until SIGINT or SIGTERM.
 pub fn run(config: BrokerConfig) -> Result<(), EngineError> {
@@ -65,7 +68,17 @@ pub struct Broker {
 
 impl Broker {
     /// Start everything and return once every shard serves.
-    pub fn start(mut config: BrokerConfig) -> Result<Broker, EngineError> {
+    pub fn start(config: BrokerConfig) -> Result<Broker, EngineError> {
+        Broker::start_with_filer(config, |filer| filer)
+    }
+
+    /// [`Broker::start`], with the broker's filer passed through `wrap`
+    /// first: how a test puts a fault-injecting double around the real
+    /// filer.
+    pub fn start_with_filer(
+        mut config: BrokerConfig,
+        wrap: impl FnOnce(Arc<dyn Filer>) -> Arc<dyn Filer>,
+    ) -> Result<Broker, EngineError> {
         config.validate().map_err(EngineError::Config)?;
         let shard_count = config.shard_count();
         std::fs::create_dir_all(&config.data_dir)
@@ -92,9 +105,9 @@ impl Broker {
         let filer_dir = joined
             .as_ref()
             .map_or_else(|| config.data_dir.join("filer"), |j| j.filer.clone());
-        let filer: Arc<dyn Filer> = Arc::new(
+        let filer: Arc<dyn Filer> = wrap(Arc::new(
             LocalFiler::open(filer_dir)?.drop_handed_over_pages(config.drop_flushed_pages),
-        );
+        ));
         let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
         let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
         let quic_config = crate::tls::server_config(cert, key)?;
@@ -222,12 +235,7 @@ impl Broker {
             match ready_rx.recv_timeout(Duration::from_secs(30)) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(EngineError::Shard {
-                        shard: usize::MAX,
-                        reason: "a shard did not start".into(),
-                    })
-                }
+                Err(_) => return Err(EngineError::Start("a shard did not start in 30 s".into())),
             }
         }
 
@@ -260,12 +268,7 @@ impl Broker {
                     Duration::from_millis(config.payload_sweep_interval_ms),
                     Duration::from_millis(config.payload_grace_ms),
                 );
-                control
-                    .announce_all()
-                    .map_err(|reason| EngineError::Shard {
-                        shard: usize::MAX,
-                        reason,
-                    })?;
+                control.announce_all().map_err(EngineError::Start)?;
                 std::thread::Builder::new()
                     .name("kelp-control".into())
                     .spawn(move || control.run(control_rx))
@@ -347,10 +350,7 @@ impl Broker {
         for t in self.shard_threads.drain(..) {
             let _ = t.join();
         }
-        flushed.map_err(|reason| EngineError::Shard {
-            shard: usize::MAX,
-            reason,
-        })
+        flushed.map_err(EngineError::Stop)
     }
 }
 

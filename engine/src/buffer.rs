@@ -106,9 +106,9 @@ impl ActiveBuffer {
         let map = map_file(&file, &path)?;
         let mapped = Arc::new(MappedFile { file, map });
         let (file, map) = (&mapped.file, &mapped.map);
-        let corrupt = |reason: &str| EngineError::Shard {
-            shard: usize::MAX,
-            reason: format!("buffer {}: {reason}", path.display()),
+        let corrupt = |reason: &str| EngineError::Corrupt {
+            what: format!("buffer {}", path.display()),
+            reason: reason.to_owned(),
         };
         if map.len() < CHUNK_HEADER_BYTES || map[..8] != CHUNK_MAGIC {
             return Err(corrupt("no chunk magic"));
@@ -370,7 +370,6 @@ impl SealedBuffer {
         &self.path
     }
     /// The chunk file's bytes.
-    #[cfg(test)]
     pub(crate) fn chunk_bytes(&self) -> &[u8] {
         &self.mapped.map[..self.header.file_bytes() as usize]
     }

@@ -19,6 +19,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::os::unix::io::RawFd;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -76,6 +77,19 @@ impl Outbox {
     fn close(&self) {
         self.closed.set(true);
         self.ready.notify(1);
+        self.freed.notify(usize::MAX);
+    }
+
+    /// Wait until every request taken has been answered (or the writer
+    /// failed), or until `until`.
+    async fn answered(&self, until: Instant) {
+        loop {
+            let listener = self.freed.listen();
+            if self.in_flight.get() == 0 || self.closed.get() || Instant::now() >= until {
+                return;
+            }
+            futures_lite::future::or(listener, sleep_until(until)).await;
+        }
     }
 }
 
@@ -99,7 +113,15 @@ pub(crate) fn admit(shard: &Rc<Shard>) -> bool {
     true
 }
 
-/// Serve a connection until the peer closes it or breaks the framing.
+/// How long a connection of a stopping shard keeps going after its
+/// goodbye, for the client to close its side and for the answers it is
+/// owed to be written (docs/wire-format.md, "Goodbye"); also how long a
+/// connection whose client closed its side waits for those answers. Under
+/// the shard's own wait for its connections (`CONNECTIONS_DRAIN_WAIT`).
+pub(crate) const GOODBYE_WAIT: Duration = Duration::from_millis(1_500);
+
+/// Serve a connection until the peer closes it or breaks the framing, or
+/// the shard stops (then with a goodbye, so no request goes unanswered).
 /// `socket` is the stream's descriptor if fetch answers may be sent from
 /// their files with `sendfile` (it must then be non-blocking).
 pub(crate) async fn serve<S>(shard: Rc<Shard>, stream: S, socket: Option<RawFd>, peer: String)
@@ -113,24 +135,44 @@ where
     let in_flight_max = shard.config.connection_requests_in_flight_max;
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     let mut payload = Vec::new();
+    // Set once the goodbye is queued: until then the shard's stop ends a
+    // wait for the next frame, after it this deadline does.
+    let mut goodbye_until: Option<Instant> = None;
     loop {
         outbox.acquire(in_flight_max).await;
         let read = futures_lite::future::or(
             async { Some(reader.read_exact(&mut header_bytes).await) },
             async {
-                shard.stopped().await;
+                match goodbye_until {
+                    None => shard.stopped().await,
+                    Some(until) => sleep_until(until).await,
+                }
                 None
             },
         )
         .await;
         match read {
-            // Shutting down: the connection ends between frames.
-            None => break,
+            None if goodbye_until.is_none() => {
+                // The shard stops: say goodbye between frames (in the slot
+                // just taken), and read on until the client closes.
+                outbox.push(Outgoing::Frame(error_frame(
+                    0,
+                    &ServeError::new(ErrorCode::ShuttingDown, "the broker is stopping"),
+                )));
+                goodbye_until = Some(Instant::now() + GOODBYE_WAIT);
+                continue;
+            }
+            // The client kept the connection open past the goodbye.
+            None => {
+                outbox.release(1);
+                break;
+            }
             Some(Ok(())) => {}
             Some(Err(e)) => {
                 if e.kind() != std::io::ErrorKind::UnexpectedEof {
                     log::debug!("{peer}: read: {e}");
                 }
+                outbox.release(1);
                 break;
             }
         }
@@ -149,7 +191,19 @@ where
         }
         if let Err(e) = reader.read_exact(&mut payload[..len]).await {
             log::debug!("{peer}: read payload: {e}");
+            outbox.release(1);
             break;
+        }
+        if goodbye_until.is_some() {
+            // Read after the goodbye: not applied, and the client is told.
+            outbox.push(Outgoing::Frame(error_frame(
+                header.request_id,
+                &ServeError::new(
+                    ErrorCode::ShuttingDown,
+                    "the broker is stopping: request not applied",
+                ),
+            )));
+            continue;
         }
         match handle_frame(&shard, &header, &payload[..len], Origin::Network).await {
             Reply::Silent => outbox.release(1),
@@ -168,8 +222,18 @@ where
             payload = Vec::new();
         }
     }
+    // Answers still being made (a durable produce waiting for its flush,
+    // a fetch waiting for data) are written before the connection closes,
+    // within a bound.
+    let until = goodbye_until.unwrap_or_else(|| Instant::now() + GOODBYE_WAIT);
+    outbox.answered(until).await;
     outbox.close();
     writer_task.await;
+}
+
+/// Sleep until `until` (at once if it passed).
+async fn sleep_until(until: Instant) {
+    glommio::timer::sleep(until.saturating_duration_since(Instant::now())).await;
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(

@@ -21,6 +21,21 @@ pub enum EngineError {
     Control(#[from] control::ControlError),
     #[error("shard {shard}: {reason}")]
     Shard { shard: usize, reason: String },
+    /// A segment that cannot go on: closed under a waiter, or failed after
+    /// its bytes could not be stored.
+    #[error("segment {segment}: {reason}")]
+    Segment { segment: String, reason: String },
+    /// Stored bytes that do not decode as what they should be: a buffer
+    /// file, a chunk, a state object (`what` names it, path and all).
+    #[error("{what} is corrupt: {reason}")]
+    Corrupt { what: String, reason: String },
+    /// The broker could not start: a shard or the control plane did not
+    /// come up.
+    #[error("starting: {0}")]
+    Start(String),
+    /// The broker stopped, but not cleanly: what could not be flushed.
+    #[error("stopping: {0}")]
+    Stop(String),
     #[error("tls: {0}")]
     Tls(String),
 }

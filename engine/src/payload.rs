@@ -124,12 +124,22 @@ impl PayloadStore {
                 ),
             ));
         }
+        // A staged file whose sync or hand-over failed is never synced
+        // again (its pages may be gone while a second sync succeeds): it
+        // is dropped, and the client uploads the payload anew.
+        let drop_staged = |reason: String| {
+            let _ = std::fs::remove_file(&path);
+            ServeError::new(
+                ErrorCode::Storage,
+                format!("{reason}; the upload was dropped, upload the payload again"),
+            )
+        };
         file.sync_data()
-            .map_err(|e| io_error("fdatasync", &path, &e))?;
-        let object = object_path(topic, id)?;
+            .map_err(|e| drop_staged(io_error("fdatasync", &path, &e).message))?;
+        let object = object_path(topic, id);
         self.filer
             .put_file(&object, &path, len)
-            .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))
+            .map_err(|e| drop_staged(e.to_string()))
     }
 
     /// Up to `max_bytes` of a stored payload from `offset`, and its length.
@@ -140,7 +150,7 @@ impl PayloadStore {
         offset: u64,
         max_bytes: usize,
     ) -> Result<(u64, Vec<u8>), ServeError> {
-        let object = object_path(topic, id)?;
+        let object = object_path(topic, id);
         let length = self.filer.size(&object).map_err(|e| filer_error(&e, id))?;
         let want = length.saturating_sub(offset).min(max_bytes as u64) as usize;
         let mut buf = vec![0u8; want];
@@ -188,9 +198,8 @@ impl PayloadStore {
 }
 
 /// The filer path of a payload of `topic`.
-pub(crate) fn object_path(topic: &TopicName, id: &PayloadId) -> Result<ObjectPath, ServeError> {
-    ObjectPath::new(topic.payload_path(id))
-        .map_err(|e| ServeError::new(ErrorCode::Internal, e.to_string()))
+pub(crate) fn object_path(topic: &TopicName, id: &PayloadId) -> ObjectPath {
+    control::filer_layout::payload(topic, id)
 }
 
 /// Length and CRC-32C of a whole file, read from its start.
@@ -279,7 +288,7 @@ mod tests {
             store.write(&topic, &r.id, (i << 20) as u64, piece).unwrap();
         }
         store.commit(&topic, &r).unwrap();
-        let object = object_path(&topic, &r.id).unwrap();
+        let object = object_path(&topic, &r.id);
         assert_eq!(filer.size(&object).unwrap(), payload.len() as u64);
         let (len, head) = store.read(&topic, &r.id, 0, 10).unwrap();
         assert_eq!((len, &head[..]), (payload.len() as u64, &payload[..10]));

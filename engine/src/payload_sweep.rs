@@ -21,10 +21,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use control::filer_layout;
 use control::Topic;
 use filer::{Filer, ObjectPath};
 use wire::chunk::{ChunkView, CHUNK_HEADER_BYTES};
-use wire::payload_ref::{bucket_dir_name, PAYLOAD_BUCKET_MS};
+use wire::payload_ref::PAYLOAD_BUCKET_MS;
 use wire::{ChunkHeader, PayloadId};
 
 /// What one sweep did, for logs and tests.
@@ -98,14 +99,13 @@ impl PayloadSweeper {
         now_ms: u64,
         report: &mut SweepReport,
     ) -> Result<(), String> {
-        let prefix = topic.name().object_prefix();
         for segment in topic.segments() {
             let id = segment.id.0;
             let scanned = state.scanned_to.entry(id).or_insert(0);
-            let chunk_dir = object(&format!("{prefix}/{id}"))?;
+            let chunk_dir = filer_layout::segment_prefix(topic.name(), id);
             let chunks = self.filer.list(&chunk_dir).map_err(|e| e.to_string())?;
             for chunk in chunks {
-                let Some(base) = chunk_base_offset(&chunk) else {
+                let Some(base) = filer_layout::parse_chunk_name(chunk.as_str()) else {
                     continue;
                 };
                 if base < *scanned {
@@ -121,16 +121,15 @@ impl PayloadSweeper {
         }
 
         let cutoff_ms = now_ms.saturating_sub(self.grace_ms);
-        let payloads = topic.name().payloads_prefix();
         let listed = match state.settled_bucket {
             None => self
                 .filer
-                .list(&object(&payloads)?)
+                .list(&filer_layout::payloads_prefix(topic.name()))
                 .map_err(|e| e.to_string())?,
             Some(settled) => {
                 let mut all = Vec::new();
                 for bucket in settled..=now_ms / PAYLOAD_BUCKET_MS {
-                    let dir = object(&format!("{payloads}/{}", bucket_dir_name(bucket)))?;
+                    let dir = filer_layout::payload_bucket(topic.name(), bucket);
                     all.extend(self.filer.list(&dir).map_err(|e| e.to_string())?);
                 }
                 all
@@ -200,19 +199,6 @@ impl PayloadSweeper {
     }
 }
 
-fn object(path: &str) -> Result<ObjectPath, String> {
-    ObjectPath::new(path).map_err(|e| e.to_string())
-}
-
-/// The base offset in a chunk object's name (`<base:020>.chunk`).
-fn chunk_base_offset(path: &ObjectPath) -> Option<u64> {
-    path.components()
-        .last()?
-        .strip_suffix(".chunk")?
-        .parse()
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -239,10 +225,7 @@ mod tests {
         let id = PayloadId { created_ms, nonce };
         let bytes = nonce.to_le_bytes();
         filer
-            .put(
-                &ObjectPath::new(topic.name().payload_path(&id)).unwrap(),
-                &bytes,
-            )
+            .put(&filer_layout::payload(topic.name(), &id), &bytes)
             .unwrap();
         PayloadRef {
             id,
@@ -260,13 +243,13 @@ mod tests {
         let mut batch = b.finish(0, 0).to_vec();
         set_base_offset(&mut batch, base);
         let chunk = build_chunk(0, base, &[&batch]).unwrap();
-        let path = format!("{}/0/{base:020}.chunk", topic.name().object_prefix());
-        filer.put(&ObjectPath::new(path).unwrap(), &chunk).unwrap();
+        let path = filer_layout::chunk(topic.name(), 0, base);
+        filer.put(&path, &chunk).unwrap();
     }
 
     fn exists(filer: &LocalFiler, topic: &Topic, r: &PayloadRef) -> bool {
         filer
-            .size(&ObjectPath::new(topic.name().payload_path(&r.id)).unwrap())
+            .size(&filer_layout::payload(topic.name(), &r.id))
             .is_ok()
     }
 
@@ -305,10 +288,8 @@ mod tests {
     fn an_unreadable_chunk_stops_deletion() {
         let (_dir, filer, topic) = setup();
         let orphan = upload(&filer, &topic, 10, 9);
-        let path = format!("{}/0/{:020}.chunk", topic.name().object_prefix(), 0);
-        filer
-            .put(&ObjectPath::new(path).unwrap(), b"not a chunk")
-            .unwrap();
+        let path = filer_layout::chunk(topic.name(), 0, 0);
+        filer.put(&path, b"not a chunk").unwrap();
         let mut sweeper = PayloadSweeper::new(filer.clone(), 1_000);
         let r = sweeper.sweep(std::slice::from_ref(&topic), 10 * HOUR);
         assert_eq!((r.deleted, r.topics_skipped), (0, 1));
@@ -318,11 +299,9 @@ mod tests {
     #[test]
     fn foreign_objects_are_left_alone() {
         let (_dir, filer, topic) = setup();
-        let stray = ObjectPath::new(format!(
-            "{}/0000000001/notes.txt",
-            topic.name().payloads_prefix()
-        ))
-        .unwrap();
+        let stray = filer_layout::payload_bucket(topic.name(), 1)
+            .join("notes.txt")
+            .unwrap();
         filer.put(&stray, b"mine").unwrap();
         let mut sweeper = PayloadSweeper::new(filer.clone(), 0);
         let r = sweeper.sweep(std::slice::from_ref(&topic), 10 * HOUR);

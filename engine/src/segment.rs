@@ -61,7 +61,7 @@ pub(crate) enum SealState {
     Sealed,
 }
 
-use control::cluster_service::{seal_marker_content, SEAL_MARKER_NAME};
+use control::{filer_layout, TopicName};
 
 /// How long a fetch from a sealed segment's view waits before it looks
 /// for the owner's marker and new chunks again.
@@ -100,6 +100,10 @@ struct SegmentState {
     spares_pending: usize,
     /// Names the next spare file.
     spare_counter: u64,
+    /// Set when the flusher gave up: bytes of the segment could not be
+    /// stored and cannot be trusted. The segment takes no more writes and
+    /// acknowledges nothing more as durable.
+    failed: Option<String>,
 }
 
 /// Spare buffers a segment keeps ready. Making one (create, fallocate,
@@ -125,6 +129,20 @@ fn start_writeback(path: &std::path::Path) {
     unsafe {
         libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
     }
+}
+
+/// The flusher's wait after a failed store, doubled up to the maximum.
+const FLUSH_BACKOFF_MIN: Duration = Duration::from_millis(50);
+const FLUSH_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// A copy of a sealed buffer's chunk bytes, if they still verify as the
+/// chunk the buffer sealed (header, every batch's checksum, the index).
+/// The copy is checked, not the mapping: pages the kernel dropped could
+/// read back differently a moment later.
+fn verified_chunk_copy(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let copy = bytes.to_vec();
+    wire::chunk::ChunkView::open(&copy).map_err(|e| e.to_string())?;
+    Ok(copy)
 }
 
 /// Spare buffer files are named `spare-N.buf`; recovery ignores them.
@@ -166,6 +184,7 @@ impl SegmentState {
             spares: Vec::new(),
             spares_pending: 0,
             spare_counter: 0,
+            failed: None,
         }
     }
 
@@ -204,6 +223,8 @@ pub(crate) struct SegmentCell {
     pub(crate) range_start: u32,
     pub(crate) range_end: u64,
     buffers_dir: PathBuf,
+    topic: TopicName,
+    /// `filer_layout::segment_prefix`: where the chunks and marker are.
     chunk_prefix: ObjectPath,
     filer: Arc<dyn Filer>,
     config: Rc<BrokerConfig>,
@@ -311,10 +332,6 @@ pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + '
     glommio::executor().spawn_blocking(f).await
 }
 
-fn chunk_name(base_offset: u64) -> String {
-    format!("{base_offset:020}.chunk")
-}
-
 impl SegmentCell {
     /// Open a segment: find its chunks in the filer, recover buffers left
     /// on local disk by an earlier run, and flush them before returning, so
@@ -322,13 +339,13 @@ impl SegmentCell {
     pub(crate) async fn open(
         config: Rc<BrokerConfig>,
         filer: Arc<dyn Filer>,
-        topic_prefix: &str,
+        topic: &TopicName,
         buffers_dir: PathBuf,
         id: u32,
         range_start: u32,
         range_end: u64,
     ) -> Result<Rc<SegmentCell>, EngineError> {
-        let chunk_prefix = ObjectPath::new(format!("{topic_prefix}/{id}"))?;
+        let chunk_prefix = filer_layout::segment_prefix(topic, id);
         let chunks = {
             let filer = filer.clone();
             let prefix = chunk_prefix.clone();
@@ -350,11 +367,10 @@ impl SegmentCell {
                 continue;
             }
             if buffer.base_offset() != next_offset {
-                return Err(EngineError::Shard {
-                    shard: usize::MAX,
+                return Err(EngineError::Corrupt {
+                    what: format!("buffer {}", buffer.path().display()),
                     reason: format!(
-                        "segment {id}: buffer {} starts at offset {} but the segment ends at {next_offset}",
-                        buffer.path().display(),
+                        "it starts at offset {} but segment {id} ends at {next_offset}",
                         buffer.base_offset()
                     ),
                 });
@@ -375,6 +391,7 @@ impl SegmentCell {
             range_start,
             range_end,
             buffers_dir,
+            topic: topic.clone(),
             chunk_prefix,
             filer,
             config,
@@ -403,16 +420,17 @@ impl SegmentCell {
     pub(crate) async fn open_sealed(
         config: Rc<BrokerConfig>,
         filer: Arc<dyn Filer>,
-        topic_prefix: &str,
+        topic: &TopicName,
         id: u32,
         range_start: u32,
         range_end: u64,
     ) -> Result<Rc<SegmentCell>, EngineError> {
-        let chunk_prefix = ObjectPath::new(format!("{topic_prefix}/{id}"))?;
+        let chunk_prefix = filer_layout::segment_prefix(topic, id);
         let (chunks, marked) = {
             let filer = filer.clone();
             let prefix = chunk_prefix.clone();
-            blocking(move || load_sealed(filer.as_ref(), &prefix)).await?
+            let marker = filer_layout::seal_marker(topic, id);
+            blocking(move || load_sealed(filer.as_ref(), &prefix, &marker)).await?
         };
         let end = chunks.last().map_or(0, |c| c.header.next_offset);
         let stats = Arc::new(SegmentStats::default());
@@ -422,6 +440,7 @@ impl SegmentCell {
             range_start,
             range_end,
             buffers_dir: PathBuf::new(),
+            topic: topic.clone(),
             chunk_prefix,
             filer,
             config,
@@ -484,15 +503,12 @@ impl SegmentCell {
                 log::warn!("remove {}: {e}", self.buffers_dir.display());
             }
         }
-        let marker = self
-            .chunk_prefix
-            .join(SEAL_MARKER_NAME)
-            .map_err(|e| ServeError::new(ErrorCode::Internal, e.to_string()))?;
+        let marker = filer_layout::seal_marker(&self.topic, self.id);
         let by = self
             .config
             .broker_id
             .map_or_else(|| "broker".to_owned(), |b| format!("broker {b}"));
-        let body = seal_marker_content(self.id, epoch, &by);
+        let body = filer_layout::seal_marker_content(self.id, epoch, &by);
         let filer = self.filer.clone();
         blocking(move || filer.put(&marker, &body))
             .await
@@ -509,7 +525,8 @@ impl SegmentCell {
         let (chunks, marked) = {
             let filer = self.filer.clone();
             let prefix = self.chunk_prefix.clone();
-            blocking(move || load_sealed(filer.as_ref(), &prefix))
+            let marker = filer_layout::seal_marker(&self.topic, self.id);
+            blocking(move || load_sealed(filer.as_ref(), &prefix, &marker))
                 .await
                 .map_err(|e| ServeError::storage(&e))?
         };
@@ -553,6 +570,12 @@ impl SegmentCell {
             }
             let listener = {
                 let mut state = self.state.borrow_mut();
+                if let Some(reason) = &state.failed {
+                    return Err(ServeError::new(
+                        ErrorCode::Storage,
+                        format!("segment {} failed: {reason}", self.id),
+                    ));
+                }
                 let needs_roll = state.active.as_ref().is_none_or(|a| !a.fits(len));
                 if !needs_roll {
                     let active = state.active.as_mut().ok_or_else(ServeError::internal)?;
@@ -715,7 +738,9 @@ impl SegmentCell {
     fn start_flush(self: &Rc<Self>) {
         {
             let mut state = self.state.borrow_mut();
-            if state.flushing || state.sealed.is_empty() {
+            // A failed segment's front buffer is not trusted: nothing more
+            // is flushed behind it.
+            if state.flushing || state.sealed.is_empty() || state.failed.is_some() {
                 return;
             }
             state.flushing = true;
@@ -724,10 +749,19 @@ impl SegmentCell {
         glommio::spawn_local(async move { cell.flush_loop().await }).detach();
     }
 
-    /// Write sealed buffers to the filer in order, retrying with backoff: a
-    /// filer that stops answering holds producers back, it loses nothing.
+    /// Write sealed buffers to the filer in order. A filer that stops
+    /// answering holds producers back (the flusher retries with backoff);
+    /// it loses nothing. A buffer whose hand-over failed is never synced
+    /// again: after a failed `fdatasync` Linux may have dropped its dirty
+    /// pages and cleared the error, so a second sync could succeed with the
+    /// bytes gone. Its bytes are read back once, verified against their
+    /// checksums, and stored from memory into a new object from then on;
+    /// bytes that no longer verify were lost, and the segment fails.
     async fn flush_loop(self: Rc<Self>) {
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = FLUSH_BACKOFF_MIN;
+        // The front buffer's chunk bytes once its file is no longer
+        // trusted, by its base offset.
+        let mut held: Option<(u64, Arc<Vec<u8>>)> = None;
         loop {
             if self.closed.get() {
                 break;
@@ -735,17 +769,14 @@ impl SegmentCell {
             let Some(buffer) = self.state.borrow().sealed.front().cloned() else {
                 break;
             };
+            let base_offset = buffer.header().base_offset;
             let filer = self.filer.clone();
-            let path = match self
-                .chunk_prefix
-                .join(&chunk_name(buffer.header().base_offset))
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    log::error!("segment {}: chunk path: {e}", self.chunk_prefix);
-                    break;
-                }
-            };
+            let path = filer_layout::chunk(&self.topic, self.id, base_offset);
+            let rewrite = held
+                .as_ref()
+                .filter(|(base, _)| *base == base_offset)
+                .map(|(_, bytes)| Arc::clone(bytes));
+            let rewriting = rewrite.is_some();
             let job_buffer = buffer.clone();
             let job_path = path.clone();
             let behind: Vec<PathBuf> = self
@@ -757,8 +788,6 @@ impl SegmentCell {
                 .take(WRITEBACK_AHEAD_BUFFERS)
                 .map(|b| b.path().to_path_buf())
                 .collect();
-            // The sealed mapping is the chunk: the filer takes the file
-            // itself (the local filer renames it into place, no copy).
             let result = blocking(move || {
                 // Start the disk on the buffers behind this one, so their
                 // own syncs find most pages written and the disk never
@@ -766,18 +795,35 @@ impl SegmentCell {
                 for path in &behind {
                     start_writeback(path);
                 }
-                filer
-                    .put_file(
+                match rewrite {
+                    Some(bytes) => filer.put(&job_path, &bytes),
+                    // The sealed mapping is the chunk: the filer takes the
+                    // file itself (the local filer renames it into place,
+                    // no copy).
+                    None => filer.put_file(
                         &job_path,
                         job_buffer.path(),
                         job_buffer.header().file_bytes(),
-                    )
-                    .map_err(|e| e.to_string())
+                    ),
+                }
+                .map_err(|e| e.to_string())
             })
             .await;
             match result {
                 Ok(()) => {
-                    backoff = Duration::from_millis(50);
+                    backoff = FLUSH_BACKOFF_MIN;
+                    if rewriting {
+                        held = None;
+                        // The untrusted file, if the failed hand-over left
+                        // it in the buffers dir: recovery must not find it.
+                        let local = buffer.path().to_path_buf();
+                        blocking(move || match std::fs::remove_file(&local) {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => log::warn!("remove {}: {e}", local.display()),
+                        })
+                        .await;
+                    }
                     let mut state = self.state.borrow_mut();
                     state.sealed.pop_front();
                     state.sealed_bytes -= buffer.header().file_bytes();
@@ -794,18 +840,57 @@ impl SegmentCell {
                     drop(state);
                     self.flushed.notify(usize::MAX);
                     self.space.notify(usize::MAX);
+                    continue;
+                }
+                Err(e) if !rewriting => {
+                    log::error!(
+                        "segment {}: storing chunk {path} from {} failed: {e}; the file is not \
+                         trusted again, its bytes are verified and stored from memory",
+                        self.chunk_prefix,
+                        buffer.path().display()
+                    );
+                    let check = buffer.clone();
+                    match blocking(move || verified_chunk_copy(check.chunk_bytes())).await {
+                        Ok(bytes) => held = Some((base_offset, Arc::new(bytes))),
+                        Err(reason) => {
+                            self.fail(format!(
+                                "chunk {path}: its bytes were lost after a failed write \
+                                 ({reason}); offsets {base_offset}..{} are not stored",
+                                buffer.header().next_offset
+                            ));
+                            break;
+                        }
+                    }
                 }
                 Err(e) => {
                     log::error!(
-                        "segment {}: flush of chunk {path} failed, retrying in {backoff:?}: {e}",
+                        "segment {}: storing chunk {path} from memory failed, retrying in \
+                         {backoff:?}: {e}",
                         self.chunk_prefix
                     );
-                    glommio::timer::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
+            glommio::timer::sleep(backoff).await;
+            backoff = (backoff * 2).min(FLUSH_BACKOFF_MAX);
         }
         self.state.borrow_mut().flushing = false;
+    }
+
+    /// Give up on the segment: log why, refuse writes, and wake everyone
+    /// waiting on it (a durable producer gets the error, not an ack).
+    fn fail(&self, reason: String) {
+        log::error!(
+            "segment {}: failed, taking no more writes: {reason}",
+            self.chunk_prefix
+        );
+        let mut state = self.state.borrow_mut();
+        if state.failed.is_none() {
+            state.failed = Some(reason);
+        }
+        drop(state);
+        self.flushed.notify(usize::MAX);
+        self.space.notify(usize::MAX);
+        self.appended.notify(usize::MAX);
     }
 
     /// Wait until every offset below `offset` is in the filer.
@@ -817,10 +902,16 @@ impl SegmentCell {
                 if state.flushed_offset >= offset {
                     return Ok(());
                 }
+                if let Some(reason) = &state.failed {
+                    return Err(EngineError::Segment {
+                        segment: self.chunk_prefix.to_string(),
+                        reason: format!("failed: {reason}"),
+                    });
+                }
                 if self.closed.get() {
-                    return Err(EngineError::Shard {
-                        shard: usize::MAX,
-                        reason: "segment closed before flush".into(),
+                    return Err(EngineError::Segment {
+                        segment: self.chunk_prefix.to_string(),
+                        reason: "closed before flush".into(),
                     });
                 }
                 if state.durable_waiting_since.is_none() {
@@ -1265,27 +1356,21 @@ fn first_at_or_after(data: &[u8], t: i64) -> Result<Option<u64>, ServeError> {
 fn load_chunks(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Vec<ChunkMeta>, EngineError> {
     let mut chunks = Vec::new();
     for path in filer.list(prefix)? {
-        let name = path.as_str().rsplit('/').next().unwrap_or("");
-        let Some(base) = name
-            .strip_suffix(".chunk")
-            .and_then(|b| b.parse::<u64>().ok())
-        else {
+        let Some(base) = filer_layout::parse_chunk_name(path.as_str()) else {
             continue;
         };
         let mut head = [0u8; CHUNK_HEADER_BYTES];
         let n = filer.read_at(&path, 0, &mut head)?;
-        let header = ChunkHeader::decode(&head[..n]).map_err(|e| EngineError::Shard {
-            shard: usize::MAX,
-            reason: format!("chunk {path}: {e}"),
-        })?;
+        let corrupt = |reason: String| EngineError::Corrupt {
+            what: format!("chunk {path}"),
+            reason,
+        };
+        let header = ChunkHeader::decode(&head[..n]).map_err(|e| corrupt(e.to_string()))?;
         if header.base_offset != base {
-            return Err(EngineError::Shard {
-                shard: usize::MAX,
-                reason: format!(
-                    "chunk {path}: header says base offset {}",
-                    header.base_offset
-                ),
-            });
+            return Err(corrupt(format!(
+                "its header says base offset {}",
+                header.base_offset
+            )));
         }
         chunks.push(ChunkMeta { path, header });
     }
@@ -1308,9 +1393,10 @@ fn load_chunks(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Vec<ChunkMeta>,
 fn load_sealed(
     filer: &dyn Filer,
     prefix: &ObjectPath,
+    marker: &ObjectPath,
 ) -> Result<(Vec<ChunkMeta>, bool), EngineError> {
     // The marker first: chunks listed after it are all there are.
-    let marked = match filer.read_at(&prefix.join(SEAL_MARKER_NAME)?, 0, &mut [0u8; 1]) {
+    let marked = match filer.read_at(marker, 0, &mut [0u8; 1]) {
         Ok(_) => true,
         Err(filer::FilerError::NotFound { .. }) => false,
         Err(e) => return Err(e.into()),

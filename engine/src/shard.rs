@@ -138,7 +138,7 @@ impl Shard {
     /// (layouts of one topic may reach shards out of order).
     async fn open_topic(self: &Rc<Self>, topic: Topic) -> Result<Vec<SegmentHandle>, EngineError> {
         let name = topic.name().to_string();
-        let prefix = topic.name().object_prefix();
+        let topic_name = topic.name().clone();
         let buffers_root = self.config.data_dir.join("buffers").join(&name);
         let (existing, held_age) = match self.topics.borrow().get(&name) {
             Some(t) => (t.segments.clone(), Some(layout_age(&t.layout))),
@@ -174,7 +174,7 @@ impl Shard {
             let cell = SegmentCell::open(
                 self.config.clone(),
                 self.filer.clone(),
-                &prefix,
+                &topic_name,
                 buffers_root.join(id.to_string()),
                 id,
                 segment.range.start(),
@@ -205,7 +205,7 @@ impl Shard {
         topic: &str,
         segment: u32,
     ) -> Result<Rc<SegmentCell>, EngineError> {
-        let (prefix, start, end) = {
+        let (name, start, end) = {
             let topics = self.topics.borrow();
             let t = topics.get(topic).ok_or_else(|| EngineError::Shard {
                 shard: self.index,
@@ -221,16 +221,12 @@ impl Shard {
                     shard: self.index,
                     reason: format!("topic {topic} has no segment {segment}"),
                 })?;
-            (
-                t.layout.name().object_prefix(),
-                s.range.start(),
-                s.range.end(),
-            )
+            (t.layout.name().clone(), s.range.start(), s.range.end())
         };
         let cell = SegmentCell::open_sealed(
             self.config.clone(),
             self.filer.clone(),
-            &prefix,
+            &name,
             segment,
             start,
             end,

@@ -79,6 +79,26 @@ impl Conn {
     }
 }
 
+impl Conn {
+    fn produce(&mut self, topic: &str, ack: AckMode, batch: &[u8]) -> (FrameHeader, Vec<u8>) {
+        self.call(Request::Produce {
+            topic,
+            segment: 0,
+            ack,
+            batch,
+        })
+    }
+}
+
+/// `frame` acknowledges `records` records.
+fn assert_produced(frame: &(FrameHeader, Vec<u8>), records: u32) {
+    assert!(
+        matches!(decode(frame), Response::Produced { record_count, .. } if record_count == records),
+        "{:?}",
+        decode(frame)
+    );
+}
+
 fn decode(frame: &(FrameHeader, Vec<u8>)) -> Response<'_> {
     Response::decode(frame.0.frame_type, &frame.1).unwrap()
 }
@@ -147,23 +167,8 @@ fn produce_fetch_restart() {
     let mut c = Conn::open(port + owner);
     for ack in [AckMode::Leader, AckMode::Durable] {
         let b = batch(&["a", "b", "c"], "v");
-        let r = c.call(Request::Produce {
-            topic: "t/one",
-            segment: 0,
-            ack,
-            batch: &b,
-        });
-        assert!(
-            matches!(
-                decode(&r),
-                Response::Produced {
-                    record_count: 3,
-                    ..
-                }
-            ),
-            "{:?}",
-            decode(&r)
-        );
+        let r = c.produce("t/one", ack, &b);
+        assert_produced(&r, 3);
     }
     let records = fetch_all(&mut c, "t/one", 0);
     assert_eq!(records.len(), 6);
@@ -571,6 +576,113 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     broker.stop().unwrap();
 }
 
+/// A stopping broker says goodbye and answers every request it was sent:
+/// a request read before the goodbye is applied and acknowledged, one read
+/// after it is refused with `ShuttingDown` (even a produce with ack `none`)
+/// and not applied; once the client closes its side, the broker closes.
+/// After a restart the segment holds exactly what was acknowledged.
+#[test]
+fn a_stopping_broker_says_goodbye_and_answers_every_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port) = one_shard_broker(dir.path());
+    let mut c = Conn::open(port);
+    // A bound so a broken goodbye fails the test instead of hanging it.
+    c.stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    c.call(Request::CreateTopic {
+        topic: "t/bye".into(),
+        segments: 1,
+    });
+    let produce = |c: &mut Conn, key: &str, ack: AckMode| -> u32 {
+        let id = c.next_id;
+        c.next_id += 1;
+        let b = batch(&[key], "v");
+        let mut out = Vec::new();
+        Request::Produce {
+            topic: "t/bye",
+            segment: 0,
+            ack,
+            batch: &b,
+        }
+        .encode(id, &mut out);
+        c.send_raw(&out);
+        id
+    };
+    let first = produce(&mut c, "before", AckMode::Durable);
+    let (h, _) = c.read_frame().unwrap();
+    assert_eq!(h.request_id, first);
+    // One more in flight as the broker starts to stop: it is answered,
+    // applied or refused.
+    let racing = produce(&mut c, "racing", AckMode::Durable);
+    let stopping = std::thread::spawn(move || broker.stop());
+    let mut racing_applied = None;
+    loop {
+        let frame = c.read_frame().expect("the goodbye before the end");
+        match (frame.0.request_id, decode(&frame)) {
+            (
+                0,
+                Response::Error {
+                    code: ErrorCode::ShuttingDown,
+                    ..
+                },
+            ) => break,
+            (id, Response::Produced { .. }) if id == racing => racing_applied = Some(true),
+            (
+                id,
+                Response::Error {
+                    code: ErrorCode::ShuttingDown,
+                    ..
+                },
+            ) if id == racing => racing_applied = Some(false),
+            (id, other) => panic!("request {id}: unexpected answer {other:?}"),
+        }
+    }
+    // After the goodbye: refused, whatever the ack mode.
+    let late_leader = produce(&mut c, "late", AckMode::Leader);
+    let late_none = produce(&mut c, "late-none", AckMode::None);
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut refused = Vec::new();
+    while let Some(frame) = c.read_frame() {
+        let id = frame.0.request_id;
+        match decode(&frame) {
+            Response::Produced { .. } if id == racing => racing_applied = Some(true),
+            Response::Error {
+                code: ErrorCode::ShuttingDown,
+                ..
+            } if id == racing => racing_applied = Some(false),
+            Response::Error {
+                code: ErrorCode::ShuttingDown,
+                ..
+            } => refused.push(id),
+            other => panic!("request {id}: unexpected answer {other:?}"),
+        }
+    }
+    refused.sort_unstable();
+    assert_eq!(
+        refused,
+        vec![late_leader, late_none],
+        "each late request refused once"
+    );
+    let racing_applied = racing_applied.expect("the racing produce was answered");
+    stopping.join().unwrap().unwrap();
+
+    // What is stored is what was acknowledged.
+    let (broker, port) = one_shard_broker(dir.path());
+    let mut c = Conn::open(port);
+    let keys: Vec<Vec<u8>> = fetch_all(&mut c, "t/bye", 0)
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    let mut want = vec![b"before".to_vec()];
+    if racing_applied {
+        want.push(b"racing".to_vec());
+    }
+    assert_eq!(keys, want, "stored records against acknowledged ones");
+    drop(c);
+    broker.stop().unwrap();
+}
+
 fn error_code(frame: &(FrameHeader, Vec<u8>)) -> Option<ErrorCode> {
     match decode(frame) {
         Response::Error { code, .. } => Some(code),
@@ -721,4 +833,184 @@ fn payload_upload_path_and_bad_references() {
     assert_eq!(t.segments[0].appended_bytes, good.len() as u64);
     drop(c);
     broker.stop().unwrap();
+}
+
+/// What [`FaultyFiler`] does to the first chunk it is handed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandOverFault {
+    /// Fail as a failed `fdatasync` does, the bytes still in the file.
+    Fail,
+    /// Fail as a failed `fdatasync` does after the kernel dropped the dirty
+    /// pages: the file's data reads back as zeros.
+    FailAndLosePages,
+}
+
+/// A test double around the real local filer that injects one fault: the
+/// first `put_file` (a sealed buffer handed over as a chunk) fails. It
+/// records every call that stores a chunk, in order.
+#[derive(Debug)]
+struct FaultyFiler {
+    inner: std::sync::Arc<dyn filer::Filer>,
+    fault: HandOverFault,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+impl FaultyFiler {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl filer::Filer for FaultyFiler {
+    fn put(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), filer::FilerError> {
+        if path.as_str().ends_with(".chunk") {
+            self.calls.lock().unwrap().push(format!("put {path}"));
+        }
+        self.inner.put(path, bytes)
+    }
+    fn read_at(
+        &self,
+        path: &filer::ObjectPath,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, filer::FilerError> {
+        self.inner.read_at(path, offset, buf)
+    }
+    fn size(&self, path: &filer::ObjectPath) -> Result<u64, filer::FilerError> {
+        self.inner.size(path)
+    }
+    fn list(
+        &self,
+        prefix: &filer::ObjectPath,
+    ) -> Result<Vec<filer::ObjectPath>, filer::FilerError> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, path: &filer::ObjectPath) -> Result<(), filer::FilerError> {
+        self.inner.delete(path)
+    }
+    fn local_file(&self, path: &filer::ObjectPath) -> Option<std::path::PathBuf> {
+        self.inner.local_file(path)
+    }
+    fn put_file(
+        &self,
+        path: &filer::ObjectPath,
+        local: &std::path::Path,
+        len: u64,
+    ) -> Result<(), filer::FilerError> {
+        let first = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(format!("put_file {path}"));
+            calls.iter().filter(|c| c.starts_with("put_file")).count() == 1
+        };
+        if !first {
+            return self.inner.put_file(path, local, len);
+        }
+        if self.fault == HandOverFault::FailAndLosePages {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::OpenOptions::new().write(true).open(local).unwrap();
+            let header = wire::chunk::CHUNK_HEADER_BYTES as u64;
+            file.write_all_at(&vec![0u8; (len - header) as usize], header)
+                .unwrap();
+        }
+        Err(filer::FilerError::Io {
+            op: "fdatasync",
+            path: local.display().to_string(),
+            source: std::io::Error::other("injected: Input/output error"),
+        })
+    }
+}
+
+/// Start a one-shard broker whose filer is a [`FaultyFiler`].
+fn faulty_broker(
+    dir: &std::path::Path,
+    fault: HandOverFault,
+) -> (Broker, u16, std::sync::Arc<FaultyFiler>) {
+    let port = port();
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let keep = slot.clone();
+    let broker = Broker::start_with_filer(
+        BrokerConfig {
+            shards: 1,
+            ..config(dir, port)
+        },
+        move |inner| {
+            let faulty = std::sync::Arc::new(FaultyFiler {
+                inner,
+                fault,
+                calls: std::sync::Mutex::new(Vec::new()),
+            });
+            *keep.lock().unwrap() = Some(faulty.clone());
+            faulty
+        },
+    )
+    .unwrap();
+    let faulty = slot.lock().unwrap().take().unwrap();
+    (broker, port, faulty)
+}
+
+/// A chunk whose hand-over failed (as after a failed `fdatasync`) is never
+/// synced from that file again: its verified bytes go to the filer from
+/// memory as a new object, and only then is the durable produce
+/// acknowledged. After a restart every acknowledged record is there once.
+#[test]
+fn a_failed_chunk_write_is_stored_again_from_memory_never_synced_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port, faulty) = faulty_broker(dir.path(), HandOverFault::Fail);
+    let mut c = Conn::open(port);
+    c.call(Request::CreateTopic {
+        topic: "t/fsync".into(),
+        segments: 1,
+    });
+    let b = batch(&["a", "b", "c"], "durable");
+    let r = c.produce("t/fsync", AckMode::Durable, &b);
+    assert_produced(&r, 3);
+    let calls = faulty.calls();
+    let chunk = calls[0].strip_prefix("put_file ").unwrap().to_owned();
+    assert_eq!(
+        calls,
+        vec![format!("put_file {chunk}"), format!("put {chunk}")],
+        "the failed file is not handed over again; its bytes are put from memory"
+    );
+    drop(c);
+    broker.stop().unwrap();
+
+    let (broker, port) = one_shard_broker(dir.path());
+    let mut c = Conn::open(port);
+    let keys: Vec<Vec<u8>> = fetch_all(&mut c, "t/fsync", 0)
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    drop(c);
+    broker.stop().unwrap();
+}
+
+/// When the bytes of a chunk whose write failed no longer verify (the
+/// kernel dropped the pages), the segment fails loudly: the durable
+/// produce gets a storage error, never an ack; later writes are refused;
+/// and the broker's stop reports the failure.
+#[test]
+fn bytes_lost_after_a_failed_write_fail_the_segment_and_are_never_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port, faulty) = faulty_broker(dir.path(), HandOverFault::FailAndLosePages);
+    let mut c = Conn::open(port);
+    c.call(Request::CreateTopic {
+        topic: "t/lost".into(),
+        segments: 1,
+    });
+    let b = batch(&["a", "b"], "lost");
+    let r = c.produce("t/lost", AckMode::Durable, &b);
+    assert_eq!(error_code(&r), Some(ErrorCode::Storage), "{:?}", decode(&r));
+    let r = c.produce("t/lost", AckMode::Leader, &b);
+    assert_eq!(error_code(&r), Some(ErrorCode::Storage), "{:?}", decode(&r));
+    let calls = faulty.calls();
+    assert_eq!(calls.len(), 1, "nothing stored after the loss: {calls:?}");
+    drop(c);
+    let stopped = broker.stop();
+    assert!(
+        stopped
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("failed")),
+        "{stopped:?}"
+    );
 }

@@ -131,19 +131,13 @@ impl Filer for LocalFiler {
     }
 
     fn put_file(&self, path: &ObjectPath, local: &Path, len: u64) -> Result<(), FilerError> {
-        let file = match fs::OpenOptions::new().write(true).open(local) {
-            Ok(file) => file,
-            // A retry after a rename that succeeded and a directory sync
-            // that failed: the object is in place, so finish the sync.
-            Err(e) if e.kind() == ErrorKind::NotFound && self.size(path).ok() == Some(len) => {
-                let target = self.file_path(path);
-                let parent = target
-                    .parent()
-                    .expect("root joined with a non-empty relative path has a parent");
-                return sync_dir(parent);
-            }
-            Err(e) => return Err(io_error("open", local)(e)),
-        };
+        // No retry after a failure comes here: a caller whose hand-over
+        // failed stores the bytes anew (`put`) or gives them up, since a
+        // second sync of the same file can succeed with its pages gone.
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(local)
+            .map_err(io_error("open", local))?;
         file.set_len(len).map_err(io_error("truncate", local))?;
         file.sync_data().map_err(io_error("fdatasync", local))?;
         if self.drop_handed_over_pages {
@@ -452,8 +446,6 @@ mod tests {
         filer.put_file(&p("t/a/0/1.chunk"), &local, 11).unwrap();
         assert!(!local.exists(), "the file was handed over");
         assert_eq!(read_all(&filer, &p("t/a/0/1.chunk")), b"chunk bytes");
-        // Retrying a hand-over that completed is not an error.
-        filer.put_file(&p("t/a/0/1.chunk"), &local, 11).unwrap();
         // A missing local file is an error naming it, and stores nothing.
         let err = filer.put_file(&p("t/a/0/2.chunk"), &local, 1).unwrap_err();
         assert!(err.to_string().contains("buffer"), "{err}");

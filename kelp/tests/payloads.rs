@@ -131,7 +131,8 @@ async fn four_mib_values_by_reference_and_inline_read_back_identical() {
 }
 
 fn payload_file(filer: &Path, topic: &str, r: &PayloadRef) -> PathBuf {
-    filer.join("topics").join(topic).join(r.id.relative_path())
+    let topic = control::TopicName::parse(topic).unwrap();
+    filer.join(control::filer_layout::payload(&topic, &r.id).as_str())
 }
 
 /// With the filer shared, the client writes and reads payloads itself. A

@@ -82,6 +82,11 @@ pub enum ErrorCode {
     PayloadNotFound,
     /// A payload's bytes do not match its reference's length or checksum.
     PayloadMismatch,
+    /// The broker is stopping and did not apply the request: send it again
+    /// after refreshing the layout (the broker's segments are moving). Sent
+    /// once unasked, with request id 0, as the connection's goodbye; every
+    /// request read after it gets this answer (docs/wire-format.md).
+    ShuttingDown,
     Other(u16),
 }
 
@@ -105,6 +110,7 @@ impl ErrorCode {
             ErrorCode::Internal => 15,
             ErrorCode::PayloadNotFound => 16,
             ErrorCode::PayloadMismatch => 17,
+            ErrorCode::ShuttingDown => 18,
             ErrorCode::Other(v) => v,
         }
     }
@@ -128,13 +134,17 @@ impl ErrorCode {
             15 => ErrorCode::Internal,
             16 => ErrorCode::PayloadNotFound,
             17 => ErrorCode::PayloadMismatch,
+            18 => ErrorCode::ShuttingDown,
             v => ErrorCode::Other(v),
         }
     }
 
     /// Whether the client should refresh the topic layout and retry.
     pub fn is_stale_layout(self) -> bool {
-        matches!(self, ErrorCode::NotOwner | ErrorCode::SegmentSealed)
+        matches!(
+            self,
+            ErrorCode::NotOwner | ErrorCode::SegmentSealed | ErrorCode::ShuttingDown
+        )
     }
 }
 

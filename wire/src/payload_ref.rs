@@ -34,14 +34,13 @@ pub const PAYLOAD_REF_BYTES: usize = 40;
 pub const PAYLOAD_REF_VERSION: u8 = 1;
 /// Payloads are grouped into directories of this many ms of creation time.
 pub const PAYLOAD_BUCKET_MS: u64 = 3_600_000;
-/// The directory, under a topic's prefix, that holds its payloads.
-pub const PAYLOADS_DIR: &str = "payloads";
 
 const CHECKSUM_OFFSET: usize = 4;
 const LENGTH_OFFSET: usize = 8;
 const CREATED_OFFSET: usize = 16;
 const NONCE_OFFSET: usize = 24;
-const NAME_BYTES: usize = 16 + 1 + 32;
+/// Bytes of a payload's object name, [`PayloadId::object_name`].
+pub const NAME_BYTES: usize = 16 + 1 + 32;
 
 const _: () = assert!(NONCE_OFFSET + 16 == PAYLOAD_REF_BYTES);
 
@@ -65,16 +64,6 @@ impl PayloadId {
         format!("{:016x}-{:032x}", self.created_ms, self.nonce)
     }
 
-    /// The path relative to the topic's prefix:
-    /// `payloads/<bucket:010>/<name>`.
-    pub fn relative_path(&self) -> String {
-        format!(
-            "{PAYLOADS_DIR}/{}/{}",
-            bucket_dir_name(self.bucket()),
-            self.object_name()
-        )
-    }
-
     /// Parse an object name written by [`PayloadId::object_name`]; `None`
     /// for anything else (exact length, lowercase hex only).
     pub fn parse_object_name(name: &str) -> Option<PayloadId> {
@@ -91,11 +80,6 @@ impl PayloadId {
             nonce: u128::from_str_radix(&name[17..], 16).ok()?,
         })
     }
-}
-
-/// The directory name of an hour bucket: 10 decimal digits.
-pub fn bucket_dir_name(bucket: u64) -> String {
-    format!("{bucket:010}")
 }
 
 /// A reference to a payload: where it is, how long, and its checksum.
@@ -156,13 +140,16 @@ impl PayloadRef {
 }
 
 impl std::fmt::Display for PayloadRef {
-    /// `ref:<relative path> length=<n> crc32c=<hex>`, as `kelp sub` and
-    /// `kelp chunk cat` print references.
+    /// `ref:<path> length=<n> crc32c=<hex>`, as `kelp sub` and `kelp chunk
+    /// cat` print references, `<path>` being the payload's object path
+    /// below its topic's prefix (control's `filer_layout::payload`, whose
+    /// tests hold the two together).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "ref:{} length={} crc32c={:08x}",
-            self.id.relative_path(),
+            "ref:payloads/{:010}/{} length={} crc32c={:08x}",
+            self.id.bucket(),
+            self.id.object_name(),
             self.length,
             self.checksum
         )
@@ -206,8 +193,9 @@ mod tests {
         );
         assert_eq!(id.bucket(), 1_764_520_000_123 / 3_600_000);
         assert_eq!(
-            id.relative_path(),
-            "payloads/0000490144/0000019ad5967a7b-00112233445566778899aabbccddeeff"
+            sample().to_string(),
+            "ref:payloads/0000490144/0000019ad5967a7b-00112233445566778899aabbccddeeff \
+             length=4194304 crc32c=deadbeef"
         );
         assert_eq!(PayloadId::parse_object_name(&id.object_name()), Some(id));
         for bad in [

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use filer::{Filer, FilerError, ObjectPath};
+use filer::{Filer, ObjectPath};
 use kafka::api::describe_groups::{
     DescribeGroupsRequest, DescribeGroupsResponse, DescribedGroup, DescribedMember,
 };
@@ -38,8 +38,6 @@ use kafka::RequestHeader;
 use super::{put_object, read_object, Gateway, NODE_ID};
 use crate::error::EngineError;
 
-/// Where committed offsets live in the filer.
-const OFFSETS_PREFIX: &str = "kafka/groups";
 /// How often the coordinator's timeouts are checked.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -51,20 +49,11 @@ pub(crate) struct Groups {
     started: Instant,
 }
 
-/// The filer object of group `group_id`'s offsets: every byte outside
-/// `A-Z a-z 0-9 . _ -` is written `%XX`, so any group id is one path
-/// component.
-pub(crate) fn offsets_path(group_id: &str) -> Result<ObjectPath, FilerError> {
-    let mut name = String::with_capacity(group_id.len() + 8);
-    for b in group_id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
-            name.push(char::from(b));
-        } else {
-            name.push_str(&format!("%{b:02X}"));
-        }
-    }
-    name.push_str(".offsets");
-    ObjectPath::new(OFFSETS_PREFIX)?.join(&name)
+/// The filer object of group `group_id`'s offsets
+/// (`filer_layout::kafka_group_offsets`).
+pub(crate) fn offsets_path(group_id: &str) -> Result<ObjectPath, String> {
+    control::filer_layout::kafka_group_offsets(group_id)
+        .ok_or_else(|| format!("group id {group_id:?} is too long for a filer path"))
 }
 
 impl Groups {
@@ -74,7 +63,7 @@ impl Groups {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let mut coordinator = Coordinator::new(CoordinatorConfig::default(), seed);
-        let prefix = ObjectPath::new(OFFSETS_PREFIX)?;
+        let prefix = control::filer_layout::kafka_groups();
         for path in filer.list(&prefix)? {
             let bytes = read_object(filer.as_ref(), &path, group::OFFSETS_FILE_BYTES_MAX)?;
             match coordinator.restore_offsets(&bytes) {
@@ -441,7 +430,7 @@ pub(crate) async fn commit_offsets(
 }
 
 async fn persist(filer: Arc<dyn Filer>, group_id: &str, bytes: Vec<u8>) -> Result<(), String> {
-    let path = offsets_path(group_id).map_err(|e| e.to_string())?;
+    let path = offsets_path(group_id)?;
     put_object(filer, path, bytes).await
 }
 

@@ -7,12 +7,10 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use filer::{Filer, FilerError, ObjectPath};
+use filer::{Filer, FilerError};
 
 use crate::error::EngineError;
 
-/// The filer object holding the next unreserved producer id.
-const PRODUCER_IDS_PATH: &str = "kafka/producer_ids";
 /// Ids reserved per filer write.
 const BLOCK: i64 = 1000;
 
@@ -24,14 +22,14 @@ pub(crate) struct ProducerIds {
 
 impl ProducerIds {
     pub(crate) fn open(filer: Arc<dyn Filer>) -> Result<ProducerIds, EngineError> {
-        let path = ObjectPath::new(PRODUCER_IDS_PATH)?;
+        let path = control::filer_layout::kafka_producer_ids();
         let mut bytes = [0u8; 8];
         let start = match filer.read_at(&path, 0, &mut bytes) {
             Ok(8) => i64::from_be_bytes(bytes),
             Ok(n) => {
-                return Err(EngineError::Shard {
-                    shard: usize::MAX,
-                    reason: format!("{PRODUCER_IDS_PATH}: {n} bytes, expected 8"),
+                return Err(EngineError::Corrupt {
+                    what: path.to_string(),
+                    reason: format!("{n} bytes, expected 8"),
                 })
             }
             Err(FilerError::NotFound { .. }) => 0,
@@ -50,7 +48,7 @@ impl ProducerIds {
             let end = self.next.get() + BLOCK;
             let filer = self.filer.clone();
             tokio::task::spawn_blocking(move || {
-                let path = ObjectPath::new(PRODUCER_IDS_PATH)?;
+                let path = control::filer_layout::kafka_producer_ids();
                 filer.put(&path, &end.to_be_bytes())
             })
             .await

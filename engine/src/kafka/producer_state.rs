@@ -462,10 +462,13 @@ pub(crate) async fn store_forever(gateway: Rc<Gateway>) {
     }
 }
 
-fn snapshot_path(topic: &str, segment: u32) -> Result<ObjectPath, FilerError> {
-    ObjectPath::new(format!(
-        "topics/{}/kafka-producers/{segment}",
-        kelp_name(topic)
+/// Where a partition's producer snapshot is stored
+/// (`filer_layout::kafka_producer_snapshot`); an error for a Kafka topic
+/// name that is no kelp topic name.
+fn snapshot_path(topic: &str, segment: u32) -> Result<ObjectPath, control::ControlError> {
+    let name = control::TopicName::parse(&kelp_name(topic))?;
+    Ok(control::filer_layout::kafka_producer_snapshot(
+        &name, segment,
     ))
 }
 

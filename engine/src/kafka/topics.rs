@@ -147,7 +147,9 @@ pub(crate) fn kafka_error(e: &ServeError) -> i16 {
     use kafka::error_code as k;
     match e.code {
         ErrorCode::TopicNotFound | ErrorCode::SegmentNotFound => k::UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode::NotOwner | ErrorCode::SegmentSealed => k::NOT_LEADER_OR_FOLLOWER,
+        ErrorCode::NotOwner | ErrorCode::SegmentSealed | ErrorCode::ShuttingDown => {
+            k::NOT_LEADER_OR_FOLLOWER
+        }
         ErrorCode::InvalidTopicName => k::INVALID_TOPIC_EXCEPTION,
         ErrorCode::TopicExists => k::TOPIC_ALREADY_EXISTS,
         ErrorCode::TooLarge => k::MESSAGE_TOO_LARGE,
