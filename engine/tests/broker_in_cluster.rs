@@ -6,19 +6,18 @@
 //! there. The brokers register, report load and leave.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
-use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::{Fetched, SegmentLoadReport};
 use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
 
-mod support;
+use test_support::{read_frame, TestConn};
 
 const TOPIC: &str = "cluster/t";
 const HALF: u64 = 1 << 31;
@@ -81,38 +80,17 @@ fn stand_in_control(filer: PathBuf) -> (String, Arc<Mutex<Heard>>) {
     (address, heard)
 }
 
-fn read_frame(stream: &mut TcpStream) -> Option<(FrameHeader, Vec<u8>)> {
-    let mut h = [0u8; FRAME_HEADER_BYTES];
-    stream.read_exact(&mut h).ok()?;
-    let header = FrameHeader::decode(&h).unwrap();
-    let mut payload = vec![0u8; header.payload_bytes as usize];
-    stream.read_exact(&mut payload).ok()?;
-    header.verify_payload(&payload).unwrap();
-    Some((header, payload))
-}
-
-struct Conn {
-    stream: TcpStream,
-    next_id: u32,
-}
+/// A test connection whose answers are decoded (and leaked, so they may
+/// borrow their payload for the rest of the test).
+struct Conn(TestConn);
 
 impl Conn {
     fn open(port: u16) -> Conn {
-        Conn {
-            stream: TcpStream::connect(("127.0.0.1", port)).unwrap(),
-            next_id: 1,
-        }
+        Conn(TestConn::open(port))
     }
 
     fn call(&mut self, request: Request<'_>) -> Response<'static> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut out = Vec::new();
-        request.encode(id, &mut out);
-        self.stream.write_all(&out).unwrap();
-        let (h, p) = read_frame(&mut self.stream).unwrap();
-        assert_eq!(h.request_id, id);
-        // Leak the payload so the response may borrow it for the test.
+        let (h, p) = self.0.call(request);
         let p: &'static [u8] = Box::leak(p.into_boxed_slice());
         Response::decode(h.frame_type, p).unwrap()
     }
@@ -211,7 +189,7 @@ fn key_in(start: u64, end: u64) -> String {
 }
 
 fn broker(dir: &Path, control: &str) -> (Broker, u16) {
-    let port = support::free_port_pair();
+    let port = test_support::free_port_pair();
     let broker = Broker::start(BrokerConfig {
         data_dir: dir.to_path_buf(),
         listen: format!("127.0.0.1:{port}").parse().unwrap(),

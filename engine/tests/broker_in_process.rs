@@ -3,20 +3,17 @@
 //! back, bad input, restart.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-
 use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
-use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::frame::FrameHeader;
 use wire::message::Fetched;
 use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
 
-mod support;
+use test_support::{decode, TestConn as Conn};
 
 /// Two consecutive ports, free for TCP and UDP now.
 fn port() -> u16 {
-    support::free_port_pair()
+    test_support::free_port_pair()
 }
 
 /// A broker with one shard on fresh ports; returns it and its port.
@@ -40,56 +37,6 @@ fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
     }
 }
 
-struct Conn {
-    stream: TcpStream,
-    next_id: u32,
-}
-
-impl Conn {
-    fn open(port: u16) -> Conn {
-        Conn {
-            stream: TcpStream::connect(("127.0.0.1", port)).unwrap(),
-            next_id: 1,
-        }
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).unwrap();
-    }
-
-    fn read_frame(&mut self) -> Option<(FrameHeader, Vec<u8>)> {
-        let mut h = [0u8; FRAME_HEADER_BYTES];
-        self.stream.read_exact(&mut h).ok()?;
-        let header = FrameHeader::decode(&h).unwrap();
-        let mut payload = vec![0u8; header.payload_bytes as usize];
-        self.stream.read_exact(&mut payload).unwrap();
-        header.verify_payload(&payload).unwrap();
-        Some((header, payload))
-    }
-
-    fn call(&mut self, request: Request<'_>) -> (FrameHeader, Vec<u8>) {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut out = Vec::new();
-        request.encode(id, &mut out);
-        self.send_raw(&out);
-        let (h, p) = self.read_frame().unwrap();
-        assert_eq!(h.request_id, id);
-        (h, p)
-    }
-}
-
-impl Conn {
-    fn produce(&mut self, topic: &str, ack: AckMode, batch: &[u8]) -> (FrameHeader, Vec<u8>) {
-        self.call(Request::Produce {
-            topic,
-            segment: 0,
-            ack,
-            batch,
-        })
-    }
-}
-
 /// `frame` acknowledges `records` records.
 fn assert_produced(frame: &(FrameHeader, Vec<u8>), records: u32) {
     assert!(
@@ -97,10 +44,6 @@ fn assert_produced(frame: &(FrameHeader, Vec<u8>), records: u32) {
         "{:?}",
         decode(frame)
     );
-}
-
-fn decode(frame: &(FrameHeader, Vec<u8>)) -> Response<'_> {
-    Response::decode(frame.0.frame_type, &frame.1).unwrap()
 }
 
 fn batch(keys: &[&str], value: &str) -> Vec<u8> {
@@ -586,28 +529,17 @@ fn a_stopping_broker_says_goodbye_and_answers_every_request() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut c = Conn::open(port);
-    // A bound so a broken goodbye fails the test instead of hanging it.
-    c.stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .unwrap();
     c.call(Request::CreateTopic {
         topic: "t/bye".into(),
         segments: 1,
     });
     let produce = |c: &mut Conn, key: &str, ack: AckMode| -> u32 {
-        let id = c.next_id;
-        c.next_id += 1;
-        let b = batch(&[key], "v");
-        let mut out = Vec::new();
-        Request::Produce {
+        c.send(Request::Produce {
             topic: "t/bye",
             segment: 0,
             ack,
-            batch: &b,
-        }
-        .encode(id, &mut out);
-        c.send_raw(&out);
-        id
+            batch: &batch(&[key], "v"),
+        })
     };
     let first = produce(&mut c, "before", AckMode::Durable);
     let (h, _) = c.read_frame().unwrap();

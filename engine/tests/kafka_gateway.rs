@@ -32,15 +32,14 @@ use kafka::{
 };
 use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
-use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::Fetched;
 use wire::{AckMode, BatchBuilder, FetchFrom, Response};
 
-mod support;
+use test_support::TestConn;
 
 /// Two consecutive ports, free for TCP and UDP now.
 fn port() -> u16 {
-    support::free_port_pair()
+    test_support::free_port_pair()
 }
 
 fn start(dir: &std::path::Path, port: u16) -> Broker {
@@ -826,24 +825,6 @@ fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused_across_restar
     broker.stop().unwrap();
 }
 
-/// A native connection to shard `shard` of a broker on `port`.
-struct Native(TcpStream, u32);
-
-impl Native {
-    fn call(&mut self, request: wire::Request<'_>) -> (FrameHeader, Vec<u8>) {
-        self.1 += 1;
-        let mut out = Vec::new();
-        request.encode(self.1, &mut out);
-        self.0.write_all(&out).unwrap();
-        let mut h = [0u8; FRAME_HEADER_BYTES];
-        self.0.read_exact(&mut h).unwrap();
-        let header = FrameHeader::decode(&h).unwrap();
-        let mut payload = vec![0u8; header.payload_bytes as usize];
-        self.0.read_exact(&mut payload).unwrap();
-        (header, payload)
-    }
-}
-
 #[test]
 fn kafka_records_are_read_natively_and_native_records_through_kafka() {
     let dir = tempfile::tempdir().unwrap();
@@ -865,7 +846,7 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
     );
 
     // The partition's segment and its shard, from the native layout.
-    let mut n = Native(TcpStream::connect(("127.0.0.1", port)).unwrap(), 0);
+    let mut n = TestConn::open(port);
     let frame = n.call(wire::Request::DescribeTopic {
         topic: "kafka/both".into(),
     });
@@ -873,10 +854,7 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
         panic!("no topic");
     };
     let segment = info.segments[0].clone();
-    let mut n = Native(
-        TcpStream::connect(("127.0.0.1", port + segment.shard)).unwrap(),
-        0,
-    );
+    let mut n = TestConn::open(port + segment.shard);
     let frame = n.call(wire::Request::Fetch {
         topic: "kafka/both".into(),
         segment: segment.id,

@@ -19,11 +19,11 @@ const PIPELINE_DEPTH: usize = 128;
 /// Longest any single test step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
-mod support;
+use test_support::{decode, TestConn};
 
 /// A port `p` such that TCP and UDP on `p` and `p + 1` are free now.
 fn ports() -> u16 {
-    support::free_port_pair()
+    test_support::free_port_pair()
 }
 
 fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
@@ -116,10 +116,6 @@ impl Conn {
     }
 }
 
-fn decode(frame: &(FrameHeader, Vec<u8>)) -> Response<'_> {
-    Response::decode(frame.0.frame_type, &frame.1).unwrap()
-}
-
 /// 100 records whose values name the producer and the record's sequence.
 fn batch(producer: u32, first: u64) -> Vec<u8> {
     let mut b = BatchBuilder::new();
@@ -154,21 +150,10 @@ async fn create_topic(endpoint: &quinn::Endpoint, port: u16, topic: &str) -> u16
 }
 
 fn create_topic_over_tcp(port: u16, topic: &str) -> u16 {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut out = Vec::new();
-    Request::CreateTopic {
+    let frame = TestConn::open(port).call(Request::CreateTopic {
         topic: topic.into(),
         segments: 1,
-    }
-    .encode(1, &mut out);
-    stream.write_all(&out).unwrap();
-    let mut h = [0u8; FRAME_HEADER_BYTES];
-    stream.read_exact(&mut h).unwrap();
-    let header = FrameHeader::decode(&h).unwrap();
-    let mut payload = vec![0u8; header.payload_bytes as usize];
-    stream.read_exact(&mut payload).unwrap();
-    let frame = (header, payload);
+    });
     let Response::Topic(info) = decode(&frame) else {
         panic!("{:?}", decode(&frame))
     };

@@ -5,7 +5,6 @@
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 /// The `kelp` binary under test: `$KELP_BIN` when set (to test another
@@ -16,22 +15,10 @@ pub fn kelp_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kelp")))
 }
 
-pub static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
-
-/// Ports for one broker (two shards), free for TCP and UDP now, below the
-/// ephemeral range (32768 and up) so no client connection takes them.
+/// Ports for one broker (two shards): `test_support::free_port_pair`, the
+/// one port picker of every kelp test.
 pub fn port() -> u16 {
-    let base = 10_000 + (std::process::id() % 1_000) as u16 * 8;
-    loop {
-        let p = base + NEXT_PORT.fetch_add(4, Ordering::Relaxed) % 1_800;
-        let free = (p..p + 2).all(|q| {
-            std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
-                && std::net::UdpSocket::bind(("127.0.0.1", q)).is_ok()
-        });
-        if free {
-            return p;
-        }
-    }
+    test_support::free_port_pair()
 }
 
 pub struct Broker {
@@ -58,7 +45,7 @@ impl Broker {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start kelp serve");
-        let broker = Broker {
+        let mut broker = Broker {
             child,
             port,
             data_dir: data_dir.to_path_buf(),
@@ -67,12 +54,30 @@ impl Broker {
         broker
     }
 
-    /// Ready when both shards accept and the admin path answers.
-    pub fn wait_ready(&self) {
+    /// Ready when both shards accept and the admin path answers, while
+    /// the process started is still running: something else answering on
+    /// the port (the broker failed to bind it and exited) fails the test.
+    pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "the broker started on port {} exited with {status}",
+                    self.port
+                );
+            }
             let up = (0..2).all(|i| TcpStream::connect(("127.0.0.1", self.port + i)).is_ok());
             if up && self.cli(&["topic", "list"]).status.success() {
+                // Answered; it was ours only if ours still runs (a failed
+                // bind exits at once).
+                std::thread::sleep(Duration::from_millis(50));
+                if let Some(status) = self.child.try_wait().unwrap() {
+                    panic!(
+                        "the broker started on port {} exited with {status}, and something \
+                         else answers there",
+                        self.port
+                    );
+                }
                 return;
             }
             assert!(
@@ -136,6 +141,7 @@ impl ControlPlane {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start kelp control");
+        let mut child = child;
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
@@ -143,6 +149,11 @@ impl ControlPlane {
                 "control plane did not start on port {port}"
             );
             std::thread::sleep(Duration::from_millis(50));
+        }
+        // What answers is ours only if ours still runs.
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the control plane started on port {port} exited with {status}");
         }
         ControlPlane {
             child,

@@ -1,0 +1,168 @@
+//! What kelp's integration tests share, so each exists once:
+//!
+//! - [`free_port_pair`]: the one port picker. A pair of ports free for TCP
+//!   and UDP, reserved against every other kelp test process on this
+//!   machine for as long as this one lives.
+//! - [`TestConn`]: the one blocking test connection, and [`read_frame`],
+//!   the one frame reader for tests: kelp's frames over a plain
+//!   `TcpStream`, every frame's checksum verified.
+//!
+//! A test double or fixture that only one test file needs stays in that
+//! file.
+#![allow(clippy::unwrap_used)]
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::io::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::{AckMode, Request, Response};
+
+/// Where the ports handed out lie: below the ephemeral range (32768 and
+/// up), so no client connection can take one between the check and the
+/// server's bind.
+const PORTS_START: u16 = 20_000;
+const PORTS_COUNT: u16 = 12_000;
+/// Ports apart of two pairs handed out in a row; a broker with two shards
+/// uses `p` and `p + 1`.
+const PAIR_STRIDE: u16 = 3;
+
+static NEXT_PAIR: AtomicU16 = AtomicU16::new(0);
+/// The reservation locks this process holds; they are released when it
+/// exits (the kernel drops the `flock`s with the descriptors).
+static RESERVED: Mutex<Vec<File>> = Mutex::new(Vec::new());
+
+/// A port `p` with TCP and UDP on `p` and `p + 1` free now and reserved for
+/// this process: every kelp test process takes an exclusive `flock` on
+/// `$TMPDIR/kelp-test-ports/<p>.lock` before it uses a pair, so two test
+/// binaries run at once never get the same ports (a free port alone is no
+/// promise: another process may bind it a moment later). Other programs do
+/// not take these locks; a test still checks that what answers on its port
+/// is the server it started.
+pub fn free_port_pair() -> u16 {
+    let lock_dir = std::env::temp_dir().join("kelp-test-ports");
+    std::fs::create_dir_all(&lock_dir).unwrap();
+    let start = (std::process::id() % u32::from(PORTS_COUNT / PAIR_STRIDE)) as u16;
+    for _ in 0..PORTS_COUNT / PAIR_STRIDE {
+        let pair =
+            (start + NEXT_PAIR.fetch_add(1, Ordering::Relaxed)) % (PORTS_COUNT / PAIR_STRIDE);
+        let p = PORTS_START + pair * PAIR_STRIDE;
+        let free = (p..p + 2).all(|q| {
+            std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
+                && std::net::UdpSocket::bind(("127.0.0.1", q)).is_ok()
+        });
+        if free && reserve(lock_dir.join(format!("{p}.lock"))) {
+            return p;
+        }
+    }
+    panic!(
+        "no free pair of ports in {PORTS_START}..{}",
+        PORTS_START + PORTS_COUNT
+    );
+}
+
+/// Take the reservation lock at `path` for this process's life; false if
+/// another process holds it.
+fn reserve(path: PathBuf) -> bool {
+    let Ok(file) = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+    else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor `file` holds open.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if locked {
+        RESERVED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(file);
+    }
+    locked
+}
+
+/// One frame as read: its header, and its payload (checksum verified).
+pub type Frame = (FrameHeader, Vec<u8>);
+
+/// Read one whole frame from `stream` and verify its checksum; `None` if
+/// the stream ends (or fails) before a whole frame. Panics on a frame that
+/// does not decode or verify: in a test that is the bug.
+pub fn read_frame(stream: &mut impl Read) -> Option<Frame> {
+    let mut h = [0u8; FRAME_HEADER_BYTES];
+    stream.read_exact(&mut h).ok()?;
+    let header = FrameHeader::decode(&h).unwrap();
+    let mut payload = vec![0u8; header.payload_bytes as usize];
+    stream.read_exact(&mut payload).ok()?;
+    header.verify_payload(&payload).unwrap();
+    Some((header, payload))
+}
+
+/// A frame's response, decoded.
+pub fn decode(frame: &Frame) -> Response<'_> {
+    Response::decode(frame.0.frame_type, &frame.1).unwrap()
+}
+
+/// A blocking connection to a broker shard, for tests: requests go out
+/// with ids from 1 up, and [`TestConn::call`] checks the answer's id.
+#[derive(Debug)]
+pub struct TestConn {
+    pub stream: TcpStream,
+    pub next_id: u32,
+}
+
+/// How long a test waits for one frame before it fails instead of hanging.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl TestConn {
+    /// Connect to `127.0.0.1:port`.
+    pub fn open(port: u16) -> TestConn {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        TestConn { stream, next_id: 1 }
+    }
+
+    /// Write raw bytes, framed or not.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// Send `request` with the next id, without waiting; returns the id.
+    pub fn send(&mut self, request: Request<'_>) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut out = Vec::new();
+        request.encode(id, &mut out);
+        self.send_raw(&out);
+        id
+    }
+
+    /// The next frame from the broker.
+    pub fn read_frame(&mut self) -> Option<Frame> {
+        read_frame(&mut self.stream)
+    }
+
+    /// Send `request` and read its answer, which must carry its id.
+    pub fn call(&mut self, request: Request<'_>) -> Frame {
+        let id = self.send(request);
+        let frame = self.read_frame().unwrap();
+        assert_eq!(frame.0.request_id, id, "the answer to request {id}");
+        frame
+    }
+
+    /// Produce `batch` to segment 0 of `topic` and read the answer.
+    pub fn produce(&mut self, topic: &str, ack: AckMode, batch: &[u8]) -> Frame {
+        self.call(Request::Produce {
+            topic,
+            segment: 0,
+            ack,
+            batch,
+        })
+    }
+}
