@@ -42,6 +42,11 @@ const BLOCKING_THREADS: usize = 2;
 
 /// How long a stopping shard waits for its connections to end.
 const CONNECTIONS_DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// How long a stopped shard keeps answering its inbox for the QUIC thread's
+/// connections to say goodbye: their goodbye wait, and room to spare.
+const INBOX_DRAIN_WAIT: Duration = Duration::from_secs(4);
+const _: () =
+    assert!(crate::connection::GOODBYE_WAIT.as_millis() + 500 < INBOX_DRAIN_WAIT.as_millis());
 // A connection's goodbye ends within the shard's wait for it.
 const _: () =
     assert!(crate::connection::GOODBYE_WAIT.as_millis() < CONNECTIONS_DRAIN_WAIT.as_millis());
@@ -208,7 +213,7 @@ impl Broker {
                             .await;
                         })
                     });
-                    glommio::spawn_local(inbox_loop(shard.clone(), inbox_rx)).detach();
+                    let inbox = glommio::spawn_local(inbox_loop(shard.clone(), inbox_rx));
                     let _ = ready.send(Ok(()));
                     // Commands arrive until shutdown, which ends the shard.
                     while let Ok(command) = command_rx.recv_async().await {
@@ -223,6 +228,10 @@ impl Broker {
                         quic.await;
                     }
                     shard.wait_connections_closed(CONNECTIONS_DRAIN_WAIT).await;
+                    // Frames from the QUIC thread and the gateway are answered
+                    // until those have said goodbye and let go of the inbox
+                    // (they stop after the shards flushed), within a bound.
+                    futures_lite::future::or(inbox, glommio::timer::sleep(INBOX_DRAIN_WAIT)).await;
                 })
                 .map_err(|e| EngineError::Shard {
                     shard: index,
@@ -326,12 +335,15 @@ impl Broker {
     }
 
     /// Stop serving, seal and flush every buffer, and join every thread.
+    ///
+    /// In order: the Kafka gateway stops; the control plane (a cluster
+    /// broker leaves, its segments moving elsewhere while TCP and QUIC
+    /// still answer) has every shard flush, and TCP connections say goodbye
+    /// as their shard stops; then the QUIC connections say goodbye, while
+    /// the shards still answer their inbox.
     pub fn stop(mut self) -> Result<(), EngineError> {
         if let Some(kafka) = self.kafka.take() {
             kafka.stop();
-        }
-        if let Some(quic) = self.quic.take() {
-            quic.stop();
         }
         let (tx, rx) = flume::bounded(1);
         let flushed = if self
@@ -344,6 +356,9 @@ impl Broker {
         } else {
             Err("control plane stopped".into())
         };
+        if let Some(quic) = self.quic.take() {
+            quic.stop();
+        }
         if let Some(t) = self.control_thread.take() {
             let _ = t.join();
         }

@@ -138,10 +138,14 @@ where
     // Set once the goodbye is queued: until then the shard's stop ends a
     // wait for the next frame, after it this deadline does.
     let mut goodbye_until: Option<Instant> = None;
+    // Header bytes read so far: kept outside the read, so a read cut short
+    // by the shard's stop loses none of them (glommio consumes bytes only
+    // in a read that completes).
+    let mut header_filled = 0;
     loop {
         outbox.acquire(in_flight_max).await;
         let read = futures_lite::future::or(
-            async { Some(reader.read_exact(&mut header_bytes).await) },
+            async { Some(read_header(&mut reader, &mut header_bytes, &mut header_filled).await) },
             async {
                 match goodbye_until {
                     None => shard.stopped().await,
@@ -167,7 +171,7 @@ where
                 outbox.release(1);
                 break;
             }
-            Some(Ok(())) => {}
+            Some(Ok(())) => header_filled = 0,
             Some(Err(e)) => {
                 if e.kind() != std::io::ErrorKind::UnexpectedEof {
                     log::debug!("{peer}: read: {e}");
@@ -229,6 +233,24 @@ where
     outbox.answered(until).await;
     outbox.close();
     writer_task.await;
+}
+
+/// Read the rest of a frame header into `header[*filled..]`, counting in
+/// `filled` as bytes arrive: a caller that drops this future mid-header
+/// calls it again and goes on where it stopped.
+async fn read_header<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    header: &mut [u8; FRAME_HEADER_BYTES],
+    filled: &mut usize,
+) -> std::io::Result<()> {
+    while *filled < header.len() {
+        let n = reader.read(&mut header[*filled..]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        *filled += n;
+    }
+    Ok(())
 }
 
 /// Sleep until `until` (at once if it passed).

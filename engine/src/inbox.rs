@@ -10,7 +10,10 @@ use std::rc::Rc;
 
 use wire::frame::FrameHeader;
 
-use crate::request::{handle_frame, Origin, Reply};
+use wire::ErrorCode;
+
+use crate::request::{error_frame, handle_frame, Origin, Reply};
+use crate::serve_error::ServeError;
 use crate::shard::Shard;
 
 /// A frame on its way to a shard (verified there), with where to send the answer.
@@ -33,6 +36,18 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<InboxFra
     while let Ok(frame) = inbox.recv_async().await {
         // The reply channel has room for every in-flight request of its
         // connection, so `try_send` fails only if the connection is gone.
+        if shard.stopping.get() {
+            // Flushed and stopping: applied nothing, and says so (the
+            // sender's connection is saying goodbye).
+            let refusal = ServeError::new(
+                ErrorCode::ShuttingDown,
+                "the broker is stopping: request not applied",
+            );
+            let _ = frame
+                .reply
+                .try_send(error_frame(frame.header.request_id, &refusal));
+            continue;
+        }
         match handle_frame(&shard, &frame.header, &frame.payload, frame.origin).await {
             Reply::Silent => {
                 let _ = frame.reply.try_send(Vec::new());

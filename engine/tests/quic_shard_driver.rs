@@ -1,7 +1,8 @@
 //! A broker started in this process with `QuicDriver::Shard` (quinn-proto
 //! driven on each shard's own thread), spoken to over real loopback QUIC by
 //! a plain quinn client: create, pipelined produce, fetch back, concurrent
-//! connections, bad input.
+//! connections, bad input. One test runs the default driver (quinn on the
+//! tokio QUIC thread) instead: its goodbye when the broker stops.
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
@@ -454,4 +455,95 @@ fn stopping_the_broker_closes_quic_connections() {
         assert!(c.read_frame().await.is_none());
     });
     stopper.join().unwrap().unwrap();
+}
+
+/// The default QUIC driver (quinn on the tokio thread) ends a connection of
+/// a stopping broker with the goodbye, as TCP does: the goodbye arrives
+/// (request id 0, `ShuttingDown`), a request sent after it is answered
+/// `ShuttingDown` and not applied, and once the client finishes its stream
+/// the broker closes. After a restart the segment holds exactly what was
+/// acknowledged.
+#[test]
+fn the_tokio_driver_says_goodbye_and_answers_every_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokio_config = |port| BrokerConfig {
+        quic_driver: QuicDriver::Tokio,
+        ..config(dir.path(), port)
+    };
+    let port = ports();
+    let broker = Broker::start(tokio_config(port)).unwrap();
+    let shard = create_topic_over_tcp(port, "t/bye");
+    let rt = runtime();
+    let endpoint = rt.block_on(async { client(dir.path()) });
+    let mut c = rt.block_on(async {
+        let mut c = Conn::open(&endpoint, port + shard).await;
+        let r = c
+            .call(Request::Produce {
+                topic: "t/bye",
+                segment: 0,
+                ack: AckMode::Durable,
+                batch: &batch(1, 0),
+            })
+            .await;
+        assert!(
+            matches!(decode(&r), Response::Produced { .. }),
+            "{:?}",
+            decode(&r)
+        );
+        c
+    });
+    let stopper = std::thread::spawn(move || broker.stop());
+    rt.block_on(async {
+        let goodbye = tokio::time::timeout(STEP_TIMEOUT, c.read_frame())
+            .await
+            .expect("the goodbye before the step timeout")
+            .expect("the goodbye before the end of the stream");
+        assert_eq!(goodbye.0.request_id, 0);
+        assert!(
+            matches!(
+                decode(&goodbye),
+                Response::Error {
+                    code: ErrorCode::ShuttingDown,
+                    ..
+                }
+            ),
+            "{:?}",
+            decode(&goodbye)
+        );
+        let late = c
+            .send(Request::Produce {
+                topic: "t/bye",
+                segment: 0,
+                ack: AckMode::Leader,
+                batch: &batch(1, 100),
+            })
+            .await;
+        c.send.finish().unwrap();
+        let mut answers = Vec::new();
+        while let Some(frame) = tokio::time::timeout(STEP_TIMEOUT, c.read_frame())
+            .await
+            .expect("the broker closes once the client finished")
+        {
+            answers.push((frame.0.request_id, error_code_of(&frame)));
+        }
+        assert_eq!(answers, vec![(late, Some(ErrorCode::ShuttingDown))]);
+    });
+    stopper.join().unwrap().unwrap();
+
+    // Only the acknowledged batch is stored.
+    let port = ports();
+    let broker = Broker::start(tokio_config(port)).unwrap();
+    rt.block_on(async {
+        let endpoint = client(dir.path());
+        let mut c = Conn::open(&endpoint, port + shard).await;
+        assert_every_offset_once(&fetch_all(&mut c, "t/bye").await, 100);
+    });
+    broker.stop().unwrap();
+}
+
+fn error_code_of(frame: &(FrameHeader, Vec<u8>)) -> Option<ErrorCode> {
+    match decode(frame) {
+        Response::Error { code, .. } => Some(code),
+        _ => None,
+    }
 }
