@@ -105,7 +105,22 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// How long [`Client::close`] waits for the broker to learn of the close.
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
+
 impl Client {
+    /// Close every connection of this client (and of its clones, producers
+    /// and subscribers) and wait a bounded moment until the broker was
+    /// told. Over QUIC a process that exits without this leaves its
+    /// connections open on the broker until their idle timeout; over TCP
+    /// the kernel tells the broker anyway.
+    pub async fn close(&self) {
+        if let Dialer::Quic(endpoint) = &self.inner.dialer {
+            endpoint.close(0u32.into(), b"client closed");
+            let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
+        }
+    }
+
     /// Connect to the broker at `broker` (`host:port`), ask it for its
     /// shards, and return a client that opens a connection per shard when
     /// it first needs one.

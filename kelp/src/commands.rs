@@ -263,6 +263,7 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
     } else {
         println!("acknowledged {records} records");
     }
+    client.close().await;
     Ok(())
 }
 
@@ -350,6 +351,8 @@ pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
         Ok(())
     }
     .await;
+    drop(subscriber);
+    client.close().await;
     quiet_broken_pipe(result)?;
     if unreadable > 0 {
         anyhow::bail!(
