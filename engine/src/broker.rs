@@ -19,6 +19,7 @@ use crate::control_plane::{
     ControlRequest, EmbeddedControl, ShardCommand, CONTROL_REQUESTS_QUEUED_MAX,
     SHARD_COMMANDS_QUEUED_MAX,
 };
+use crate::data_dir_lock::DataDirLock;
 use crate::error::EngineError;
 use crate::inbox::inbox_loop;
 use crate::kafka::{GatewayParts, KafkaGateway};
@@ -69,6 +70,8 @@ pub struct Broker {
     quic: Option<QuicThread>,
     kafka: Option<KafkaGateway>,
     addresses: Vec<ShardAddress>,
+    /// Held until the broker has stopped: one broker per data dir.
+    _lock: DataDirLock,
 }
 
 impl Broker {
@@ -88,6 +91,7 @@ impl Broker {
         let shard_count = config.shard_count();
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;
+        let lock = DataDirLock::take(&config.data_dir)?;
         let addresses: Vec<ShardAddress> = (0..shard_count)
             .map(|i| {
                 let a = config.shard_address(i).to_string();
@@ -321,6 +325,7 @@ impl Broker {
             quic,
             kafka,
             addresses,
+            _lock: lock,
         })
     }
 

@@ -17,6 +17,7 @@ mod cluster_agent;
 pub mod config;
 mod connection;
 mod control_plane;
+mod data_dir_lock;
 pub mod error;
 mod file_range;
 mod inbox;

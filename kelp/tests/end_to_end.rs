@@ -324,3 +324,52 @@ fn quic_driven_on_the_shards_carries_keyed_records_in_order() {
     check_complete_and_ordered(&records, TOTAL, KEYS);
     broker.stop();
 }
+
+/// One broker per data dir: a second `kelp serve` on the directory of a
+/// running one exits at once with an error naming the first one's pid, and
+/// the first carries on serving what it acknowledged.
+#[test]
+fn a_second_broker_on_the_same_data_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Broker::start(dir.path(), port());
+    assert!(first.cli(&["topic", "create", "one/dir"]).status.success());
+    let out = publish(&first, "one/dir", "tcp", "durable", b"k\tv\n");
+    assert!(out.contains("acknowledged 1 records"), "pub said: {out}");
+    let mut second = Command::new(kelp_bin())
+        .args(["serve", "--shards", "2", "--listen"])
+        .arg(format!("127.0.0.1:{}", port()))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second broker did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "the second broker exited with {status}");
+    assert!(
+        stderr.contains("in use by another kelp broker")
+            && stderr.contains(&format!("pid {}", first.child.id())),
+        "{stderr}"
+    );
+    let records = subscribe(&first, "one/dir", "tcp", "earliest", 1);
+    assert_eq!(records.len(), 1, "the first broker still serves its record");
+    first.stop();
+}
