@@ -74,6 +74,12 @@ impl Outbox {
         }
     }
 
+    /// Take a slot without waiting, past the bound if need be: for the one
+    /// goodbye a connection may owe on top of its requests' answers.
+    fn take_slot_over_bound(&self) {
+        self.in_flight.set(self.in_flight.get() + 1);
+    }
+
     fn close(&self) {
         self.closed.set(true);
         self.ready.notify(1);
@@ -159,10 +165,7 @@ where
             None if goodbye_until.is_none() => {
                 // The shard stops: say goodbye between frames (in the slot
                 // just taken), and read on until the client closes.
-                outbox.push(Outgoing::Frame(error_frame(
-                    0,
-                    &ServeError::new(ErrorCode::ShuttingDown, "the broker is stopping"),
-                )));
+                outbox.push(goodbye_frame());
                 goodbye_until = Some(Instant::now() + GOODBYE_WAIT);
                 continue;
             }
@@ -197,6 +200,14 @@ where
             log::debug!("{peer}: read payload: {e}");
             outbox.release(1);
             break;
+        }
+        if goodbye_until.is_none() && shard.stopping.get() {
+            // The shard stopped while this frame came in: say goodbye
+            // first (one answer past the in-flight bound, once), then
+            // refuse the frame like any read after it.
+            outbox.take_slot_over_bound();
+            outbox.push(goodbye_frame());
+            goodbye_until = Some(Instant::now() + GOODBYE_WAIT);
         }
         if goodbye_until.is_some() {
             // Read after the goodbye: not applied, and the client is told.
@@ -233,6 +244,14 @@ where
     outbox.answered(until).await;
     outbox.close();
     writer_task.await;
+}
+
+/// The goodbye: an unasked `ShuttingDown` (docs/wire-format.md).
+fn goodbye_frame() -> Outgoing {
+    Outgoing::Frame(error_frame(
+        0,
+        &ServeError::new(ErrorCode::ShuttingDown, "the broker is stopping"),
+    ))
 }
 
 /// Read the rest of a frame header into `header[*filled..]`, counting in
