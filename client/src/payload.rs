@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use control::TopicName;
-use filer::{Filer, FilerError, LocalFiler, ObjectPath};
+use filer::{Filer, FilerError, LocalFiler};
 use wire::checksum::crc32c_append;
 use wire::{ErrorCode, PayloadId, PayloadRef, Request, Response};
 
@@ -73,10 +73,6 @@ fn topic_name(topic: &str) -> Result<TopicName, ClientError> {
     TopicName::parse(topic).map_err(|e| ClientError::Layout(e.to_string()))
 }
 
-fn object_path(topic: &TopicName, id: &PayloadId) -> ObjectPath {
-    control::filer_layout::payload(topic, id)
-}
-
 fn payload_error(reference: &PayloadRef, e: &FilerError) -> ClientError {
     let code = match e {
         FilerError::NotFound { .. } => ErrorCode::PayloadNotFound,
@@ -120,7 +116,7 @@ impl Client {
         };
         match &self.inner.payloads {
             PayloadRoute::Direct(filer) => {
-                let path = object_path(&name, &reference.id);
+                let path = control::filer_layout::payload(&name, &reference.id);
                 let filer = Arc::clone(filer);
                 let bytes = value.to_vec();
                 tokio::task::spawn_blocking(move || filer.put(&path, &bytes))
@@ -257,7 +253,7 @@ impl PayloadReader {
         match &self.client.inner.payloads {
             PayloadRoute::Direct(filer) => {
                 let filer = Arc::clone(filer);
-                let path = object_path(&self.name, &self.reference.id);
+                let path = control::filer_layout::payload(&self.name, &self.reference.id);
                 let reference = self.reference;
                 tokio::task::spawn_blocking(move || {
                     let length = filer.size(&path)?;

@@ -27,7 +27,9 @@ use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::ErrorCode;
 
 use crate::file_range::FileRange;
-use crate::request::{error_frame, handle_frame, Origin, Outgoing, Reply};
+use crate::request::{
+    error_frame, goodbye_frame, handle_frame, not_applied_frame, Origin, Outgoing, Reply,
+};
 use crate::serve_error::ServeError;
 use crate::shard::Shard;
 
@@ -165,7 +167,7 @@ where
             None if goodbye_until.is_none() => {
                 // The shard stops: say goodbye between frames (in the slot
                 // just taken), and read on until the client closes.
-                outbox.push(goodbye_frame());
+                outbox.push(Outgoing::Frame(goodbye_frame()));
                 goodbye_until = Some(Instant::now() + GOODBYE_WAIT);
                 continue;
             }
@@ -206,18 +208,12 @@ where
             // first (one answer past the in-flight bound, once), then
             // refuse the frame like any read after it.
             outbox.take_slot_over_bound();
-            outbox.push(goodbye_frame());
+            outbox.push(Outgoing::Frame(goodbye_frame()));
             goodbye_until = Some(Instant::now() + GOODBYE_WAIT);
         }
         if goodbye_until.is_some() {
             // Read after the goodbye: not applied, and the client is told.
-            outbox.push(Outgoing::Frame(error_frame(
-                header.request_id,
-                &ServeError::new(
-                    ErrorCode::ShuttingDown,
-                    "the broker is stopping: request not applied",
-                ),
-            )));
+            outbox.push(Outgoing::Frame(not_applied_frame(header.request_id)));
             continue;
         }
         match handle_frame(&shard, &header, &payload[..len], Origin::Network).await {
@@ -244,14 +240,6 @@ where
     outbox.answered(until).await;
     outbox.close();
     writer_task.await;
-}
-
-/// The goodbye: an unasked `ShuttingDown` (docs/wire-format.md).
-fn goodbye_frame() -> Outgoing {
-    Outgoing::Frame(error_frame(
-        0,
-        &ServeError::new(ErrorCode::ShuttingDown, "the broker is stopping"),
-    ))
 }
 
 /// Read the rest of a frame header into `header[*filled..]`, counting in

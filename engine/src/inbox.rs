@@ -10,10 +10,7 @@ use std::rc::Rc;
 
 use wire::frame::FrameHeader;
 
-use wire::ErrorCode;
-
-use crate::request::{error_frame, handle_frame, Origin, Reply};
-use crate::serve_error::ServeError;
+use crate::request::{handle_frame, not_applied_frame, Origin, Reply};
 use crate::shard::Shard;
 
 /// A frame on its way to a shard (verified there), with where to send the answer.
@@ -39,13 +36,9 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<InboxFra
         if shard.stopping.get() {
             // Flushed and stopping: applied nothing, and says so (the
             // sender's connection is saying goodbye).
-            let refusal = ServeError::new(
-                ErrorCode::ShuttingDown,
-                "the broker is stopping: request not applied",
-            );
             let _ = frame
                 .reply
-                .try_send(error_frame(frame.header.request_id, &refusal));
+                .try_send(not_applied_frame(frame.header.request_id));
             continue;
         }
         match handle_frame(&shard, &frame.header, &frame.payload, frame.origin).await {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use control::TopicName;
-use filer::{Filer, FilerError, ObjectPath};
+use filer::{Filer, FilerError};
 use wire::{ErrorCode, PayloadId, PayloadRef};
 
 use crate::serve_error::ServeError;
@@ -136,7 +136,7 @@ impl PayloadStore {
         };
         file.sync_data()
             .map_err(|e| drop_staged(io_error("fdatasync", &path, &e).message))?;
-        let object = object_path(topic, id);
+        let object = control::filer_layout::payload(topic, id);
         self.filer
             .put_file(&object, &path, len)
             .map_err(|e| drop_staged(e.to_string()))
@@ -150,7 +150,7 @@ impl PayloadStore {
         offset: u64,
         max_bytes: usize,
     ) -> Result<(u64, Vec<u8>), ServeError> {
-        let object = object_path(topic, id);
+        let object = control::filer_layout::payload(topic, id);
         let length = self.filer.size(&object).map_err(|e| filer_error(&e, id))?;
         let want = length.saturating_sub(offset).min(max_bytes as u64) as usize;
         let mut buf = vec![0u8; want];
@@ -195,11 +195,6 @@ impl PayloadStore {
             }
         }
     }
-}
-
-/// The filer path of a payload of `topic`.
-pub(crate) fn object_path(topic: &TopicName, id: &PayloadId) -> ObjectPath {
-    control::filer_layout::payload(topic, id)
 }
 
 /// Length and CRC-32C of a whole file, read from its start.
@@ -288,7 +283,7 @@ mod tests {
             store.write(&topic, &r.id, (i << 20) as u64, piece).unwrap();
         }
         store.commit(&topic, &r).unwrap();
-        let object = object_path(&topic, &r.id);
+        let object = control::filer_layout::payload(&topic, &r.id);
         assert_eq!(filer.size(&object).unwrap(), payload.len() as u64);
         let (len, head) = store.read(&topic, &r.id, 0, 10).unwrap();
         assert_eq!((len, &head[..]), (payload.len() as u64, &payload[..10]));
@@ -317,7 +312,7 @@ mod tests {
         let e = store.commit(&topic, &r).unwrap_err();
         assert_eq!(e.code, ErrorCode::PayloadNotFound);
         assert!(filer
-            .list(&ObjectPath::new("topics").unwrap())
+            .list(&control::filer_layout::topics())
             .unwrap()
             .is_empty());
         let e = store.read(&topic, &r.id, 0, 10).unwrap_err();

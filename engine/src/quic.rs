@@ -20,12 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
-use wire::ErrorCode;
 
 use crate::connection::GOODBYE_WAIT;
 use crate::error::EngineError;
 use crate::inbox::InboxFrame;
-use crate::request::{error_frame, Origin};
+use crate::request::{error_frame, goodbye_frame, not_applied_frame, Origin};
 use crate::serve_error::ServeError;
 
 /// Limits the QUIC thread applies.
@@ -87,7 +86,7 @@ impl QuicThread {
     }
 
     /// Take no new connections, and say goodbye on every open one.
-    pub(crate) fn say_goodbye(&self) {
+    fn say_goodbye(&self) {
         for e in &self.endpoints {
             e.set_server_config(None);
         }
@@ -180,12 +179,6 @@ async fn serve_connection(
         let _ = send.finish();
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), send.stopped()).await;
     });
-    let shutting_down = |request_id: u32, message: &str| {
-        error_frame(
-            request_id,
-            &ServeError::new(ErrorCode::ShuttingDown, message),
-        )
-    };
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     // Kept outside the read, so a read cut short by the goodbye loses no
     // header bytes (`RecvStream::read` is cancel-safe, `read_exact` is not).
@@ -201,7 +194,7 @@ async fn serve_connection(
         permit.forget();
         if goodbye_owed && goodbye_until.is_none() {
             // Say it in the slot just taken.
-            let _ = reply_tx.try_send(shutting_down(0, "the broker is stopping"));
+            let _ = reply_tx.try_send(goodbye_frame());
             goodbye_until = Some(tokio::time::Instant::now() + GOODBYE_WAIT);
             continue;
         }
@@ -248,10 +241,7 @@ async fn serve_connection(
         }
         if goodbye_until.is_some() {
             // Read after the goodbye: not applied, and the client is told.
-            let _ = reply_tx.try_send(shutting_down(
-                header.request_id,
-                "the broker is stopping: request not applied",
-            ));
+            let _ = reply_tx.try_send(not_applied_frame(header.request_id));
             continue;
         }
         // The shard verifies the checksums (`Request::decode_verified`).
@@ -264,10 +254,7 @@ async fn serve_connection(
         };
         if inbox.send_async(frame).await.is_err() {
             // The shard is gone: the broker is stopping.
-            let _ = reply_tx.try_send(shutting_down(
-                header.request_id,
-                "the broker is stopping: request not applied",
-            ));
+            let _ = reply_tx.try_send(not_applied_frame(header.request_id));
             goodbye_owed = true;
         }
     }

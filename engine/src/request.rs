@@ -70,6 +70,26 @@ pub(crate) fn response_frame(request_id: u32, response: &Response<'_>) -> Vec<u8
     out
 }
 
+/// The goodbye of a stopping broker: an unasked `ShuttingDown`, request id
+/// 0 (docs/wire-format.md, "Goodbye").
+pub(crate) fn goodbye_frame() -> Vec<u8> {
+    error_frame(
+        0,
+        &ServeError::new(ErrorCode::ShuttingDown, "the broker is stopping"),
+    )
+}
+
+/// The answer to a request a stopping broker read but did not apply.
+pub(crate) fn not_applied_frame(request_id: u32) -> Vec<u8> {
+    error_frame(
+        request_id,
+        &ServeError::new(
+            ErrorCode::ShuttingDown,
+            "the broker is stopping: request not applied",
+        ),
+    )
+}
+
 pub(crate) fn error_frame(request_id: u32, error: &ServeError) -> Vec<u8> {
     response_frame(
         request_id,

@@ -760,8 +760,9 @@ impl SegmentCell {
     async fn flush_loop(self: Rc<Self>) {
         let mut backoff = FLUSH_BACKOFF_MIN;
         // The front buffer's chunk bytes once its file is no longer
-        // trusted, by its base offset.
-        let mut held: Option<(u64, Arc<Vec<u8>>)> = None;
+        // trusted (the front changes only when it is stored, which clears
+        // this).
+        let mut held: Option<Arc<Vec<u8>>> = None;
         loop {
             if self.closed.get() {
                 break;
@@ -772,10 +773,7 @@ impl SegmentCell {
             let base_offset = buffer.header().base_offset;
             let filer = self.filer.clone();
             let path = filer_layout::chunk(&self.topic, self.id, base_offset);
-            let rewrite = held
-                .as_ref()
-                .filter(|(base, _)| *base == base_offset)
-                .map(|(_, bytes)| Arc::clone(bytes));
+            let rewrite = held.clone();
             let rewriting = rewrite.is_some();
             let job_buffer = buffer.clone();
             let job_path = path.clone();
@@ -851,7 +849,7 @@ impl SegmentCell {
                     );
                     let check = buffer.clone();
                     match blocking(move || verified_chunk_copy(check.chunk_bytes())).await {
-                        Ok(bytes) => held = Some((base_offset, Arc::new(bytes))),
+                        Ok(bytes) => held = Some(Arc::new(bytes)),
                         Err(reason) => {
                             self.fail(format!(
                                 "chunk {path}: its bytes were lost after a failed write \
