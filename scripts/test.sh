@@ -2,10 +2,47 @@
 # Every check kelp has, in one command: formatting, lints, the sans-IO rule,
 # docs, unit/integration/interop tests, a short fuzz run of every decoder,
 # and a smoke run of the benchmarks. Exits non-zero on the first failure.
+#
+#   bash scripts/test.sh           # everything (what CI runs); installs what the tests need first
+#   bash scripts/test.sh --quick   # fmt, clippy and unit tests: the day-to-day tier
+#
+# The full run first calls scripts/setup.sh, which installs what is missing
+# (cargo-fuzz, a font, the Kafka interop clients; Debian packages need root
+# or sudo) and checks every prerequisite, so a machine that lacks one fails
+# before the first build, saying what to do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+quick=false
+case "${1:-}" in
+  --quick) quick=true ;;
+  "") ;;
+  *) echo "usage: bash scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
+
 step() { printf '\n==> %s\n' "$*"; }
+
+if $quick; then
+  for tool in fmt clippy; do
+    if ! cargo "$tool" --version >/dev/null 2>&1; then
+      echo "error: cargo $tool is missing (rustup component add ${tool/fmt/rustfmt})" >&2
+      exit 1
+    fi
+  done
+  step "cargo fmt --check"
+  cargo fmt --all -- --check
+  step "cargo clippy -D warnings"
+  cargo clippy --workspace --all-targets -- -D warnings
+  # The release profile shares its build with the full run's.
+  step "unit tests (cargo test --release --lib --bins)"
+  cargo test --workspace --release --lib --bins
+  echo
+  echo "quick checks passed (the full run: bash scripts/test.sh)"
+  exit 0
+fi
+
+step "setup: install and check prerequisites (scripts/setup.sh)"
+bash scripts/setup.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -24,20 +61,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
-# The Kafka interop tests need the clients .ci/run installs; say how to get
-# them before a long build rather than after it.
-step "interop clients"
+# The Kafka interop tests drive the clients setup installed.
 interop_python="${KELP_INTEROP_PYTHON:-$PWD/interop/.venv/bin/python}"
-if ! "$interop_python" -c 'import confluent_kafka, kafka, cramjam, lz4, zstandard, snappy' 2>/dev/null; then
-  echo "error: $interop_python lacks the Kafka interop clients; run .ci/run, or:" >&2
-  echo "  python3 -m venv interop/.venv && interop/.venv/bin/pip install -r interop/requirements.txt" >&2
-  exit 1
-fi
-if [ ! -d interop/node/node_modules/kafkajs ] || ! command -v "${KELP_INTEROP_NODE:-node}" >/dev/null; then
-  echo "error: kafkajs or node missing for the Kafka interop tests; run .ci/run, or:" >&2
-  echo "  npm ci --prefix interop/node" >&2
-  exit 1
-fi
 export KELP_INTEROP_PYTHON="$interop_python"
 
 # Tests run in the release profile: the broker under test is the one users

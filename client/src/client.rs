@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 use wire::message::{BrokerStatus, SegmentInfo, TopicInfo};
-use wire::{FetchFrom, Request, Response};
+use wire::{ErrorCode, FetchFrom, Request, Response};
 
 use crate::connection::{Connection, ConnectionLimits};
 use crate::error::ClientError;
@@ -142,7 +142,19 @@ impl Client {
                 Duration::from_millis(options.request_timeout_ms),
             )
             .await?;
-        let listed = match frame.response()? {
+        let answer = frame.response().map_err(|e| match e {
+            // Whatever answered there is not a broker (a control plane
+            // says so).
+            ClientError::Broker {
+                code: ErrorCode::InvalidArgument,
+                message,
+            } => ClientError::Connect {
+                addr: broker.to_owned(),
+                reason: message,
+            },
+            other => other,
+        })?;
+        let listed = match answer {
             Response::Shards { shards } => shards,
             _ => return Err(unexpected(&frame, "shards")),
         };
@@ -365,7 +377,20 @@ impl Client {
         from: FetchFrom,
         options: SubscribeOptions,
     ) -> Result<Subscriber, ClientError> {
-        Subscriber::start(self.clone(), topic, from, options).await
+        Subscriber::start(self.clone(), topic, from, options, None).await
+    }
+
+    /// Read only the segments `segments` of `topic`, each from `from`: a
+    /// sealed one to its end, an open one as it grows; their successors
+    /// are not followed. An id the topic never had is an error.
+    pub async fn subscribe_segments(
+        &self,
+        topic: &str,
+        segments: &[u32],
+        from: FetchFrom,
+        options: SubscribeOptions,
+    ) -> Result<Subscriber, ClientError> {
+        Subscriber::start(self.clone(), topic, from, options, Some(segments)).await
     }
 
     pub(crate) fn request_timeout(&self) -> Duration {

@@ -29,7 +29,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use wire::message::{Fetched, SegmentInfo};
+use wire::frame::FrameType;
+use wire::message::{Fetched, SegmentInfo, TopicInfo};
 use wire::BatchView;
 use wire::{FetchFrom, PayloadRef, Request, Response};
 
@@ -76,6 +77,18 @@ pub struct SubscribeOptions {
     /// `resolve_references` is on: the record comes as a reference, to be
     /// streamed with [`crate::Client::open_payload`]. Bounds memory.
     pub resolve_bytes_max: u64,
+    /// Start this many records before the end of each segment the
+    /// subscription starts with (its `next_offset` when the subscription
+    /// starts), instead of at `from`; `from` still chooses which segments
+    /// those are (`Latest`: the open ones; otherwise the first ones of the
+    /// topic's history). A segment with fewer records starts at its start;
+    /// successors start at their start. `kelp sub --from -N`.
+    pub from_end: Option<u64>,
+    /// Keep retrying a broker that cannot be reached, forever (once a
+    /// second at most), instead of giving up after about 30 s: for a
+    /// reader that tails a topic through broker restarts. Records already
+    /// delivered are not delivered again.
+    pub reconnect: bool,
 }
 
 /// Default for [`SubscribeOptions::resolve_bytes_max`]: 256 MiB.
@@ -103,6 +116,8 @@ impl Default for SubscribeOptions {
             fetches_buffered_max: FETCHES_BUFFERED_MAX_DEFAULT,
             resolve_references: true,
             resolve_bytes_max: RESOLVE_BYTES_MAX_DEFAULT,
+            from_end: None,
+            reconnect: false,
         }
     }
 }
@@ -166,6 +181,9 @@ struct Follow {
     state: Mutex<FollowState>,
     /// Where successors start reading.
     successor_from: FetchFrom,
+    /// Whether a segment read to its end starts its successors' loops
+    /// (not when reading chosen segments only).
+    follow_successors: bool,
 }
 
 struct FollowState {
@@ -183,11 +201,14 @@ impl Follow {
 }
 
 impl Subscriber {
+    /// Start reading `topic`: the segments `from` chooses and their
+    /// successors, or (`only`) just the segments listed.
     pub(crate) async fn start(
         client: Client,
         topic: &str,
         from: FetchFrom,
         options: SubscribeOptions,
+        only: Option<&[u32]>,
     ) -> Result<Subscriber, ClientError> {
         let info = client.describe_topic(topic).await?;
         if info.segments.is_empty() {
@@ -207,11 +228,15 @@ impl Subscriber {
                 closed: false,
             }),
             successor_from,
+            follow_successors: only.is_none(),
         });
-        let first = follow
-            .lock()
-            .lineage
-            .begin(&info, !matches!(from, FetchFrom::Latest));
+        let first = match only {
+            Some(ids) => chosen_segments(&info, ids)?,
+            None => follow
+                .lock()
+                .lineage
+                .begin(&info, !matches!(from, FetchFrom::Latest)),
+        };
         // Every loop is made before any starts, so a failure leaves none
         // running.
         let mut fetches = Vec::with_capacity(first.len());
@@ -221,6 +246,10 @@ impl Subscriber {
         {
             let mut state = follow.lock();
             for fetch in fetches {
+                let from = match options.from_end {
+                    Some(n) => FetchFrom::Offset(fetch.segment.next_offset.saturating_sub(n)),
+                    None => from,
+                };
                 state.loops.push(tokio::spawn(fetch.run(from)));
             }
         }
@@ -306,13 +335,40 @@ impl Subscriber {
     }
 }
 
-/// Whether a request failed because its connection did (closed, broken, or
-/// silent past the timeout), not because the broker refused it.
+/// Whether a request failed because its connection did (closed, broken,
+/// silent past the timeout, or refused when dialed again), not because the
+/// broker refused the request.
 fn is_connection_lost(error: &ClientError) -> bool {
     matches!(
         error,
-        ClientError::Io { .. } | ClientError::Closed | ClientError::Timeout { .. }
+        ClientError::Io { .. }
+            | ClientError::Closed
+            | ClientError::Timeout { .. }
+            | ClientError::Connect { .. }
     )
+}
+
+/// Whether a fetch or a layout read that failed this way may succeed if
+/// tried again: the layout moved on (or its broker is stopping), or the
+/// connection went. Reading again is harmless.
+fn is_worth_retrying(error: &ClientError) -> bool {
+    is_stale_layout(error) || is_connection_lost(error)
+}
+
+/// The segments `ids` names, in that order; an id the topic never had is
+/// an error.
+fn chosen_segments(info: &TopicInfo, ids: &[u32]) -> Result<Vec<SegmentInfo>, ClientError> {
+    ids.iter()
+        .map(|id| {
+            info.segments
+                .iter()
+                .find(|s| s.id == *id)
+                .cloned()
+                .ok_or_else(|| {
+                    ClientError::Layout(format!("topic {} has no segment {id}", info.name))
+                })
+        })
+        .collect()
 }
 
 /// The fetch loop of one segment.
@@ -388,18 +444,33 @@ impl SegmentFetch {
                 Ok(conn) => conn.call(&request, "fetching records", timeout).await,
                 Err(e) => Err(e),
             };
+            // A refusal (a parked fetch answered `ShuttingDown` by a
+            // stopping broker, `NotOwner` after a move) is retried like a
+            // request that could not be sent.
+            let answer = answer.and_then(|frame| {
+                if frame.header.frame_type != FrameType::ErrorResponse {
+                    return Ok(frame);
+                }
+                match frame.response() {
+                    Err(e) => Err(e),
+                    Ok(_) => Err(unexpected(&frame, "fetched")),
+                }
+            });
             let frame = match answer {
                 Ok(f) => f,
                 // Reading again is harmless (records below `delivered_to`
                 // are skipped), so a lost connection is retried like a
                 // stale layout: the owner may have left or died.
-                Err(e)
-                    if (is_stale_layout(&e) || is_connection_lost(&e))
-                        && stale_retries < STALE_RETRIES_MAX =>
-                {
+                Err(e) if is_worth_retrying(&e) && self.may_retry(stale_retries, &e) => {
                     tokio::time::sleep(stale_backoff(stale_retries)).await;
-                    stale_retries += 1;
-                    self.refresh().await?;
+                    stale_retries = stale_retries.saturating_add(1);
+                    // A broker that is still away or stopping fails the
+                    // refresh the same way: one more retry, not the end.
+                    match self.refresh().await {
+                        Ok(()) => {}
+                        Err(e) if is_worth_retrying(&e) && self.may_retry(stale_retries, &e) => {}
+                        Err(e) => return Err(e),
+                    }
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -440,10 +511,21 @@ impl SegmentFetch {
     /// with). Waits, a bounded number of times, for a description that
     /// shows the segment sealed.
     async fn start_successors(&self) -> Result<(), ClientError> {
+        if !self.follow.follow_successors {
+            return Ok(());
+        }
         self.follow.lock().lineage.finished(self.segment.id);
         let mut retries = 0;
         let info = loop {
-            let info = self.client.describe_topic(&self.topic).await?;
+            let info = match self.client.describe_topic(&self.topic).await {
+                Ok(info) => info,
+                Err(e) if is_worth_retrying(&e) && self.may_retry(retries, &e) => {
+                    tokio::time::sleep(stale_backoff(retries)).await;
+                    retries = retries.saturating_add(1);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let sealed = info
                 .segments
                 .iter()
@@ -484,6 +566,16 @@ impl SegmentFetch {
             state.loops.push(handle);
         }
         Ok(())
+    }
+
+    /// Whether a fetch that failed `retries` times in a row, the last time
+    /// with `error`, may be tried again: a bounded number of times, and
+    /// with [`SubscribeOptions::reconnect`] forever while the broker is
+    /// away or stopping (not when the topic or segment is gone).
+    fn may_retry(&self, retries: u32, error: &ClientError) -> bool {
+        let broker_away =
+            is_connection_lost(error) || error.broker_code() == Some(wire::ErrorCode::ShuttingDown);
+        (self.options.reconnect && broker_away) || retries < STALE_RETRIES_MAX
     }
 
     /// Re-read the segment's owner after "not the owner".

@@ -76,7 +76,8 @@ fn not_served(request: &Request<'_>) -> (ErrorCode, String) {
     (
         ErrorCode::InvalidArgument,
         format!(
-            "{:?} is not a control-plane request: send it to a broker",
+            "this is a kelp control plane, not a broker: a {:?} is not a control-plane request; \
+             send it to a broker (kelp serve)",
             request.frame_type()
         ),
     )

@@ -47,6 +47,16 @@ pub(crate) struct SegmentStats {
     pub(crate) first_append_ms: AtomicU64,
 }
 
+/// Whether a segment still serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Serving,
+    /// Its broker (or shard) is stopping: buffers flushed, no more writes.
+    Stopped,
+    /// Its topic was deleted: buffers removed.
+    Deleted,
+}
+
 /// Whether a segment takes writes, and whether its end is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SealState {
@@ -231,7 +241,8 @@ pub(crate) struct SegmentCell {
     pub(crate) stats: Arc<SegmentStats>,
     state: RefCell<SegmentState>,
     seal: Cell<SealState>,
-    closed: Cell<bool>,
+    /// Serving, stopped with its broker, or deleted with its topic.
+    closed: Cell<Closed>,
     appended: Event,
     flushed: Event,
     space: Event,
@@ -398,7 +409,7 @@ impl SegmentCell {
             stats,
             seal: Cell::new(SealState::Open),
             state: RefCell::new(SegmentState::new(chunks, chunk_end, sealed, next_offset)),
-            closed: Cell::new(false),
+            closed: Cell::new(Closed::Serving),
             appended: Event::new(),
             flushed: Event::new(),
             space: Event::new(),
@@ -451,7 +462,7 @@ impl SegmentCell {
                 SealState::Sealing
             }),
             state: RefCell::new(SegmentState::new(chunks, end, VecDeque::new(), end)),
-            closed: Cell::new(false),
+            closed: Cell::new(Closed::Serving),
             appended: Event::new(),
             flushed: Event::new(),
             space: Event::new(),
@@ -544,6 +555,28 @@ impl SegmentCell {
         Ok(())
     }
 
+    fn is_closed(&self) -> bool {
+        self.closed.get() != Closed::Serving
+    }
+
+    /// The answer to an append or a fetch once the segment no longer
+    /// serves: a stopped broker's is `ShuttingDown`, which clients treat as
+    /// a stale layout (they look again and retry, here once the broker is
+    /// back or wherever the segment moved); a deleted topic's is final.
+    fn closed_error(&self) -> Option<ServeError> {
+        match self.closed.get() {
+            Closed::Serving => None,
+            Closed::Stopped => Some(ServeError::new(
+                ErrorCode::ShuttingDown,
+                "the broker is stopping",
+            )),
+            Closed::Deleted => Some(ServeError::new(
+                ErrorCode::TopicNotFound,
+                "topic was deleted",
+            )),
+        }
+    }
+
     /// Whether a key hash belongs to this segment.
     pub(crate) fn covers(&self, hash: u32) -> bool {
         hash >= self.range_start && u64::from(hash) < self.range_end
@@ -556,11 +589,8 @@ impl SegmentCell {
     ) -> Result<(u64, u64), ServeError> {
         let len = batch.bytes().len();
         loop {
-            if self.closed.get() {
-                return Err(ServeError::new(
-                    ErrorCode::TopicNotFound,
-                    "topic was deleted",
-                ));
+            if let Some(e) = self.closed_error() {
+                return Err(e);
             }
             if self.seal.get() != SealState::Open {
                 return Err(ServeError::new(
@@ -697,7 +727,9 @@ impl SegmentCell {
             .map_err(|e| ServeError::storage(&e))?;
         // A spare being made on the blocking pool must finish before the
         // executor goes away; none is started once the shard stops.
-        self.closed.set(true);
+        self.closed.set(Closed::Stopped);
+        // Parked fetches answer now (ShuttingDown), not at their deadline.
+        self.appended.notify(usize::MAX);
         while self.state.borrow().spares_pending > 0 {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
@@ -709,7 +741,7 @@ impl SegmentCell {
         loop {
             let path = {
                 let mut state = self.state.borrow_mut();
-                if state.spares.len() + state.spares_pending >= SPARES_MAX || self.closed.get() {
+                if state.spares.len() + state.spares_pending >= SPARES_MAX || self.is_closed() {
                     return;
                 }
                 state.spares_pending += 1;
@@ -724,7 +756,7 @@ impl SegmentCell {
                 let mut state = cell.state.borrow_mut();
                 state.spares_pending -= 1;
                 match made {
-                    Ok(spare) if cell.closed.get() => {
+                    Ok(spare) if cell.is_closed() => {
                         let _ = std::fs::remove_file(spare.path());
                     }
                     Ok(spare) => state.spares.push(spare),
@@ -764,7 +796,7 @@ impl SegmentCell {
         // this).
         let mut held: Option<Arc<Vec<u8>>> = None;
         loop {
-            if self.closed.get() {
+            if self.is_closed() {
                 break;
             }
             let Some(buffer) = self.state.borrow().sealed.front().cloned() else {
@@ -906,7 +938,7 @@ impl SegmentCell {
                         reason: format!("failed: {reason}"),
                     });
                 }
-                if self.closed.get() {
+                if self.is_closed() {
                     return Err(EngineError::Segment {
                         segment: self.chunk_prefix.to_string(),
                         reason: "closed before flush".into(),
@@ -922,7 +954,7 @@ impl SegmentCell {
 
     /// Stop serving: the topic is being deleted. Removes local buffers.
     pub(crate) fn close(&self) {
-        self.closed.set(true);
+        self.closed.set(Closed::Deleted);
         let mut state = self.state.borrow_mut();
         state.active = None;
         state.sealed.clear();
@@ -954,7 +986,7 @@ impl SegmentCell {
         loop {
             let listener = self.appended.listen();
             let next = self.state.borrow().next_offset;
-            if start < next || self.closed.get() {
+            if start < next || self.is_closed() {
                 break;
             }
             let now = Instant::now();
@@ -981,11 +1013,8 @@ impl SegmentCell {
             })
             .await;
         }
-        if self.closed.get() {
-            return Err(ServeError::new(
-                ErrorCode::TopicNotFound,
-                "topic was deleted",
-            ));
+        if let Some(e) = self.closed_error() {
+            return Err(e);
         }
         let sealed = self.seal.get() == SealState::Sealed;
         let mut result = match self.read_memory(start, max_bytes)? {

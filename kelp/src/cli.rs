@@ -50,6 +50,8 @@ pub enum Command {
     /// List a cluster's brokers: shards, load, open segments, last heard.
     Cluster {
         #[command(flatten)]
+        output: OutputArgs,
+        #[command(flatten)]
         broker: BrokerArgs,
     },
     /// Inspect chunk files.
@@ -139,8 +141,8 @@ pub enum QuicDriverArg {
 /// How to reach the broker; every client command takes these.
 #[derive(Debug, Args)]
 pub struct BrokerArgs {
-    /// Any shard address of the broker.
-    #[arg(long, default_value = "127.0.0.1:7420")]
+    /// Any shard address of the broker, HOST:PORT.
+    #[arg(long, env = "KELP_BROKER", default_value = "127.0.0.1:7420", value_parser = parse_host_port)]
     pub broker: String,
     /// Transport to the broker.
     #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
@@ -150,11 +152,33 @@ pub struct BrokerArgs {
     /// self-signed ones.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+}
+
+/// Where payloads passed by reference are: `pub` and `sub` take it.
+#[derive(Debug, Args)]
+pub struct PayloadArgs {
     /// The broker's filer directory (`<data-dir>/filer`), when this machine
     /// shares it: payloads passed by reference are written and read there
     /// directly instead of through the broker.
     #[arg(long, value_name = "DIR")]
     pub payload_dir: Option<PathBuf>,
+}
+
+/// How a listing command prints: `--output table|json`.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// `table`: aligned columns for people; `wide`: every column; `json`:
+    /// one JSON document for scripts (fields in docs/cli.md).
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// `--output` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Wide,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -187,6 +211,8 @@ pub enum TopicCommand {
     /// List topics, one name per line.
     List {
         #[command(flatten)]
+        output: OutputArgs,
+        #[command(flatten)]
         broker: BrokerArgs,
     },
     /// Show a topic's segments, every one ever (sealed ones with their
@@ -194,6 +220,8 @@ pub enum TopicCommand {
     /// address, next offset, rates, created and sealed times (UTC).
     Describe {
         topic: String,
+        #[command(flatten)]
+        output: OutputArgs,
         #[command(flatten)]
         broker: BrokerArgs,
     },
@@ -212,6 +240,8 @@ pub enum TopicCommand {
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..))]
         pieces: u32,
         #[command(flatten)]
+        output: OutputArgs,
+        #[command(flatten)]
         broker: BrokerArgs,
     },
     /// Seal two adjacent open segments and open one successor over both;
@@ -220,6 +250,8 @@ pub enum TopicCommand {
         topic: String,
         a: u32,
         b: u32,
+        #[command(flatten)]
+        output: OutputArgs,
         #[command(flatten)]
         broker: BrokerArgs,
     },
@@ -232,6 +264,8 @@ pub enum TopicCommand {
         /// the least-loaded other broker.
         #[arg(long, value_name = "BROKER")]
         to: Option<u32>,
+        #[command(flatten)]
+        output: OutputArgs,
         #[command(flatten)]
         broker: BrokerArgs,
     },
@@ -273,6 +307,8 @@ pub struct PolicyArgs {
     ])]
     pub off: bool,
     #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
     pub broker: BrokerArgs,
 }
 
@@ -313,6 +349,12 @@ pub struct PubArgs {
     /// published as references; `never` sends every value inline.
     #[arg(long, value_name = "BYTES", default_value = "1048576", value_parser = parse_by_ref_over)]
     pub by_ref_over: ByRefOver,
+    /// A header every record carries, `NAME=VALUE` (repeat for more; in
+    /// this order).
+    #[arg(long = "header", short = 'H', value_name = "NAME=VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    #[command(flatten)]
+    pub payload: PayloadArgs,
     #[command(flatten)]
     pub broker: BrokerArgs,
 }
@@ -322,18 +364,144 @@ pub struct SubArgs {
     /// `namespace/name`.
     pub topic: String,
     /// Where to start in every segment: `earliest`, `latest`, an offset
-    /// (`1234`), an RFC 3339 time (`2026-11-30T15:00:00Z`) or `@<epoch-ms>`.
-    #[arg(long, default_value = "latest", value_parser = parse_from)]
-    pub from: FetchFrom,
-    /// Exit after this many records; without it, tail forever.
+    /// (`1234`), `-N` (N records before the end of each open segment), an
+    /// RFC 3339 time (`2026-11-30T15:00:00Z`) or `@<epoch-ms>`.
+    #[arg(long, default_value = "latest", value_parser = parse_start, allow_hyphen_values = true)]
+    pub from: Start,
+    /// Exit after this many records; without it, tail forever (through
+    /// broker restarts: it reconnects).
     #[arg(long)]
     pub count: Option<u64>,
+    /// Read only this segment (repeat for more), not its successors.
+    #[arg(long = "segment", value_name = "ID")]
+    pub segments: Vec<u32>,
+    /// How each record prints, kcat's way: `%k` key, `%s` value, `%t`
+    /// topic, `%p` segment, `%o` offset, `%T` timestamp (ms since the Unix
+    /// epoch), `%h` headers (`NAME=VALUE`, comma-separated), `%K` and `%S`
+    /// key and value length in bytes, `%%` a percent sign; `\n`, `\t` and
+    /// `\\` are a newline, a tab and a backslash.
+    #[arg(long, short = 'f', default_value = "%k\\t%s\\n", value_parser = parse_format)]
+    pub format: RecordFormat,
     /// Print payload references as `ref:PATH length=N crc32c=X` instead of
     /// reading the payloads they name.
     #[arg(long)]
     pub references: bool,
     #[command(flatten)]
+    pub payload: PayloadArgs,
+    #[command(flatten)]
     pub broker: BrokerArgs,
+}
+
+/// A `kelp sub --from` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// A position the broker resolves.
+    At(FetchFrom),
+    /// This many records before the end of each open segment.
+    BeforeEnd(u64),
+}
+
+/// Parse a `--from` value: everything [`parse_from`] takes, and `-N`.
+pub fn parse_start(s: &str) -> anyhow::Result<Start> {
+    if let Some(n) = s.strip_prefix('-') {
+        if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
+            let n = n
+                .parse()
+                .with_context(|| format!("`{s}`: count out of range"))?;
+            return Ok(Start::BeforeEnd(n));
+        }
+    }
+    parse_from(s).map(Start::At)
+}
+
+/// Parse a `--broker` value: `HOST:PORT` (an IPv6 host in brackets).
+pub fn parse_host_port(s: &str) -> anyhow::Result<String> {
+    let Some((host, port)) = s.rsplit_once(':') else {
+        bail!("`{s}` is not HOST:PORT (for example 127.0.0.1:7420)");
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        bail!("`{s}` is not HOST:PORT (for example 127.0.0.1:7420)");
+    }
+    Ok(s.to_owned())
+}
+
+/// Parse a `--header` value: `NAME=VALUE`, split at the first `=`.
+pub fn parse_header(s: &str) -> anyhow::Result<(String, String)> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => bail!("`{s}` is not NAME=VALUE"),
+    }
+}
+
+/// One piece of a `kelp sub --format`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormatPiece {
+    /// Bytes printed as they are.
+    Literal(Vec<u8>),
+    Key,
+    Value,
+    Topic,
+    Segment,
+    Offset,
+    Timestamp,
+    Headers,
+    KeyLength,
+    ValueLength,
+}
+
+/// A parsed `kelp sub --format`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordFormat(pub Vec<FormatPiece>);
+
+/// Parse a `--format` value (see [`SubArgs::format`]).
+pub fn parse_format(s: &str) -> anyhow::Result<RecordFormat> {
+    let mut pieces = Vec::new();
+    let mut literal = Vec::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        let field = match c {
+            '%' => match chars.next() {
+                Some('k') => FormatPiece::Key,
+                Some('s') => FormatPiece::Value,
+                Some('t') => FormatPiece::Topic,
+                Some('p') => FormatPiece::Segment,
+                Some('o') => FormatPiece::Offset,
+                Some('T') => FormatPiece::Timestamp,
+                Some('h') => FormatPiece::Headers,
+                Some('K') => FormatPiece::KeyLength,
+                Some('S') => FormatPiece::ValueLength,
+                Some('%') => {
+                    literal.push(b'%');
+                    continue;
+                }
+                Some(other) => bail!("`%{other}` in --format is not a field (see kelp sub --help)"),
+                None => bail!("--format ends with a lone `%`"),
+            },
+            '\\' => {
+                match chars.next() {
+                    Some('n') => literal.push(b'\n'),
+                    Some('t') => literal.push(b'\t'),
+                    Some('\\') => literal.push(b'\\'),
+                    Some(other) => bail!("`\\{other}` in --format is not \\n, \\t or \\\\"),
+                    None => bail!("--format ends with a lone `\\`"),
+                }
+                continue;
+            }
+            c => {
+                let mut utf8 = [0u8; 4];
+                literal.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+                continue;
+            }
+        };
+        if !literal.is_empty() {
+            pieces.push(FormatPiece::Literal(std::mem::take(&mut literal)));
+        }
+        pieces.push(field);
+    }
+    if !literal.is_empty() {
+        pieces.push(FormatPiece::Literal(literal));
+    }
+    Ok(RecordFormat(pieces))
 }
 
 #[derive(Debug, Subcommand)]
@@ -428,6 +596,96 @@ mod tests {
     }
 
     #[test]
+    fn start_values() {
+        assert_eq!(parse_start("-5").unwrap(), Start::BeforeEnd(5));
+        assert_eq!(parse_start("-0").unwrap(), Start::BeforeEnd(0));
+        assert_eq!(parse_start("7").unwrap(), Start::At(FetchFrom::Offset(7)));
+        assert_eq!(
+            parse_start("earliest").unwrap(),
+            Start::At(FetchFrom::Earliest)
+        );
+        for bad in ["-", "--5", "-x", "-99999999999999999999"] {
+            assert!(parse_start(bad).is_err(), "{bad}");
+        }
+        let Command::Sub(s) = parse(&[
+            "sub",
+            "a/b",
+            "--from",
+            "-10",
+            "--segment",
+            "3",
+            "--segment",
+            "4",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(s.from, Start::BeforeEnd(10));
+        assert_eq!(s.segments, vec![3, 4]);
+    }
+
+    #[test]
+    fn host_port_and_header_values() {
+        for good in [
+            "127.0.0.1:7420",
+            "localhost:1",
+            "[::1]:7420",
+            "kelp.example:65535",
+        ] {
+            assert_eq!(parse_host_port(good).unwrap(), good);
+        }
+        for bad in ["127.0.0.1", ":7420", "host:", "host:70000", "host:port", ""] {
+            let e = parse_host_port(bad).unwrap_err().to_string();
+            assert!(e.contains("is not HOST:PORT"), "{bad}: {e}");
+        }
+        assert_eq!(
+            parse_header("a=b=c").unwrap(),
+            ("a".to_owned(), "b=c".to_owned())
+        );
+        assert_eq!(parse_header("a=").unwrap(), ("a".to_owned(), String::new()));
+        assert!(parse_header("=b").is_err());
+        assert!(parse_header("ab").is_err());
+    }
+
+    #[test]
+    fn format_strings() {
+        use FormatPiece::*;
+        assert_eq!(
+            parse_format("%t/%p@%o %T [%h] %K:%S %k=%s 100%%\\n")
+                .unwrap()
+                .0,
+            vec![
+                Topic,
+                Literal(b"/".to_vec()),
+                Segment,
+                Literal(b"@".to_vec()),
+                Offset,
+                Literal(b" ".to_vec()),
+                Timestamp,
+                Literal(b" [".to_vec()),
+                Headers,
+                Literal(b"] ".to_vec()),
+                KeyLength,
+                Literal(b":".to_vec()),
+                ValueLength,
+                Literal(b" ".to_vec()),
+                Key,
+                Literal(b"=".to_vec()),
+                Value,
+                Literal(b" 100%\n".to_vec()),
+            ]
+        );
+        assert_eq!(
+            parse_format("\\t\\\\é").unwrap().0,
+            vec![Literal("\t\\é".as_bytes().to_vec())]
+        );
+        for bad in ["%", "%x", "\\", "\\q"] {
+            assert!(parse_format(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn defaults() {
         let Command::Serve(s) = parse(&["serve"]).command else {
             panic!()
@@ -449,7 +707,8 @@ mod tests {
         assert_eq!(p.batch_bytes, 1 << 20);
         assert_eq!(p.linger_ms, 5);
         assert_eq!(p.by_ref_over, ByRefOver(Some(1 << 20)));
-        assert!(p.broker.payload_dir.is_none());
+        assert!(p.payload.payload_dir.is_none());
+        assert!(p.headers.is_empty());
         assert_eq!(p.broker.broker, "127.0.0.1:7420");
         assert_eq!(p.broker.transport, TransportArg::Tcp);
         assert!(p.broker.tls_ca.is_none());
@@ -457,8 +716,19 @@ mod tests {
         let Command::Sub(s) = parse(&["sub", "ns/t"]).command else {
             panic!()
         };
-        assert_eq!(s.from, FetchFrom::Latest);
+        assert_eq!(s.from, Start::At(FetchFrom::Latest));
         assert_eq!(s.count, None);
+        assert!(s.segments.is_empty());
+        assert_eq!(
+            s.format,
+            RecordFormat(vec![
+                FormatPiece::Key,
+                FormatPiece::Literal(b"\t".to_vec()),
+                FormatPiece::Value,
+                FormatPiece::Literal(b"\n".to_vec()),
+            ]),
+            "the default prints KEY<TAB>VALUE lines"
+        );
         assert!(!s.references);
     }
 
@@ -587,11 +857,13 @@ mod tests {
             "5"
         ])
         .is_err());
-        let Command::Cluster { broker } = parse(&["cluster", "--broker", "10.0.0.1:1"]).command
+        let Command::Cluster { broker, output } =
+            parse(&["cluster", "--broker", "10.0.0.1:1"]).command
         else {
             panic!()
         };
         assert_eq!(broker.broker, "10.0.0.1:1");
+        assert_eq!(output.output, OutputFormat::Table);
         let Command::Pub(p) = parse(&[
             "pub",
             "a/b",
@@ -612,7 +884,10 @@ mod tests {
         };
         assert_eq!((p.ack, p.batch_bytes, p.linger_ms), (AckArg::None, 4096, 0));
         assert_eq!(p.by_ref_over, ByRefOver(None));
-        assert_eq!(p.broker.payload_dir, Some(PathBuf::from("/srv/kelp/filer")));
+        assert_eq!(
+            p.payload.payload_dir,
+            Some(PathBuf::from("/srv/kelp/filer"))
+        );
         let Command::Pub(p) = parse(&["pub", "a/b", "--by-ref-over", "4096"]).command else {
             panic!()
         };
@@ -630,7 +905,10 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((s.from, s.count), (FetchFrom::Earliest, Some(10)));
+        assert_eq!(
+            (s.from, s.count),
+            (Start::At(FetchFrom::Earliest), Some(10))
+        );
         assert!(s.references);
         assert!(matches!(
             parse(&["chunk", "cat", "x.chunk"]).command,
@@ -679,6 +957,12 @@ mod tests {
         let bad: &[&[&str]] = &[
             &["pub", "a/b", "--ack", "all"],
             &["sub", "a/b", "--from", "yesterday"],
+            &["sub", "a/b", "--from", "-x"],
+            &["sub", "a/b", "--format", "%z"],
+            &["pub", "a/b", "--header", "novalue"],
+            &["topic", "list", "--broker", "127.0.0.1"],
+            &["topic", "describe", "a/b", "--output", "yaml"],
+            &["topic", "list", "--payload-dir", "/tmp"],
             &["topic", "create", "a/b", "--segments", "-1"],
             &["topic", "list", "--transport", "udp"],
             &["serve", "--listen", "not-an-address"],

@@ -7,8 +7,11 @@ use anyhow::Context;
 use client::{Client, ClientError, ClientOptions, ProducerConfig, SubscribeOptions, ValueSource};
 use tokio::io::AsyncBufReadExt;
 
-use crate::cli::{BrokerArgs, ControlArgs, PolicyArgs, PubArgs, ServeArgs, SubArgs, TopicCommand};
-use crate::tables::{brokers_table, describe_table};
+use crate::cli::{
+    BrokerArgs, ControlArgs, FormatPiece, OutputArgs, OutputFormat, PayloadArgs, PolicyArgs,
+    PubArgs, ServeArgs, Start, SubArgs, TopicCommand,
+};
+use crate::tables::{brokers_json, brokers_table, describe_table, topic_json, Columns};
 use crate::text::{escape_into, split_line};
 
 /// Bytes of the stdin and stdout buffers: large, so millions of lines cost
@@ -57,9 +60,16 @@ pub fn control(args: ControlArgs) -> anyhow::Result<()> {
 }
 
 async fn connect(broker: &BrokerArgs) -> anyhow::Result<Client> {
+    connect_with(broker, None).await
+}
+
+async fn connect_with(
+    broker: &BrokerArgs,
+    payload: Option<&PayloadArgs>,
+) -> anyhow::Result<Client> {
     let options = ClientOptions {
         tls_ca_file: broker.tls_ca.clone(),
-        payload_dir: broker.payload_dir.clone(),
+        payload_dir: payload.and_then(|p| p.payload_dir.clone()),
         ..ClientOptions::default()
     };
     // The error already says "cannot reach broker at ADDR" when it cannot.
@@ -86,23 +96,32 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 info.segments.len()
             )?;
         }
-        TopicCommand::List { broker } => {
+        TopicCommand::List { output, broker } => {
             let topics = connect(&broker)
                 .await?
                 .list_topics()
                 .await
                 .context("cannot list topics")?;
-            for t in topics {
-                writeln!(out, "{t}")?;
+            match output.output {
+                OutputFormat::Json => writeln!(out, "{}", serde_json::json!(topics))?,
+                OutputFormat::Table | OutputFormat::Wide => {
+                    for t in topics {
+                        writeln!(out, "{t}")?;
+                    }
+                }
             }
         }
-        TopicCommand::Describe { topic, broker } => {
+        TopicCommand::Describe {
+            topic,
+            output,
+            broker,
+        } => {
             let info = connect(&broker)
                 .await?
                 .describe_topic(&topic)
                 .await
                 .with_context(|| format!("cannot describe topic {topic}"))?;
-            out.write_all(describe_table(&info).as_bytes())?;
+            print_layout(&mut out, &info, &output)?;
         }
         TopicCommand::Delete { topic, broker } => {
             connect(&broker)
@@ -116,6 +135,7 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
             topic,
             segment,
             pieces,
+            output,
             broker,
         } => {
             let info = connect(&broker)
@@ -123,12 +143,13 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 .split_segment(&topic, segment, pieces)
                 .await
                 .with_context(|| format!("cannot split segment {segment} of {topic}"))?;
-            out.write_all(describe_table(&info).as_bytes())?;
+            print_layout(&mut out, &info, &output)?;
         }
         TopicCommand::Merge {
             topic,
             a,
             b,
+            output,
             broker,
         } => {
             let info = connect(&broker)
@@ -136,12 +157,13 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 .merge_segments(&topic, a, b)
                 .await
                 .with_context(|| format!("cannot merge segments {a} and {b} of {topic}"))?;
-            out.write_all(describe_table(&info).as_bytes())?;
+            print_layout(&mut out, &info, &output)?;
         }
         TopicCommand::Move {
             topic,
             segment,
             to,
+            output,
             broker,
         } => {
             let info = connect(&broker)
@@ -149,7 +171,7 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 .move_segment(&topic, segment, to)
                 .await
                 .with_context(|| format!("cannot move segment {segment} of {topic}"))?;
-            out.write_all(describe_table(&info).as_bytes())?;
+            print_layout(&mut out, &info, &output)?;
         }
         TopicCommand::Policy(args) => {
             let policy = policy_json(&args)?;
@@ -158,15 +180,71 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 .set_policy(&args.topic, &policy)
                 .await
                 .with_context(|| format!("cannot set the scaling policy of {}", args.topic))?;
-            if policy.is_empty() {
-                writeln!(out, "removed the scaling policy of {}", info.name)?;
+            if args.output.output == OutputFormat::Json {
+                let policy: serde_json::Value = if policy.is_empty() {
+                    serde_json::Value::Null
+                } else {
+                    serde_json::from_str(&policy)?
+                };
+                let mut doc = topic_json(&info);
+                doc["policy"] = policy;
+                writeln!(out, "{doc}")?;
             } else {
-                writeln!(out, "scaling policy of {}: {policy}", info.name)?;
+                if policy.is_empty() {
+                    writeln!(out, "removed the scaling policy of {}", info.name)?;
+                } else {
+                    writeln!(out, "scaling policy of {}:", info.name)?;
+                    out.write_all(policy_lines(&policy)?.as_bytes())?;
+                }
+                print_layout(&mut out, &info, &args.output)?;
             }
-            out.write_all(describe_table(&info).as_bytes())?;
         }
     }
     Ok(())
+}
+
+/// A topic's layout as `--output` asks: the segments table or JSON.
+fn print_layout(
+    out: &mut impl Write,
+    info: &client::TopicInfo,
+    output: &OutputArgs,
+) -> anyhow::Result<()> {
+    match output.output {
+        OutputFormat::Table => out.write_all(describe_table(info, Columns::Narrow).as_bytes())?,
+        OutputFormat::Wide => out.write_all(describe_table(info, Columns::Wide).as_bytes())?,
+        OutputFormat::Json => writeln!(out, "{}", topic_json(info))?,
+    }
+    Ok(())
+}
+
+/// A scaling policy's JSON as `  field: value` lines, for people.
+fn policy_lines(policy_json: &str) -> anyhow::Result<String> {
+    let policy: serde_json::Value = serde_json::from_str(policy_json)?;
+    let mut lines = String::new();
+    let mut push = |name: &str, value: &serde_json::Value| {
+        let text = match value {
+            serde_json::Value::Array(items) => items
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            other => other.to_string(),
+        };
+        lines.push_str(&format!("  {name}: {text}\n"));
+    };
+    if let serde_json::Value::Object(fields) = &policy {
+        for (name, value) in fields {
+            match value {
+                serde_json::Value::Object(inner) => {
+                    for (inner_name, v) in inner {
+                        push(&format!("{name}.{inner_name}"), v);
+                    }
+                }
+                v => push(name, v),
+            }
+        }
+    }
+    Ok(lines)
 }
 
 /// The JSON of the scaling policy `kelp topic policy` sets: defaults with
@@ -208,20 +286,29 @@ pub fn policy_json(args: &PolicyArgs) -> anyhow::Result<String> {
 }
 
 /// `kelp cluster`: the brokers table.
-pub async fn cluster(broker: BrokerArgs) -> anyhow::Result<()> {
+pub async fn cluster(output: OutputArgs, broker: BrokerArgs) -> anyhow::Result<()> {
     let brokers = connect(&broker)
         .await?
         .list_brokers()
         .await
         .context("cannot list the cluster's brokers")?;
-    std::io::stdout()
-        .lock()
-        .write_all(brokers_table(&brokers).as_bytes())?;
+    let mut out = std::io::stdout().lock();
+    match output.output {
+        OutputFormat::Json => writeln!(out, "{}", brokers_json(&brokers))?,
+        OutputFormat::Table | OutputFormat::Wide => {
+            out.write_all(brokers_table(&brokers).as_bytes())?
+        }
+    }
     Ok(())
 }
 
 pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
-    let client = connect(&args.broker).await?;
+    let client = connect_with(&args.broker, Some(&args.payload)).await?;
+    let headers: Vec<(&[u8], &[u8])> = args
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+        .collect();
     let config = ProducerConfig {
         ack: args.ack.into(),
         batch_bytes_max: args.batch_bytes,
@@ -250,7 +337,7 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
         line_number += 1;
         let (key, value) = split_line(&line);
         producer
-            .send(key, value, &[])
+            .send(key, value, &headers)
             .await
             .with_context(|| format!("cannot publish line {line_number} to {}", args.topic))?;
     }
@@ -268,15 +355,27 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
 }
 
 pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
-    let client = connect(&args.broker).await?;
+    let client = connect_with(&args.broker, Some(&args.payload)).await?;
+    let (from, from_end) = match args.from {
+        Start::At(from) => (from, None),
+        Start::BeforeEnd(n) => (client::FetchFrom::Latest, Some(n)),
+    };
     let options = SubscribeOptions {
         resolve_references: !args.references,
+        from_end,
+        // A tail outlives broker restarts.
+        reconnect: true,
         ..SubscribeOptions::default()
     };
-    let mut subscriber = client
-        .subscribe(&args.topic, args.from, options)
-        .await
-        .with_context(|| format!("cannot subscribe to {}", args.topic))?;
+    let subscribed = if args.segments.is_empty() {
+        client.subscribe(&args.topic, from, options).await
+    } else {
+        client
+            .subscribe_segments(&args.topic, &args.segments, from, options)
+            .await
+    };
+    let mut subscriber =
+        subscribed.with_context(|| format!("cannot subscribe to {}", args.topic))?;
     let mut stdout = std::io::stdout().lock();
     let mut buf = Vec::with_capacity(IO_BUFFER_BYTES);
     let mut printed = 0u64;
@@ -313,33 +412,14 @@ pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
                     return Err(e).with_context(|| format!("cannot read {}", args.topic));
                 }
             };
-            escape_into(&mut buf, &record.key);
-            buf.push(b'\t');
-            match record.source {
-                ValueSource::Reference(r) if args.references => {
-                    buf.extend_from_slice(r.to_string().as_bytes());
-                }
-                // Too large to hold: stream it.
-                ValueSource::Reference(r) => {
-                    stdout.write_all(&buf)?;
-                    buf.clear();
-                    let mut reader = client.open_payload(&args.topic, &r)?;
-                    while let Some(piece) = reader.next_piece().await.with_context(|| {
-                        format!(
-                            "cannot read the payload of record {} in segment {}",
-                            record.offset, record.segment
-                        )
-                    })? {
-                        escape_into(&mut buf, &piece);
-                        stdout.write_all(&buf)?;
-                        buf.clear();
+            for piece in &args.format.0 {
+                match piece {
+                    FormatPiece::Value => {
+                        write_value(&client, &args, &record, &mut buf, &mut stdout).await?
                     }
-                }
-                ValueSource::Inline | ValueSource::Resolved(_) => {
-                    escape_into(&mut buf, &record.value);
+                    other => write_field(other, &args.topic, &record, &mut buf),
                 }
             }
-            buf.push(b'\n');
             printed += 1;
             if buf.len() >= IO_BUFFER_BYTES {
                 stdout.write_all(&buf)?;
@@ -359,6 +439,73 @@ pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
             "{unreadable} record(s) of {} had unreadable payloads",
             args.topic
         );
+    }
+    Ok(())
+}
+
+/// One `--format` field other than the value, appended to `buf`.
+fn write_field(piece: &FormatPiece, topic: &str, record: &client::OwnedRecord, buf: &mut Vec<u8>) {
+    match piece {
+        FormatPiece::Literal(bytes) => buf.extend_from_slice(bytes),
+        FormatPiece::Key => escape_into(buf, &record.key),
+        FormatPiece::Topic => buf.extend_from_slice(topic.as_bytes()),
+        FormatPiece::Segment => buf.extend_from_slice(record.segment.to_string().as_bytes()),
+        FormatPiece::Offset => buf.extend_from_slice(record.offset.to_string().as_bytes()),
+        FormatPiece::Timestamp => {
+            buf.extend_from_slice(record.timestamp_ms.to_string().as_bytes());
+        }
+        FormatPiece::Headers => {
+            for (i, (name, value)) in record.headers.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                escape_into(buf, name);
+                buf.push(b'=');
+                escape_into(buf, value);
+            }
+        }
+        FormatPiece::KeyLength => buf.extend_from_slice(record.key.len().to_string().as_bytes()),
+        FormatPiece::ValueLength => {
+            let length = match record.source {
+                ValueSource::Reference(r) => r.length,
+                ValueSource::Inline | ValueSource::Resolved(_) => record.value.len() as u64,
+            };
+            buf.extend_from_slice(length.to_string().as_bytes());
+        }
+        // The value may need the filer: `write_value`.
+        FormatPiece::Value => {}
+    }
+}
+
+/// The record's value, escaped, appended to `buf`; a payload too large to
+/// hold is streamed from the filer straight to `stdout`.
+async fn write_value(
+    client: &Client,
+    args: &SubArgs,
+    record: &client::OwnedRecord,
+    buf: &mut Vec<u8>,
+    stdout: &mut impl Write,
+) -> anyhow::Result<()> {
+    match record.source {
+        ValueSource::Reference(r) if args.references => {
+            buf.extend_from_slice(r.to_string().as_bytes());
+        }
+        ValueSource::Reference(r) => {
+            stdout.write_all(buf)?;
+            buf.clear();
+            let mut reader = client.open_payload(&args.topic, &r)?;
+            while let Some(piece) = reader.next_piece().await.with_context(|| {
+                format!(
+                    "cannot read the payload of record {} in segment {}",
+                    record.offset, record.segment
+                )
+            })? {
+                escape_into(buf, &piece);
+                stdout.write_all(buf)?;
+                buf.clear();
+            }
+        }
+        ValueSource::Inline | ValueSource::Resolved(_) => escape_into(buf, &record.value),
     }
     Ok(())
 }

@@ -33,7 +33,7 @@ fn main() -> ExitCode {
             command: ChunkCommand::Cat { file },
         } => commands::chunk_cat(&file),
         Command::Topic { command } => run_async(commands::topic(command)),
-        Command::Cluster { broker } => run_async(commands::cluster(broker)),
+        Command::Cluster { output, broker } => run_async(commands::cluster(output, broker)),
         Command::Pub(args) => run_async(commands::publish(args)),
         Command::Sub(args) => run_async(commands::subscribe(args)),
         // The bench builds its own runtimes and starts `kelp serve` from
@@ -44,10 +44,29 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kelp: {e:#}");
+            eprintln!("kelp: {}", plain_sentence(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes as one line, `what: why: why`, leaving out a
+/// cause whose text the line already holds (many errors print their
+/// source inside their own message as well as returning it as their
+/// source, which would say it twice).
+fn plain_sentence(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn run_async(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
@@ -55,4 +74,36 @@ fn run_async(command: impl std::future::Future<Output = anyhow::Result<()>>) -> 
         .enable_all()
         .build()?;
     runtime.block_on(command)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_sentence;
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        /// An error that prints its source and also returns it.
+        #[derive(Debug)]
+        struct Failed {
+            source: std::io::Error,
+        }
+        impl std::fmt::Display for Failed {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "read failed: {}", self.source)
+            }
+        }
+        impl std::error::Error for Failed {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.source)
+            }
+        }
+        let e = anyhow::Error::new(Failed { source: io }).context("cannot read stdin");
+        assert_eq!(
+            plain_sentence(&e),
+            "cannot read stdin: read failed: No such file or directory"
+        );
+        let e = anyhow::anyhow!("refused").context("cannot list topics");
+        assert_eq!(plain_sentence(&e), "cannot list topics: refused");
+    }
 }

@@ -4,105 +4,267 @@
 //! with spaces, `-` where there is nothing to show; times are UTC.
 
 use client::{BrokerStatus, SegmentInfo, TopicInfo};
+use serde_json::{json, Value};
 
-/// The segments table: every segment the topic ever had (sealed ones
-/// with their successors), by range start then id, so a parent sits above
-/// the pieces of its range.
-pub fn describe_table(info: &TopicInfo) -> String {
+/// Which columns the segments table shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Columns {
+    /// The ones an operator reads first, about 130 characters wide.
+    Narrow,
+    /// Every one: also the epoch, appended bytes, the first write and the
+    /// seal time.
+    Wide,
+}
+
+/// Text columns padded to their widest cell: numbers right-aligned, text
+/// left-aligned; no trailing spaces.
+struct Table {
+    headers: Vec<(&'static str, Align)>,
+    rows: Vec<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// Spaces between two columns.
+const COLUMN_GAP: usize = 2;
+
+impl Table {
+    fn new(headers: Vec<(&'static str, Align)>) -> Table {
+        Table {
+            headers,
+            rows: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, row: Vec<String>) {
+        debug_assert_eq!(row.len(), self.headers.len());
+        self.rows.push(row);
+    }
+
+    fn render(&self) -> String {
+        let widths: Vec<usize> = self
+            .headers
+            .iter()
+            .enumerate()
+            .map(|(i, (h, _))| {
+                self.rows
+                    .iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([h.len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        let header: Vec<String> = self.headers.iter().map(|(h, _)| (*h).to_owned()).collect();
+        for cells in std::iter::once(&header).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, cell) in cells.iter().enumerate() {
+                if i > 0 {
+                    line.push_str(&" ".repeat(COLUMN_GAP));
+                }
+                let pad = " ".repeat(widths[i].saturating_sub(cell.chars().count()));
+                match self.headers[i].1 {
+                    Align::Left => {
+                        line.push_str(cell);
+                        line.push_str(&pad);
+                    }
+                    Align::Right => {
+                        line.push_str(&pad);
+                        line.push_str(cell);
+                    }
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// A topic's segments by range start then id, so a parent sits above the
+/// pieces of its range.
+fn segments_in_order(info: &TopicInfo) -> Vec<&SegmentInfo> {
     let mut segments: Vec<&SegmentInfo> = info.segments.iter().collect();
     segments.sort_by_key(|s| (s.start, s.id));
-    let mut out = format!("topic {}\n", info.name);
-    out += &format!(
-        "{:>7}  {:>5}  {:<19}  {:<6}  {:>6}  {:>5}  {:<21}  {:>11}  {:>14}  {:>9}  {:>9}  {:<20}  {:>11}  {:<20}  {}\n",
-        "SEGMENT",
-        "EPOCH",
-        "RANGE",
-        "STATE",
-        "BROKER",
-        "SHARD",
-        "ADDRESS",
-        "NEXT OFFSET",
-        "APPENDED BYTES",
-        "BYTES/S",
-        "RECORDS/S",
-        "CREATED",
-        "FIRST WRITE",
-        "SEALED",
-        "SUCCESSORS"
-    );
-    for s in segments {
-        let successors: Vec<String> = s.successors.iter().map(u32::to_string).collect();
-        let row = format!(
-            "{:>7}  {:>5}  {:<19}  {:<6}  {:>6}  {:>5}  {:<21}  {:>11}  {:>14}  {:>9}  {:>9}  {:<20}  {:>11}  {:<20}  {}",
-            s.id,
-            s.epoch,
+    segments
+}
+
+/// The segments table: every segment the topic ever had (sealed ones
+/// with their successors), by range start then id.
+pub fn describe_table(info: &TopicInfo, columns: Columns) -> String {
+    use Align::{Left, Right};
+    let wide = columns == Columns::Wide;
+    let mut headers = vec![("SEGMENT", Right)];
+    if wide {
+        headers.push(("EPOCH", Right));
+    }
+    headers.extend([
+        ("RANGE", Left),
+        ("STATE", Left),
+        ("BROKER", Right),
+        ("SHARD", Right),
+        ("ADDRESS", Left),
+        ("NEXT OFFSET", Right),
+    ]);
+    if wide {
+        headers.push(("APPENDED BYTES", Right));
+    }
+    headers.extend([("BYTES/S", Right), ("RECORDS/S", Right), ("CREATED", Left)]);
+    if wide {
+        headers.extend([("FIRST WRITE", Right), ("SEALED", Left)]);
+    }
+    headers.push(("SUCCESSORS", Left));
+    let mut table = Table::new(headers);
+    for s in segments_in_order(info) {
+        let mut row = vec![s.id.to_string()];
+        if wide {
+            row.push(s.epoch.to_string());
+        }
+        row.extend([
             format!("{:08x}-{:08x}", s.start, s.end),
-            if s.sealed { "sealed" } else { "open" },
+            state(s).to_owned(),
             s.broker.map_or_else(|| "-".to_owned(), |b| b.to_string()),
-            s.shard,
-            s.address.as_ref().map_or("-", |a| a.tcp.as_str()),
-            s.next_offset,
-            s.appended_bytes,
-            s.bytes_per_s,
-            s.records_per_s,
+            s.shard.to_string(),
+            s.address
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |a| a.tcp.clone()),
+            s.next_offset.to_string(),
+        ]);
+        if wide {
+            row.push(s.appended_bytes.to_string());
+        }
+        row.extend([
+            s.bytes_per_s.to_string(),
+            s.records_per_s.to_string(),
             utc(Some(s.created_ms)),
+        ]);
+        if wide {
             // How long after its creation (for a successor: the split,
             // merge or move decision) the segment took its first record.
-            s.first_append_ms.map_or_else(
+            row.push(s.first_append_ms.map_or_else(
                 || "-".to_owned(),
-                |t| format!("+{}ms", t.saturating_sub(s.created_ms))
-            ),
-            utc(s.sealed_ms),
-            if successors.is_empty() {
-                "-".to_owned()
-            } else {
-                successors.join(",")
-            }
-        );
-        out += row.trim_end();
-        out.push('\n');
+                |t| format!("+{}ms", t.saturating_sub(s.created_ms)),
+            ));
+            row.push(utc(s.sealed_ms));
+        }
+        row.push(if s.successors.is_empty() {
+            "-".to_owned()
+        } else {
+            let ids: Vec<String> = s.successors.iter().map(u32::to_string).collect();
+            ids.join(",")
+        });
+        table.push(row);
     }
-    out
+    format!("topic {}\n{}", info.name, table.render())
+}
+
+fn state(s: &SegmentInfo) -> &'static str {
+    if s.sealed {
+        "sealed"
+    } else {
+        "open"
+    }
+}
+
+/// A topic as JSON: `{"name", "segments": [...]}`, every field of every
+/// segment (docs/cli.md lists them); absent values are `null`.
+pub fn topic_json(info: &TopicInfo) -> Value {
+    let segments: Vec<Value> = segments_in_order(info)
+        .into_iter()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "epoch": s.epoch,
+                "range_start": s.start,
+                "range_end": s.end,
+                "state": state(s),
+                "broker": s.broker,
+                "shard": s.shard,
+                "address": s.address.as_ref().map(|a| json!({"tcp": a.tcp, "quic": a.quic})),
+                "next_offset": s.next_offset,
+                "appended_bytes": s.appended_bytes,
+                "bytes_per_s": s.bytes_per_s,
+                "records_per_s": s.records_per_s,
+                "created_ms": s.created_ms,
+                "first_append_ms": s.first_append_ms,
+                "sealed_ms": s.sealed_ms,
+                "successors": s.successors,
+            })
+        })
+        .collect();
+    json!({ "name": info.name, "segments": segments })
 }
 
 /// The brokers table: id, shard 0's TCP address, shard count, load,
 /// utilization, open segments and when each was last heard from.
 pub fn brokers_table(brokers: &[BrokerStatus]) -> String {
+    use Align::{Left, Right};
+    let mut table = Table::new(vec![
+        ("BROKER", Right),
+        ("ADDRESS", Left),
+        ("SHARDS", Right),
+        ("BYTES/S", Right),
+        ("RECORDS/S", Right),
+        ("UTIL", Right),
+        ("OPEN SEGMENTS", Right),
+        ("LAST HEARD", Left),
+    ]);
+    for b in brokers_in_order(brokers) {
+        table.push(vec![
+            b.id.to_string(),
+            b.shards
+                .first()
+                .map_or_else(|| "-".to_owned(), |s| s.tcp.clone()),
+            b.shards.len().to_string(),
+            b.bytes_per_s.to_string(),
+            b.records_per_s.to_string(),
+            format!(
+                "{}.{}%",
+                b.utilization_permille / 10,
+                b.utilization_permille % 10
+            ),
+            b.open_segments.to_string(),
+            format!("{}.{}s ago", b.silent_ms / 1000, (b.silent_ms % 1000) / 100),
+        ]);
+    }
+    table.render()
+}
+
+fn brokers_in_order(brokers: &[BrokerStatus]) -> Vec<&BrokerStatus> {
     let mut brokers: Vec<&BrokerStatus> = brokers.iter().collect();
     brokers.sort_by_key(|b| b.id);
-    let mut out = format!(
-        "{:>6}  {:<21}  {:>6}  {:>12}  {:>10}  {:>6}  {:>13}  {}\n",
-        "BROKER",
-        "ADDRESS",
-        "SHARDS",
-        "BYTES/S",
-        "RECORDS/S",
-        "UTIL",
-        "OPEN SEGMENTS",
-        "LAST HEARD"
-    );
-    for b in brokers {
-        let utilization = format!(
-            "{}.{}%",
-            b.utilization_permille / 10,
-            b.utilization_permille % 10
-        );
-        let row = format!(
-            "{:>6}  {:<21}  {:>6}  {:>12}  {:>10}  {:>6}  {:>13}  {}.{}s ago",
-            b.id,
-            b.shards.first().map_or("-", |s| s.tcp.as_str()),
-            b.shards.len(),
-            b.bytes_per_s,
-            b.records_per_s,
-            utilization,
-            b.open_segments,
-            b.silent_ms / 1000,
-            (b.silent_ms % 1000) / 100,
-        );
-        out += row.trim_end();
-        out.push('\n');
-    }
-    out
+    brokers
+}
+
+/// A cluster's brokers as JSON: an array, by id, every field.
+pub fn brokers_json(brokers: &[BrokerStatus]) -> Value {
+    let brokers: Vec<Value> = brokers_in_order(brokers)
+        .into_iter()
+        .map(|b| {
+            let shards: Vec<Value> = b
+                .shards
+                .iter()
+                .map(|a| json!({"tcp": a.tcp, "quic": a.quic}))
+                .collect();
+            json!({
+                "id": b.id,
+                "shards": shards,
+                "capacity_bytes_per_s": b.capacity_bytes_per_s,
+                "capacity_records_per_s": b.capacity_records_per_s,
+                "bytes_per_s": b.bytes_per_s,
+                "records_per_s": b.records_per_s,
+                "utilization_permille": b.utilization_permille,
+                "open_segments": b.open_segments,
+                "silent_ms": b.silent_ms,
+            })
+        })
+        .collect();
+    Value::Array(brokers)
 }
 
 /// `ms` since the Unix epoch as RFC 3339 UTC to the second
@@ -168,7 +330,7 @@ mod tests {
                 },
             ],
         };
-        let table = describe_table(&info);
+        let table = describe_table(&info, Columns::Wide);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines[0], "topic ns/t");
         assert!(lines[1].starts_with("SEGMENT"));

@@ -17,7 +17,7 @@ fn describe_columns_and_cluster_commands_on_a_lone_broker() {
         .cli(&["topic", "create", "admin/t", "--segments", "2"])
         .status
         .success());
-    let out = broker.cli(&["topic", "describe", "admin/t"]);
+    let out = broker.cli(&["topic", "describe", "admin/t", "--output", "wide"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
