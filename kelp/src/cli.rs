@@ -274,6 +274,22 @@ pub enum TopicCommand {
     Policy(PolicyArgs),
 }
 
+impl TopicCommand {
+    /// Where the command goes.
+    pub fn broker(&self) -> &BrokerArgs {
+        match self {
+            TopicCommand::Create { broker, .. }
+            | TopicCommand::List { broker, .. }
+            | TopicCommand::Describe { broker, .. }
+            | TopicCommand::Delete { broker, .. }
+            | TopicCommand::Split { broker, .. }
+            | TopicCommand::Merge { broker, .. }
+            | TopicCommand::Move { broker, .. } => broker,
+            TopicCommand::Policy(args) => &args.broker,
+        }
+    }
+}
+
 /// `kelp topic policy`: the fields of `control::ScalingPolicy`.
 #[derive(Debug, Args)]
 pub struct PolicyArgs {

@@ -77,15 +77,21 @@ async fn connect_with(
 }
 
 pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
+    let client = connect(command.broker()).await?;
+    let result = topic_with(&client, command).await;
+    client.close().await;
+    result
+}
+
+async fn topic_with(client: &Client, command: TopicCommand) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match command {
         TopicCommand::Create {
             topic,
             segments,
-            broker,
+            broker: _,
         } => {
-            let info = connect(&broker)
-                .await?
+            let info = client
                 .create_topic(&topic, segments)
                 .await
                 .with_context(|| format!("cannot create topic {topic}"))?;
@@ -96,12 +102,8 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 info.segments.len()
             )?;
         }
-        TopicCommand::List { output, broker } => {
-            let topics = connect(&broker)
-                .await?
-                .list_topics()
-                .await
-                .context("cannot list topics")?;
+        TopicCommand::List { output, broker: _ } => {
+            let topics = client.list_topics().await.context("cannot list topics")?;
             match output.output {
                 OutputFormat::Json => writeln!(out, "{}", serde_json::json!(topics))?,
                 OutputFormat::Table | OutputFormat::Wide => {
@@ -114,18 +116,16 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Describe {
             topic,
             output,
-            broker,
+            broker: _,
         } => {
-            let info = connect(&broker)
-                .await?
+            let info = client
                 .describe_topic(&topic)
                 .await
                 .with_context(|| format!("cannot describe topic {topic}"))?;
             print_layout(&mut out, &info, &output)?;
         }
-        TopicCommand::Delete { topic, broker } => {
-            connect(&broker)
-                .await?
+        TopicCommand::Delete { topic, broker: _ } => {
+            client
                 .delete_topic(&topic)
                 .await
                 .with_context(|| format!("cannot delete topic {topic}"))?;
@@ -136,10 +136,9 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
             segment,
             pieces,
             output,
-            broker,
+            broker: _,
         } => {
-            let info = connect(&broker)
-                .await?
+            let info = client
                 .split_segment(&topic, segment, pieces)
                 .await
                 .with_context(|| format!("cannot split segment {segment} of {topic}"))?;
@@ -150,10 +149,9 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
             a,
             b,
             output,
-            broker,
+            broker: _,
         } => {
-            let info = connect(&broker)
-                .await?
+            let info = client
                 .merge_segments(&topic, a, b)
                 .await
                 .with_context(|| format!("cannot merge segments {a} and {b} of {topic}"))?;
@@ -164,10 +162,9 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
             segment,
             to,
             output,
-            broker,
+            broker: _,
         } => {
-            let info = connect(&broker)
-                .await?
+            let info = client
                 .move_segment(&topic, segment, to)
                 .await
                 .with_context(|| format!("cannot move segment {segment} of {topic}"))?;
@@ -175,8 +172,7 @@ pub async fn topic(command: TopicCommand) -> anyhow::Result<()> {
         }
         TopicCommand::Policy(args) => {
             let policy = policy_json(&args)?;
-            let info = connect(&args.broker)
-                .await?
+            let info = client
                 .set_policy(&args.topic, &policy)
                 .await
                 .with_context(|| format!("cannot set the scaling policy of {}", args.topic))?;
