@@ -32,6 +32,19 @@ const PANEL_HEIGHT_PX: u32 = 330;
 const NINES_MAX: f64 = 5.0;
 /// Points on the latency curve per nine.
 const POINTS_PER_NINE: u32 = 100;
+/// The shortest time axis, seconds.
+const T_MIN_S: f64 = 0.1;
+/// Head room above the highest point of a panel.
+const Y_HEADROOM: f64 = 1.1;
+/// Dash and gap of the baselines' lines, pixels.
+const DASH_PX: u32 = 8;
+/// The baselines' colours, in `Baselines::all` order.
+const LIMIT_COLORS: [RGBColor; 4] = [
+    RGBColor(0, 0, 0),
+    RGBColor(160, 32, 240),
+    RGBColor(0, 128, 0),
+    RGBColor(200, 100, 0),
+];
 
 /// Registers the first system DejaVu Sans found, once per process.
 pub fn load_font() -> Result<()> {
@@ -88,20 +101,6 @@ pub fn draw(path: &Path, reports: &[Report]) -> Result<()> {
         .with_context(|| format!("write {}", path.display()))?;
     Ok(())
 }
-
-/// The shortest time axis, seconds.
-const T_MIN_S: f64 = 0.1;
-/// Head room above the highest point of a panel.
-const Y_HEADROOM: f64 = 1.1;
-/// Dash and gap of the baselines' lines, pixels.
-const DASH_PX: u32 = 8;
-/// The baselines' colours, in `Baselines::all` order.
-const LIMIT_COLORS: [RGBColor; 4] = [
-    RGBColor(0, 0, 0),
-    RGBColor(160, 32, 240),
-    RGBColor(0, 128, 0),
-    RGBColor(200, 100, 0),
-];
 
 /// Run `index`'s colour.
 fn run_color(index: usize) -> RGBColor {
