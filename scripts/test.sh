@@ -70,7 +70,7 @@ export KELP_INTEROP_PYTHON="$interop_python"
 step "cargo test --release"
 cargo test --workspace --release
 
-step "kelp bench smoke (every scenario, tiny sizes; baselines, JSON and plot once)"
+step "kelp bench smoke (every scenario, tiny sizes; baselines, JSON and plot once; --repeat 2 once)"
 cargo build --release -p kelp
 smoke_dir="$(mktemp -d)"
 trap 'rm -rf "$smoke_dir"' EXIT
@@ -86,6 +86,18 @@ for key in ("scenario", "transport", "records", "throughput_mb_s", "records_per_
     assert key in doc, key
 assert doc["records"] == 20000, doc["records"]' "$smoke_dir/produce.json"
 test -s "$smoke_dir/produce.png"
+kelp_bench produce --repeat 2 --baseline --json "$smoke_dir/repeat.json" >"$smoke_dir/repeat.txt"
+cat "$smoke_dir/repeat.txt"
+grep -q '^run 2/2: ' "$smoke_dir/repeat.txt"
+grep -Eq '^ +figure +median +min +max$' "$smoke_dir/repeat.txt"
+python3 -c 'import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["repeat"] == 2 and len(doc["runs"]) == 2, doc.get("repeat")
+for key in ("throughput_mb_s", "records_per_s", "latency_us", "broker_cpu_s_per_gb",
+            "broker_peak_rss_mb", "baseline_mb_s", "ratio_to_baseline"):
+    assert key in doc["summary"] and key in doc, key
+s = doc["summary"]["throughput_mb_s"]
+assert s["min"] <= s["median"] <= s["max"], s' "$smoke_dir/repeat.json"
 kelp_bench produce --transport quic
 kelp_bench produce --ack none
 kelp_bench consume --from buffers

@@ -45,6 +45,7 @@ use wire::{
 
 pub use crate::bench_args::{
     AckArg, BenchArgs, ConsumeFrom, QuicDriverArg, Scenario, TransportArg, COUNT_DEFAULT,
+    REPEAT_MAX,
 };
 use crate::{
     baseline::current_thread_runtime,
@@ -76,8 +77,44 @@ const BASELINE_BYTES_MAX: u64 = 2 << 30;
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
 const NAMESPACE: &str = "bench";
 
-/// Runs one benchmark and prints (and writes) its report.
+/// Runs the benchmark `--repeat` times, prints each run and (repeated) the
+/// spread of every figure, and writes the JSON and the plot.
 pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
+    let ack = validate(args)?;
+    let runs = args.repeat;
+    let mut reports = Vec::with_capacity(runs as usize);
+    for index in 1..=runs {
+        let report =
+            run_once(args, launcher, ack).with_context(|| format!("run {index} of {runs}"))?;
+        if runs == 1 {
+            report.print();
+        } else {
+            println!("{}", report.run_line(index, runs));
+        }
+        reports.push(report);
+    }
+    if runs > 1 {
+        crate::summary::print(&reports);
+    }
+    if let Some(path) = &args.json {
+        let doc = match reports.as_slice() {
+            [one] => one.json(),
+            many => {
+                crate::summary::repeated_json(&many.iter().map(Report::json).collect::<Vec<_>>())
+            }
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::draw(path, &reports)?;
+    }
+    Ok(())
+}
+
+/// Checks the arguments against each other before anything starts; the
+/// ack mode the runs use.
+fn validate(args: &BenchArgs) -> Result<AckArg> {
     let ack = args.ack.unwrap_or(match args.scenario {
         Scenario::Backfill => AckArg::Durable,
         _ => AckArg::Leader,
@@ -136,7 +173,17 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
         // Fail before the run, not after it.
         crate::plot::load_font()?;
     }
+    ensure!(
+        (1..=REPEAT_MAX).contains(&args.repeat),
+        "--repeat takes 1 to {REPEAT_MAX} runs, not {}",
+        args.repeat
+    );
+    Ok(ack)
+}
 
+/// One run: a fresh broker (or a fresh topic on `--broker`), the measured
+/// scenario and, with `--baseline`, the host limits measured right after.
+fn run_once(args: &BenchArgs, launcher: &BrokerLauncher, ack: AckArg) -> Result<Report> {
     // The broker: our own child, or the one given.
     let own_data = if args.broker.is_none() {
         Some(TempDir::create(args.data_dir.as_deref(), "kelp-bench")?)
@@ -144,35 +191,7 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
         None
     };
     let broker = match &own_data {
-        Some(dir) => {
-            let (buffer_bytes, flush_age_ms) = match (args.scenario, args.consume_from) {
-                (Scenario::Consume, ConsumeFrom::Buffers) => {
-                    (BUFFERS_ONLY_BUFFER_BYTES, BUFFERS_ONLY_FLUSH_AGE_MS)
-                }
-                (Scenario::Consume, ConsumeFrom::Chunks) => {
-                    (args.buffer_mib << 20, CHUNKS_FLUSH_AGE_MS)
-                }
-                _ => (args.buffer_mib << 20, FLUSH_AGE_MS_DEFAULT),
-            };
-            let settings = BrokerSettings {
-                shards: args.shards as usize,
-                buffer_bytes,
-                flush_age_ms,
-                quic_driver: match args.quic_driver {
-                    QuicDriverArg::Tokio => "tokio",
-                    QuicDriverArg::Shard => "shard",
-                },
-                drop_flushed_pages: args.drop_flushed_pages,
-            };
-            let broker = BrokerProcess::start(launcher, &settings, &dir.path().join("broker"))?;
-            eprintln!(
-                "broker pid {} at {}, data in {}",
-                broker.pid(),
-                broker.listen(),
-                dir.path().display()
-            );
-            Some(broker)
-        }
+        Some(dir) => Some(start_broker(args, launcher, dir)?),
         None => {
             ensure!(
                 !(args.scenario == Scenario::Consume && args.consume_from == ConsumeFrom::Chunks),
@@ -286,15 +305,6 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
         samples: measured.samples,
         baselines,
     };
-    report.print();
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report.json())?)
-            .with_context(|| format!("write {}", path.display()))?;
-    }
-    if let Some(path) = &args.plot {
-        crate::plot::draw(path, &report)?;
-    }
-
     if broker.is_none() {
         // Someone else's broker: leave it as it was.
         rt.block_on(admin_request(
@@ -310,7 +320,40 @@ pub fn run(args: &BenchArgs, launcher: &BrokerLauncher) -> Result<()> {
         broker.stop()?;
     }
     drop(own_data);
-    Ok(())
+    Ok(report)
+}
+
+/// The bench's own broker, with the buffer and flush age the scenario needs.
+fn start_broker(
+    args: &BenchArgs,
+    launcher: &BrokerLauncher,
+    dir: &TempDir,
+) -> Result<BrokerProcess> {
+    let (buffer_bytes, flush_age_ms) = match (args.scenario, args.consume_from) {
+        (Scenario::Consume, ConsumeFrom::Buffers) => {
+            (BUFFERS_ONLY_BUFFER_BYTES, BUFFERS_ONLY_FLUSH_AGE_MS)
+        }
+        (Scenario::Consume, ConsumeFrom::Chunks) => (args.buffer_mib << 20, CHUNKS_FLUSH_AGE_MS),
+        _ => (args.buffer_mib << 20, FLUSH_AGE_MS_DEFAULT),
+    };
+    let settings = BrokerSettings {
+        shards: args.shards as usize,
+        buffer_bytes,
+        flush_age_ms,
+        quic_driver: match args.quic_driver {
+            QuicDriverArg::Tokio => "tokio",
+            QuicDriverArg::Shard => "shard",
+        },
+        drop_flushed_pages: args.drop_flushed_pages,
+    };
+    let broker = BrokerProcess::start(launcher, &settings, &dir.path().join("broker"))?;
+    eprintln!(
+        "broker pid {} at {}, data in {}",
+        broker.pid(),
+        broker.listen(),
+        dir.path().display()
+    );
+    Ok(broker)
 }
 
 fn resolve(addr: &str) -> Result<SocketAddr> {

@@ -156,9 +156,15 @@ pub struct BenchArgs {
     /// Write the figures as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Draw throughput over time and the latency distribution (PNG).
+    /// Draw throughput over time against the baselines, the latency
+    /// distribution and the broker's CPU and memory (PNG).
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
+    /// Run the whole scenario this many times (a fresh broker and fresh
+    /// baselines each time) and summarise every figure by its median,
+    /// minimum and maximum.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(REPEAT_MAX)))]
+    pub repeat: u32,
     /// Time limit of each phase, seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_s: u64,
@@ -169,3 +175,6 @@ pub struct BenchArgs {
 
 /// Records a run sends without `--count` or `--duration`.
 pub const COUNT_DEFAULT: u64 = 1_000_000;
+/// The most runs `--repeat` takes: enough for a median that one outlier
+/// does not move, few enough that a mistyped count does not run for hours.
+pub const REPEAT_MAX: u32 = 20;

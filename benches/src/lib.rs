@@ -1,6 +1,6 @@
 //! kelp benchmarks: the load generator behind `kelp bench` (scenarios,
-//! the broker child process, host limits, reports and plots), and the
-//! parts the load programs in `src/bin` share.
+//! the broker child process, host limits, reports, repeat summaries and
+//! plots), and the parts the load programs in `src/bin` share.
 
 pub mod baseline;
 pub mod bench;
@@ -13,6 +13,7 @@ pub mod load;
 pub mod meter;
 pub mod plot;
 pub mod report;
+pub mod summary;
 pub mod workload;
 
 pub use bench::{run, BenchArgs};

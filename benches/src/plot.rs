@@ -1,16 +1,23 @@
-//! `--plot FILE.png`: throughput over time, the latency distribution (by
+//! `--plot FILE.png`: throughput over time against the host's limits
+//! measured in the same run (dashed horizontal lines: raw TCP, raw quinn,
+//! disk write with and without fdatasync), the latency distribution (by
 //! percentile, on a "nines" axis as HDR histograms are usually drawn) and,
-//! with the bench's own broker, the broker's resident memory over time.
+//! with the bench's own broker, the broker's CPU (cores) and resident
+//! memory over time. With `--repeat` every panel draws every run, one
+//! colour per run; each panel has a legend.
 //!
 //! Text needs a TrueType font, loaded at run time from the system (Debian's
 //! `fonts-dejavu-core`); without one, `--plot` fails before the run starts.
 
 use std::{path::Path, sync::OnceLock};
 
-use anyhow::{anyhow, Context, Result};
-use plotters::prelude::*;
+use anyhow::{anyhow, ensure, Context, Result};
+use plotters::{coord::types::RangedCoordf64, prelude::*};
 
-use crate::report::Report;
+use crate::{
+    report::{limit_label, Report, LATENCY_UNIT, MICROSECONDS_PER_MS},
+    summary::Spread,
+};
 
 /// Where Debian and most distributions keep DejaVu Sans.
 const FONT_CANDIDATES: &[&str] = &[
@@ -25,6 +32,19 @@ const PANEL_HEIGHT_PX: u32 = 330;
 const NINES_MAX: f64 = 5.0;
 /// Points on the latency curve per nine.
 const POINTS_PER_NINE: u32 = 100;
+/// The shortest time axis, seconds.
+const T_MIN_S: f64 = 0.1;
+/// Head room above the highest point of a panel.
+const Y_HEADROOM: f64 = 1.1;
+/// Dash and gap of the baselines' lines, pixels.
+const DASH_PX: u32 = 8;
+/// The baselines' colours, in `Baselines::all` order.
+const LIMIT_COLORS: [RGBColor; 4] = [
+    RGBColor(0, 0, 0),
+    RGBColor(160, 32, 240),
+    RGBColor(0, 128, 0),
+    RGBColor(200, 100, 0),
+];
 
 /// Registers the first system DejaVu Sans found, once per process.
 pub fn load_font() -> Result<()> {
@@ -51,91 +71,241 @@ pub fn load_font() -> Result<()> {
         .map_err(|e| anyhow!(e))
 }
 
-/// Draws the report's panels into a PNG at `path`.
-pub fn draw(path: &Path, report: &Report) -> Result<()> {
+type Chart<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type Area<'b> = DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>;
+
+/// Draws the runs' panels into a PNG at `path`.
+pub fn draw(path: &Path, reports: &[Report]) -> Result<()> {
     load_font()?;
-    let throughput = report.throughput_over_time();
-    let rss = report.broker_rss_over_time();
-    let panels = if rss.is_empty() { 2 } else { 3 };
+    ensure!(!reports.is_empty(), "no run to plot");
+    let broker_measured = reports.iter().any(|r| !r.broker_rss_over_time().is_empty());
+    let panels = if broker_measured { 4 } else { 2 };
     let root = BitMapBackend::new(path, (WIDTH_PX, PANEL_HEIGHT_PX * panels)).into_drawing_area();
     root.fill(&WHITE)?;
     let areas = root.split_evenly((panels as usize, 1));
-    let title = format!(
-        "kelp bench {} over {} ({} B records, {} per batch, ack={}): {:.1} MB/s",
-        report.scenario,
-        report.transport,
-        report.record_bytes,
-        report.batch_records,
-        report.ack,
-        report.throughput_mb_s()
-    );
+    let t_max = reports
+        .iter()
+        .filter_map(|r| r.throughput_over_time().last().map(|p| p.0))
+        .fold(T_MIN_S, f64::max);
+    draw_throughput(&areas[0], reports, t_max)?;
+    draw_latency(&areas[1], reports)?;
+    if broker_measured {
+        let cpu: Vec<_> = reports.iter().map(Report::broker_cpu_over_time).collect();
+        let caption = "broker CPU (CPU seconds per second, 10 ms ticks)";
+        draw_over_time(&areas[2], caption, "cores", &cpu, t_max)?;
+        let rss: Vec<_> = reports.iter().map(Report::broker_rss_over_time).collect();
+        draw_over_time(&areas[3], "broker resident memory", "MB", &rss, t_max)?;
+    }
+    root.present()
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
 
-    let t_max = throughput.last().map_or(1.0, |p| p.0).max(0.1);
-    let y_max = throughput.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(&areas[0])
-        .caption(&title, (FONT_FAMILY, 20))
+/// Run `index`'s colour.
+fn run_color(index: usize) -> RGBColor {
+    let (r, g, b) = Palette99::pick(index).rgb();
+    RGBColor(r, g, b)
+}
+
+/// The name of run `index` of `runs` in a legend.
+fn run_name(index: usize, runs: usize) -> String {
+    if runs == 1 {
+        "kelp".into()
+    } else {
+        format!("kelp run {}", index + 1)
+    }
+}
+
+fn line_chart<'a, 'b>(
+    area: &'a Area<'b>,
+    caption: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> Result<Chart<'a, 'b>> {
+    Ok(ChartBuilder::on(area)
+        .caption(caption, (FONT_FAMILY, 18))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(70)
-        .build_cartesian_2d(0f64..t_max, 0f64..y_max)?;
+        .build_cartesian_2d(x, y)?)
+}
+
+fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, position: SeriesLabelPosition) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT_FAMILY, 13))
+        .draw()?;
+    Ok(())
+}
+
+/// A legend entry's sample line.
+fn legend_line(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+}
+
+/// kelp's throughput over time, one line per run, and each run's
+/// baselines as dashed horizontal lines, labelled with the median.
+fn draw_throughput(area: &Area<'_>, reports: &[Report], t_max: f64) -> Result<()> {
+    let Some(first) = reports.first() else {
+        return Ok(());
+    };
+    let series: Vec<_> = reports.iter().map(Report::throughput_over_time).collect();
+    let limits_mb_s = limits_by_name(reports);
+    let y_max = series
+        .iter()
+        .flatten()
+        .map(|p| p.1)
+        .chain(
+            limits_mb_s
+                .iter()
+                .flat_map(|(_, values)| values.iter().copied()),
+        )
+        .fold(1.0, f64::max)
+        * Y_HEADROOM;
+    let mb_s: Vec<f64> = reports.iter().map(Report::throughput_mb_s).collect();
+    let spread = Spread::of(&mb_s).map_or(String::new(), |s| match reports.len() {
+        1 => format!("{:.1} MB/s", s.median),
+        n => format!(
+            "median {:.1} MB/s ({:.1}-{:.1}) over {n} runs",
+            s.median, s.min, s.max
+        ),
+    });
+    let title = format!(
+        "kelp bench {} over {} ({} B records, {} per batch, ack={}): {spread}",
+        first.scenario, first.transport, first.record_bytes, first.batch_records, first.ack,
+    );
+    let mut chart = line_chart(area, &title, 0.0..t_max, 0.0..y_max)?;
     chart
         .configure_mesh()
         .x_desc("seconds")
         .y_desc("MB/s")
         .label_style((FONT_FAMILY, 14))
         .draw()?;
-    chart.draw_series(LineSeries::new(throughput, &BLUE))?;
+    draw_runs(&mut chart, &series)?;
+    for (index, (name, values)) in limits_mb_s.iter().enumerate() {
+        let color = LIMIT_COLORS[index % LIMIT_COLORS.len()];
+        let label = match Spread::of(values) {
+            Some(s) if values.len() == 1 => format!("{} {:.0} MB/s", limit_label(name), s.median),
+            Some(s) => format!(
+                "{} median {:.0} MB/s ({:.0}-{:.0})",
+                limit_label(name),
+                s.median,
+                s.min,
+                s.max
+            ),
+            None => continue,
+        };
+        for (run, mb_s) in values.iter().enumerate() {
+            let line = DashedLineSeries::new(
+                [(0.0, *mb_s), (t_max, *mb_s)],
+                DASH_PX,
+                DASH_PX,
+                color.stroke_width(2),
+            );
+            let drawn = chart.draw_series(line)?;
+            if run == 0 {
+                drawn.label(label.clone()).legend(legend_line(color));
+            }
+        }
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
+}
 
-    // Latency by percentile: x is the number of nines, -log10(1 - q).
-    let samples = report.latency.len().max(1) as f64;
+/// Every baseline's MB/s in each run that measured it, by name.
+fn limits_by_name(reports: &[Report]) -> Vec<(&'static str, Vec<f64>)> {
+    let mut limits: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    for baselines in reports.iter().filter_map(|r| r.baselines.as_ref()) {
+        for (name, limit) in baselines.all() {
+            match limits.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, values)) => values.push(limit.mb_per_s()),
+                None => limits.push((name, vec![limit.mb_per_s()])),
+            }
+        }
+    }
+    limits
+}
+
+/// One line per run, in the run's colour and with its legend entry.
+fn draw_runs(chart: &mut Chart<'_, '_>, series: &[Vec<(f64, f64)>]) -> Result<()> {
+    for (index, points) in series.iter().enumerate() {
+        let color = run_color(index);
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(run_name(index, series.len()))
+            .legend(legend_line(color));
+    }
+    Ok(())
+}
+
+/// Latency by percentile, one curve per run: x is the number of nines,
+/// -log10(1 - q); y is milliseconds, the unit of the text summary.
+fn draw_latency(area: &Area<'_>, reports: &[Report]) -> Result<()> {
+    let Some(first) = reports.first() else {
+        return Ok(());
+    };
+    let samples = reports
+        .iter()
+        .map(|r| r.latency.len())
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
     let nines_max = samples.log10().clamp(1.0, NINES_MAX);
-    let points: Vec<(f64, f64)> = (0..=(nines_max * f64::from(POINTS_PER_NINE)) as u32)
-        .map(|i| {
-            let nines = f64::from(i) / f64::from(POINTS_PER_NINE);
-            let q = 1.0 - 10f64.powf(-nines);
-            let us = report.latency.value_at_quantile(q);
-            (nines, us as f64 / 1000.0)
-        })
+    let curves: Vec<Vec<(f64, f64)>> = reports
+        .iter()
+        .map(|r| latency_curve(r, nines_max))
         .collect();
-    let lat_max = points.iter().map(|p| p.1).fold(0.001, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(&areas[1])
-        .caption(
-            format!("latency: {}", report.latency_kind),
-            (FONT_FAMILY, 18),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..nines_max, 0f64..lat_max)?;
+    let lat_max = curves.iter().flatten().map(|p| p.1).fold(0.001, f64::max) * Y_HEADROOM;
+    let caption = format!("latency: {}", first.latency_kind);
+    let mut chart = line_chart(area, &caption, 0.0..nines_max, 0.0..lat_max)?;
     chart
         .configure_mesh()
         .x_desc("percentile")
-        .y_desc("ms")
+        .y_desc(LATENCY_UNIT)
         .x_labels(nines_max as usize + 1)
         .x_label_formatter(&|n| percentile_label(*n))
         .label_style((FONT_FAMILY, 14))
         .draw()?;
-    chart.draw_series(LineSeries::new(points, &RED))?;
+    draw_runs(&mut chart, &curves)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+}
 
-    if panels == 3 {
-        let rss_max = rss.iter().map(|p| p.1).fold(1.0, f64::max) * 1.2;
-        let mut chart = ChartBuilder::on(&areas[2])
-            .caption("broker resident memory", (FONT_FAMILY, 18))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..t_max, 0f64..rss_max)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds")
-            .y_desc("MiB")
-            .label_style((FONT_FAMILY, 14))
-            .draw()?;
-        chart.draw_series(LineSeries::new(rss, &GREEN))?;
-    }
-    root.present()
-        .with_context(|| format!("write {}", path.display()))?;
-    Ok(())
+/// (nines, milliseconds) along one run's latency histogram.
+fn latency_curve(report: &Report, nines_max: f64) -> Vec<(f64, f64)> {
+    (0..=(nines_max * f64::from(POINTS_PER_NINE)) as u32)
+        .map(|i| {
+            let nines = f64::from(i) / f64::from(POINTS_PER_NINE);
+            let q = 1.0 - 10f64.powf(-nines);
+            let us = report.latency.value_at_quantile(q);
+            (nines, us as f64 / MICROSECONDS_PER_MS)
+        })
+        .collect()
+}
+
+/// A broker figure over time, one line per run.
+fn draw_over_time(
+    area: &Area<'_>,
+    caption: &str,
+    unit: &str,
+    series: &[Vec<(f64, f64)>],
+    t_max: f64,
+) -> Result<()> {
+    let y_max = series.iter().flatten().map(|p| p.1).fold(0.1, f64::max) * Y_HEADROOM;
+    let mut chart = line_chart(area, caption, 0.0..t_max, 0.0..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc(unit)
+        .label_style((FONT_FAMILY, 14))
+        .draw()?;
+    draw_runs(&mut chart, series)?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
 /// 0 -> "0%", 1 -> "90%", 2 -> "99%", 3 -> "99.9%".

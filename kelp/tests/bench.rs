@@ -1,6 +1,7 @@
 //! `kelp bench` as a user runs it: each scenario, tiny, against the broker
 //! child it starts itself; the JSON report must carry every key with
-//! positive figures and exactly the records asked for.
+//! positive figures and exactly the records asked for, and the text one
+//! unit system (MB/s, MB, every latency in ms).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,11 @@ const COMMON: &[&str] = &[
 ];
 
 fn bench(dir: &Path, name: &str, args: &[&str]) -> Value {
+    bench_with_text(dir, name, args).0
+}
+
+/// Runs `kelp bench`; its JSON report and its stdout.
+fn bench_with_text(dir: &Path, name: &str, args: &[&str]) -> (Value, String) {
     let json = dir.join(format!("{name}.json"));
     let output = Command::new(kelp_bin())
         .arg("bench")
@@ -40,15 +46,59 @@ fn bench(dir: &Path, name: &str, args: &[&str]) -> Value {
         .arg("120")
         .output()
         .expect("run kelp bench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "kelp bench {args:?} failed: {}\n{stdout}",
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.contains("MB/s"), "no summary printed: {stdout}");
-    serde_json::from_slice(&std::fs::read(&json).expect("read the JSON report"))
-        .expect("the JSON report parses")
+    let doc: Value = serde_json::from_slice(&std::fs::read(&json).expect("read the JSON report"))
+        .expect("the JSON report parses");
+    let latencies = assert_one_unit_system(&stdout);
+    if doc["latency_samples"].as_f64().unwrap_or(0.0) > 0.0 {
+        assert!(latencies > 0, "no latency figure printed: {stdout}");
+    }
+    (doc, stdout)
+}
+
+/// The latency figures a summary prints: `p50=0.512ms`, ..., `max=...`.
+const LATENCY_NAMES: &[&str] = &["p50", "p90", "p99", "p99.9", "max"];
+
+/// No binary units, only MB/s for throughput, and every latency figure a
+/// number of milliseconds (in the single-run lines and in the `--repeat`
+/// table's labels); how many latency figures there were.
+fn assert_one_unit_system(stdout: &str) -> usize {
+    assert!(!stdout.contains("iB"), "binary units in: {stdout}");
+    let mut latencies = 0;
+    for line in stdout.lines() {
+        for word in line.split([' ', ',', '(', ')']) {
+            if !word.ends_with("/s") || word.is_empty() {
+                continue;
+            }
+            assert!(
+                ["MB/s", "records/s"].contains(&word),
+                "throughput in {word}: {line}"
+            );
+        }
+        for (name, value) in line
+            .split([' ', ','])
+            .filter_map(|w| w.split_once('='))
+            .filter(|(name, _)| LATENCY_NAMES.contains(name))
+        {
+            let number = value.strip_suffix("ms");
+            assert!(
+                number.is_some_and(|n| n.parse::<f64>().is_ok()),
+                "{name}={value} is not in ms: {line}"
+            );
+            latencies += 1;
+        }
+        if let Some(label) = line.trim_start().strip_prefix("latency p") {
+            assert!(label.contains(" ms "), "latency row not in ms: {line}");
+            latencies += 1;
+        }
+    }
+    latencies
 }
 
 fn positive(doc: &Value, key: &str) -> f64 {
@@ -156,6 +206,114 @@ fn backfill_is_durable_by_default() {
     assert_eq!(doc["ack"], "durable");
     assert_eq!(doc["baseline"], "file_write_fdatasync");
     positive(&doc, "ratio_to_baseline");
+}
+
+#[test]
+fn repeat_prints_every_run_and_the_spread() {
+    let dir = temp();
+    let plot = dir.path().join("repeat.png");
+    let plot_arg = plot.to_str().unwrap();
+    let (doc, stdout) = bench_with_text(
+        dir.path(),
+        "repeat",
+        &["produce", "--repeat", "2", "--baseline", "--plot", plot_arg],
+    );
+    assert!(std::fs::metadata(&plot).unwrap().len() > 0, "empty plot");
+    for run in ["run 1/2: ", "run 2/2: "] {
+        let line = stdout.lines().find(|l| l.starts_with(run));
+        let line = line.unwrap_or_else(|| panic!("no {run:?} line in {stdout}"));
+        assert!(line.contains("MB/s") && line.contains("p99.9="), "{line}");
+    }
+    let header = stdout.lines().find(|l| l.contains("median"));
+    let header: Vec<&str> = header
+        .expect("a median/min/max header")
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["figure", "median", "min", "max"], "{stdout}");
+    let row = |label: &str| -> [f64; 3] {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} row in {stdout}"));
+        let numbers: Vec<f64> = line[line.find(label).unwrap() + label.len()..]
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        numbers
+            .try_into()
+            .unwrap_or_else(|n| panic!("{label}: {n:?}"))
+    };
+    for label in [
+        "throughput MB/s",
+        "records/s",
+        "latency p50 ms",
+        "latency p99 ms",
+        "latency p99.9 ms",
+        "broker CPU s/GB",
+        "broker peak RSS MB",
+        "raw_tcp MB/s",
+        "kelp / raw_tcp",
+    ] {
+        let [median, min, max] = row(label);
+        assert!(
+            min <= median && median <= max,
+            "{label}: {median} {min} {max}"
+        );
+    }
+
+    assert_eq!(doc["repeat"].as_u64(), Some(2));
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2);
+    for run in runs {
+        check(run, "produce", "tcp");
+        let ratio = positive(run, "ratio_to_baseline");
+        let baseline = positive(run, "baseline_mb_s");
+        // Each run's ratio is to the baseline measured in that run.
+        assert!((ratio * baseline - positive(run, "throughput_mb_s")).abs() < 1e-6 * baseline);
+    }
+    let summary = &doc["summary"];
+    for key in [
+        "throughput_mb_s",
+        "records_per_s",
+        "broker_cpu_s_per_gb",
+        "broker_peak_rss_mb",
+        "baseline_mb_s",
+        "ratio_to_baseline",
+    ] {
+        let values: Vec<f64> = runs.iter().map(|r| r[key].as_f64().unwrap()).collect();
+        let spread = &summary[key];
+        let (min, max) = (values[0].min(values[1]), values[0].max(values[1]));
+        assert_eq!(spread["min"].as_f64(), Some(min), "{key}: {spread}");
+        assert_eq!(spread["max"].as_f64(), Some(max), "{key}: {spread}");
+        let median = spread["median"].as_f64().unwrap();
+        assert!(
+            (median - (min + max) / 2.0).abs() <= 1e-9 * max,
+            "{key}: {spread}"
+        );
+        // The usual key holds the median.
+        assert_eq!(doc[key].as_f64(), Some(median), "{key}");
+    }
+    for p in ["p50", "p99", "p999"] {
+        assert!(summary["latency_us"][p]["median"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(doc["records"].as_f64(), Some(RECORDS as f64));
+    assert!(doc.get("throughput_over_time_mb_s").is_none());
+}
+
+#[test]
+fn refuses_repeat_out_of_bounds() {
+    for repeat in ["0", "21"] {
+        let output = Command::new(kelp_bin())
+            .args(["bench", "produce", "--repeat", repeat])
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("--repeat") && stderr.contains("1..=20"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
