@@ -84,13 +84,23 @@ pub struct ActiveBuffer {
 impl ActiveBuffer {
     /// Create the file, reserve its blocks (so a full disk fails here, not
     /// as a SIGBUS on a later write to the mapping), and map it.
+    ///
+    /// It is made under a spare's name and renamed to `path` only once its
+    /// header is written, so a crash or a full disk at any point leaves
+    /// either a valid buffer or a spare that recovery removes, never a
+    /// file under a buffer's name that recovery cannot read.
     pub fn create(
         path: PathBuf,
         segment_id: u32,
         base_offset: u64,
         data_capacity: usize,
     ) -> Result<ActiveBuffer, EngineError> {
-        SpareBuffer::create(path.clone(), data_capacity)?.activate(path, segment_id, base_offset)
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let staging = path.with_file_name(format!("{SPARE_PREFIX}for-{name}"));
+        SpareBuffer::create(staging, data_capacity)?.activate(path, segment_id, base_offset)
     }
 
     /// Re-open a buffer left by an earlier run. Batches are accepted from
@@ -296,8 +306,20 @@ impl SpareBuffer {
             .open(&path)
             .map_err(|e| EngineError::io("create buffer", &path, e))?;
         let map_bytes = chunk_bytes_max(data_capacity as u64);
-        reserve(&file, map_bytes).map_err(|e| EngineError::io("fallocate buffer", &path, e))?;
-        let map = map_file(&file, &path)?;
+        let reserved = reserve(&file, map_bytes)
+            .map_err(|e| EngineError::io("fallocate buffer", &path, e))
+            .and_then(|()| map_file(&file, &path));
+        let map = match reserved {
+            Ok(map) => map,
+            Err(e) => {
+                // A full disk must not leave a file per failed attempt.
+                drop(file);
+                if let Err(remove) = std::fs::remove_file(&path) {
+                    log::warn!("remove failed spare {}: {remove}", path.display());
+                }
+                return Err(e);
+            }
+        };
         Ok(SpareBuffer {
             path,
             mapped: Arc::new(MappedFile { file, map }),
@@ -432,6 +454,30 @@ fn write_all_at(file: &File, parts: [&[u8]; 2], at: u64) -> std::io::Result<()> 
         joined.extend_from_slice(p);
     }
     file.write_all_at(&joined[written..], at + written as u64)
+}
+
+/// Buffer files named `spare-...buf` hold no records: spares made ahead,
+/// and new buffers before their header is written.
+pub(crate) const SPARE_PREFIX: &str = "spare-";
+
+/// Whether a buffer file never held a record: too short for a header, or
+/// neither a chunk magic nor a first batch (both are written in place, the
+/// header before any batch, so a crash while creating the file leaves
+/// zeros). Such a file is left by a crash between its creation and its
+/// header write in a broker before this check existed, or by a full disk.
+pub(crate) fn never_held_a_record(path: &Path) -> Result<bool, EngineError> {
+    let file = File::open(path).map_err(|e| EngineError::io("open buffer", path, e))?;
+    let mut head = [0u8; CHUNK_HEADER_BYTES + wire::batch::BATCH_HEADER_BYTES];
+    let mut read = 0;
+    while read < head.len() {
+        match file.read_at(&mut head[read..], read as u64) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(EngineError::io("read buffer", path, e)),
+        }
+    }
+    Ok(read < CHUNK_MAGIC.len() || head[..read].iter().all(|&b| b == 0))
 }
 
 fn reserve(file: &File, bytes: u64) -> std::io::Result<()> {

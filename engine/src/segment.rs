@@ -155,9 +155,9 @@ fn verified_chunk_copy(bytes: &[u8]) -> Result<Vec<u8>, String> {
     Ok(copy)
 }
 
-/// Spare buffer files are named `spare-N.buf`; recovery ignores them.
+/// Spare buffer files are named `spare-...buf`; recovery removes them.
 fn is_spare_file(name: &str) -> bool {
-    name.starts_with("spare-") && name.ends_with(".buf")
+    name.starts_with(crate::buffer::SPARE_PREFIX) && name.ends_with(".buf")
 }
 
 /// A buffer still in memory, sealed or active, as readers see it.
@@ -746,8 +746,11 @@ impl SegmentCell {
                 }
                 state.spares_pending += 1;
                 state.spare_counter += 1;
-                self.buffers_dir
-                    .join(format!("spare-{}.buf", state.spare_counter))
+                self.buffers_dir.join(format!(
+                    "{}{}.buf",
+                    crate::buffer::SPARE_PREFIX,
+                    state.spare_counter
+                ))
             };
             let cell = self.clone();
             let capacity = self.config.buffer_bytes as usize;
@@ -1460,6 +1463,15 @@ fn recover_buffers(
             .and_then(|n| n.strip_suffix(".buf"))
             .and_then(|n| n.parse::<u64>().ok());
         if let Some(base) = base {
+            if crate::buffer::never_held_a_record(&path)? {
+                log::warn!(
+                    "buffer {} holds no record (a crash or a full disk while it was made); \
+                     removing it",
+                    path.display()
+                );
+                std::fs::remove_file(&path).map_err(|e| EngineError::io("remove", &path, e))?;
+                continue;
+            }
             paths.push((base, path));
         }
     }
