@@ -33,6 +33,11 @@
 //! panic.
 
 mod client;
+// docs/sdk.md's snippets compile as doctests, so the guide cannot drift
+// from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/sdk.md")]
+mod sdk_guide {}
 mod connection;
 mod error;
 mod frame_io;
