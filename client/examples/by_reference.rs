@@ -27,7 +27,18 @@ use kelp_client::{
 const BY_REF_OVER: usize = 64 * 1024;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn Error>> {
+async fn main() -> std::process::ExitCode {
+    // The error as a sentence, not `main`'s debug print of it.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn Error>> {
     let broker = std::env::var("KELP_BROKER").unwrap_or_else(|_| "127.0.0.1:7420".into());
     let payload_dir = std::env::var_os("KELP_PAYLOAD_DIR").map(PathBuf::from);
     match &payload_dir {

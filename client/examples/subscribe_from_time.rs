@@ -24,7 +24,18 @@ const RECORDS: u64 = 200;
 const KEYS: u64 = 8;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn Error>> {
+async fn main() -> std::process::ExitCode {
+    // The error as a sentence, not `main`'s debug print of it.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn Error>> {
     let broker = std::env::var("KELP_BROKER").unwrap_or_else(|_| "127.0.0.1:7420".into());
     let client = Client::connect(&broker, Transport::Tcp, ClientOptions::default()).await?;
     let topic = format!("examples/from-time-{}", now_ms());

@@ -3,6 +3,8 @@
 
 use std::cell::Cell;
 
+use wire::batch::BatchHead;
+use wire::checksum::COMBINE_MIN_BYTES;
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::{ErrorCode, Response};
 
@@ -67,7 +69,23 @@ fn encode(id: u32, request: &wire::Request<'_>) -> Result<(FrameHeader, Vec<u8>)
         let mut payload = Vec::with_capacity(fields.len() + batch.len());
         payload.extend_from_slice(fields);
         payload.extend_from_slice(batch);
-        let header = FrameHeader::for_payload(request.frame_type(), id, &payload);
+        // The gateway built the batch and its checksum a moment ago: a
+        // large one's frame checksum is folded from it instead of read
+        // again (the shard still checks the batch against it, once).
+        let stated = (batch.len() >= COMBINE_MIN_BYTES)
+            .then(|| BatchHead::peek(batch))
+            .flatten()
+            .filter(|h| h.batch_bytes as usize == batch.len());
+        let header = match stated {
+            Some(head) => FrameHeader::for_split(
+                request.frame_type(),
+                id,
+                fields,
+                head.whole_checksum(),
+                batch.len(),
+            ),
+            None => FrameHeader::for_payload(request.frame_type(), id, &payload),
+        };
         return Ok((header, payload));
     }
     let mut frame = Vec::new();
