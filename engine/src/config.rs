@@ -41,6 +41,14 @@ pub struct BrokerConfig {
     /// Requests one connection may have in flight before the broker stops
     /// reading from it.
     pub connection_requests_in_flight_max: usize,
+    /// A connection that sent no frame for this long and is owed no answer
+    /// is closed (native TCP port); 10 minutes, Kafka's
+    /// `connections.max.idle.ms`.
+    pub idle_timeout_ms: u64,
+    /// A frame whose first byte came this long ago must be all here, or
+    /// the connection is closed (native TCP port): a peer trickling bytes
+    /// cannot hold a connection slot and a frame's buffer for ever.
+    pub frame_timeout_ms: u64,
     /// Frames queued from the QUIC threads to one shard.
     pub quic_inbox_frames_max: usize,
     /// Payload bytes the QUIC thread may hold for one shard (frames read
@@ -108,6 +116,8 @@ impl Default for BrokerConfig {
             unflushed_bytes_max: UNFLUSHED_BYTES_MAX_DEFAULT,
             connections_per_shard_max: 1024,
             connection_requests_in_flight_max: 256,
+            idle_timeout_ms: 600_000,
+            frame_timeout_ms: 30_000,
             quic_inbox_frames_max: 256,
             quic_inbox_bytes_max: 64 << 20,
             fetch_wait_ms_max: 30_000,
@@ -182,6 +192,9 @@ impl BrokerConfig {
             return Err(
                 "the payload upload budget must hold at least one largest frame (8 MiB)".into(),
             );
+        }
+        if self.idle_timeout_ms == 0 || self.frame_timeout_ms == 0 {
+            return Err("the idle and frame timeouts must be at least 1 ms".into());
         }
         if self.tick_ms == 0 {
             return Err("tick must be at least 1 ms".into());

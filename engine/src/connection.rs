@@ -90,6 +90,12 @@ impl Outbox {
 
     /// Wait until every request taken has been answered (or the writer
     /// failed), or until `until`.
+    /// Whether answers are still owed besides the slot of the read under
+    /// way.
+    fn owed(&self) -> bool {
+        self.in_flight.get() > 1
+    }
+
     async fn answered(&self, until: Instant) {
         loop {
             let listener = self.freed.listen();
@@ -150,19 +156,62 @@ where
     // by the shard's stop loses none of them (glommio consumes bytes only
     // in a read that completes).
     let mut header_filled = 0;
+    let timeouts = PeerTimeouts::of(&shard.config);
+    // When the last whole frame came (or the connection opened), and when
+    // the first bytes of the frame being read did.
+    let mut last_frame_at = Instant::now();
+    let mut frame_started_at: Option<Instant> = None;
     loop {
         outbox.acquire(in_flight_max).await;
+        let deadline = timeouts.deadline(last_frame_at, frame_started_at);
         let read = futures_lite::future::or(
-            async { Some(read_header(&mut reader, &mut header_bytes, &mut header_filled).await) },
             async {
-                match goodbye_until {
-                    None => shard.stopped().await,
-                    Some(until) => sleep_until(until).await,
-                }
+                Some(
+                    read_header(
+                        &mut reader,
+                        &mut header_bytes,
+                        &mut header_filled,
+                        &mut frame_started_at,
+                    )
+                    .await,
+                )
+            },
+            async {
+                futures_lite::future::or(
+                    async {
+                        match goodbye_until {
+                            None => shard.stopped().await,
+                            Some(until) => sleep_until(until).await,
+                        }
+                    },
+                    sleep_until(deadline),
+                )
+                .await;
                 None
             },
         )
         .await;
+        if read.is_none() && goodbye_until.is_none() && !shard.stopping.get() {
+            // The timer: idle, or a frame arriving too slowly, or neither
+            // yet (a frame began during the wait; answers are still owed).
+            let now = Instant::now();
+            match timeouts.expired(now, last_frame_at, frame_started_at, outbox.owed()) {
+                Some(why) => {
+                    log::info!("{peer}: closing connection: {why}");
+                    outbox.release(1);
+                    break;
+                }
+                None => {
+                    // Owed answers keep the connection busy: its idle time
+                    // counts from now.
+                    if frame_started_at.is_none() && outbox.owed() {
+                        last_frame_at = now;
+                    }
+                    outbox.release(1);
+                    continue;
+                }
+            }
+        }
         match read {
             None if goodbye_until.is_none() => {
                 // The shard stops: say goodbye between frames (in the slot
@@ -198,11 +247,33 @@ where
         if payload.len() < len {
             payload.resize(len, 0);
         }
-        if let Err(e) = reader.read_exact(&mut payload[..len]).await {
-            log::debug!("{peer}: read payload: {e}");
-            outbox.release(1);
-            break;
+        let started = frame_started_at.unwrap_or_else(Instant::now);
+        let payload_read = futures_lite::future::or(
+            async { Some(reader.read_exact(&mut payload[..len]).await) },
+            async {
+                sleep_until(started + timeouts.frame).await;
+                None
+            },
+        )
+        .await;
+        match payload_read {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                log::debug!("{peer}: read payload: {e}");
+                outbox.release(1);
+                break;
+            }
+            None => {
+                log::info!(
+                    "{peer}: closing connection: a {len}-byte frame not received within {} ms",
+                    timeouts.frame.as_millis()
+                );
+                outbox.release(1);
+                break;
+            }
         }
+        last_frame_at = Instant::now();
+        frame_started_at = None;
         if goodbye_until.is_none() && shard.stopping.get() {
             // The shard stopped while this frame came in: say goodbye
             // first (one answer past the in-flight bound, once), then
@@ -249,15 +320,73 @@ async fn read_header<R: AsyncRead + Unpin>(
     reader: &mut R,
     header: &mut [u8; FRAME_HEADER_BYTES],
     filled: &mut usize,
+    started_at: &mut Option<Instant>,
 ) -> std::io::Result<()> {
     while *filled < header.len() {
         let n = reader.read(&mut header[*filled..]).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
+        started_at.get_or_insert_with(Instant::now);
         *filled += n;
     }
     Ok(())
+}
+
+/// How long a peer may stay silent, and how long one frame may take to
+/// arrive: so idle and trickling connections cannot hold the connection
+/// limit (or a frame's buffer) for ever.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerTimeouts {
+    /// No frame for this long, and no answer owed: the connection closes.
+    pub(crate) idle: Duration,
+    /// A frame whose first byte came this long ago and that is not all
+    /// here: the connection closes.
+    pub(crate) frame: Duration,
+}
+
+impl PeerTimeouts {
+    pub(crate) fn of(config: &crate::BrokerConfig) -> PeerTimeouts {
+        PeerTimeouts {
+            idle: Duration::from_millis(config.idle_timeout_ms),
+            frame: Duration::from_millis(config.frame_timeout_ms),
+        }
+    }
+
+    /// When to look again, waiting for a frame.
+    pub(crate) fn deadline(
+        &self,
+        last_frame_at: Instant,
+        frame_started_at: Option<Instant>,
+    ) -> Instant {
+        match frame_started_at {
+            Some(started) => started + self.frame,
+            None => last_frame_at + self.idle,
+        }
+    }
+
+    /// Why the connection should close at `now`, if it should: a frame
+    /// too slow, or silence with nothing owed (a long-poll fetch being
+    /// answered is not idleness).
+    pub(crate) fn expired(
+        &self,
+        now: Instant,
+        last_frame_at: Instant,
+        frame_started_at: Option<Instant>,
+        answers_owed: bool,
+    ) -> Option<String> {
+        match frame_started_at {
+            Some(started) if now >= started + self.frame => Some(format!(
+                "a frame not received within {} ms",
+                self.frame.as_millis()
+            )),
+            Some(_) => None,
+            None if !answers_owed && now >= last_frame_at + self.idle => {
+                Some(format!("idle for {} ms", self.idle.as_millis()))
+            }
+            None => None,
+        }
+    }
 }
 
 /// Sleep until `until` (at once if it passed).

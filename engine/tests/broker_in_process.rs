@@ -946,3 +946,102 @@ fn bytes_lost_after_a_failed_write_fail_the_segment_and_are_never_acknowledged()
         "{stopped:?}"
     );
 }
+
+/// Idle and trickling peers cannot hold a connection for ever: a silent
+/// connection closes after the idle timeout, one that sends part of a
+/// frame (header or payload) and stops closes after the frame timeout,
+/// a long-poll fetch that waits longer than the idle timeout is answered
+/// (waiting for an answer is not idleness), and a connection in use stays.
+#[test]
+fn idle_and_trickling_connections_are_closed() {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = Broker::start(BrokerConfig {
+        shards: 1,
+        idle_timeout_ms: 300,
+        frame_timeout_ms: 300,
+        fetch_wait_ms_max: 5_000,
+        ..config(dir.path(), port)
+    })
+    .unwrap();
+    // How long the test waits for a close it expects: far past the
+    // timeouts, so a slow machine does not fail it; a broker that never
+    // closes does.
+    let bound = Duration::from_secs(30);
+    let closed_within = |conn: &mut Conn| -> bool {
+        conn.stream.set_read_timeout(Some(bound)).unwrap();
+        let mut byte = [0u8; 1];
+        // 0 bytes: the broker closed its side; an error: reset.
+        !matches!(conn.stream.read(&mut byte), Ok(n) if n > 0)
+            && conn
+                .stream
+                .set_read_timeout(Some(Duration::from_millis(1)))
+                .is_ok()
+    };
+
+    // Silent from the start.
+    let mut silent = Conn::open(port);
+    let opened = Instant::now();
+    assert!(closed_within(&mut silent), "an idle connection stayed open");
+    assert!(opened.elapsed() < bound);
+
+    // Half a header, then nothing.
+    let mut trickle = Conn::open(port);
+    let mut frame = Vec::new();
+    Request::ListTopics.encode(1, &mut frame);
+    trickle.send_raw(&frame[..7]);
+    assert!(
+        closed_within(&mut trickle),
+        "a half header held the connection"
+    );
+
+    // A whole header promising a payload that never comes.
+    let mut stalled = Conn::open(port);
+    let b = batch(&["k"], "v");
+    let mut produce = Vec::new();
+    Request::Produce {
+        topic: "idle/t",
+        segment: 0,
+        ack: AckMode::Leader,
+        batch: &b,
+    }
+    .encode(1, &mut produce);
+    stalled.send_raw(&produce[..produce.len() - 10]);
+    assert!(
+        closed_within(&mut stalled),
+        "a missing payload held the connection"
+    );
+
+    // A connection in use is served across many idle periods' worth of
+    // time, and a fetch that waits past the idle timeout is answered.
+    let mut busy = Conn::open(port);
+    assert!(matches!(
+        decode(&busy.call(Request::CreateTopic {
+            topic: "idle/t".into(),
+            segments: 1,
+        })),
+        Response::Topic(_)
+    ));
+    let fetch = busy.call(Request::Fetch {
+        topic: "idle/t".into(),
+        segment: 0,
+        from: FetchFrom::Latest,
+        max_bytes: 1 << 20,
+        max_wait_ms: 1_000,
+    });
+    assert!(
+        matches!(decode(&fetch), Response::Fetched(_)),
+        "{:?}",
+        decode(&fetch)
+    );
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(matches!(
+            decode(&busy.call(Request::ListTopics)),
+            Response::TopicList { .. }
+        ));
+    }
+    drop(broker);
+}

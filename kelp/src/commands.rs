@@ -31,6 +31,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         kafka_listen: args.kafka,
         control: args.control,
         pin_shards: !args.unpinned,
+        idle_timeout_ms: args.idle_timeout_ms,
+        frame_timeout_ms: args.frame_timeout_ms,
         quic_driver: match args.quic_driver {
             crate::cli::QuicDriverArg::Tokio => engine::QuicDriver::Tokio,
             crate::cli::QuicDriverArg::Shard => engine::QuicDriver::Shard,
