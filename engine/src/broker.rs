@@ -296,6 +296,7 @@ impl Broker {
                 control: control_tx.clone(),
                 filer: filer.clone(),
                 fetch_wait_ms_max: config.fetch_wait_ms_max,
+                timeouts: crate::connection::PeerTimeouts::of(&config),
             })?),
             None => None,
         };

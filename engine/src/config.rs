@@ -42,11 +42,11 @@ pub struct BrokerConfig {
     /// reading from it.
     pub connection_requests_in_flight_max: usize,
     /// A connection that sent no frame for this long and is owed no answer
-    /// is closed (native TCP port); 10 minutes, Kafka's
+    /// is closed (native TCP and Kafka ports); 10 minutes, Kafka's
     /// `connections.max.idle.ms`.
     pub idle_timeout_ms: u64,
     /// A frame whose first byte came this long ago must be all here, or
-    /// the connection is closed (native TCP port): a peer trickling bytes
+    /// the connection is closed (native TCP and Kafka ports): a peer trickling bytes
     /// cannot hold a connection slot and a frame's buffer for ever.
     pub frame_timeout_ms: u64,
     /// Frames queued from the QUIC threads to one shard.

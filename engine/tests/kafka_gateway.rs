@@ -1296,3 +1296,58 @@ fn pipelined_requests_are_answered_in_order_and_a_partition_keeps_request_order(
     }
     broker.stop().unwrap();
 }
+
+/// The Kafka port closes idle and trickling connections as the native one
+/// does (`idle_timeout_ms`, `frame_timeout_ms`), and serves a connection
+/// in use across many idle periods.
+#[test]
+fn idle_and_trickling_kafka_connections_are_closed() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(BrokerConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: format!("127.0.0.1:{}", port()).parse().unwrap(),
+        shards: 1,
+        pin_shards: false,
+        kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
+        idle_timeout_ms: 300,
+        frame_timeout_ms: 300,
+        ..BrokerConfig::default()
+    })
+    .unwrap();
+    // A close is waited for far past the timeouts: a slow machine does
+    // not fail the test, a broker that never closes does.
+    let closed = |c: &mut Kafka| {
+        c.stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        !matches!(c.stream.read(&mut byte), Ok(n) if n > 0)
+    };
+    let mut silent = Kafka::open(&broker);
+    assert!(closed(&mut silent), "an idle Kafka connection stayed open");
+    // Half a size prefix.
+    let mut half_prefix = Kafka::open(&broker);
+    half_prefix.stream.write_all(&[0, 0]).unwrap();
+    assert!(
+        closed(&mut half_prefix),
+        "half a size prefix held the connection"
+    );
+    // A prefix promising 100 bytes, and 10 of them.
+    let mut stalled = Kafka::open(&broker);
+    stalled.stream.write_all(&100i32.to_be_bytes()).unwrap();
+    stalled.stream.write_all(&[0u8; 10]).unwrap();
+    assert!(
+        closed(&mut stalled),
+        "a stalled request held the connection"
+    );
+    // In use: answered across several idle periods.
+    let mut busy = Kafka::open(&broker);
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(100));
+        let r = busy.call(RequestBody::ApiVersions(ApiVersionsRequest::default()), 3);
+        let versions = expect!(r, ApiVersions);
+        assert_eq!(versions.error_code, 0);
+    }
+    drop(broker);
+}

@@ -129,11 +129,11 @@ pub struct ServeArgs {
     /// to CPU i (for several brokers on one host).
     #[arg(long)]
     pub unpinned: bool,
-    /// Close a native TCP connection that sent no frame for this long and
+    /// Close a native TCP or Kafka connection that sent no request for this long and
     /// is owed no answer (Kafka's connections.max.idle.ms is 10 minutes).
     #[arg(long, value_name = "MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
-    /// Close a native TCP connection whose frame has not all arrived this
+    /// Close a native TCP or Kafka connection whose request has not all arrived this
     /// long after its first byte (a peer trickling bytes).
     #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub frame_timeout_ms: u64,

@@ -19,6 +19,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::BufMut;
 use kafka::api::api_versions::{ApiVersion, ApiVersionsResponse};
@@ -28,6 +29,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
+
+use crate::connection::PeerTimeouts;
 
 use super::{admin, fetch, groups, metadata, offsets, produce, Gateway, REQUEST_FRAME_BYTES_MAX};
 
@@ -134,13 +137,17 @@ async fn read_requests(
     peer: SocketAddr,
 ) {
     let mut prefix = [0u8; FRAME_PREFIX_BYTES];
+    let timeouts = gateway.timeouts;
+    let mut last_frame_at = Instant::now();
     loop {
-        if let Err(e) = stream.read_exact(&mut prefix).await {
-            if e.kind() != std::io::ErrorKind::UnexpectedEof {
-                log::debug!("Kafka {peer}: read: {e}");
-            }
-            return;
-        }
+        let started_at =
+            match read_prefix(&mut stream, &mut prefix, timeouts, last_frame_at, in_flight).await {
+                Ok(started_at) => started_at,
+                Err(why) => {
+                    log::debug!("Kafka {peer}: closing connection: {why}");
+                    return;
+                }
+            };
         let size = match kafka::frame_size(&prefix, REQUEST_FRAME_BYTES_MAX) {
             Ok(Some(n)) => n,
             Ok(None) => return,
@@ -163,26 +170,79 @@ async fn read_requests(
         // Into a reused buffer, without zero-filling it first.
         let mut frame = gateway.frames.take_owned(Vec::new);
         frame.reserve_exact(size);
+        let frame_deadline = tokio::time::Instant::from_std(started_at + timeouts.frame);
         while frame.len() < size {
             let want = size - frame.len();
-            match stream.read_buf(&mut (&mut frame).limit(want)).await {
-                Ok(0) => {
+            let read = tokio::time::timeout_at(
+                frame_deadline,
+                stream.read_buf(&mut (&mut frame).limit(want)),
+            )
+            .await;
+            match read {
+                Ok(Ok(0)) => {
                     log::debug!("Kafka {peer}: read request: the connection closed");
                     return;
                 }
-                Ok(_) => {}
-                Err(e) => {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
                     log::debug!("Kafka {peer}: read request: {e}");
+                    return;
+                }
+                Err(_) => {
+                    log::info!(
+                        "Kafka {peer}: closing connection: a {size}-byte request not received \
+                         within {} ms",
+                        timeouts.frame.as_millis()
+                    );
                     return;
                 }
             }
         }
+        last_frame_at = Instant::now();
         in_flight.enter(Claim::of(&frame)).await;
         let answer = tokio::task::spawn_local(answer(gateway.clone(), frame, room, peer));
         if answers.send(answer).await.is_err() {
             return;
         }
     }
+}
+
+/// Read a request's size prefix, byte by byte as it comes (cancel-safe
+/// reads, so a timer may end a wait without losing bytes), under the
+/// connection's timeouts: idle with nothing owed, or a prefix begun and
+/// not finished in time, is the end of the connection. Returns when the
+/// prefix's first byte came.
+async fn read_prefix(
+    stream: &mut OwnedReadHalf,
+    prefix: &mut [u8; FRAME_PREFIX_BYTES],
+    timeouts: PeerTimeouts,
+    mut last_frame_at: Instant,
+    in_flight: &InFlight,
+) -> Result<Instant, String> {
+    let mut filled = 0;
+    let mut started_at = None;
+    while filled < prefix.len() {
+        let deadline = tokio::time::Instant::from_std(timeouts.deadline(last_frame_at, started_at));
+        match tokio::time::timeout_at(deadline, stream.read(&mut prefix[filled..])).await {
+            Ok(Ok(0)) => return Err("the client closed it".into()),
+            Ok(Ok(n)) => {
+                started_at.get_or_insert_with(Instant::now);
+                filled += n;
+            }
+            Ok(Err(e)) => return Err(format!("read: {e}")),
+            Err(_) => {
+                let now = Instant::now();
+                let owed = !in_flight.claims.borrow().is_empty();
+                if let Some(why) = timeouts.expired(now, last_frame_at, started_at, owed) {
+                    return Err(why);
+                }
+                if started_at.is_none() && owed {
+                    last_frame_at = now;
+                }
+            }
+        }
+    }
+    Ok(started_at.unwrap_or_else(Instant::now))
 }
 
 async fn write_answers(

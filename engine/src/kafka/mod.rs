@@ -115,6 +115,7 @@ pub(crate) struct GatewayParts {
     pub(crate) control: flume::Sender<ControlRequest>,
     pub(crate) filer: Arc<dyn Filer>,
     pub(crate) fetch_wait_ms_max: u32,
+    pub(crate) timeouts: crate::connection::PeerTimeouts,
 }
 
 /// The state every connection of the gateway thread shares (single
@@ -129,6 +130,8 @@ pub(crate) struct Gateway {
     pub(crate) producer_ids: producer_ids::ProducerIds,
     pub(crate) groups: groups::Groups,
     pub(crate) fetch_wait_ms_max: u32,
+    /// Idle and slow-sender timeouts, as on the native port.
+    pub(crate) timeouts: crate::connection::PeerTimeouts,
     pub(crate) filer: Arc<dyn Filer>,
     /// Bounds the request bytes held by all connections.
     pub(crate) request_bytes: Arc<tokio::sync::Semaphore>,
@@ -197,6 +200,7 @@ impl KafkaGateway {
                         producer_ids,
                         groups,
                         fetch_wait_ms_max: parts.fetch_wait_ms_max,
+                        timeouts: parts.timeouts,
                         filer: parts.filer,
                         request_bytes: Arc::new(tokio::sync::Semaphore::new(
                             REQUEST_BYTES_IN_FLIGHT_MAX,
