@@ -25,7 +25,6 @@ use tokio::{
     sync::Semaphore,
 };
 use wire::{
-    checksum::COMBINE_MIN_BYTES,
     message::{produce_frame_head, TopicInfo, FETCHED_PREFIX_BYTES},
     AckMode, BatchHead, FetchFrom, FrameType, Request, Response,
 };
@@ -176,9 +175,7 @@ pub async fn run_producer(
             // A large batch goes out behind a head whose checksum is folded
             // from the batch's own (built here), neither copied into a frame
             // nor checksummed again; a small one is cheaper to encode whole.
-            let stated = (batch.len() >= COMBINE_MIN_BYTES)
-                .then(|| BatchHead::peek(batch).map(|h| h.whole_checksum()))
-                .flatten();
+            let stated = BatchHead::stated_checksum(batch);
             match stated {
                 Some(crc) => produce_frame_head(
                     &plan.topic,

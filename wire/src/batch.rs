@@ -379,6 +379,20 @@ impl BatchHead {
         self.whole_checksum_with(self.checksum)
     }
 
+    /// The whole checksum a sender may state for `batch`, a batch it built
+    /// itself, instead of reading its bytes again: `Some` for a batch large
+    /// enough that folding costs less than a pass over it
+    /// (`COMBINE_MIN_BYTES`) whose header's length is its own; `None` means
+    /// checksum it outright.
+    pub fn stated_checksum(batch: &[u8]) -> Option<u32> {
+        if batch.len() < crate::checksum::COMBINE_MIN_BYTES {
+            return None;
+        }
+        BatchHead::peek(batch)
+            .filter(|h| h.batch_bytes as usize == batch.len())
+            .map(|h| h.whole_checksum())
+    }
+
     /// The CRC-32C of the whole batch given the CRC-32C of its bytes from
     /// `CHECKSUMMED_FROM` on (computed by the caller, or the stored one).
     pub fn whole_checksum_with(&self, tail_crc: u32) -> u32 {
@@ -690,6 +704,24 @@ impl<'a> Iterator for RecordIter<'a> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A stated checksum is the batch's real one, and only for a whole
+    /// batch large enough to fold.
+    #[test]
+    fn stated_checksums_are_the_batch_checksum() {
+        let batch = |value_bytes: usize| {
+            let mut b = BatchBuilder::new();
+            b.push(1, b"k", &vec![3u8; value_bytes], &[]).unwrap();
+            b.finish(0, 0).to_vec()
+        };
+        let large = batch(crate::checksum::COMBINE_MIN_BYTES);
+        assert_eq!(
+            BatchHead::stated_checksum(&large),
+            Some(crate::checksum::crc32c(&large))
+        );
+        assert_eq!(BatchHead::stated_checksum(&large[..large.len() - 1]), None);
+        assert_eq!(BatchHead::stated_checksum(&batch(10)), None);
+    }
 
     fn sample() -> Vec<u8> {
         let mut b = BatchBuilder::new();

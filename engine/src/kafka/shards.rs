@@ -4,7 +4,6 @@
 use std::cell::Cell;
 
 use wire::batch::BatchHead;
-use wire::checksum::COMBINE_MIN_BYTES;
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::{ErrorCode, Response};
 
@@ -72,18 +71,8 @@ fn encode(id: u32, request: &wire::Request<'_>) -> Result<(FrameHeader, Vec<u8>)
         // The gateway built the batch and its checksum a moment ago: a
         // large one's frame checksum is folded from it instead of read
         // again (the shard still checks the batch against it, once).
-        let stated = (batch.len() >= COMBINE_MIN_BYTES)
-            .then(|| BatchHead::peek(batch))
-            .flatten()
-            .filter(|h| h.batch_bytes as usize == batch.len());
-        let header = match stated {
-            Some(head) => FrameHeader::for_split(
-                request.frame_type(),
-                id,
-                fields,
-                head.whole_checksum(),
-                batch.len(),
-            ),
+        let header = match BatchHead::stated_checksum(batch) {
+            Some(crc) => FrameHeader::for_split(request.frame_type(), id, fields, crc, batch.len()),
             None => FrameHeader::for_payload(request.frame_type(), id, &payload),
         };
         return Ok((header, payload));
