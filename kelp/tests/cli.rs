@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,21 +22,7 @@ fn stderr(out: &Output) -> String {
 
 /// `kelp pub` with `lines` on stdin and `extra` arguments.
 fn publish(broker: &Broker, topic: &str, lines: &str, extra: &[&str]) -> String {
-    let mut child = Command::new(kelp_bin())
-        .args(["pub", topic, "--broker", &broker.broker_arg()])
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(lines.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = broker.cli_with_stdin(&[&["pub", topic], extra].concat(), lines.as_bytes());
     assert!(out.status.success(), "pub failed: {}", stderr(&out));
     stdout(&out)
 }

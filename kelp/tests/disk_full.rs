@@ -11,11 +11,11 @@
 mod support;
 
 use std::collections::HashSet;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use support::{kelp_bin, port, Broker};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::{port, Broker};
 
 /// Size of the filesystem that fills.
 const DISK_BYTES: &str = "48m";
@@ -60,21 +60,13 @@ impl Drop for SmallDisk {
 /// Publish keys `first..first + RECORDS_PER_RUN`; whether all were
 /// acknowledged, and what the command said.
 fn publish_run(broker: &Broker, topic: &str, first: usize) -> (bool, String) {
-    let mut child = Command::new(kelp_bin())
-        .args(["pub", topic, "--broker", &broker.broker_arg()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let value = "v".repeat(VALUE_BYTES);
     let mut lines = String::with_capacity(RECORDS_PER_RUN * (VALUE_BYTES + 16));
     for key in first..first + RECORDS_PER_RUN {
         lines.push_str(&format!("k{key}\t{value}\n"));
     }
-    // A broker that refuses may close before stdin is all written.
-    let _ = child.stdin.take().unwrap().write_all(lines.as_bytes());
-    let out = child.wait_with_output().unwrap();
+    // A broker that refuses may end `pub` before stdin is all written.
+    let out = broker.cli_with_stdin(&["pub", topic], lines.as_bytes());
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

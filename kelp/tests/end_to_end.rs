@@ -14,38 +14,18 @@ use support::{kelp_bin, port, Broker};
 
 /// Publish `lines` through `kelp pub`, returning its stdout.
 fn publish(broker: &Broker, topic: &str, transport: &str, ack: &str, lines: &[u8]) -> String {
-    let mut child = Command::new(kelp_bin())
-        .args([
-            "pub",
-            topic,
-            "--transport",
-            transport,
-            "--ack",
-            ack,
-            "--broker",
-        ])
-        .arg(broker.broker_arg())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let payload = lines.to_vec();
-    let writer = std::thread::spawn(move || {
-        stdin.write_all(&payload).unwrap();
-    });
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    writer.join().unwrap();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "kelp pub failed: {status}, stdout {out}");
-    out
+    let out = broker.cli_with_stdin(
+        &["pub", topic, "--transport", transport, "--ack", ack],
+        lines,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kelp pub failed: {}, stdout {stdout}, stderr {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 /// Read `count` records with `kelp sub`, as (key, value) lines.

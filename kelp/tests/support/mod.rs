@@ -102,6 +102,31 @@ impl Broker {
             .expect("run kelp")
     }
 
+    /// `kelp ARGS --broker ADDR` with `input` on its stdin (written from
+    /// a thread, so a large input cannot deadlock against its output; a
+    /// command that exits before reading all of it is not an error here:
+    /// its status says how it ended).
+    pub fn cli_with_stdin(&self, args: &[&str], input: &[u8]) -> std::process::Output {
+        let mut child = Command::new(kelp_bin())
+            .args(args)
+            .arg("--broker")
+            .arg(self.broker_arg())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kelp");
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = stdin.write_all(&input);
+        });
+        let out = child.wait_with_output().expect("wait for kelp");
+        writer.join().unwrap();
+        out
+    }
+
     pub fn kill9(mut self) {
         self.child.kill().unwrap(); // SIGKILL
         self.child.wait().unwrap();
