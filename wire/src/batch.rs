@@ -12,7 +12,7 @@
 //!                                other bits 0
 //!     18    2 reserved           0
 //!     20    4 record count       u32, 1..=BATCH_RECORDS_MAX
-//!     24    8 first timestamp    i64 ms since the Unix epoch
+//!     24    8 first timestamp    i64 ms since the Unix epoch, record 0's
 //!     32    8 max timestamp      i64 ms, the largest of the records'
 //!     40    8 producer id        u64, 0 when none
 //!     48    4 base sequence      u32, the producer's sequence of record 0
@@ -58,9 +58,9 @@ pub const BATCH_BYTES_OFFSET: usize = 8;
 pub const CHECKSUM_OFFSET: usize = 12;
 /// The checksum covers the batch from here to its end.
 pub const CHECKSUMMED_FROM: usize = 16;
-const VERSION_OFFSET: usize = 16;
+pub const VERSION_OFFSET: usize = 16;
 const ATTRIBUTES_OFFSET: usize = 17;
-const RECORD_COUNT_OFFSET: usize = 20;
+pub const RECORD_COUNT_OFFSET: usize = 20;
 const FIRST_TIMESTAMP_OFFSET: usize = 24;
 const MAX_TIMESTAMP_OFFSET: usize = 32;
 const PRODUCER_ID_OFFSET: usize = 40;
@@ -496,9 +496,28 @@ impl<'a> BatchView<'a> {
             });
         }
         let references_allowed = attributes & BATCH_ATTR_REFERENCES != 0;
+        // The header's timestamps are what time lookups trust to skip a
+        // batch, so they must be the records' own: record 0 is at the first
+        // timestamp and the max timestamp is the largest record's.
+        let first = le_i64(bytes, FIRST_TIMESTAMP_OFFSET);
+        let mut max = i64::MIN;
         let mut at = BATCH_HEADER_BYTES;
-        for _ in 0..count {
-            at += validate_record(&bytes[at..], references_allowed)?;
+        for i in 0..count {
+            let (record_bytes, delta) = validate_record(&bytes[at..], references_allowed)?;
+            if i == 0 && delta != 0 {
+                return Err(DecodeError::Invalid {
+                    what: "batch",
+                    reason: "the first record's timestamp delta is not 0",
+                });
+            }
+            max = max.max(first.wrapping_add(i64::from(delta)));
+            at += record_bytes;
+        }
+        if max != le_i64(bytes, MAX_TIMESTAMP_OFFSET) {
+            return Err(DecodeError::Invalid {
+                what: "batch",
+                reason: "max timestamp is not the largest record timestamp",
+            });
         }
         if at != bytes.len() {
             return Err(DecodeError::Invalid {
@@ -572,7 +591,8 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: u64) {
 /// Check one record at the start of `bytes`; returns its length. A record
 /// flagged as a reference must be in a batch flagged as holding references
 /// (`references_allowed`) and its value must decode as a [`PayloadRef`].
-fn validate_record(bytes: &[u8], references_allowed: bool) -> Result<usize, DecodeError> {
+/// Returns the record's length and its timestamp delta.
+fn validate_record(bytes: &[u8], references_allowed: bool) -> Result<(usize, i32), DecodeError> {
     const WHAT: &str = "record";
     if bytes.len() < RECORD_HEADER_BYTES {
         return Err(DecodeError::Truncated {
@@ -658,7 +678,7 @@ fn validate_record(bytes: &[u8], references_allowed: bool) -> Result<usize, Deco
             reason: "record length does not match its fields",
         });
     }
-    Ok(record_bytes)
+    Ok((record_bytes, le_u32(bytes, 4) as i32))
 }
 
 /// Iterator over a validated batch's records.
@@ -911,6 +931,58 @@ mod tests {
         ));
         set_base_offset(&mut bytes, u64::MAX - 2);
         assert_eq!(BatchView::validate(&bytes).unwrap().next_offset(), u64::MAX);
+    }
+
+    /// Found by the `batch` fuzz target: a batch whose record 0 was not at
+    /// the first timestamp and whose max timestamp was below a record's
+    /// validated, so a time lookup could skip records it should return.
+    #[test]
+    fn refuses_timestamps_the_records_do_not_have() {
+        let restamp = |b: &mut Vec<u8>| {
+            let crc = crc32c(&b[CHECKSUMMED_FROM..]);
+            b[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        };
+        let mut builder = BatchBuilder::new();
+        builder.push(1_000, b"a", b"1", &[]).unwrap();
+        builder.push(1_005, b"b", b"2", &[]).unwrap();
+        builder.push(990, b"c", b"3", &[]).unwrap();
+        let good = builder.finish(0, 0).to_vec();
+        assert_eq!(
+            BatchView::validate(&good).unwrap().max_timestamp_ms(),
+            1_005
+        );
+
+        let mut low_max = good.clone();
+        low_max[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
+            .copy_from_slice(&1_004i64.to_le_bytes());
+        restamp(&mut low_max);
+        assert!(matches!(
+            BatchView::validate(&low_max),
+            Err(DecodeError::Invalid { reason, .. }) if reason.contains("max timestamp")
+        ));
+
+        let mut shifted_first = good.clone();
+        let delta_at = BATCH_HEADER_BYTES + 4;
+        shifted_first[delta_at..delta_at + 4].copy_from_slice(&2i32.to_le_bytes());
+        restamp(&mut shifted_first);
+        assert!(matches!(
+            BatchView::validate(&shifted_first),
+            Err(DecodeError::Invalid { reason, .. }) if reason.contains("first record")
+        ));
+
+        // The fuzz target's own input, kept as found.
+        let found = [
+            0x64, 0x00, 0x01, 0x00, 0x70, 0x00, 0x00, 0x00, 0x53, 0x00, 0x00, 0x00, 0xe0, 0xb9,
+            0x30, 0xab, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x68, 0xe5, 0xcf,
+            0x8b, 0x01, 0x00, 0x00, 0x00, 0x68, 0xe5, 0xcf, 0x8b, 0x01, 0x00, 0x00, 0x2a, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x1b, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf5, 0x00, 0x02, 0x00, 0x00, 0x00, 0x05, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x6b, 0x30, 0x76, 0x76, 0x76, 0x76, 0x76,
+        ];
+        assert!(matches!(
+            BatchView::validate(&found),
+            Err(DecodeError::Invalid { reason, .. }) if reason.contains("first record")
+        ));
     }
 
     #[test]
