@@ -115,7 +115,7 @@ pub struct ClusterService {
     addresses: BTreeMap<BrokerId, Vec<ShardAddress>>,
     /// Each segment's next offset and first append time, from the latest
     /// load report that named it (sealed segments keep their last).
-    next_offsets: HashMap<(TopicName, SegmentId), (u64, Option<u64>)>,
+    next_offsets: HashMap<(TopicName, SegmentId), (u64, Option<u64>, u64)>,
     /// Brokers a command failed to reach (or that just registered): the
     /// next load report sends them every topic's layout.
     needs_resync: BTreeSet<BrokerId>,
@@ -413,7 +413,11 @@ impl ClusterService {
             };
             self.next_offsets.insert(
                 (topic.clone(), SegmentId(report.segment)),
-                (report.next_offset, report.first_append_ms),
+                (
+                    report.next_offset,
+                    report.first_append_ms,
+                    report.lost_records,
+                ),
             );
             loads.push(SegmentLoad {
                 topic,
@@ -628,11 +632,11 @@ impl ClusterService {
                     .segment_rates(name, s.id)
                     .map(|r| r.window(0))
                     .unwrap_or_default();
-                let (next_offset, first_append_ms) = self
+                let (next_offset, first_append_ms, lost_records) = self
                     .next_offsets
                     .get(&(name.clone(), s.id))
                     .copied()
-                    .unwrap_or((0, None));
+                    .unwrap_or((0, None, 0));
                 SegmentInfo {
                     id: s.id.0,
                     epoch: s.epoch,
@@ -650,6 +654,7 @@ impl ClusterService {
                     records_per_s: rate.records_per_s,
                     created_ms: s.created_ms,
                     sealed_ms: s.sealed_ms,
+                    lost_records,
                 }
             })
             .collect();

@@ -6,6 +6,7 @@
 //! topics/<ns>/<name>/topic.json                      the topic's layout
 //! topics/<ns>/<name>/<segment>/<base:020>.chunk      a chunk of records
 //! topics/<ns>/<name>/<segment>/sealed                the segment's seal marker
+//! topics/<ns>/<name>/<segment>/lost-<from:020>-<to:020>  offsets recovery could not read
 //! topics/<ns>/<name>/payloads/<hour:010>/<id>        a payload passed by reference
 //! topics/<ns>/<name>/kafka-producers/<segment>       Kafka idempotent-producer state
 //! kafka/groups/<group, escaped>.offsets              a Kafka group's offsets
@@ -132,6 +133,53 @@ pub fn parse_chunk_name(object: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The prefix of a lost-range record's name; the rest is its first offset
+/// and one past its last, 20 digits each, joined by `-`.
+pub const LOST_PREFIX: &str = "lost-";
+
+/// `topics/<ns>/<name>/<segment>/lost-<from:020>-<to:020>`: a record that
+/// offsets `[from, to)` of the segment held records that recovery could
+/// not read back (docs/broker.md, "What happens when"). Its content is
+/// for people; the offsets are in the name.
+pub fn lost_range(topic: &TopicName, segment: u32, from: u64, to: u64) -> ObjectPath {
+    path(format!(
+        "{}/{LOST_PREFIX}{from:0CHUNK_OFFSET_DIGITS$}-{to:0CHUNK_OFFSET_DIGITS$}",
+        segment_prefix(topic, segment)
+    ))
+}
+
+/// The offsets `[from, to)` a lost-range record's path or name states;
+/// `None` if the last component is not such a name or `from >= to`.
+pub fn parse_lost_name(object: &str) -> Option<(u64, u64)> {
+    let name = object.rsplit('/').next()?;
+    let (from, to) = name.strip_prefix(LOST_PREFIX)?.split_once('-')?;
+    let number = |digits: &str| {
+        (digits.len() == CHUNK_OFFSET_DIGITS && digits.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| digits.parse::<u64>().ok())
+            .flatten()
+    };
+    let (from, to) = (number(from)?, number(to)?);
+    (from < to).then_some((from, to))
+}
+
+/// A lost-range record's content: JSON for the operator reading it.
+pub fn lost_range_content(segment: u32, from: u64, to: u64, bytes: u64, reason: &str) -> Vec<u8> {
+    let reason: String = reason
+        .chars()
+        .map(|c| {
+            if c == '"' || c == '\\' || c.is_control() {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    format!(
+        r#"{{"segment":{segment},"from":{from},"to":{to},"unreadable_bytes":{bytes},"reason":"{reason}"}}"#
+    )
+    .into_bytes()
+}
+
 /// `topics/<ns>/<name>/<segment>/sealed`.
 pub fn seal_marker(topic: &TopicName, segment: u32) -> ObjectPath {
     path(format!(
@@ -234,6 +282,10 @@ mod tests {
                 "topics/pay/orders/3/00000000000000000042.chunk",
             ),
             (seal_marker(&t, 3), "topics/pay/orders/3/sealed"),
+            (
+                lost_range(&t, 3, 7, 12),
+                "topics/pay/orders/3/lost-00000000000000000007-00000000000000000012",
+            ),
             (payloads_prefix(&t), "topics/pay/orders/payloads"),
             (
                 payload(&t, &id),
@@ -263,6 +315,19 @@ mod tests {
             Some(u64::MAX)
         );
         assert_eq!(parse_chunk_name(&chunk_name(0)), Some(0));
+        assert_eq!(
+            parse_lost_name(lost_range(&t, 1, 5, u64::MAX).as_str()),
+            Some((5, u64::MAX))
+        );
+        for bad in [
+            "lost-00000000000000000005-00000000000000000005",
+            "lost-00000000000000000009-00000000000000000005",
+            "lost-5-9",
+            "lost-00000000000000000005",
+            "00000000000000000001.chunk",
+        ] {
+            assert_eq!(parse_lost_name(bad), None, "{bad}");
+        }
         for bad in [
             "sealed",
             "1.chunk",

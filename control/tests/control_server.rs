@@ -239,6 +239,7 @@ fn load(topic: &str, segment: u32, bytes_per_s: u64) -> SegmentLoadReport {
         records_per_s: 1,
         next_offset: 0,
         first_append_ms: None,
+        lost_records: 0,
     }
 }
 

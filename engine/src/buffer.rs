@@ -32,6 +32,7 @@ use wire::chunk::{
 };
 
 use crate::error::EngineError;
+use crate::salvage::Scan;
 
 /// Where the header's segment id and base offset live before sealing; the
 /// sealed header (with its checksum) overwrites them with the same values.
@@ -233,6 +234,14 @@ impl ActiveBuffer {
         Ok((base, self.next_offset))
     }
 
+    /// Make the appended batches durable (`fdatasync`).
+    pub(crate) fn sync(&self) -> Result<(), EngineError> {
+        self.mapped
+            .file
+            .sync_data()
+            .map_err(|e| EngineError::io("sync buffer", &self.path, e))
+    }
+
     /// The batches appended so far.
     pub(crate) fn data(&self) -> &[u8] {
         &self.mapped.map[CHUNK_HEADER_BYTES..CHUNK_HEADER_BYTES + self.data_bytes]
@@ -280,6 +289,92 @@ impl ActiveBuffer {
             header,
         })
     }
+}
+
+/// What a buffer file left by an earlier run holds, read without changing
+/// it: whether its header is the one expected, and its batches sorted into
+/// good runs and damage (`salvage::scan`).
+#[derive(Debug)]
+pub(crate) struct BufferCheck {
+    /// Magic, segment id and base offset are the expected ones.
+    pub(crate) header_ok: bool,
+    pub(crate) scan: Scan,
+    /// The file, and where the data the scan covered ends in it.
+    map: Mmap,
+    data_end: usize,
+}
+
+impl BufferCheck {
+    /// The bytes the scan's positions are in: the file's from
+    /// `CHUNK_HEADER_BYTES`.
+    pub(crate) fn data(&self) -> &[u8] {
+        self.map
+            .get(CHUNK_HEADER_BYTES..self.data_end)
+            .unwrap_or(&[])
+    }
+
+    /// Whether recovery can take the file as it is.
+    pub(crate) fn is_clean(&self) -> bool {
+        self.header_ok && self.scan.is_clean()
+    }
+}
+
+/// Read the buffer file at `path`, which its name says holds `segment_id`
+/// from `base_offset`. `next_base` is the base offset of the next buffer
+/// file of the segment, if any: where this one must have ended.
+pub(crate) fn check(
+    path: &Path,
+    segment_id: u32,
+    base_offset: u64,
+    next_base: Option<u64>,
+) -> Result<BufferCheck, EngineError> {
+    let file = File::open(path).map_err(|e| EngineError::io("open buffer", path, e))?;
+    let map = map_file(&file, path)?;
+    let field = |at: usize, n: usize| map.get(at..at + n);
+    let header_ok = field(0, 8) == Some(&CHUNK_MAGIC[..])
+        && field(SEGMENT_ID_OFFSET, 4) == Some(&segment_id.to_le_bytes()[..])
+        && field(BASE_OFFSET_OFFSET, 8) == Some(&base_offset.to_le_bytes()[..]);
+    // A sealed header (its checksum good) states where the data ends and
+    // the offset after it.
+    let sealed = map
+        .get(..CHUNK_HEADER_BYTES)
+        .and_then(|h| ChunkHeader::decode(h).ok())
+        .filter(|h| header_ok && h.base_offset == base_offset);
+    let capacity = data_capacity_for(map.len() as u64) as usize;
+    let data_end = sealed
+        .map_or(CHUNK_HEADER_BYTES + capacity, |h| {
+            CHUNK_HEADER_BYTES + h.data_bytes as usize
+        })
+        .min(map.len());
+    let data = map.get(CHUNK_HEADER_BYTES..data_end).unwrap_or(&[]);
+    let end = sealed.map(|h| h.next_offset).or(next_base);
+    let scan = crate::salvage::scan(data, base_offset, end);
+    Ok(BufferCheck {
+        header_ok,
+        scan,
+        map,
+        data_end,
+    })
+}
+
+/// Write the unsealed header of `segment_id` from `base_offset` over a
+/// damaged one, so the file recovers (its first good run) as a buffer.
+pub(crate) fn rewrite_header(
+    path: &Path,
+    segment_id: u32,
+    base_offset: u64,
+) -> Result<(), EngineError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| EngineError::io("open buffer", path, e))?;
+    let mut head = [0u8; CHUNK_HEADER_BYTES];
+    head[..8].copy_from_slice(&CHUNK_MAGIC);
+    head[SEGMENT_ID_OFFSET..SEGMENT_ID_OFFSET + 4].copy_from_slice(&segment_id.to_le_bytes());
+    head[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
+    file.write_all_at(&head, 0)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| EngineError::io("rewrite buffer header", path, e))
 }
 
 /// A buffer file made ahead of time on the blocking pool (created, its

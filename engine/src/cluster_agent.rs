@@ -340,6 +340,7 @@ impl ClusterAgent {
                 records_per_s: per_s(f.appended_records, records),
                 next_offset: f.next_offset,
                 first_append_ms: f.first_append_ms,
+                lost_records: f.lost_records,
             });
             last.insert(key, (f.appended_bytes, f.appended_records));
         }

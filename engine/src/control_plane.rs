@@ -308,6 +308,10 @@ impl EmbeddedControl {
                         .filter(|&t| t > 0),
                     created_ms: s.created_ms,
                     sealed_ms: s.sealed_ms,
+                    lost_records: self
+                        .stats
+                        .get(&(name.clone(), s.id.0))
+                        .map_or(0, |st| st.lost_records.load(Ordering::Relaxed)),
                     ..SegmentInfo::default()
                 })
                 .collect(),

@@ -33,6 +33,7 @@ use crate::buffer::{ActiveBuffer, MappedFile, SealedBuffer, SpareBuffer};
 use crate::config::BrokerConfig;
 use crate::error::EngineError;
 use crate::file_range::FileRange;
+use crate::recovery::{record_lost, recover_buffers, LostRange, SegmentDirs};
 use crate::serve_error::ServeError;
 
 /// Figures other threads may read (describe): written only by the owner.
@@ -45,6 +46,9 @@ pub(crate) struct SegmentStats {
     /// When this broker appended its first record, ms since the Unix
     /// epoch; 0 before.
     pub(crate) first_append_ms: AtomicU64,
+    /// Offsets of the segment whose records recovery could not read back
+    /// (its lost ranges).
+    pub(crate) lost_records: AtomicU64,
 }
 
 /// Whether a segment still serves.
@@ -73,6 +77,10 @@ pub(crate) enum SealState {
 
 use control::{filer_layout, TopicName};
 
+/// Under the data dir: damaged buffer files kept for the operator, by
+/// topic and segment (`recovery`).
+const QUARANTINE_DIR: &str = "quarantine";
+
 /// How long a fetch from a sealed segment's view waits before it looks
 /// for the owner's marker and new chunks again.
 const SEAL_POLL: Duration = Duration::from_millis(100);
@@ -96,6 +104,9 @@ struct SegmentState {
     /// The file bytes of `sealed`, held against `unflushed_bytes_max`.
     sealed_bytes: u64,
     chunks: Vec<ChunkMeta>,
+    /// Offsets recovery could not read back, by first offset: never given
+    /// out again, skipped by readers, counted as flushed.
+    lost: Vec<LostRange>,
     flushing: bool,
     /// When the oldest unanswered `durable` producer started waiting.
     durable_waiting_since: Option<Instant>,
@@ -155,11 +166,6 @@ fn verified_chunk_copy(bytes: &[u8]) -> Result<Vec<u8>, String> {
     Ok(copy)
 }
 
-/// Spare buffer files are named `spare-...buf`; recovery removes them.
-fn is_spare_file(name: &str) -> bool {
-    name.starts_with(crate::buffer::SPARE_PREFIX) && name.ends_with(".buf")
-}
-
 /// A buffer still in memory, sealed or active, as readers see it.
 struct MemoryBuffer<'a> {
     base_offset: u64,
@@ -187,6 +193,7 @@ impl SegmentState {
             sealed_bytes: sealed.iter().map(|s| s.header().file_bytes()).sum(),
             sealed,
             chunks,
+            lost: Vec::new(),
             flushing: false,
             durable_waiting_since: None,
             index_cache: None,
@@ -196,6 +203,15 @@ impl SegmentState {
             spare_counter: 0,
             failed: None,
         }
+    }
+
+    /// Take the segment's lost ranges (sorted by first offset): counted in
+    /// `stats`, and flushed past.
+    fn set_lost(&mut self, lost: Vec<LostRange>, stats: &SegmentStats) {
+        let records = lost.iter().map(|l| l.to - l.from).sum();
+        stats.lost_records.store(records, Ordering::Relaxed);
+        self.lost = lost;
+        self.flushed_offset = skip_lost(&self.lost, self.flushed_offset);
     }
 
     /// Whether another buffer of `bytes` may be sealed: always while none
@@ -357,17 +373,28 @@ impl SegmentCell {
         range_end: u64,
     ) -> Result<Rc<SegmentCell>, EngineError> {
         let chunk_prefix = filer_layout::segment_prefix(topic, id);
-        let chunks = {
+        // Buffers first: salvaging a damaged one records lost ranges in
+        // the filer, which the listing below then finds.
+        let dirs = SegmentDirs {
+            buffers: buffers_dir.clone(),
+            quarantine: config
+                .data_dir
+                .join(QUARANTINE_DIR)
+                .join(topic.to_string())
+                .join(id.to_string()),
+        };
+        let recovered = {
+            let filer = filer.clone();
+            let topic = topic.clone();
+            blocking(move || recover_buffers(&dirs, id, filer.as_ref(), &topic)).await?
+        };
+        let mut stored = {
             let filer = filer.clone();
             let prefix = chunk_prefix.clone();
-            blocking(move || load_chunks(filer.as_ref(), &prefix)).await?
+            blocking(move || load_stored(filer.as_ref(), &prefix)).await?
         };
-        let chunk_end = chunks.last().map_or(0, |c| c.header.next_offset);
-        let recovered = {
-            let dir = buffers_dir.clone();
-            blocking(move || recover_buffers(&dir, id)).await?
-        };
-        let mut next_offset = chunk_end;
+        let chunk_end = stored.chunks.last().map_or(0, |c| c.header.next_offset);
+        let mut next_offset = skip_lost(&stored.lost, chunk_end);
         let mut sealed = VecDeque::new();
         for buffer in recovered {
             if buffer.next_offset() <= chunk_end {
@@ -377,14 +404,43 @@ impl SegmentCell {
                 std::fs::remove_file(&path).map_err(|e| EngineError::io("remove", &path, e))?;
                 continue;
             }
-            if buffer.base_offset() != next_offset {
+            if buffer.base_offset() < next_offset {
                 return Err(EngineError::Corrupt {
                     what: format!("buffer {}", buffer.path().display()),
                     reason: format!(
-                        "it starts at offset {} but segment {id} ends at {next_offset}",
+                        "it starts at offset {} but segment {id} already holds offsets up to \
+                         {next_offset}",
                         buffer.base_offset()
                     ),
                 });
+            }
+            if buffer.base_offset() > next_offset {
+                // Nothing holds the offsets between: a buffer file gone
+                // from the disk. They are lost, and said so.
+                let lost = LostRange {
+                    from: next_offset,
+                    to: buffer.base_offset(),
+                };
+                log::error!(
+                    "segment {chunk_prefix}: offsets {}..{} are in no chunk and no buffer \
+                     (a buffer file is missing); recording them as lost",
+                    lost.from,
+                    lost.to
+                );
+                let (filer, topic) = (filer.clone(), topic.clone());
+                blocking(move || {
+                    record_lost(
+                        filer.as_ref(),
+                        &topic,
+                        id,
+                        lost,
+                        0,
+                        "no chunk and no buffer holds these offsets",
+                    )
+                })
+                .await?;
+                stored.lost.push(lost);
+                stored.lost.sort_by_key(|l| l.from);
             }
             next_offset = buffer.next_offset();
             if buffer.is_empty() {
@@ -394,9 +450,15 @@ impl SegmentCell {
             } else {
                 sealed.push_back(Arc::new(buffer.seal()?));
             }
+            next_offset = skip_lost(&stored.lost, next_offset);
         }
+        // Offsets lost at the end were maybe acknowledged: new records
+        // start after them.
+        let next_offset = next_offset.max(stored.end());
         let stats = Arc::new(SegmentStats::default());
         stats.next_offset.store(next_offset, Ordering::Relaxed);
+        let mut state = SegmentState::new(stored.chunks, chunk_end, sealed, next_offset);
+        state.set_lost(stored.lost, &stats);
         let cell = Rc::new(SegmentCell {
             id,
             range_start,
@@ -408,7 +470,7 @@ impl SegmentCell {
             config,
             stats,
             seal: Cell::new(SealState::Open),
-            state: RefCell::new(SegmentState::new(chunks, chunk_end, sealed, next_offset)),
+            state: RefCell::new(state),
             closed: Cell::new(Closed::Serving),
             appended: Event::new(),
             flushed: Event::new(),
@@ -420,7 +482,13 @@ impl SegmentCell {
                 cell.chunk_prefix
             );
             cell.start_flush();
-            cell.wait_flushed(next_offset).await?;
+            let target = cell
+                .state
+                .borrow()
+                .sealed
+                .back()
+                .map_or(0, |b| b.header().next_offset);
+            cell.wait_flushed(target).await?;
         }
         Ok(cell)
     }
@@ -437,15 +505,17 @@ impl SegmentCell {
         range_end: u64,
     ) -> Result<Rc<SegmentCell>, EngineError> {
         let chunk_prefix = filer_layout::segment_prefix(topic, id);
-        let (chunks, marked) = {
+        let (stored, marked) = {
             let filer = filer.clone();
             let prefix = chunk_prefix.clone();
             let marker = filer_layout::seal_marker(topic, id);
             blocking(move || load_sealed(filer.as_ref(), &prefix, &marker)).await?
         };
-        let end = chunks.last().map_or(0, |c| c.header.next_offset);
+        let end = stored.end();
         let stats = Arc::new(SegmentStats::default());
         stats.next_offset.store(end, Ordering::Relaxed);
+        let mut state = SegmentState::new(stored.chunks, end, VecDeque::new(), end);
+        state.set_lost(stored.lost, &stats);
         Ok(Rc::new(SegmentCell {
             id,
             range_start,
@@ -461,7 +531,7 @@ impl SegmentCell {
             } else {
                 SealState::Sealing
             }),
-            state: RefCell::new(SegmentState::new(chunks, end, VecDeque::new(), end)),
+            state: RefCell::new(state),
             closed: Cell::new(Closed::Serving),
             appended: Event::new(),
             flushed: Event::new(),
@@ -533,7 +603,7 @@ impl SegmentCell {
     /// For a view of a segment sealed elsewhere: look for the marker and
     /// for chunks flushed since the last look.
     async fn refresh_sealed(&self) -> Result<(), ServeError> {
-        let (chunks, marked) = {
+        let (stored, marked) = {
             let filer = self.filer.clone();
             let prefix = self.chunk_prefix.clone();
             let marker = filer_layout::seal_marker(&self.topic, self.id);
@@ -541,12 +611,13 @@ impl SegmentCell {
                 .await
                 .map_err(|e| ServeError::storage(&e))?
         };
-        let end = chunks.last().map_or(0, |c| c.header.next_offset);
+        let end = stored.end();
         let mut state = self.state.borrow_mut();
         if end > state.next_offset {
             state.next_offset = end;
             state.flushed_offset = end;
-            state.chunks = chunks;
+            state.chunks = stored.chunks;
+            state.set_lost(stored.lost, &self.stats);
             self.stats.next_offset.store(end, Ordering::Relaxed);
         }
         if marked {
@@ -860,7 +931,7 @@ impl SegmentCell {
                     let mut state = self.state.borrow_mut();
                     state.sealed.pop_front();
                     state.sealed_bytes -= buffer.header().file_bytes();
-                    state.flushed_offset = buffer.header().next_offset;
+                    state.flushed_offset = skip_lost(&state.lost, buffer.header().next_offset);
                     state.chunks.push(ChunkMeta {
                         path,
                         header: *buffer.header(),
@@ -1056,7 +1127,8 @@ impl SegmentCell {
                 ErrorCode::InvalidArgument,
                 format!("offset {o} is past the end of segment {} ({next})", self.id),
             )),
-            FetchFrom::Offset(o) => Ok(o.max(earliest)),
+            // Lost offsets hold nothing to read: the next record is after.
+            FetchFrom::Offset(o) => Ok(skip_lost(&self.state.borrow().lost, o.max(earliest))),
             FetchFrom::Timestamp(t) => self.find_timestamp(t).await,
         }
     }
@@ -1382,10 +1454,31 @@ fn first_at_or_after(data: &[u8], t: i64) -> Result<Option<u64>, ServeError> {
     Ok(None)
 }
 
-/// Every chunk of a segment, by base offset, headers verified.
-fn load_chunks(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Vec<ChunkMeta>, EngineError> {
-    let mut chunks = Vec::new();
+/// What the filer holds of a segment: its chunks by base offset (headers
+/// verified) and its lost ranges by first offset.
+#[derive(Debug, Default)]
+struct Stored {
+    chunks: Vec<ChunkMeta>,
+    lost: Vec<LostRange>,
+}
+
+impl Stored {
+    /// One past the last offset the filer accounts for.
+    fn end(&self) -> u64 {
+        let chunks = self.chunks.last().map_or(0, |c| c.header.next_offset);
+        let lost = self.lost.iter().map(|l| l.to).max().unwrap_or(0);
+        chunks.max(lost)
+    }
+}
+
+/// Every chunk and lost range of a segment.
+fn load_stored(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Stored, EngineError> {
+    let mut stored = Stored::default();
     for path in filer.list(prefix)? {
+        if let Some((from, to)) = filer_layout::parse_lost_name(path.as_str()) {
+            stored.lost.push(LostRange { from, to });
+            continue;
+        }
         let Some(base) = filer_layout::parse_chunk_name(path.as_str()) else {
             continue;
         };
@@ -1402,21 +1495,34 @@ fn load_chunks(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Vec<ChunkMeta>,
                 header.base_offset
             )));
         }
-        chunks.push(ChunkMeta { path, header });
+        stored.chunks.push(ChunkMeta { path, header });
     }
-    chunks.sort_by_key(|c| c.header.base_offset);
-    for pair in chunks.windows(2) {
-        if pair[0].header.next_offset != pair[1].header.base_offset {
+    stored.chunks.sort_by_key(|c| c.header.base_offset);
+    stored.lost.sort_by_key(|l| l.from);
+    // Chunks follow each other, or a lost range lies between them.
+    for pair in stored.chunks.windows(2) {
+        let (end, next) = (pair[0].header.next_offset, pair[1].header.base_offset);
+        if skip_lost(&stored.lost, end) != next {
             log::warn!(
-                "chunks {} and {} are not contiguous ({} != {})",
+                "chunks {} and {} are not contiguous ({end} != {next}) and no lost range \
+                 accounts for it",
                 pair[0].path,
                 pair[1].path,
-                pair[0].header.next_offset,
-                pair[1].header.base_offset
             );
         }
     }
-    Ok(chunks)
+    Ok(stored)
+}
+
+/// `offset`, or the end of the lost ranges it falls in (`lost` sorted by
+/// first offset; ranges may touch).
+fn skip_lost(lost: &[LostRange], mut offset: u64) -> u64 {
+    for range in lost {
+        if range.from <= offset && offset < range.to {
+            offset = range.to;
+        }
+    }
+    offset
 }
 
 /// A sealed segment's chunks, and whether its seal marker is there.
@@ -1424,62 +1530,14 @@ fn load_sealed(
     filer: &dyn Filer,
     prefix: &ObjectPath,
     marker: &ObjectPath,
-) -> Result<(Vec<ChunkMeta>, bool), EngineError> {
+) -> Result<(Stored, bool), EngineError> {
     // The marker first: chunks listed after it are all there are.
     let marked = match filer.read_at(marker, 0, &mut [0u8; 1]) {
         Ok(_) => true,
         Err(filer::FilerError::NotFound { .. }) => false,
         Err(e) => return Err(e.into()),
     };
-    Ok((load_chunks(filer, prefix)?, marked))
-}
-
-/// Buffers a previous run left for this segment, oldest first.
-fn recover_buffers(
-    dir: &std::path::Path,
-    segment_id: u32,
-) -> Result<Vec<ActiveBuffer>, EngineError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(EngineError::io("read dir", dir, e)),
-    };
-    let mut paths = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| EngineError::io("read dir", dir, e))?;
-        let path = entry.path();
-        // Spares an earlier run made but never used hold no records.
-        if path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(is_spare_file)
-        {
-            std::fs::remove_file(&path).map_err(|e| EngineError::io("remove", &path, e))?;
-            continue;
-        }
-        let base = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".buf"))
-            .and_then(|n| n.parse::<u64>().ok());
-        if let Some(base) = base {
-            if crate::buffer::never_held_a_record(&path)? {
-                log::warn!(
-                    "buffer {} holds no record (a crash or a full disk while it was made); \
-                     removing it",
-                    path.display()
-                );
-                std::fs::remove_file(&path).map_err(|e| EngineError::io("remove", &path, e))?;
-                continue;
-            }
-            paths.push((base, path));
-        }
-    }
-    paths.sort();
-    paths
-        .into_iter()
-        .map(|(_, path)| ActiveBuffer::recover(path, segment_id))
-        .collect()
+    Ok((load_stored(filer, prefix)?, marked))
 }
 
 #[cfg(test)]

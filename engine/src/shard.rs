@@ -257,6 +257,7 @@ impl Shard {
                     appended_bytes: st.appended_bytes.load(Relaxed),
                     appended_records: st.appended_records.load(Relaxed),
                     first_append_ms: Some(st.first_append_ms.load(Relaxed)).filter(|&t| t > 0),
+                    lost_records: st.lost_records.load(Relaxed),
                 });
             }
         }
@@ -320,4 +321,5 @@ pub(crate) struct SegmentLoadFigures {
     pub(crate) appended_bytes: u64,
     pub(crate) appended_records: u64,
     pub(crate) first_append_ms: Option<u64>,
+    pub(crate) lost_records: u64,
 }

@@ -150,6 +150,7 @@ fn main() -> AnyResult {
                 records_per_s: 10,
                 next_offset: 99,
                 first_append_ms: Some(1_700_000_000_000),
+                lost_records: 0,
             }],
         },
         Request::ApplyLayout {

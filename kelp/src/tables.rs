@@ -116,7 +116,7 @@ pub fn describe_table(info: &TopicInfo, columns: Columns) -> String {
     }
     headers.extend([("BYTES/S", Right), ("RECORDS/S", Right), ("CREATED", Left)]);
     if wide {
-        headers.extend([("FIRST WRITE", Right), ("SEALED", Left)]);
+        headers.extend([("FIRST WRITE", Right), ("SEALED", Left), ("LOST", Right)]);
     }
     headers.push(("SUCCESSORS", Left));
     let mut table = Table::new(headers);
@@ -151,6 +151,7 @@ pub fn describe_table(info: &TopicInfo, columns: Columns) -> String {
                 |t| format!("+{}ms", t.saturating_sub(s.created_ms)),
             ));
             row.push(utc(s.sealed_ms));
+            row.push(s.lost_records.to_string());
         }
         row.push(if s.successors.is_empty() {
             "-".to_owned()
@@ -160,7 +161,19 @@ pub fn describe_table(info: &TopicInfo, columns: Columns) -> String {
         });
         table.push(row);
     }
-    format!("topic {}\n{}", info.name, table.render())
+    let mut out = format!("topic {}\n{}", info.name, table.render());
+    // Lost records are never a column to overlook: each gets a line.
+    for s in segments_in_order(info) {
+        if s.lost_records > 0 {
+            out.push_str(&format!(
+                "segment {}: {} offsets lost: their records were found damaged on a broker's \
+                 disk and could not be read back (the broker's log names the offsets; \
+                 docs/broker.md)\n",
+                s.id, s.lost_records
+            ));
+        }
+    }
+    out
 }
 
 fn state(s: &SegmentInfo) -> &'static str {
@@ -193,6 +206,7 @@ pub fn topic_json(info: &TopicInfo) -> Value {
                 "created_ms": s.created_ms,
                 "first_append_ms": s.first_append_ms,
                 "sealed_ms": s.sealed_ms,
+                "lost_records": s.lost_records,
                 "successors": s.successors,
             })
         })
@@ -315,6 +329,7 @@ mod tests {
                     created_ms: 1_764_555_383_000,
                     sealed_ms: None,
                     first_append_ms: Some(1_764_555_383_042),
+                    lost_records: 0,
                 },
                 SegmentInfo {
                     id: 1,
@@ -326,6 +341,7 @@ mod tests {
                     next_offset: 7,
                     appended_bytes: 700,
                     successors: vec![3, 4],
+                    lost_records: 3,
                     ..SegmentInfo::default()
                 },
             ],
@@ -357,10 +373,13 @@ mod tests {
         assert!(lines[3].contains("2025-12-01T02:16:23Z"), "{table}");
         assert!(lines[3].contains("+42ms"), "{table}");
         assert!(lines[3].ends_with('-'), "an open segment has no successors");
+        assert!(lines[1].contains("LOST"), "{table}");
+        assert_eq!(lines.len(), 5, "{table}");
+        assert!(lines[4].starts_with("segment 1: 3 offsets lost"), "{table}");
         // Columns line up: every row is as wide as the header up to the
         // successors column.
         let successors_at = lines[1].find("SUCCESSORS").unwrap();
-        assert!(lines[2..].iter().all(|l| l.len() > successors_at));
+        assert!(lines[2..4].iter().all(|l| l.len() > successors_at));
     }
 
     #[test]

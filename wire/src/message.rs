@@ -203,6 +203,9 @@ pub struct SegmentInfo {
     /// since the Unix epoch): with `created_ms`, how long producers took
     /// to reach a new segment.
     pub first_append_ms: Option<u64>,
+    /// Offsets of the segment whose records were found damaged and could
+    /// not be read back (its lost ranges, docs/broker.md).
+    pub lost_records: u64,
 }
 
 /// Sentinel for "none" in the u32 and u64 fields that encode an `Option`.
@@ -240,6 +243,8 @@ pub struct SegmentLoadReport {
     /// When the first record was appended, ms since the Unix epoch; `None`
     /// before any.
     pub first_append_ms: Option<u64>,
+    /// Offsets found damaged and lost (`SegmentInfo::lost_records`).
+    pub lost_records: u64,
 }
 
 /// A topic's layout.
@@ -727,6 +732,7 @@ impl<'a> Request<'a> {
                     w.u64(s.records_per_s);
                     w.u64(s.next_offset);
                     w.u64(s.first_append_ms.unwrap_or(NONE_U64));
+                    w.u64(s.lost_records);
                 }
             }
             Request::LeaveBroker { broker } => w.u32(*broker),
@@ -809,7 +815,7 @@ impl<'a> Request<'a> {
             },
             FrameType::LoadReportRequest => {
                 let broker = r.u32()?;
-                let n = r.count(2 + 4 + 8 * 4)?;
+                let n = r.count(2 + 4 + 8 * 5)?;
                 let mut segments = Vec::with_capacity(n);
                 for _ in 0..n {
                     segments.push(SegmentLoadReport {
@@ -819,6 +825,7 @@ impl<'a> Request<'a> {
                         records_per_s: r.u64()?,
                         next_offset: r.u64()?,
                         first_append_ms: some_u64(r.u64()?),
+                        lost_records: r.u64()?,
                     });
                 }
                 Request::LoadReport { broker, segments }
@@ -969,6 +976,7 @@ impl<'a> Response<'a> {
                     w.u64(s.created_ms);
                     w.u64(s.sealed_ms.unwrap_or(NONE_U64));
                     w.u64(s.first_append_ms.unwrap_or(NONE_U64));
+                    w.u64(s.lost_records);
                 }
             }
             Response::Brokers { brokers } => {
@@ -1093,7 +1101,7 @@ impl<'a> Response<'a> {
             },
             FrameType::TopicResponse => {
                 let name = r.string()?;
-                let n = r.count(43 + 4 + 1 + 8 * 5)?;
+                let n = r.count(43 + 4 + 1 + 8 * 6)?;
                 let mut segments = Vec::with_capacity(n);
                 for _ in 0..n {
                     let id = r.u32()?;
@@ -1128,6 +1136,7 @@ impl<'a> Response<'a> {
                     let created_ms = r.u64()?;
                     let sealed_ms = some_u64(r.u64()?);
                     let first_append_ms = some_u64(r.u64()?);
+                    let lost_records = r.u64()?;
                     if u64::from(start) >= end || end > 1 << 32 {
                         return Err(DecodeError::Invalid {
                             what: "topic response",
@@ -1151,6 +1160,7 @@ impl<'a> Response<'a> {
                         created_ms,
                         sealed_ms,
                         first_append_ms,
+                        lost_records,
                     });
                 }
                 Response::Topic(TopicInfo { name, segments })
@@ -1412,6 +1422,7 @@ mod tests {
                     records_per_s: 3,
                     next_offset: 4,
                     first_append_ms: Some(5),
+                    lost_records: 6,
                 }],
             },
             Request::LeaveBroker { broker: 3 },
@@ -1444,6 +1455,7 @@ mod tests {
                     next_offset: 99,
                     appended_bytes: 12345,
                     successors: vec![4, 5],
+                    lost_records: 17,
                     ..SegmentInfo::default()
                 }],
             }),
@@ -1469,6 +1481,7 @@ mod tests {
                     created_ms: 1_700_000_000_000,
                     sealed_ms: Some(1_700_000_001_000),
                     first_append_ms: Some(1_700_000_000_020),
+                    lost_records: 0,
                 }],
             }),
             Response::Brokers {

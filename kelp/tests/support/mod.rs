@@ -33,6 +33,17 @@ impl Broker {
     }
 
     pub fn start_with(data_dir: &Path, port: u16, extra: &[&str]) -> Broker {
+        Broker::spawn(data_dir, port, extra, Stdio::inherit())
+    }
+
+    /// [`Broker::start_with`], its log (stderr) written to `log` instead
+    /// of the test's, for tests that read what the broker said.
+    pub fn start_logged(data_dir: &Path, port: u16, extra: &[&str], log: &Path) -> Broker {
+        let file = std::fs::File::create(log).expect("create broker log");
+        Broker::spawn(data_dir, port, extra, Stdio::from(file))
+    }
+
+    fn spawn(data_dir: &Path, port: u16, extra: &[&str], stderr: Stdio) -> Broker {
         let child = Command::new(kelp_bin())
             .args(["serve", "--shards", "2"])
             .args(extra)
@@ -42,7 +53,7 @@ impl Broker {
             .arg(data_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start kelp serve");
         let mut broker = Broker {
