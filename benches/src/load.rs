@@ -426,6 +426,7 @@ async fn send_fetch(
         from: FetchFrom::Offset(from),
         max_bytes: plan.fetch_bytes_max,
         max_wait_ms: FETCH_WAIT_MS,
+        checks: wire::FetchChecks::Trust,
     }
     .encode(id, frame);
     write.write_all(frame).await?;

@@ -69,6 +69,20 @@ pub enum ClientError {
     /// Client configuration that cannot be used (an unreadable CA file).
     #[error("client configuration: {0}")]
     Config(String),
+    /// Offsets of a segment skipped because their records are damaged on
+    /// the broker's disk ([`crate::SubscribeOptions::skip_corrupt`]). Only
+    /// those offsets are affected; the subscriber goes on.
+    #[error(
+        "skipped offsets {from}..{to} of segment {segment}: their records are damaged on the \
+         broker's disk"
+    )]
+    Skipped {
+        segment: u32,
+        /// The first offset skipped.
+        from: u64,
+        /// The next offset read.
+        to: u64,
+    },
     /// The payload a record refers to could not be read: it is missing or
     /// altered. Only that record is affected; the subscriber goes on.
     #[error("payload of record {offset} in segment {segment}: {error}")]

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use wire::frame::FrameType;
 use wire::message::{Fetched, SegmentInfo, TopicInfo};
 use wire::BatchView;
-use wire::{FetchFrom, PayloadRef, Request, Response};
+use wire::{FetchChecks, FetchFrom, PayloadRef, Request, Response};
 
 use crate::client::{unexpected, Client};
 use crate::connection::is_stale_layout;
@@ -89,6 +89,12 @@ pub struct SubscribeOptions {
     /// reader that tails a topic through broker restarts. Records already
     /// delivered are not delivered again.
     pub reconnect: bool,
+    /// Read on past records damaged on the broker's disk: each stretch
+    /// skipped comes out of [`Subscriber::next`] as
+    /// [`ClientError::Skipped`] (the subscription goes on). Off: such
+    /// records end their segment's loop with the broker's `Corrupt` error,
+    /// which names the chunk and the offsets. `kelp sub --skip-corrupt`.
+    pub skip_corrupt: bool,
 }
 
 /// Default for [`SubscribeOptions::resolve_bytes_max`]: 256 MiB.
@@ -118,6 +124,7 @@ impl Default for SubscribeOptions {
             resolve_bytes_max: RESOLVE_BYTES_MAX_DEFAULT,
             from_end: None,
             reconnect: false,
+            skip_corrupt: false,
         }
     }
 }
@@ -265,7 +272,8 @@ impl Subscriber {
 
     /// The next record, waiting for one if none is buffered. `None` once
     /// every segment's loop has ended (all segments sealed and read, or
-    /// failed). An error ends only the loop of the segment it came from.
+    /// failed). An error ends only the loop of the segment it came from;
+    /// [`ClientError::Skipped`] and [`ClientError::Payload`] end nothing.
     ///
     /// A reference record is resolved here (see
     /// [`SubscribeOptions::resolve_references`]); a payload that cannot be
@@ -432,6 +440,9 @@ impl SegmentFetch {
         // The next offset to deliver: skips anything a fetch returns twice.
         let mut delivered_to = 0u64;
         let mut stale_retries = 0;
+        // Trust until a batch fails its checksum; then the broker is asked
+        // to verify (and, with `skip_corrupt`, to skip) for one fetch.
+        let mut checks = FetchChecks::Trust;
         loop {
             let request = Request::Fetch {
                 topic: self.topic.clone(),
@@ -439,6 +450,7 @@ impl SegmentFetch {
                 from,
                 max_bytes: self.options.max_bytes,
                 max_wait_ms: self.options.max_wait_ms,
+                checks,
             };
             let answer = match self.client.connection_to(self.target).await {
                 Ok(conn) => conn.call(&request, "fetching records", timeout).await,
@@ -458,6 +470,14 @@ impl SegmentFetch {
             });
             let frame = match answer {
                 Ok(f) => f,
+                Err(e)
+                    if e.broker_code() == Some(wire::ErrorCode::Corrupt)
+                        && self.options.skip_corrupt
+                        && checks != FetchChecks::SkipDamaged =>
+                {
+                    checks = FetchChecks::SkipDamaged;
+                    continue;
+                }
                 // Reading again is harmless (records below `delivered_to`
                 // are skipped), so a lost connection is retried like a
                 // stale layout: the owner may have left or died.
@@ -477,7 +497,21 @@ impl SegmentFetch {
             };
             stale_retries = 0;
             let (records, fetched_next, done) = {
-                let verified = frame.verified()?;
+                let verified = match frame.verified() {
+                    Ok(v) => v,
+                    // A batch that fails its checksum: damaged on the
+                    // broker's disk, most likely. Ask again, the broker
+                    // verifying what it sends.
+                    Err(ClientError::Decode(_)) if checks == FetchChecks::Trust => {
+                        checks = if self.options.skip_corrupt {
+                            FetchChecks::SkipDamaged
+                        } else {
+                            FetchChecks::Verify
+                        };
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 let fetched = match verified.response {
                     Response::Fetched(f) => f,
                     _ => return Err(unexpected(&frame, "fetched")),
@@ -488,10 +522,24 @@ impl SegmentFetch {
                         got: frame.header.frame_type,
                     });
                 }
+                if checks == FetchChecks::SkipDamaged
+                    && verified.batches.is_empty()
+                    && fetched.next_offset > fetched.start_offset
+                {
+                    let skipped = ClientError::Skipped {
+                        segment: self.segment.id,
+                        from: fetched.start_offset,
+                        to: fetched.next_offset,
+                    };
+                    if self.tx.send(Err(skipped)).await.is_err() {
+                        return Ok(LoopEnd::ReaderGone);
+                    }
+                }
                 let records = records_of(&frame, &fetched, &verified.batches, delivered_to)?;
                 let done = fetched.sealed && fetched.next_offset >= fetched.high_watermark;
                 (records, fetched.next_offset, done)
             };
+            checks = FetchChecks::Trust;
             if let Some(last) = records.last() {
                 delivered_to = last.offset + 1;
             }

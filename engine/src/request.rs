@@ -167,6 +167,7 @@ pub(crate) async fn handle_frame(
             from,
             max_bytes,
             max_wait_ms,
+            checks,
         } => {
             // A segment sealed elsewhere is read from the filer through a
             // view this shard opens on first use.
@@ -190,7 +191,7 @@ pub(crate) async fn handle_frame(
                         }
                     },
                 };
-                let f = match cell.fetch(from, max_bytes, max_wait).await {
+                let f = match cell.fetch(from, max_bytes, max_wait, checks).await {
                     Ok(f) => f,
                     Err(e) => return Outgoing::Frame(error_frame(id, &e)),
                 };

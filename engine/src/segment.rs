@@ -27,13 +27,14 @@ use wire::chunk::{
     CHUNK_HEADER_BYTES,
 };
 use wire::message::FETCHED_FRAME_PREFIX_BYTES;
-use wire::{ErrorCode, FetchFrom};
+use wire::{ErrorCode, FetchChecks, FetchFrom};
 
 use crate::buffer::{ActiveBuffer, MappedFile, SealedBuffer, SpareBuffer};
 use crate::config::BrokerConfig;
 use crate::error::EngineError;
 use crate::file_range::FileRange;
 use crate::recovery::{record_lost, recover_buffers, LostRange, SegmentDirs};
+use crate::salvage::Scan;
 use crate::serve_error::ServeError;
 
 /// Figures other threads may read (describe): written only by the owner.
@@ -90,6 +91,20 @@ const SEAL_POLL: Duration = Duration::from_millis(100);
 struct ChunkMeta {
     path: ObjectPath,
     header: ChunkHeader,
+    /// Why its header could not be read, if it could not: `header` is then
+    /// made up (base offset from the name, the end from what follows),
+    /// and every read of the chunk verifies its batches.
+    damaged: Option<String>,
+}
+
+/// A chunk's data read whole and sorted into good runs and damage, for
+/// reads that verify (`FetchChecks::Verify`, or a damaged header).
+#[derive(Debug)]
+struct ScannedChunk {
+    base_offset: u64,
+    /// The bytes after the chunk header (the scan's positions are in it).
+    data: Vec<u8>,
+    scan: Scan,
 }
 
 /// The mutable state; see [`SegmentCell`].
@@ -115,6 +130,8 @@ struct SegmentState {
     /// The last chunk file of the local filer opened for reads, by base
     /// offset, for the same reason.
     chunk_file_cache: Option<(u64, Arc<MappedFile>)>,
+    /// The last chunk read whole for a verifying read.
+    scanned_cache: Option<Rc<ScannedChunk>>,
     /// The next active buffer, prepared off the shard's thread.
     spares: Vec<SpareBuffer>,
     /// Spares being made on the blocking pool.
@@ -198,6 +215,7 @@ impl SegmentState {
             durable_waiting_since: None,
             index_cache: None,
             chunk_file_cache: None,
+            scanned_cache: None,
             spares: Vec::new(),
             spares_pending: 0,
             spare_counter: 0,
@@ -394,6 +412,27 @@ impl SegmentCell {
             blocking(move || load_stored(filer.as_ref(), &prefix)).await?
         };
         let chunk_end = stored.chunks.last().map_or(0, |c| c.header.next_offset);
+        if let Some(tail) = stored.unknown_tail.take() {
+            // A buffer after the chunk says where it ended; else the
+            // offsets it may have held are fenced off.
+            if recovered.is_empty() && skip_lost(&stored.lost, tail.from) < tail.to {
+                let (filer, topic) = (filer.clone(), topic.clone());
+                blocking(move || {
+                    record_lost(
+                        filer.as_ref(),
+                        &topic,
+                        id,
+                        tail,
+                        0,
+                        "the last chunk's header is damaged: offsets after its last readable \
+                         batch may have held records",
+                    )
+                })
+                .await?;
+                stored.lost.push(tail);
+                stored.lost.sort_by_key(|l| l.from);
+            }
+        }
         let mut next_offset = skip_lost(&stored.lost, chunk_end);
         let mut sealed = VecDeque::new();
         for buffer in recovered {
@@ -935,6 +974,7 @@ impl SegmentCell {
                     state.chunks.push(ChunkMeta {
                         path,
                         header: *buffer.header(),
+                        damaged: None,
                     });
                     if state.flushed_offset >= state.next_offset
                         || state.active.as_ref().is_none_or(|a| a.is_empty())
@@ -1051,6 +1091,7 @@ impl SegmentCell {
         from: FetchFrom,
         max_bytes: usize,
         max_wait: Duration,
+        checks: FetchChecks,
     ) -> Result<FetchResult, ServeError> {
         if self.seal.get() == SealState::Sealing && self.is_view() {
             self.refresh_sealed().await?;
@@ -1093,7 +1134,7 @@ impl SegmentCell {
         let sealed = self.seal.get() == SealState::Sealed;
         let mut result = match self.read_memory(start, max_bytes)? {
             Some(result) => result,
-            None => self.read_chunks(start, max_bytes).await?,
+            None => self.read_chunks(start, max_bytes, checks).await?,
         };
         result.sealed = sealed;
         // The shard's thread must not wait for the disk when the batches
@@ -1140,7 +1181,7 @@ impl SegmentCell {
             state
                 .chunks
                 .iter()
-                .filter(|c| c.header.max_timestamp_ms >= t)
+                .filter(|c| c.damaged.is_none() && c.header.max_timestamp_ms >= t)
                 .cloned()
                 .collect()
         };
@@ -1273,6 +1314,7 @@ impl SegmentCell {
         self: &Rc<Self>,
         start: u64,
         max_bytes: usize,
+        checks: FetchChecks,
     ) -> Result<FetchResult, ServeError> {
         let (chunk, high_watermark) = {
             let state = self.state.borrow();
@@ -1287,6 +1329,11 @@ impl SegmentCell {
             })?;
             (chunk, state.next_offset)
         };
+        if checks != FetchChecks::Trust || chunk.damaged.is_some() {
+            return self
+                .read_checked(&chunk, start, max_bytes, checks, high_watermark)
+                .await;
+        }
         let index = self.chunk_index(&chunk).await?;
         if let Some(result) = self
             .read_chunk_file(&chunk, &index, start, max_bytes, high_watermark)
@@ -1355,6 +1402,126 @@ impl SegmentCell {
                 }
             }
         }
+    }
+
+    /// Serve from a chunk whose batches are verified first: the chunk is
+    /// read whole and scanned once (kept for the next such read). A start
+    /// in a damaged stretch is answered `Corrupt`, naming the chunk, the
+    /// offsets and where reading can go on, or with `SkipDamaged` by no
+    /// batches and that offset as the next.
+    async fn read_checked(
+        &self,
+        chunk: &ChunkMeta,
+        start: u64,
+        max_bytes: usize,
+        checks: FetchChecks,
+        high_watermark: u64,
+    ) -> Result<FetchResult, ServeError> {
+        let scanned = self.scanned_chunk(chunk).await?;
+        let run = scanned.scan.runs.iter().find(|r| r.next_offset > start);
+        let damage = scanned
+            .scan
+            .damage
+            .iter()
+            .find(|d| d.from_offset <= start && start < d.to_offset)
+            .map(|d| (d.to_offset, d.to - d.from, d.from))
+            // Past every good batch, yet inside the chunk's offsets.
+            .or_else(|| run.is_none().then_some((chunk.header.next_offset, 0, 0)));
+        if let Some((resume, bytes, at)) = damage {
+            if checks == FetchChecks::SkipDamaged {
+                log::warn!(
+                    "segment {}: a reader skips offsets {start}..{resume} of damaged chunk {}",
+                    self.chunk_prefix,
+                    chunk.path
+                );
+                return Ok(FetchResult {
+                    start_offset: start,
+                    next_offset: resume,
+                    high_watermark,
+                    sealed: false,
+                    body: FetchBody::Copied(vec![0; FETCHED_FRAME_PREFIX_BYTES]),
+                });
+            }
+            let why = chunk.damaged.as_deref().map_or_else(
+                || format!("{bytes} bytes from data byte {at} fail their checksum"),
+                |reason| format!("its header is damaged: {reason}"),
+            );
+            return Err(ServeError::new(
+                ErrorCode::Corrupt,
+                format!(
+                    "segment {}: offset {start} is in a damaged stretch of chunk {} ({why}); \
+                     the next readable offset is {resume} (kelp sub --skip-corrupt reads on \
+                     past it)",
+                    self.id, chunk.path
+                ),
+            ));
+        }
+        let run = run.ok_or_else(ServeError::internal)?;
+        let data = &scanned.data[..run.to];
+        let selection = select_batches(data, run.from, start, max_bytes)
+            .ok()
+            .flatten()
+            .ok_or_else(ServeError::internal)?;
+        let mut frame = vec![0u8; FETCHED_FRAME_PREFIX_BYTES];
+        frame.extend_from_slice(&data[selection.from..selection.to]);
+        Ok(FetchResult {
+            start_offset: start,
+            next_offset: selection.next_offset,
+            high_watermark,
+            sealed: false,
+            body: FetchBody::Copied(frame),
+        })
+    }
+
+    /// `chunk`'s data read whole and scanned, from the one-entry cache or
+    /// the filer.
+    async fn scanned_chunk(&self, chunk: &ChunkMeta) -> Result<Rc<ScannedChunk>, ServeError> {
+        let base = chunk.header.base_offset;
+        if let Some(s) = &self.state.borrow().scanned_cache {
+            if s.base_offset == base {
+                return Ok(s.clone());
+            }
+        }
+        let len = match chunk.damaged {
+            None => chunk.header.data_bytes,
+            // Its header does not say where the data ends: all of it.
+            Some(_) => {
+                let filer = self.filer.clone();
+                let path = chunk.path.clone();
+                blocking(move || filer.size(&path))
+                    .await
+                    .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?
+                    .saturating_sub(CHUNK_HEADER_BYTES as u64)
+            }
+        };
+        let data = self
+            .read_range(&chunk.path, CHUNK_HEADER_BYTES as u64, len as usize)
+            .await?;
+        let end = chunk.header.next_offset;
+        let (data, scan) = blocking(move || {
+            let scan = crate::salvage::scan(&data, base, Some(end));
+            (data, scan)
+        })
+        .await;
+        if !scan.is_clean() {
+            log::error!(
+                "segment {}: chunk {} holds damaged records: offsets {}",
+                self.chunk_prefix,
+                chunk.path,
+                scan.damage
+                    .iter()
+                    .map(|d| format!("{}..{}", d.from_offset, d.to_offset))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let scanned = Rc::new(ScannedChunk {
+            base_offset: base,
+            data,
+            scan,
+        });
+        self.state.borrow_mut().scanned_cache = Some(scanned.clone());
+        Ok(scanned)
     }
 
     /// The index of a chunk, from the one-entry cache or the filer.
@@ -1460,6 +1627,10 @@ fn first_at_or_after(data: &[u8], t: i64) -> Result<Option<u64>, ServeError> {
 struct Stored {
     chunks: Vec<ChunkMeta>,
     lost: Vec<LostRange>,
+    /// When the last chunk's header is damaged: the offsets after its last
+    /// readable batch that it may have held (its end is not known). The
+    /// owner records them as lost so none is handed out again.
+    unknown_tail: Option<LostRange>,
 }
 
 impl Stored {
@@ -1474,6 +1645,7 @@ impl Stored {
 /// Every chunk and lost range of a segment.
 fn load_stored(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Stored, EngineError> {
     let mut stored = Stored::default();
+    let mut damaged = Vec::new();
     for path in filer.list(prefix)? {
         if let Some((from, to)) = filer_layout::parse_lost_name(path.as_str()) {
             stored.lost.push(LostRange { from, to });
@@ -1484,18 +1656,80 @@ fn load_stored(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Stored, EngineE
         };
         let mut head = [0u8; CHUNK_HEADER_BYTES];
         let n = filer.read_at(&path, 0, &mut head)?;
-        let corrupt = |reason: String| EngineError::Corrupt {
-            what: format!("chunk {path}"),
-            reason,
-        };
-        let header = ChunkHeader::decode(&head[..n]).map_err(|e| corrupt(e.to_string()))?;
-        if header.base_offset != base {
-            return Err(corrupt(format!(
-                "its header says base offset {}",
-                header.base_offset
-            )));
+        let header = ChunkHeader::decode(&head[..n])
+            .map_err(|e| e.to_string())
+            .and_then(|h| match h.base_offset == base {
+                true => Ok(h),
+                false => Err(format!("its header says base offset {}", h.base_offset)),
+            });
+        match header {
+            Ok(header) => stored.chunks.push(ChunkMeta {
+                path,
+                header,
+                damaged: None,
+            }),
+            // The segment still opens: only reads of this chunk's offsets
+            // are affected.
+            Err(reason) => damaged.push((base, path, reason)),
         }
-        stored.chunks.push(ChunkMeta { path, header });
+    }
+    let bases: Vec<u64> = stored
+        .chunks
+        .iter()
+        .map(|c| c.header.base_offset)
+        .chain(damaged.iter().map(|d| d.0))
+        .collect();
+    for (base, path, reason) in damaged {
+        // It ends where the next chunk starts; the last one, where its
+        // batches say (a scan of all of it).
+        let next = bases.iter().copied().filter(|&b| b > base).min();
+        let end = match next {
+            Some(next) => next,
+            None => {
+                let len = filer.size(&path)?;
+                let mut bytes = vec![0u8; len as usize];
+                let mut done = 0;
+                while done < bytes.len() {
+                    match filer.read_at(&path, done as u64, &mut bytes[done..])? {
+                        0 => break,
+                        n => done += n,
+                    }
+                }
+                let data = bytes.get(CHUNK_HEADER_BYTES..done).unwrap_or(&[]);
+                let scan = crate::salvage::scan(data, base, None);
+                let runs = scan.runs.last().map_or(base, |r| r.next_offset);
+                let damage = scan.damage.last().map_or(base, |d| d.to_offset);
+                let after_runs = scan.runs.last().map_or(0, |r| r.to);
+                // The bytes after the last good batch are its index (its
+                // own checksum says so) or damage.
+                if damage > runs && !is_chunk_index(&data[after_runs..]) {
+                    stored.unknown_tail = Some(LostRange {
+                        from: runs,
+                        to: damage,
+                    });
+                }
+                runs
+            }
+        };
+        log::error!(
+            "chunk {path} is damaged ({reason}): reads of its offsets {base}..{end} verify \
+             every batch, and a damaged one is answered Corrupt; every other chunk and \
+             segment serves as before"
+        );
+        stored.chunks.push(ChunkMeta {
+            path,
+            header: ChunkHeader {
+                segment_id: 0,
+                base_offset: base,
+                next_offset: end,
+                data_bytes: 0,
+                min_timestamp_ms: i64::MIN,
+                max_timestamp_ms: i64::MIN,
+                index_entries: 0,
+                has_references: false,
+            },
+            damaged: Some(reason),
+        });
     }
     stored.chunks.sort_by_key(|c| c.header.base_offset);
     stored.lost.sort_by_key(|l| l.from);
@@ -1512,6 +1746,17 @@ fn load_stored(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Stored, EngineE
         }
     }
     Ok(stored)
+}
+
+/// Whether `bytes` are a whole chunk index: entries, then the CRC-32C of
+/// their bytes (docs/chunk-format.md, "Sparse index").
+fn is_chunk_index(bytes: &[u8]) -> bool {
+    use wire::chunk::CHUNK_INDEX_ENTRY_BYTES;
+    let Some(body) = bytes.len().checked_sub(4) else {
+        return false;
+    };
+    body % CHUNK_INDEX_ENTRY_BYTES == 0
+        && wire::checksum::crc32c(&bytes[..body]).to_le_bytes() == bytes[body..]
 }
 
 /// `offset`, or the end of the lost ranges it falls in (`lost` sorted by

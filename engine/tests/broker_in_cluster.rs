@@ -120,6 +120,7 @@ impl Conn {
                 from,
                 max_bytes: 1 << 16,
                 max_wait_ms: 0,
+                checks: wire::FetchChecks::Trust,
             });
             let Fetched {
                 start_offset,

@@ -65,6 +65,7 @@ fn fetch_all(conn: &mut Conn, topic: &str, segment: u32) -> Vec<(u64, Vec<u8>)> 
             from,
             max_bytes: 1 << 16,
             max_wait_ms: 0,
+            checks: wire::FetchChecks::Trust,
         });
         let Response::Fetched(Fetched {
             start_offset,
@@ -268,6 +269,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
         from: FetchFrom::Offset(1234),
         max_bytes: 1,
         max_wait_ms: 0,
+        checks: wire::FetchChecks::Trust,
     });
     let Response::Fetched(f) = decode(&r) else {
         panic!()
@@ -284,6 +286,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
         from: FetchFrom::Timestamp(1_001_005),
         max_bytes: 1 << 16,
         max_wait_ms: 0,
+        checks: wire::FetchChecks::Trust,
     });
     let Response::Fetched(f) = decode(&r) else {
         panic!()
@@ -297,6 +300,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
         from: FetchFrom::Timestamp(9_000_000),
         max_bytes: 1 << 16,
         max_wait_ms: 0,
+        checks: wire::FetchChecks::Trust,
     });
     let Response::Fetched(f) = decode(&r) else {
         panic!()
@@ -312,6 +316,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
             from: FetchFrom::Latest,
             max_bytes: 1 << 16,
             max_wait_ms: 10_000,
+            checks: wire::FetchChecks::Trust,
         });
         let Response::Fetched(f) = decode(&r) else {
             panic!()
@@ -335,6 +340,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
         from: FetchFrom::Offset(99_999),
         max_bytes: 1,
         max_wait_ms: 0,
+        checks: wire::FetchChecks::Trust,
     });
     assert!(matches!(
         decode(&r),
@@ -1030,6 +1036,7 @@ fn idle_and_trickling_connections_are_closed() {
         from: FetchFrom::Latest,
         max_bytes: 1 << 20,
         max_wait_ms: 1_000,
+        checks: wire::FetchChecks::Trust,
     });
     assert!(
         matches!(decode(&fetch), Response::Fetched(_)),

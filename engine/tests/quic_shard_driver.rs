@@ -206,6 +206,7 @@ async fn fetch_all(c: &mut Conn, topic: &str) -> Vec<(u64, Vec<u8>)> {
                 from,
                 max_bytes: 1 << 20,
                 max_wait_ms: 0,
+                checks: wire::FetchChecks::Trust,
             })
             .await;
         let Response::Fetched(Fetched {

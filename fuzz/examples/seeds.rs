@@ -94,6 +94,7 @@ fn main() -> AnyResult {
             from: FetchFrom::Offset(42),
             max_bytes: 1 << 20,
             max_wait_ms: 500,
+            checks: kelp_wire::FetchChecks::Trust,
         },
         Request::Fetch {
             topic: "ns/t".into(),
@@ -101,6 +102,7 @@ fn main() -> AnyResult {
             from: FetchFrom::Timestamp(-5),
             max_bytes: 1,
             max_wait_ms: 0,
+            checks: kelp_wire::FetchChecks::Trust,
         },
         Request::PayloadWrite {
             topic: "ns/t".into(),

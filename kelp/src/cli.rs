@@ -410,6 +410,11 @@ pub struct SubArgs {
     /// reading the payloads they name.
     #[arg(long)]
     pub references: bool,
+    /// Read on past records damaged on the broker's disk, saying on stderr
+    /// which offsets were skipped. Without it, such records stop the read
+    /// with an error naming the chunk and the offsets.
+    #[arg(long)]
+    pub skip_corrupt: bool,
     #[command(flatten)]
     pub payload: PayloadArgs,
     #[command(flatten)]

@@ -363,6 +363,7 @@ pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
         from_end,
         // A tail outlives broker restarts.
         reconnect: true,
+        skip_corrupt: args.skip_corrupt,
         ..SubscribeOptions::default()
     };
     let subscribed = if args.segments.is_empty() {
@@ -406,7 +407,19 @@ pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
                     printed += 1;
                     continue;
                 }
+                // Damaged records skipped (--skip-corrupt): say which.
+                Err(e @ ClientError::Skipped { .. }) => {
+                    stdout.write_all(&buf)?;
+                    stdout.flush()?;
+                    buf.clear();
+                    eprintln!("kelp: {e}");
+                    continue;
+                }
                 Err(e) => {
+                    // What was read before the error is printed first.
+                    stdout.write_all(&buf)?;
+                    stdout.flush()?;
+                    buf.clear();
                     return Err(e).with_context(|| format!("cannot read {}", args.topic));
                 }
             };

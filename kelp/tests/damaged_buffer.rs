@@ -11,94 +11,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use support::{kelp_bin, port, Broker};
+use support::records::{batches, publish, read, value, Batch};
+use support::{port, Broker};
 
 /// Records published before the crash, in small batches.
 const RECORDS: u64 = 2_000;
-/// Batch bytes of that publish: about 35 records a batch.
-const BATCH_BYTES: &str = "4096";
-/// Bytes of the chunk header that leads a buffer file.
-const CHUNK_HEADER_BYTES: usize = 64;
 /// Keeps the records in the buffer (not flushed) until the kill.
 const FLUSH_AGE: &[&str] = &["--flush-age-ms", "600000"];
-/// How long a `kelp sub` may take to read what it is asked for.
-const SUB_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn value(i: u64) -> String {
-    format!("v{i:06}-{}", "x".repeat(80))
-}
-
-/// Publish records `from..from + n` (key `k<i>`, value `value(i)`).
-fn publish(broker: &Broker, topic: &str, from: u64, n: u64) {
-    let mut lines = String::new();
-    for i in from..from + n {
-        lines.push_str(&format!("k{i}\t{}\n", value(i)));
-    }
-    let out = broker.cli_with_stdin(
-        &["pub", topic, "--batch-bytes", BATCH_BYTES],
-        lines.as_bytes(),
-    );
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && said.contains(&format!("acknowledged {n} records")),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The first `count` records from the start: (offset, value).
-fn read(broker: &Broker, topic: &str, count: u64) -> Vec<(u64, String)> {
-    let mut child = Command::new(kelp_bin())
-        .args(["sub", topic, "--from", "earliest", "--format", "%o %s\\n"])
-        .args([
-            "--count",
-            &count.to_string(),
-            "--broker",
-            &broker.broker_arg(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Its output is read as it comes (a full pipe would stall it).
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
-        text
-    });
-    let deadline = Instant::now() + SUB_TIMEOUT;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            let text = reader.join().unwrap();
-            panic!(
-                "kelp sub did not read {count} records in {SUB_TIMEOUT:?}; it read {} lines",
-                text.lines().count()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    reader
-        .join()
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (offset, value) = l.split_once(' ').unwrap();
-            (offset.parse().unwrap(), value.to_owned())
-        })
-        .collect()
-}
 
 /// The lost records `kelp topic describe -o json` reports for segment 0.
 fn lost_records(broker: &Broker, topic: &str) -> u64 {
@@ -132,34 +52,6 @@ fn buffer_file(data_dir: &Path, topic: &str) -> PathBuf {
     files[0].clone()
 }
 
-/// A batch in a buffer file: where it starts, its length, offsets.
-#[derive(Debug, Clone, Copy)]
-struct Batch {
-    at: usize,
-    len: usize,
-    base: u64,
-    count: u64,
-}
-
-/// The batches of a buffer file, read from their headers
-/// (docs/wire-format.md: base offset at 0, length at 8, count at 20).
-fn batches(bytes: &[u8]) -> Vec<Batch> {
-    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-    let mut out = Vec::new();
-    let mut at = CHUNK_HEADER_BYTES;
-    while at + 56 <= bytes.len() && u32_at(at + 8) != 0 {
-        let batch = Batch {
-            at,
-            len: u32_at(at + 8) as usize,
-            base: u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()),
-            count: u64::from(u32_at(at + 20)),
-        };
-        at += batch.len;
-        out.push(batch);
-    }
-    out
-}
-
 /// Publish, kill, flip one byte in the middle of batch `victim(batches)`,
 /// restart with a log. Returns the broker, its log, the damaged batch and
 /// the damaged file's bytes.
@@ -176,7 +68,7 @@ fn crash_and_damage(
 
     let path = buffer_file(data_dir, topic);
     let mut bytes = std::fs::read(&path).unwrap();
-    let all = batches(&bytes);
+    let all = batches(&bytes, bytes.len());
     assert!(all.len() >= 20, "{} batches", all.len());
     assert_eq!(all.iter().map(|b| b.count).sum::<u64>(), RECORDS);
     let batch = all[victim(&all)];
@@ -234,11 +126,11 @@ fn a_damaged_batch_mid_buffer_loses_only_its_own_offsets() {
     let (broker, log, lost, damaged) = crash_and_damage(&data_dir, topic, |b| b.len() / 2);
     assert_reported(&broker, &log, topic, lost, &damaged);
     let kept = RECORDS - lost.count;
-    assert_all_but(&read(&broker, topic, kept), lost);
+    assert_all_but(&read(&broker, topic, &[], kept), lost);
 
     // New records continue after the end; none takes a lost offset.
     publish(&broker, topic, RECORDS, 100);
-    let records = read(&broker, topic, kept + 100);
+    let records = read(&broker, topic, &[], kept + 100);
     let new: Vec<u64> = records[kept as usize..].iter().map(|r| r.0).collect();
     assert_eq!(new, (RECORDS..RECORDS + 100).collect::<Vec<_>>());
 
@@ -247,7 +139,7 @@ fn a_damaged_batch_mid_buffer_loses_only_its_own_offsets() {
     broker.stop();
     let broker = Broker::start_with(&data_dir, port, FLUSH_AGE);
     assert_eq!(lost_records(&broker, topic), lost.count);
-    let again = read(&broker, topic, kept + 100);
+    let again = read(&broker, topic, &[], kept + 100);
     assert_eq!(again, records);
     broker.stop();
 }
@@ -264,10 +156,10 @@ fn a_damaged_last_batch_is_fenced_off() {
     assert_eq!(lost.base + lost.count, RECORDS);
     assert_reported(&broker, &log, topic, lost, &damaged);
     let kept = RECORDS - lost.count;
-    assert_all_but(&read(&broker, topic, kept), lost);
+    assert_all_but(&read(&broker, topic, &[], kept), lost);
 
     publish(&broker, topic, RECORDS, 50);
-    let records = read(&broker, topic, kept + 50);
+    let records = read(&broker, topic, &[], kept + 50);
     assert!(
         records[kept as usize..].iter().all(|r| r.0 >= RECORDS),
         "a new record took a lost offset"
@@ -294,7 +186,7 @@ fn a_damaged_buffer_header_keeps_every_record() {
 
     let broker = Broker::start_with(&data_dir, port, FLUSH_AGE);
     assert_eq!(lost_records(&broker, topic), 0);
-    let records = read(&broker, topic, RECORDS);
+    let records = read(&broker, topic, &[], RECORDS);
     assert_eq!(
         records.iter().map(|r| r.0).collect::<Vec<_>>(),
         (0..RECORDS).collect::<Vec<_>>()

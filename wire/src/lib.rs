@@ -23,5 +23,5 @@ pub use chunk::{ChunkHeader, ChunkIndexEntry, ChunkView};
 pub use error::DecodeError;
 pub use frame::{FrameHeader, FrameType};
 pub use key_hash::key_hash;
-pub use message::{AckMode, ErrorCode, FetchFrom, Request, Response};
+pub use message::{AckMode, ErrorCode, FetchChecks, FetchFrom, Request, Response};
 pub use payload_ref::{PayloadId, PayloadRef};

@@ -49,6 +49,41 @@ pub enum FetchFrom {
     Latest,
 }
 
+/// How much a broker checks the batches it answers a fetch with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FetchChecks {
+    /// Send the stored batches as they are (from the file, with
+    /// `sendfile`); the reader verifies them.
+    #[default]
+    Trust,
+    /// Read and verify every batch before sending it: a damaged stretch
+    /// is answered with `Corrupt`, naming the chunk and its offsets. For a
+    /// reader that found a batch failing its checksum.
+    Verify,
+    /// As `Verify`, but a fetch that starts in a damaged stretch is
+    /// answered with no batches and a next offset past the stretch.
+    SkipDamaged,
+}
+
+impl FetchChecks {
+    fn to_u8(self) -> u8 {
+        match self {
+            FetchChecks::Trust => 0,
+            FetchChecks::Verify => 1,
+            FetchChecks::SkipDamaged => 2,
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<FetchChecks> {
+        match v {
+            0 => Some(FetchChecks::Trust),
+            1 => Some(FetchChecks::Verify),
+            2 => Some(FetchChecks::SkipDamaged),
+            _ => None,
+        }
+    }
+}
+
 /// Error codes a broker answers with. Unknown codes decode as `Other`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
@@ -87,6 +122,11 @@ pub enum ErrorCode {
     /// once unasked, with request id 0, as the connection's goodbye; every
     /// request read after it gets this answer (docs/wire-format.md).
     ShuttingDown,
+    /// Stored records the fetch asked for are damaged (they fail their
+    /// checksum on the broker's disk); the message names the chunk, the
+    /// offsets and the next readable offset. Fetch with
+    /// `FetchChecks::SkipDamaged` to read on past them.
+    Corrupt,
     Other(u16),
 }
 
@@ -111,6 +151,7 @@ impl ErrorCode {
             ErrorCode::PayloadNotFound => 16,
             ErrorCode::PayloadMismatch => 17,
             ErrorCode::ShuttingDown => 18,
+            ErrorCode::Corrupt => 19,
             ErrorCode::Other(v) => v,
         }
     }
@@ -135,6 +176,7 @@ impl ErrorCode {
             16 => ErrorCode::PayloadNotFound,
             17 => ErrorCode::PayloadMismatch,
             18 => ErrorCode::ShuttingDown,
+            19 => ErrorCode::Corrupt,
             v => ErrorCode::Other(v),
         }
     }
@@ -286,6 +328,8 @@ pub enum Request<'a> {
         max_bytes: u32,
         /// How long to wait for data when there is none yet.
         max_wait_ms: u32,
+        /// Whether the broker verifies the batches it sends.
+        checks: FetchChecks,
     },
     /// Write bytes of a payload being uploaded through the broker, at
     /// `offset`: pieces go in order, the first at 0.
@@ -648,6 +692,7 @@ impl<'a> Request<'a> {
                 from,
                 max_bytes,
                 max_wait_ms,
+                checks,
             } => {
                 w.string(topic);
                 w.u32(*segment);
@@ -661,6 +706,7 @@ impl<'a> Request<'a> {
                 w.u64(value);
                 w.u32(*max_bytes);
                 w.u32(*max_wait_ms);
+                w.u8(checks.to_u8());
             }
             Request::PayloadWrite {
                 topic,
@@ -887,12 +933,19 @@ impl<'a> Request<'a> {
                         })
                     }
                 };
+                let max_bytes = r.u32()?;
+                let max_wait_ms = r.u32()?;
+                let checks = FetchChecks::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
+                    what: "fetch request",
+                    reason: "unknown checks value",
+                })?;
                 Request::Fetch {
                     topic,
                     segment,
                     from,
-                    max_bytes: r.u32()?,
-                    max_wait_ms: r.u32()?,
+                    max_bytes,
+                    max_wait_ms,
+                    checks,
                 }
             }
             FrameType::PayloadWriteRequest => Request::PayloadWrite {
@@ -1342,6 +1395,7 @@ mod tests {
                 from: FetchFrom::Timestamp(-5),
                 max_bytes: 1 << 20,
                 max_wait_ms: 500,
+                checks: FetchChecks::Trust,
             },
             Request::Fetch {
                 topic: "a/b".into(),
@@ -1349,6 +1403,7 @@ mod tests {
                 from: FetchFrom::Latest,
                 max_bytes: 1,
                 max_wait_ms: 0,
+                checks: FetchChecks::Trust,
             },
             Request::PayloadWrite {
                 topic: "ns/t".into(),
@@ -1872,17 +1927,19 @@ mod tests {
             from: FetchFrom::Offset(42),
             max_bytes: 1 << 20,
             max_wait_ms: 500,
+            checks: FetchChecks::Trust,
         }
         .encode(7, &mut out);
         let expected: &[u8] = &[
-            0x4b, 0x4c, 0x01, 0x11, 0x1b, 0x00, 0x00, 0x00, // "KL", v1, Fetch, 27 bytes
-            0x07, 0x00, 0x00, 0x00, 0xe3, 0x0d, 0xf8, 0x45, // request id 7, checksum
+            0x4b, 0x4c, 0x01, 0x11, 0x1c, 0x00, 0x00, 0x00, // "KL", v1, Fetch, 28 bytes
+            0x07, 0x00, 0x00, 0x00, 0x86, 0xd2, 0x3f, 0x39, // request id 7, checksum
             0x04, 0x00, 0x6e, 0x73, 0x2f, 0x74, // topic "ns/t"
             0x01, 0x00, 0x00, 0x00, // segment 1
             0x00, // from: offset
             0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // 42
             0x00, 0x00, 0x10, 0x00, // max bytes 1 MiB
             0xf4, 0x01, 0x00, 0x00, // max wait 500 ms
+            0x00, // checks: trust
         ];
         assert_eq!(out, expected);
     }

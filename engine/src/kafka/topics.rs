@@ -153,7 +153,7 @@ pub(crate) fn kafka_error(e: &ServeError) -> i16 {
         ErrorCode::InvalidTopicName => k::INVALID_TOPIC_EXCEPTION,
         ErrorCode::TopicExists => k::TOPIC_ALREADY_EXISTS,
         ErrorCode::TooLarge => k::MESSAGE_TOO_LARGE,
-        ErrorCode::Malformed | ErrorCode::Checksum => k::CORRUPT_MESSAGE,
+        ErrorCode::Malformed | ErrorCode::Checksum | ErrorCode::Corrupt => k::CORRUPT_MESSAGE,
         ErrorCode::InvalidArgument => k::INVALID_REQUEST,
         ErrorCode::Busy => k::REQUEST_TIMED_OUT,
         _ => k::UNKNOWN_SERVER_ERROR,

@@ -2,6 +2,8 @@
 //! ports, and a broker process that is killed when the test ends.
 #![allow(dead_code)]
 
+pub mod records;
+
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
