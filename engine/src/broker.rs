@@ -184,6 +184,9 @@ impl Broker {
                     let payload_budget = Rc::new(glommio::sync::Semaphore::new(
                         config.payload_upload_bytes_max,
                     ));
+                    let peers = crate::peer_limit::PeerLimit::new(config.connections_per_ip_max);
+                    let receive_budget =
+                        Rc::new(glommio::sync::Semaphore::new(config.receive_bytes_max));
                     let shard = Rc::new(Shard {
                         index,
                         config,
@@ -195,6 +198,8 @@ impl Broker {
                         shard_commands: Rc::new(shard_commands),
                         shard_addresses: Rc::new(addresses),
                         connections: Cell::new(0),
+                        peers,
+                        receive_budget,
                         stopping: Cell::new(false),
                         stop: event_listener::Event::new(),
                     });
@@ -297,6 +302,7 @@ impl Broker {
                 filer: filer.clone(),
                 fetch_wait_ms_max: config.fetch_wait_ms_max,
                 timeouts: crate::connection::PeerTimeouts::of(&config),
+                connections_per_ip_max: config.connections_per_ip_max,
             })?),
             None => None,
         };

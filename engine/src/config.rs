@@ -38,6 +38,16 @@ pub struct BrokerConfig {
     pub unflushed_bytes_max: u64,
     /// Open connections per shard (TCP and QUIC each).
     pub connections_per_shard_max: usize,
+    /// Open native TCP connections per shard from one IP address (and
+    /// Kafka connections from one address): one host cannot take every
+    /// slot.
+    pub connections_per_ip_max: usize,
+    /// Frame payload bytes one shard holds for its native TCP connections
+    /// (being received, or handled): past it, a connection waits before
+    /// it reads a frame's payload (counted in its frame timeout), so
+    /// peers sending large frames slowly cannot grow the broker's memory
+    /// without bound. At least `FRAME_PAYLOAD_BYTES_MAX`.
+    pub receive_bytes_max: u64,
     /// Requests one connection may have in flight before the broker stops
     /// reading from it.
     pub connection_requests_in_flight_max: usize,
@@ -115,6 +125,8 @@ impl Default for BrokerConfig {
             durable_linger_ms: 10,
             unflushed_bytes_max: UNFLUSHED_BYTES_MAX_DEFAULT,
             connections_per_shard_max: 1024,
+            connections_per_ip_max: 256,
+            receive_bytes_max: 256 << 20,
             connection_requests_in_flight_max: 256,
             idle_timeout_ms: 600_000,
             frame_timeout_ms: 30_000,
@@ -192,6 +204,12 @@ impl BrokerConfig {
             return Err(
                 "the payload upload budget must hold at least one largest frame (8 MiB)".into(),
             );
+        }
+        if self.receive_bytes_max < u64::from(wire::limits::FRAME_PAYLOAD_BYTES_MAX) {
+            return Err("--receive-bytes-max must hold at least one largest frame (8 MiB)".into());
+        }
+        if self.connections_per_ip_max == 0 {
+            return Err("--connections-per-ip-max must be at least 1".into());
         }
         if self.idle_timeout_ms == 0 || self.frame_timeout_ms == 0 {
             return Err("the idle and frame timeouts must be at least 1 ms".into());

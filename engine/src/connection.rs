@@ -17,6 +17,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::os::unix::io::RawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::ErrorCode;
 
 use crate::file_range::FileRange;
+use crate::peer_limit::PeerSlot;
 use crate::request::{
     error_frame, goodbye_frame, handle_frame, not_applied_frame, Origin, Outgoing, Reply,
 };
@@ -107,25 +109,42 @@ impl Outbox {
     }
 }
 
-/// Decrements the shard's connection count when the connection ends.
-struct ConnectionSlot(Rc<Shard>);
+/// A connection counted by its shard and its peer's address; both counts
+/// go when it ends.
+pub(crate) struct ConnectionSlot {
+    shard: Rc<Shard>,
+    _peer: PeerSlot,
+}
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        self.0
-            .connections
-            .set(self.0.connections.get().saturating_sub(1));
+        let connections = &self.shard.connections;
+        connections.set(connections.get().saturating_sub(1));
     }
 }
 
-/// Whether the shard can take one more connection; if so it is counted.
-pub(crate) fn admit(shard: &Rc<Shard>) -> bool {
+/// A slot for one more connection from `ip`, or why there is none (the
+/// shard's limit, or the address's).
+pub(crate) fn admit(shard: &Rc<Shard>, ip: IpAddr) -> Result<ConnectionSlot, &'static str> {
     if shard.connections.get() >= shard.config.connections_per_shard_max {
-        return false;
+        return Err("connection limit");
     }
+    let peer = shard
+        .peers
+        .admit(ip)
+        .ok_or("connection limit for its address")?;
     shard.connections.set(shard.connections.get() + 1);
-    true
+    Ok(ConnectionSlot {
+        shard: shard.clone(),
+        _peer: peer,
+    })
 }
+
+/// How long a connection keeps a receive buffer above
+/// `RECEIVE_BUFFER_IDLE_KEPT_BYTES` while no frame comes: past it the
+/// buffer goes, so idle connections hold little memory.
+const RECEIVE_BUFFER_IDLE: Duration = Duration::from_secs(1);
+const RECEIVE_BUFFER_IDLE_KEPT_BYTES: usize = 64 << 10;
 
 /// How long a connection of a stopping shard keeps going after its
 /// goodbye, for the client to close its side and for the answers it is
@@ -138,11 +157,12 @@ pub(crate) const GOODBYE_WAIT: Duration = Duration::from_millis(1_500);
 /// the shard stops (then with a goodbye, so no request goes unanswered).
 /// `socket` is the stream's descriptor if fetch answers may be sent from
 /// their files with `sendfile` (it must then be non-blocking).
-pub(crate) async fn serve<S>(shard: Rc<Shard>, stream: S, socket: Option<RawFd>, peer: String)
+pub(crate) async fn serve<S>(slot: ConnectionSlot, stream: S, socket: Option<RawFd>, peer: String)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let _slot = ConnectionSlot(shard.clone());
+    let shard = slot.shard.clone();
+    let _slot = slot;
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbox = Rc::new(Outbox::default());
     let writer_task = glommio::spawn_local(write_loop(writer, socket, outbox.clone()));
@@ -163,7 +183,10 @@ where
     let mut frame_started_at: Option<Instant> = None;
     loop {
         outbox.acquire(in_flight_max).await;
-        let deadline = timeouts.deadline(last_frame_at, frame_started_at);
+        let mut deadline = timeouts.deadline(last_frame_at, frame_started_at);
+        if payload.capacity() > RECEIVE_BUFFER_IDLE_KEPT_BYTES {
+            deadline = deadline.min(last_frame_at + RECEIVE_BUFFER_IDLE);
+        }
         let read = futures_lite::future::or(
             async {
                 Some(
@@ -195,6 +218,13 @@ where
             // The timer: idle, or a frame arriving too slowly, or neither
             // yet (a frame began during the wait; answers are still owed).
             let now = Instant::now();
+            if frame_started_at.is_none()
+                && now >= last_frame_at + RECEIVE_BUFFER_IDLE
+                && payload.capacity() > RECEIVE_BUFFER_IDLE_KEPT_BYTES
+            {
+                // Idle for a while: its memory goes back.
+                payload = Vec::new();
+            }
             match timeouts.expired(now, last_frame_at, frame_started_at, outbox.owed()) {
                 Some(why) => {
                     log::info!("{peer}: closing connection: {why}");
@@ -244,10 +274,37 @@ where
             }
         };
         let len = header.payload_bytes as usize;
+        let started = frame_started_at.unwrap_or_else(Instant::now);
+        // Room among the shard's frames before the bytes are taken in:
+        // waiting here counts in the frame's timeout. A small frame needs
+        // none (a connection's kept buffer holds it), so requests of a few
+        // bytes go on while large ones wait.
+        let budget = shard.receive_budget.clone();
+        let needed = if len > RECEIVE_BUFFER_IDLE_KEPT_BYTES {
+            len as u64
+        } else {
+            0
+        };
+        let room = futures_lite::future::or(
+            async { budget.acquire_static_permit(needed).await.ok() },
+            async {
+                sleep_until(started + timeouts.frame).await;
+                None
+            },
+        )
+        .await;
+        let Some(_room) = room else {
+            log::info!(
+                "{peer}: closing connection: no room for a {len}-byte frame among the shard's \
+                 (receive_bytes_max) within {} ms",
+                timeouts.frame.as_millis()
+            );
+            outbox.release(1);
+            break;
+        };
         if payload.len() < len {
             payload.resize(len, 0);
         }
-        let started = frame_started_at.unwrap_or_else(Instant::now);
         let payload_read = futures_lite::future::or(
             async { Some(reader.read_exact(&mut payload[..len]).await) },
             async {

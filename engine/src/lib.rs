@@ -24,6 +24,7 @@ mod inbox;
 mod kafka;
 mod payload;
 mod payload_sweep;
+mod peer_limit;
 mod quic;
 mod quic_shard;
 mod recovery;

@@ -18,6 +18,7 @@ use crate::config::BrokerConfig;
 use crate::control_plane::{ControlRequest, SegmentHandle, ShardCommand};
 use crate::error::EngineError;
 use crate::payload::PayloadStore;
+use crate::peer_limit::PeerLimit;
 use crate::segment::{SealState, SegmentCell};
 
 /// What a shard knows of a topic: its whole layout (to tell a client which
@@ -52,6 +53,11 @@ pub(crate) struct Shard {
     pub(crate) shard_commands: Rc<Vec<flume::Sender<ShardCommand>>>,
     pub(crate) shard_addresses: Rc<Vec<ShardAddress>>,
     pub(crate) connections: Cell<usize>,
+    /// Connections by peer address (`connections_per_ip_max`).
+    pub(crate) peers: Rc<PeerLimit>,
+    /// Frame payload bytes being received or handled
+    /// (`receive_bytes_max`).
+    pub(crate) receive_budget: Rc<glommio::sync::Semaphore>,
     /// Set when the shard shuts down: listeners and connections end.
     pub(crate) stopping: Cell<bool>,
     pub(crate) stop: event_listener::Event,

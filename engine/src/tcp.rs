@@ -32,20 +32,24 @@ pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: Raw
         };
         match accepted {
             Ok(mut stream) => {
-                let peer = stream
-                    .peer_addr()
-                    .map_or_else(|_| "tcp peer".to_string(), |a| a.to_string());
-                if !admit(&shard) {
-                    log::warn!("shard {}: refusing {peer}: connection limit", shard.index);
-                    let _ = stream.write_all(&busy_frame()).await;
+                let Ok(address) = stream.peer_addr() else {
                     continue;
-                }
+                };
+                let peer = address.to_string();
+                let slot = match admit(&shard, address.ip()) {
+                    Ok(slot) => slot,
+                    Err(why) => {
+                        log::warn!("shard {}: refusing {peer}: {why}", shard.index);
+                        let _ = stream.write_all(&busy_frame()).await;
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 // Non-blocking, so `sendfile` on it never blocks the shard
                 // (glommio's own calls pass MSG_DONTWAIT and need no flag).
                 let socket = stream.as_raw_fd();
                 let socket = set_nonblocking(socket).then_some(socket);
-                glommio::spawn_local(serve(shard.clone(), stream, socket, peer)).detach();
+                glommio::spawn_local(serve(slot, stream, socket, peer)).detach();
             }
             Err(e) => {
                 // Out of descriptors and the like: wait instead of spinning.

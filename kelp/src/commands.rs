@@ -33,6 +33,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pin_shards: !args.unpinned,
         idle_timeout_ms: args.idle_timeout_ms,
         frame_timeout_ms: args.frame_timeout_ms,
+        connections_per_ip_max: usize::try_from(args.connections_per_ip_max).unwrap_or(usize::MAX),
+        receive_bytes_max: args.receive_bytes_max,
         quic_driver: match args.quic_driver {
             crate::cli::QuicDriverArg::Tokio => engine::QuicDriver::Tokio,
             crate::cli::QuicDriverArg::Shard => engine::QuicDriver::Shard,

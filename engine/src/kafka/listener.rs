@@ -17,6 +17,11 @@ pub(crate) async fn accept_loop(gateway: Rc<Gateway>, listener: tokio::net::TcpL
                     drop(stream);
                     continue;
                 }
+                let Some(slot) = gateway.peers.admit(peer.ip()) else {
+                    log::warn!("Kafka gateway: refusing {peer}: connection limit for its address");
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 open.set(open.get() + 1);
                 let gateway = gateway.clone();
@@ -24,6 +29,7 @@ pub(crate) async fn accept_loop(gateway: Rc<Gateway>, listener: tokio::net::TcpL
                 tokio::task::spawn_local(async move {
                     connection::serve(gateway, stream, peer).await;
                     open.set(open.get().saturating_sub(1));
+                    drop(slot);
                 });
             }
             Err(e) => {

@@ -116,6 +116,8 @@ pub(crate) struct GatewayParts {
     pub(crate) filer: Arc<dyn Filer>,
     pub(crate) fetch_wait_ms_max: u32,
     pub(crate) timeouts: crate::connection::PeerTimeouts,
+    /// Connections from one address (`connections_per_ip_max`).
+    pub(crate) connections_per_ip_max: usize,
 }
 
 /// The state every connection of the gateway thread shares (single
@@ -132,6 +134,8 @@ pub(crate) struct Gateway {
     pub(crate) fetch_wait_ms_max: u32,
     /// Idle and slow-sender timeouts, as on the native port.
     pub(crate) timeouts: crate::connection::PeerTimeouts,
+    /// Connections by peer address, as on the native port.
+    pub(crate) peers: Rc<crate::peer_limit::PeerLimit>,
     pub(crate) filer: Arc<dyn Filer>,
     /// Bounds the request bytes held by all connections.
     pub(crate) request_bytes: Arc<tokio::sync::Semaphore>,
@@ -201,6 +205,7 @@ impl KafkaGateway {
                         groups,
                         fetch_wait_ms_max: parts.fetch_wait_ms_max,
                         timeouts: parts.timeouts,
+                        peers: crate::peer_limit::PeerLimit::new(parts.connections_per_ip_max),
                         filer: parts.filer,
                         request_bytes: Arc::new(tokio::sync::Semaphore::new(
                             REQUEST_BYTES_IN_FLIGHT_MAX,
