@@ -285,14 +285,20 @@ where
         } else {
             0
         };
-        let room = futures_lite::future::or(
-            async { budget.acquire_static_permit(needed).await.ok() },
-            async {
-                sleep_until(started + timeouts.frame).await;
-                None
-            },
-        )
-        .await;
+        let room = match budget.try_acquire_static_permit(needed) {
+            Ok(permit) => Some(permit),
+            // No room now: wait for it, within the frame's time.
+            Err(_) => {
+                futures_lite::future::or(
+                    async { budget.acquire_static_permit(needed).await.ok() },
+                    async {
+                        sleep_until(started + timeouts.frame).await;
+                        None
+                    },
+                )
+                .await
+            }
+        };
         let Some(_room) = room else {
             log::info!(
                 "{peer}: closing connection: no room for a {len}-byte frame among the shard's \
