@@ -305,6 +305,11 @@ pub(crate) struct BufferCheck {
 }
 
 impl BufferCheck {
+    /// The file's header region (shorter if the file is).
+    pub(crate) fn header(&self) -> &[u8] {
+        &self.map[..self.map.len().min(CHUNK_HEADER_BYTES)]
+    }
+
     /// The bytes the scan's positions are in: the file's from
     /// `CHUNK_HEADER_BYTES`.
     pub(crate) fn data(&self) -> &[u8] {

@@ -7,8 +7,11 @@
 //! not (a byte flipped on disk, a write cut short by a crash, a damaged
 //! header) is salvaged, loudly:
 //!
-//! 1. the file is copied, as it is, to `<data-dir>/quarantine/<topic>/
-//!    <segment>/` for the operator;
+//! 1. the bytes that do not verify (each damaged stretch, or the header)
+//!    are copied to `<data-dir>/quarantine/<topic>/<segment>/` for the
+//!    operator, within `QUARANTINE_BYTES_MAX` per segment (a copy that
+//!    does not fit, or fails, is logged and skipped: it is for people, and
+//!    a full disk must not stop the broker);
 //! 2. every damaged stretch is recorded in the filer as a lost range
 //!    (`filer_layout::lost_range`), offsets and bytes, before anything else
 //!    changes: those offsets are never handed out again, and readers skip
@@ -32,6 +35,10 @@ use wire::batch::BatchView;
 
 use crate::buffer::{self, ActiveBuffer, BufferCheck};
 use crate::error::EngineError;
+
+/// Bytes of damaged data kept under one segment's quarantine directory;
+/// past it (a broker killed mid-write again and again), more is not kept.
+const QUARANTINE_BYTES_MAX: u64 = 64 << 20;
 
 /// Spare buffer files are named `spare-...buf`; recovery removes them.
 pub(crate) fn is_spare_file(name: &str) -> bool {
@@ -154,44 +161,47 @@ fn salvage(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let kept = dirs.quarantine.join(&name);
     log::error!(
-        "segment {topic}/{segment_id}: buffer {} is damaged{}; a copy is kept at {}",
+        "segment {topic}/{segment_id}: buffer {} is damaged{}",
         path.display(),
         if check.header_ok {
             ""
         } else {
             " (its header too)"
         },
-        kept.display()
     );
-    quarantine(path, &kept)?;
-
+    let data = check.data();
+    if !check.header_ok {
+        keep(dirs, &format!("{name}.header"), check.header());
+    }
     for damage in &check.scan.damage {
         let lost = LostRange {
             from: damage.from_offset,
             to: damage.to_offset,
         };
         let bytes = (damage.to - damage.from) as u64;
+        let kept = format!("{name}.{}-{}", lost.from, lost.to);
+        let kept = match keep(dirs, &kept, &data[damage.from..damage.to]) {
+            Some(path) => format!("a copy is kept at {}", path.display()),
+            None => "no copy is kept".to_owned(),
+        };
         log::error!(
             "segment {topic}/{segment_id}: offsets {}..{} ({} records) are lost: {bytes} \
-             bytes of {name} from byte {} fail their checksum (a write cut short by a crash \
-             was never acknowledged; anything else was). They are recorded in the filer and \
-             never given to other records; readers skip them",
+             bytes of {name} from data byte {} fail their checksum (a write cut short by a \
+             crash was never acknowledged; anything else was); {kept}. They are recorded in \
+             the filer and never given to other records; readers skip them",
             lost.from,
             lost.to,
             lost.to - lost.from,
             damage.from,
         );
         let reason = format!(
-            "buffer {name}: {bytes} bytes from data byte {} do not verify; a copy is kept at {}",
+            "buffer {name}: {bytes} bytes from data byte {} do not verify; {kept}",
             damage.from,
-            kept.display()
         );
         record_lost(filer, topic, segment_id, lost, bytes, &reason)?;
     }
 
-    let data = check.data();
     let mut made = Vec::new();
     for run in check.scan.runs.iter().filter(|r| r.from > 0) {
         let run_path = dirs.buffers.join(format!("{:020}.buf", run.base_offset));
@@ -225,18 +235,72 @@ fn salvage(
     Ok(made)
 }
 
-/// Copy `path` to `kept` (through a temp name, synced), replacing an
-/// earlier copy of an interrupted salvage.
-fn quarantine(path: &Path, kept: &Path) -> Result<(), EngineError> {
-    let dir = kept.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| EngineError::io("create dir", dir, e))?;
-    let temp = kept.with_extension("tmp");
-    std::fs::copy(path, &temp).map_err(|e| EngineError::io("quarantine buffer", &temp, e))?;
-    std::fs::File::open(&temp)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| EngineError::io("sync", &temp, e))?;
-    std::fs::rename(&temp, kept).map_err(|e| EngineError::io("rename", &temp, e))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| EngineError::io("sync dir", dir, e))
+/// Keep `bytes` as `name` in the segment's quarantine directory (through a
+/// temp name, synced; replacing the copy an interrupted salvage made),
+/// unless that would pass `QUARANTINE_BYTES_MAX` or the disk refuses:
+/// then say so and keep nothing. Where it is kept, if it is.
+fn keep(dirs: &SegmentDirs, name: &str, bytes: &[u8]) -> Option<PathBuf> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let dir = &dirs.quarantine;
+    let kept = dir.join(name);
+    let held: u64 = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.path() != kept)
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    if held + bytes.len() as u64 > QUARANTINE_BYTES_MAX {
+        log::warn!(
+            "quarantine {} holds {held} bytes already: {name} ({} bytes) is not kept",
+            dir.display(),
+            bytes.len()
+        );
+        return None;
+    }
+    let temp = dir.join(format!(".{name}.tmp"));
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&temp, bytes))
+        .and_then(|()| std::fs::File::open(&temp)?.sync_all())
+        .and_then(|()| std::fs::rename(&temp, &kept))
+        .and_then(|()| std::fs::File::open(dir)?.sync_all());
+    match written {
+        Ok(()) => Some(kept),
+        Err(e) => {
+            log::warn!("quarantine {}: {e}; {name} is not kept", dir.display());
+            let _ = std::fs::remove_file(&temp);
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Copies are kept up to the bound, and one that would pass it is
+    /// not (repeated crashes cannot fill the disk with them).
+    #[test]
+    fn quarantine_keeps_copies_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = SegmentDirs {
+            buffers: dir.path().join("buffers"),
+            quarantine: dir.path().join("quarantine"),
+        };
+        let big = vec![7u8; (QUARANTINE_BYTES_MAX / 2) as usize];
+        let first = keep(&dirs, "a.buf.0-10", &big).unwrap();
+        assert_eq!(std::fs::read(&first).unwrap(), big);
+        // The same name again replaces its own copy: still within.
+        assert!(keep(&dirs, "a.buf.0-10", &big).is_some());
+        assert!(keep(&dirs, "b.buf.0-10", &big).is_some());
+        assert!(keep(&dirs, "c.buf.0-10", b"one byte too many").is_none());
+        assert!(!dirs.quarantine.join("c.buf.0-10").exists());
+        assert!(keep(&dirs, "empty", b"").is_none());
+    }
 }

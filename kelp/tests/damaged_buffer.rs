@@ -2,7 +2,7 @@
 //! that never hides loss"), with real processes: records are acknowledged,
 //! the broker is killed with SIGKILL before it flushes, bytes of its buffer
 //! file are flipped, and it is started again. It must start, keep a copy
-//! of the damaged file, say exactly which offsets are lost (its log and
+//! of the damaged bytes, say exactly which offsets are lost (its log and
 //! `kelp topic describe`), serve every other acknowledged record at the
 //! offset it was acknowledged at, and never give a lost offset to a new
 //! record, across a further restart too.
@@ -98,11 +98,16 @@ fn assert_reported(broker: &Broker, log: &Path, topic: &str, lost: Batch, damage
         .join("quarantine")
         .join(topic)
         .join("0")
-        .join(format!("{:020}.buf", 0));
+        .join(format!(
+            "{:020}.buf.{}-{}",
+            0,
+            lost.base,
+            lost.base + lost.count
+        ));
     assert_eq!(
-        std::fs::read(&kept).expect("the damaged file is kept"),
-        damaged,
-        "the quarantined copy is the file as it was found"
+        std::fs::read(&kept).expect("the damaged bytes are kept"),
+        &damaged[lost.at..lost.at + lost.len],
+        "the quarantined copy is the damaged batch as it was found"
     );
 }
 
@@ -192,11 +197,11 @@ fn a_damaged_buffer_header_keeps_every_record() {
         (0..RECORDS).collect::<Vec<_>>()
     );
     assert!(records.iter().all(|(o, v)| v == &value(*o)));
-    assert!(data_dir
+    let kept = data_dir
         .join("quarantine")
         .join(topic)
         .join("0")
-        .join(format!("{:020}.buf", 0))
-        .exists());
+        .join(format!("{:020}.buf.header", 0));
+    assert_eq!(std::fs::read(kept).unwrap(), &bytes[..64]);
     broker.stop();
 }
