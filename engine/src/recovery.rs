@@ -161,15 +161,18 @@ fn salvage(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    log::error!(
-        "segment {topic}/{segment_id}: buffer {} is damaged{}",
-        path.display(),
-        if check.header_ok {
-            ""
-        } else {
-            " (its header too)"
-        },
-    );
+    let only_cut_short = check.header_ok && check.scan.damage.iter().all(|d| d.cut_short);
+    if !only_cut_short {
+        log::error!(
+            "segment {topic}/{segment_id}: buffer {} is damaged{}",
+            path.display(),
+            if check.header_ok {
+                ""
+            } else {
+                " (its header too)"
+            },
+        );
+    }
     let data = check.data();
     if !check.header_ok {
         keep(dirs, &format!("{name}.header"), check.header());
@@ -185,19 +188,36 @@ fn salvage(
             Some(path) => format!("a copy is kept at {}", path.display()),
             None => "no copy is kept".to_owned(),
         };
-        log::error!(
-            "segment {topic}/{segment_id}: offsets {}..{} ({} records) are lost: {bytes} \
-             bytes of {name} from data byte {} fail their checksum (a write cut short by a \
-             crash was never acknowledged; anything else was); {kept}. They are recorded in \
-             the filer and never given to other records; readers skip them",
-            lost.from,
-            lost.to,
-            lost.to - lost.from,
-            damage.from,
-        );
+        if damage.cut_short {
+            // The usual picture after a kill in the middle of a write.
+            log::warn!(
+                "segment {topic}/{segment_id}: the last batch of {name} (offsets {}..{}, \
+                 {bytes} bytes written from data byte {}) was cut short by the crash, so it \
+                 was never acknowledged; its offsets are fenced off, recorded in the filer \
+                 and skipped by readers; {kept}",
+                lost.from,
+                lost.to,
+                damage.from,
+            );
+        } else {
+            log::error!(
+                "segment {topic}/{segment_id}: offsets {}..{} ({} records) are lost: {bytes} \
+                 bytes of {name} from data byte {} fail their checksum; {kept}. They are \
+                 recorded in the filer and never given to other records; readers skip them",
+                lost.from,
+                lost.to,
+                lost.to - lost.from,
+                damage.from,
+            );
+        }
         let reason = format!(
-            "buffer {name}: {bytes} bytes from data byte {} do not verify; {kept}",
+            "buffer {name}: {bytes} bytes from data byte {} do not verify{}; {kept}",
             damage.from,
+            if damage.cut_short {
+                " (a last write cut short by a crash, never acknowledged)"
+            } else {
+                ""
+            },
         );
         record_lost(filer, topic, segment_id, lost, bytes, &reason)?;
     }

@@ -51,6 +51,11 @@ pub(crate) struct Damage {
     /// none may be given to another record.
     pub(crate) from_offset: u64,
     pub(crate) to_offset: u64,
+    /// The last batch, its header whole and its bytes stopping short of
+    /// its stated length with only zeros after: a write cut short by a
+    /// crash, most likely (never acknowledged), though damage that leaves
+    /// the same picture cannot be ruled out.
+    pub(crate) cut_short: bool,
 }
 
 /// A buffer's data, sorted into runs and damage, in byte order.
@@ -112,6 +117,7 @@ pub(crate) fn scan(data: &[u8], base_offset: u64, end_offset: Option<u64>) -> Sc
                     to: position,
                     from_offset: expected,
                     to_offset: end,
+                    cut_short: false,
                 });
             }
             return out;
@@ -123,18 +129,22 @@ pub(crate) fn scan(data: &[u8], base_offset: u64, end_offset: Option<u64>) -> Sc
                     to: at,
                     from_offset: expected,
                     to_offset: base,
+                    cut_short: false,
                 });
                 position = at;
                 expected = base;
             }
             None => {
-                let bound = expected + tail_offsets(&data[position..written], expected);
-                let to_offset = end_offset.filter(|&e| e > expected).unwrap_or(bound);
+                let (offsets, cut_short) = tail_offsets(&data[position..written], expected);
+                let to_offset = end_offset
+                    .filter(|&e| e > expected)
+                    .unwrap_or(expected + offsets);
                 out.damage.push(Damage {
                     from: position,
                     to: written,
                     from_offset: expected,
                     to_offset,
+                    cut_short,
                 });
                 return out;
             }
@@ -196,10 +206,11 @@ fn resync(data: &[u8], damaged: usize, written: usize, expected: u64) -> Option<
 /// stated length, zeros after, is a write cut short by a crash: never
 /// acknowledged, its header states the count it would have had. Anything
 /// else: one offset per smallest record written.
-fn tail_offsets(bytes: &[u8], expected: u64) -> u64 {
+/// Also whether the stretch is a write cut short.
+fn tail_offsets(bytes: &[u8], expected: u64) -> (u64, bool) {
     let per_record = |n: usize| n.div_ceil(RECORD_HEADER_BYTES) as u64;
     let Some(head) = bytes.get(..BATCH_HEADER_BYTES) else {
-        return per_record(bytes.len()).max(1);
+        return (per_record(bytes.len()).max(1), false);
     };
     let len = le_u32(head, BATCH_BYTES_OFFSET) as usize;
     let count = le_u32(head, RECORD_COUNT_OFFSET);
@@ -208,16 +219,16 @@ fn tail_offsets(bytes: &[u8], expected: u64) -> u64 {
         && (1..=BATCH_RECORDS_MAX).contains(&count)
         && len >= BATCH_HEADER_BYTES;
     if !plausible {
-        return per_record(bytes.len()).max(1);
+        return (per_record(bytes.len()).max(1), false);
     }
     if len > bytes.len() {
         // Cut short: what was written of it is all there is.
-        return u64::from(count);
+        return (u64::from(count), true);
     }
     if records_fill(&bytes[BATCH_HEADER_BYTES..len], count) {
-        return u64::from(count) + per_record(bytes.len() - len);
+        return (u64::from(count) + per_record(bytes.len() - len), false);
     }
-    per_record(bytes.len()).max(1)
+    (per_record(bytes.len()).max(1), false)
 }
 
 /// Whether `count` records, walked by their own length fields, fill
@@ -316,7 +327,8 @@ mod tests {
                 from: starts[2],
                 to: starts[3],
                 from_offset: 8,
-                to_offset: 12
+                to_offset: 12,
+                cut_short: false,
             }]
         );
         assert_eq!(scan.next_offset(0), 20);
@@ -335,6 +347,10 @@ mod tests {
             (scan.damage[0].from_offset, scan.damage[0].to_offset),
             (10, 15)
         );
+        assert!(
+            !scan.damage[0].cut_short,
+            "a whole batch with a flipped byte"
+        );
     }
 
     /// A batch cut short by a crash (its tail still zeros) was never
@@ -347,6 +363,7 @@ mod tests {
         let scan = scan(&data, 0, None);
         assert_eq!((scan.runs[0].next_offset, scan.damage.len()), (12, 1));
         assert_eq!(scan.damage[0].to_offset, 18);
+        assert!(scan.damage[0].cut_short);
     }
 
     /// Without a readable header, the fence is one offset per smallest
