@@ -401,34 +401,20 @@ mod tests {
     /// (or, in the last batch, at least its own). Prints its seed.
     #[test]
     fn any_single_flip_loses_only_its_own_batch() {
-        let seed = std::env::var("KELP_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        println!("seed {seed} (replay with KELP_TEST_SEED={seed})");
-        let mut state = seed | 1;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = test_support::SeededRng::from_env();
+        let seed = rng.seed;
         let (clean, starts) = buffer(8, 3, 40, 256);
         let end = clean.len() - 256;
         for _ in 0..200 {
-            let victim = (next() % starts.len() as u64) as usize;
+            let victim = rng.below(starts.len() as u64) as usize;
             let from = starts[victim];
             let to = starts.get(victim + 1).copied().unwrap_or(end);
             // The base offset (bytes 0..8) is outside the checksum, so a
             // flip there may leave a batch that verifies at the wrong
             // offset: damage all the same, and caught by the offset test.
-            let at = from + (next() % (to - from) as u64) as usize;
+            let at = from + rng.below((to - from) as u64) as usize;
             let mut data = clean.clone();
-            data[at] ^= 1 << (next() % 8);
+            data[at] ^= 1 << rng.below(8);
             let scan = scan(&data, 0, None);
             let lost_from = victim as u64 * 3;
             assert_eq!(scan.damage.len(), 1, "seed {seed}: flip at {at}");

@@ -26,19 +26,6 @@ const BATCH_RECORDS: u64 = 20;
 /// Longest a round runs before its kill, ms.
 const ROUND_MS_MAX: u64 = 400;
 
-fn seed() -> u64 {
-    let seed = std::env::var("KELP_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("seed {seed} (replay with KELP_TEST_SEED={seed})");
-    seed
-}
-
 fn value(n: u64) -> String {
     format!("n{n:08}-{}", "y".repeat(200))
 }
@@ -128,13 +115,7 @@ fn segment_figures(broker: &Broker, topic: &str) -> (u64, u64) {
 
 #[test]
 fn acknowledged_records_survive_repeated_kill_minus_nine() {
-    let mut state = seed() | 1;
-    let mut random = move |n: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % n
-    };
+    let mut rng = test_support::SeededRng::from_env();
     let dir = tempfile::tempdir().unwrap();
     let port = port();
     let topic = "crash/loop";
@@ -164,7 +145,7 @@ fn acknowledged_records_survive_repeated_kill_minus_nine() {
             let first = next_number;
             std::thread::spawn(move || produce_until_gone(shard_port, &topic, first, &stop))
         };
-        std::thread::sleep(Duration::from_millis(50 + random(ROUND_MS_MAX)));
+        std::thread::sleep(Duration::from_millis(50 + rng.below(ROUND_MS_MAX)));
         broker.kill9();
         stop.store(true, Ordering::Relaxed);
         let round_acked = producer.join().unwrap();

@@ -6,6 +6,8 @@
 //! - [`TestConn`]: the one blocking test connection, and [`read_frame`],
 //!   the one frame reader for tests: kelp's frames over a plain
 //!   `TcpStream`, every frame's checksum verified.
+//! - [`SeededRng`]: the one seed and generator of randomized tests: the
+//!   seed printed, `KELP_TEST_SEED` replaying it.
 //!
 //! A test double or fixture that only one test file needs stays in that
 //! file.
@@ -21,6 +23,45 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+
+/// A randomized test's numbers (xorshift64), from `KELP_TEST_SEED` when it
+/// is set, else from the clock; the seed is printed, so a failure can be
+/// replayed.
+#[derive(Debug, Clone)]
+pub struct SeededRng {
+    pub seed: u64,
+    state: u64,
+}
+
+impl SeededRng {
+    pub fn from_env() -> SeededRng {
+        let seed = std::env::var("KELP_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        println!("seed {seed} (replay with KELP_TEST_SEED={seed})");
+        SeededRng {
+            seed,
+            state: seed | 1,
+        }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
 use wire::{AckMode, Request, Response};
 
 /// Where the ports handed out lie: below the ephemeral range (32768 and
