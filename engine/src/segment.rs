@@ -416,21 +416,9 @@ impl SegmentCell {
             // A buffer after the chunk says where it ended; else the
             // offsets it may have held are fenced off.
             if recovered.is_empty() && skip_lost(&stored.lost, tail.from) < tail.to {
-                let (filer, topic) = (filer.clone(), topic.clone());
-                blocking(move || {
-                    record_lost(
-                        filer.as_ref(),
-                        &topic,
-                        id,
-                        tail,
-                        0,
-                        "the last chunk's header is damaged: offsets after its last readable \
-                         batch may have held records",
-                    )
-                })
-                .await?;
-                stored.lost.push(tail);
-                stored.lost.sort_by_key(|l| l.from);
+                let reason = "the last chunk's header is damaged: offsets after its last \
+                              readable batch may have held records";
+                stored.fence(&filer, topic, id, tail, reason).await?;
             }
         }
         let mut next_offset = skip_lost(&stored.lost, chunk_end);
@@ -466,20 +454,8 @@ impl SegmentCell {
                     lost.from,
                     lost.to
                 );
-                let (filer, topic) = (filer.clone(), topic.clone());
-                blocking(move || {
-                    record_lost(
-                        filer.as_ref(),
-                        &topic,
-                        id,
-                        lost,
-                        0,
-                        "no chunk and no buffer holds these offsets",
-                    )
-                })
-                .await?;
-                stored.lost.push(lost);
-                stored.lost.sort_by_key(|l| l.from);
+                let reason = "no chunk and no buffer holds these offsets";
+                stored.fence(&filer, topic, id, lost, reason).await?;
             }
             next_offset = buffer.next_offset();
             if buffer.is_empty() {
@@ -1634,6 +1610,23 @@ struct Stored {
 }
 
 impl Stored {
+    /// Record `lost` of segment `id` in the filer (no bytes of it are
+    /// readable) and take it among the lost ranges, kept sorted.
+    async fn fence(
+        &mut self,
+        filer: &Arc<dyn Filer>,
+        topic: &TopicName,
+        id: u32,
+        lost: LostRange,
+        reason: &'static str,
+    ) -> Result<(), EngineError> {
+        let (filer, topic) = (filer.clone(), topic.clone());
+        blocking(move || record_lost(filer.as_ref(), &topic, id, lost, 0, reason)).await?;
+        self.lost.push(lost);
+        self.lost.sort_by_key(|l| l.from);
+        Ok(())
+    }
+
     /// One past the last offset the filer accounts for.
     fn end(&self) -> u64 {
         let chunks = self.chunks.last().map_or(0, |c| c.header.next_offset);
