@@ -1,5 +1,5 @@
 //! A broker run as a child process for a benchmark, so its CPU time
-//! (`/proc/<pid>/stat`, every thread) and resident memory (`/proc/<pid>/status`)
+//! (its CPU-time clock, every thread) and resident memory (`/proc/<pid>/status`)
 //! are its own and not the load generator's.
 //!
 //! The caller says how to start a broker ([`BrokerLauncher`]: `kelp serve`
@@ -192,29 +192,29 @@ impl ProcessStats {
         ProcessStats { pid }
     }
 
-    /// User + system CPU of every thread so far.
+    /// User + system CPU of every thread so far, exited ones included, read
+    /// from the process's CPU-time clock: nanoseconds, where `/proc/<pid>/stat`
+    /// truncates to clock ticks (10 ms) and a short run could measure zero.
     pub fn cpu(&self) -> Result<Duration> {
-        let path = format!("/proc/{}/stat", self.pid);
-        let stat = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
-        // The fields after the command name (which may hold spaces) start
-        // at field 3 (state); utime and stime are fields 14 and 15.
-        let after_name = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest)
-            .context("malformed /proc stat")?;
-        let fields: Vec<&str> = after_name.split_whitespace().collect();
-        let ticks = |i: usize| -> Result<u64> {
-            fields
-                .get(i - 3)
-                .context("short /proc stat")?
-                .parse::<u64>()
-                .context("/proc stat field")
+        let pid = libc::pid_t::try_from(self.pid).context("pid out of range")?;
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: `clock` is a valid out-pointer for the call's duration.
+        let rc = unsafe { libc::clock_getcpuclockid(pid, &mut clock) };
+        ensure!(rc == 0, "clock_getcpuclockid({pid}): error {rc}");
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
         };
-        // SAFETY: sysconf reads a constant.
-        let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        ensure!(ticks_per_s > 0, "sysconf(_SC_CLK_TCK) failed");
-        let total = ticks(14)? + ticks(15)?;
-        Ok(Duration::from_secs_f64(total as f64 / ticks_per_s as f64))
+        // SAFETY: `now` is a valid out-pointer for the call's duration.
+        let rc = unsafe { libc::clock_gettime(clock, &mut now) };
+        ensure!(
+            rc == 0,
+            "clock_gettime(CPU clock of {pid}): {}",
+            std::io::Error::last_os_error()
+        );
+        let secs = u64::try_from(now.tv_sec).context("negative CPU time")?;
+        let nanos = u32::try_from(now.tv_nsec).context("CPU time nanoseconds")?;
+        Ok(Duration::new(secs, nanos))
     }
 
     /// Peak resident set (`VmHWM`), bytes.
@@ -296,4 +296,51 @@ pub fn free_base_port(shards: usize) -> Result<SocketAddr> {
         }
     }
     bail!("no {shards} consecutive free ports found on 127.0.0.1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that spins for `spin` of CPU, then waits on stdin.
+    fn spinning_child(spin: &str) -> Child {
+        Command::new("sh")
+            .args(["-c", &format!("end=$(( $(date +%s%N) + {spin} )); while [ $(date +%s%N) -lt $end ]; do :; done; cat >/dev/null")])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("spawn sh")
+    }
+
+    #[test]
+    fn cpu_of_another_process_counts_below_one_clock_tick() {
+        // 3 ms of spinning is under one 10 ms clock tick, which
+        // `/proc/<pid>/stat` would have reported as zero.
+        let mut child = spinning_child("3000000");
+        let stats = ProcessStats::new(child.id());
+        let mut cpu = Duration::ZERO;
+        for _ in 0..500 {
+            cpu = stats.cpu().expect("CPU clock of child");
+            if cpu > Duration::ZERO && cpu.subsec_nanos() % 10_000_000 != 0 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert!(cpu > Duration::ZERO, "child's CPU read as zero");
+        assert_ne!(
+            cpu.subsec_nanos() % 10_000_000,
+            0,
+            "CPU {cpu:?} is a whole number of clock ticks"
+        );
+        drop(child.stdin.take());
+        let status = child.wait().expect("wait child");
+        assert!(status.success());
+    }
+
+    #[test]
+    fn cpu_of_a_missing_process_is_an_error() {
+        let mut child = Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("wait true");
+        assert!(ProcessStats::new(pid).cpu().is_err());
+    }
 }
