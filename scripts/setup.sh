@@ -11,7 +11,8 @@
 #   fonts-dejavu-core   (Debian)      `kelp bench --plot` draws text with it
 #   python3-venv        (Debian)      the venv of the Kafka interop clients
 #   nodejs, npm         (Debian)      kafkajs, a Kafka interop client
-#   interop/.venv       (PyPI)        confluent-kafka, kafka-python and codecs, pinned in interop/requirements.txt
+#   interop/.venv       (PyPI)        confluent-kafka, kafka-python and codecs, and moto[server] (the
+#                                     S3-compatible server of the S3 filer tests), pinned in interop/requirements.txt
 #   interop/node        (npm)         kafkajs, pinned in interop/node/package-lock.json
 #
 # Debian packages need root (or sudo). A failed install stops here with its
@@ -59,7 +60,9 @@ need() {
     missing=$((missing + 1))
   fi
 }
-have_venv_clients() { [ -x "$venv_python" ] && "$venv_python" -c "$python_modules"; }
+have_venv_clients() {
+  [ -x "$venv_python" ] && "$venv_python" -c "$python_modules" && [ -x interop/.venv/bin/moto_server ]
+}
 have_kafkajs() { [ -d interop/node/node_modules/kafkajs ] && command -v node; }
 
 check_all() {
@@ -70,7 +73,7 @@ check_all() {
   need "python3" "apt-get install python3" command -v python3
   need "cargo-fuzz" "cargo install cargo-fuzz --locked" cargo fuzz --version
   need "the DejaVu font for bench plots" "apt-get install fonts-dejavu-core" test -e "$font"
-  need "the Kafka interop clients in interop/.venv" \
+  need "the Kafka interop clients and moto_server in interop/.venv" \
     "python3 -m venv interop/.venv && interop/.venv/bin/pip install -r interop/requirements.txt" \
     have_venv_clients
   need "node and kafkajs" "apt-get install nodejs npm && npm ci --prefix interop/node" have_kafkajs

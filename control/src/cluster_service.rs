@@ -540,6 +540,30 @@ impl ClusterService {
                 self.needs_resync.insert(broker);
             }
         }
+        // Reads of a sealed segment go to any live broker (spread by id),
+        // so every other broker learns of a seal too: one with a stale
+        // layout would refuse the read as another broker's open segment.
+        let deleting = action
+            .commands()
+            .iter()
+            .any(|c| matches!(c, BrokerCommand::DropTopic { .. }));
+        if action.sealed().is_empty() || deleting {
+            return;
+        }
+        for broker in self.live_brokers() {
+            if told.contains(&broker) {
+                continue;
+            }
+            let Some(address) = self.command_address(broker) else {
+                self.needs_resync.insert(broker);
+                continue;
+            };
+            let request = Request::ApplyLayout { topic_json };
+            if let Err(e) = self.link.command(&address, &request) {
+                log::warn!("layout of topic {} to broker {broker}: {e}", action.topic());
+                self.needs_resync.insert(broker);
+            }
+        }
     }
 
     fn persist(&self, topic: &Topic) -> Result<(), ControlError> {
@@ -556,11 +580,15 @@ impl ClusterService {
         segment: SegmentId,
         epoch: u32,
     ) -> Result<(), ControlError> {
-        let path = filer_layout::seal_marker(topic, segment.0);
-        self.filer.put(
-            &path,
-            &filer_layout::seal_marker_content(segment.0, epoch, "control"),
-        )?;
+        if !filer_layout::create_seal_marker(
+            self.filer.as_ref(),
+            topic,
+            segment.0,
+            epoch,
+            "control",
+        )? {
+            log::info!("segment {topic}/{}: its owner sealed it first", segment.0);
+        }
         Ok(())
     }
 

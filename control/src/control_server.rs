@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use filer::{Filer, LocalFiler};
+use filer::{Filer, FilerUrl, LocalFiler};
 use wire::{ErrorCode, Request, Response};
 
 use crate::broker_link::BrokerLink;
@@ -38,8 +38,14 @@ pub struct ControlServerConfig {
     /// Where to listen (port 0: any free port).
     pub listen: SocketAddr,
     /// The control plane's directory; the filer brokers share is
-    /// `<data_dir>/filer`.
+    /// `<data_dir>/filer` unless `filer` names another.
     pub data_dir: PathBuf,
+    /// The filer every broker of the cluster shares, opened by the caller
+    /// (an `s3://` one needs an object-store client this sans-IO crate does
+    /// not carry); `None` is a local directory, `<data_dir>/filer`. Brokers
+    /// are handed its URL when they join and reach it with their own
+    /// credentials.
+    pub filer: Option<ClusterFiler>,
     /// A broker silent for longer than this is dead.
     pub broker_silence_ms: u64,
     /// How often the core ticks.
@@ -52,11 +58,22 @@ pub struct ControlServerConfig {
     pub connections_max: usize,
 }
 
+/// The filer a cluster shares, and the URL brokers are handed to reach it.
+#[derive(Debug, Clone)]
+pub struct ClusterFiler {
+    /// Where it is, as brokers open it: absolute (`file:///dir`,
+    /// `s3://bucket/prefix`).
+    pub url: FilerUrl,
+    /// This control plane's handle on it.
+    pub filer: Arc<dyn Filer>,
+}
+
 impl Default for ControlServerConfig {
     fn default() -> ControlServerConfig {
         ControlServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7400)),
             data_dir: PathBuf::from("./kelp-control"),
+            filer: None,
             broker_silence_ms: ClusterConfig::default().broker_silence_ms,
             tick_ms: 1_000,
             rebalance: ClusterConfig::default().rebalance,
@@ -131,16 +148,24 @@ impl ControlServer {
         let io = |what: &'static str, path: String| {
             move |source| ControlServerError::Io { what, path, source }
         };
-        let filer_dir = config.data_dir.join("filer");
-        std::fs::create_dir_all(&filer_dir)
-            .map_err(io("create directory", filer_dir.display().to_string()))?;
-        let filer_dir = std::fs::canonicalize(&filer_dir)
-            .map_err(io("resolve directory", filer_dir.display().to_string()))?;
-        let filer: Arc<dyn Filer> =
-            Arc::new(LocalFiler::open(&filer_dir).map_err(ControlError::from)?);
+        let ClusterFiler { url, filer } = match config.filer.clone() {
+            Some(shared) => shared,
+            None => {
+                // Brokers on other hosts are handed this location: absolute.
+                let dir = config.data_dir.join("filer");
+                std::fs::create_dir_all(&dir)
+                    .map_err(io("create directory", dir.display().to_string()))?;
+                let dir = std::fs::canonicalize(&dir)
+                    .map_err(io("resolve directory", dir.display().to_string()))?;
+                ClusterFiler {
+                    filer: Arc::new(LocalFiler::open(&dir).map_err(ControlError::from)?),
+                    url: FilerUrl::Local(dir),
+                }
+            }
+        };
         let service = ClusterService::open(
             filer,
-            filer_dir.display().to_string(),
+            url.to_string(),
             ClusterConfig {
                 broker_silence_ms: config.broker_silence_ms,
                 rebalance: config.rebalance,
@@ -179,10 +204,7 @@ impl ControlServer {
                 name: "acceptor",
                 source,
             })?;
-        log::info!(
-            "control plane listening on {address}, filer {}",
-            filer_dir.display()
-        );
+        log::info!("control plane listening on {address}, filer {url}");
         Ok(ControlServer {
             address,
             stopping,

@@ -194,6 +194,25 @@ pub fn seal_marker_content(segment: u32, epoch: u32, written_by: &str) -> Vec<u8
     format!(r#"{{"segment":{segment},"epoch":{epoch},"written_by":"{written_by}"}}"#).into_bytes()
 }
 
+/// Write `segment`'s seal marker unless one is there (a create-only put:
+/// markers are never overwritten). `Ok(false)` if another writer (the
+/// broker, or the control plane for a broker gone) sealed it first: the
+/// segment is sealed either way, and the first marker stands.
+pub fn create_seal_marker(
+    filer: &dyn filer::Filer,
+    topic: &TopicName,
+    segment: u32,
+    epoch: u32,
+    written_by: &str,
+) -> Result<bool, filer::FilerError> {
+    let path = seal_marker(topic, segment);
+    match filer.create(&path, &seal_marker_content(segment, epoch, written_by)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.is_already_exists() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// `topics/<ns>/<name>/payloads`: every payload of a topic.
 pub fn payloads_prefix(topic: &TopicName) -> ObjectPath {
     path(format!("{}/{PAYLOADS_DIR}", topic_prefix(topic)))

@@ -52,7 +52,7 @@ pub use action::{Action, BrokerCommand, Cause, PlacedSegment, SealedSegment};
 pub use broker::{BrokerId, BrokerInfo, Capacity, SHARDS_PER_BROKER_MAX, SHARD_ADDRESS_BYTES_MAX};
 pub use cluster::{Cluster, ClusterConfig};
 pub use cluster_service::ClusterService;
-pub use control_server::{ControlServer, ControlServerConfig, ControlServerError};
+pub use control_server::{ClusterFiler, ControlServer, ControlServerConfig, ControlServerError};
 pub use error::ControlError;
 pub use key_range::{KeyRange, RING_END};
 pub use layout::{Layout, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX};

@@ -251,6 +251,12 @@ mod tests {
             }
             self.inner.put(path, bytes)
         }
+        fn create(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
+            if self.fail_puts.load(Ordering::Relaxed) {
+                return Err(FlakyFiler::failure("create", path));
+            }
+            self.inner.create(path, bytes)
+        }
         fn read_at(
             &self,
             path: &ObjectPath,

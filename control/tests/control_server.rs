@@ -284,10 +284,14 @@ fn registration_creation_and_describe() {
     }) else {
         panic!("re-register")
     };
-    assert_eq!(
-        Path::new(&filer),
-        std::fs::canonicalize(dir.path().join("filer")).unwrap()
+    // The filer's URL, absolute, so brokers on other hosts can open it.
+    let dir_url = format!(
+        "file://{}",
+        std::fs::canonicalize(dir.path().join("filer"))
+            .unwrap()
+            .display()
     );
+    assert_eq!(filer, dir_url);
 
     let created = create(&mut client, "ns/orders", 4);
     assert_eq!(open_ids(&created), [0, 1, 2, 3]);

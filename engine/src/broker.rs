@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control::ControlService;
-use filer::{Filer, LocalFiler};
+use filer::{Filer, FilerUrl, LocalFiler};
+use filer_s3::S3Filer;
 use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 use wire::message::ShardAddress;
 
@@ -62,6 +63,41 @@ pub fn run(config: BrokerConfig) -> Result<(), EngineError> {
     broker.stop()
 }
 
+/// The broker's filer: the cluster's when it joined one (a `--filer` of its
+/// own must then name the same), else its own `filer` URL, else the local
+/// directory `<data_dir>/filer`.
+fn open_filer(
+    config: &BrokerConfig,
+    joined: Option<&crate::cluster_agent::Joined>,
+) -> Result<Arc<dyn Filer>, EngineError> {
+    let url = match (joined, &config.filer) {
+        (Some(joined), own) => {
+            let cluster = FilerUrl::parse(&joined.filer).map_err(|e| {
+                EngineError::Config(format!(
+                    "the control plane named a filer kelp cannot use: {e}"
+                ))
+            })?;
+            if own.as_ref().is_some_and(|own| *own != cluster) {
+                return Err(EngineError::Config(format!(
+                    "this broker was given --filer {} but its cluster stores in {cluster}; \
+                     brokers of a cluster share the control plane's filer",
+                    own.as_ref().map_or_else(String::new, ToString::to_string)
+                )));
+            }
+            cluster
+        }
+        (None, Some(own)) => own.clone(),
+        (None, None) => FilerUrl::Local(config.data_dir.join("filer")),
+    };
+    log::info!("filer: {url}");
+    Ok(match url {
+        FilerUrl::Local(dir) => {
+            Arc::new(LocalFiler::open(dir)?.drop_handed_over_pages(config.drop_flushed_pages))
+        }
+        FilerUrl::S3 { bucket, prefix } => Arc::new(S3Filer::open(&bucket, &prefix, &config.s3)?),
+    })
+}
+
 /// A running broker.
 pub struct Broker {
     control: flume::Sender<ControlRequest>,
@@ -111,12 +147,7 @@ impl Broker {
             }
             None => None,
         };
-        let filer_dir = joined
-            .as_ref()
-            .map_or_else(|| config.data_dir.join("filer"), |j| j.filer.clone());
-        let filer: Arc<dyn Filer> = wrap(Arc::new(
-            LocalFiler::open(filer_dir)?.drop_handed_over_pages(config.drop_flushed_pages),
-        ));
+        let filer: Arc<dyn Filer> = wrap(open_filer(&config, joined.as_ref())?);
         let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
         let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
         let quic_config = crate::tls::server_config(cert, key)?;

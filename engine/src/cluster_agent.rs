@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use control::frame_stream::read_frame;
@@ -150,8 +150,9 @@ impl ControlLink {
 pub(crate) struct Joined {
     pub(crate) link: ControlLink,
     pub(crate) id: u32,
-    /// The directory of the filer every broker of the cluster shares.
-    pub(crate) filer: PathBuf,
+    /// The filer every broker of the cluster shares, as the control plane
+    /// named it (a [`filer::FilerUrl`]: `file:///dir` or `s3://bucket/prefix`).
+    pub(crate) filer: String,
 }
 
 /// Register with the control plane before the shards start: the answer
@@ -181,11 +182,7 @@ pub(crate) fn join(
             .map_err(|e| EngineError::io("write broker id", &id_path, e))?;
     }
     log::info!("joined the cluster at {control} as broker {id}; filer {filer}");
-    Ok(Joined {
-        link,
-        id,
-        filer: PathBuf::from(filer),
-    })
+    Ok(Joined { link, id, filer })
 }
 
 fn read_broker_id(path: &Path) -> Result<Option<u32>, EngineError> {

@@ -87,6 +87,14 @@ pub struct BrokerConfig {
     /// Where the Kafka gateway listens; `None` (the default) runs none.
     /// Port 0 picks a free port (see `Broker::kafka_address`).
     pub kafka_listen: Option<SocketAddr>,
+    /// Where chunks, layouts and payloads are stored: `None` (the
+    /// default) is the local directory `<data_dir>/filer` alone, and the
+    /// filer the control plane names in a cluster; `s3://bucket/prefix`
+    /// stores in an S3-compatible bucket (see `s3`).
+    pub filer: Option<filer::FilerUrl>,
+    /// How to reach the S3-compatible store when the filer is `s3://`,
+    /// beyond the standard AWS environment.
+    pub s3: filer_s3::S3Settings,
     /// The control plane to join (`host:port`); `None` (the default) runs
     /// the embedded single-broker control plane.
     pub control: Option<String>,
@@ -140,6 +148,8 @@ impl Default for BrokerConfig {
             payload_sweep_interval_ms: 60_000,
             payload_upload_bytes_max: 64 << 20,
             kafka_listen: None,
+            filer: None,
+            s3: filer_s3::S3Settings::default(),
             control: None,
             broker_id: None,
             // About what one shard ingests on this class of host

@@ -173,6 +173,46 @@ fn start_writeback(path: &std::path::Path) {
 const FLUSH_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const FLUSH_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// Why a chunk was not stored.
+#[derive(Debug)]
+enum FlushError {
+    /// The filer failed: try again.
+    Failed(String),
+    /// Another writer's chunk is at the path: never try again.
+    Fenced(String),
+}
+
+/// Whether the object at `path` holds exactly `expected`.
+fn holds_exactly(
+    filer: &dyn Filer,
+    path: &ObjectPath,
+    expected: &[u8],
+) -> Result<bool, filer::FilerError> {
+    if filer.size(path)? != expected.len() as u64 {
+        return Ok(false);
+    }
+    let mut stored = vec![0u8; expected.len()];
+    let mut at = 0;
+    while at < stored.len() {
+        let n = filer.read_at(path, at as u64, &mut stored[at..])?;
+        if n == 0 {
+            return Ok(false);
+        }
+        at += n;
+    }
+    Ok(stored == expected)
+}
+
+/// A buffer whose chunk was found stored already: its file goes, as the
+/// hand-over would have taken it.
+fn remove_stored_buffer(local: &std::path::Path) -> Result<(), String> {
+    match std::fs::remove_file(local) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("remove {}: {e}", local.display())),
+    }
+}
+
 /// A copy of a sealed buffer's chunk bytes, if they still verify as the
 /// chunk the buffer sealed (header, every batch's checksum, the index).
 /// The copy is checked, not the mapping: pages the kernel dropped could
@@ -599,16 +639,23 @@ impl SegmentCell {
                 log::warn!("remove {}: {e}", self.buffers_dir.display());
             }
         }
-        let marker = filer_layout::seal_marker(&self.topic, self.id);
         let by = self
             .config
             .broker_id
             .map_or_else(|| "broker".to_owned(), |b| format!("broker {b}"));
-        let body = filer_layout::seal_marker_content(self.id, epoch, &by);
         let filer = self.filer.clone();
-        blocking(move || filer.put(&marker, &body))
-            .await
-            .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
+        let (topic, id) = (self.topic.clone(), self.id);
+        let created = blocking(move || {
+            filer_layout::create_seal_marker(filer.as_ref(), &topic, id, epoch, &by)
+        })
+        .await
+        .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
+        if !created {
+            log::info!(
+                "segment {}: sealed already (the control plane wrote its marker)",
+                self.chunk_prefix
+            );
+        }
         self.seal.set(SealState::Sealed);
         // Long-polling readers at the end learn that it is the end.
         self.appended.notify(usize::MAX);
@@ -914,18 +961,38 @@ impl SegmentCell {
                 for path in &behind {
                     start_writeback(path);
                 }
-                match rewrite {
-                    Some(bytes) => filer.put(&job_path, &bytes),
+                let stored = match &rewrite {
+                    Some(bytes) => filer.create(&job_path, bytes),
                     // The sealed mapping is the chunk: the filer takes the
-                    // file itself (the local filer renames it into place,
-                    // no copy).
+                    // file itself (the local filer links it into place, S3
+                    // uploads from the mapping; no copy).
                     None => filer.put_file(
                         &job_path,
                         job_buffer.path(),
                         job_buffer.header().file_bytes(),
                     ),
+                };
+                match stored {
+                    // Chunks are created, never overwritten. One already
+                    // there is this buffer's own when a put was retried
+                    // after its answer was lost, or a crash came between
+                    // storing the chunk and removing the buffer: then it
+                    // holds the same bytes.
+                    Err(e) if e.is_already_exists() => {
+                        let ours = rewrite.as_deref().map_or(job_buffer.chunk_bytes(), |b| b);
+                        match holds_exactly(filer.as_ref(), &job_path, ours) {
+                            Ok(true) => {
+                                remove_stored_buffer(job_buffer.path()).map_err(FlushError::Failed)
+                            }
+                            Ok(false) => Err(FlushError::Fenced(format!(
+                                "chunk {job_path} exists with other bytes: another writer \
+                                 stored this segment's offsets; this broker's are fenced off"
+                            ))),
+                            Err(e) => Err(FlushError::Failed(e.to_string())),
+                        }
+                    }
+                    other => other.map_err(|e| FlushError::Failed(e.to_string())),
                 }
-                .map_err(|e| e.to_string())
             })
             .await;
             match result {
@@ -962,7 +1029,11 @@ impl SegmentCell {
                     self.space.notify(usize::MAX);
                     continue;
                 }
-                Err(e) if !rewriting => {
+                Err(FlushError::Fenced(reason)) => {
+                    self.fail(reason);
+                    break;
+                }
+                Err(FlushError::Failed(e)) if !rewriting => {
                     log::error!(
                         "segment {}: storing chunk {path} from {} failed: {e}; the file is not \
                          trusted again, its bytes are verified and stored from memory",
@@ -982,7 +1053,7 @@ impl SegmentCell {
                         }
                     }
                 }
-                Err(e) => {
+                Err(FlushError::Failed(e)) => {
                     log::error!(
                         "segment {}: storing chunk {path} from memory failed, retrying in \
                          {backoff:?}: {e}",

@@ -10,6 +10,12 @@ pub enum FilerError {
         /// The object path that was asked for.
         path: String,
     },
+    /// A create-only write found an object already stored at `path`.
+    #[error("object already exists: {path}")]
+    AlreadyExists {
+        /// The object path that was to be created.
+        path: String,
+    },
     /// `path` is not a valid [`ObjectPath`](crate::ObjectPath).
     #[error("invalid object path {path:?}: {reason}")]
     InvalidPath {
@@ -17,6 +23,26 @@ pub enum FilerError {
         path: String,
         /// What is wrong with it.
         reason: &'static str,
+    },
+    /// The filer location (a `file://` or `s3://` URL) or the object
+    /// store's settings are not usable.
+    #[error("filer {location}: {reason}")]
+    Config {
+        /// The location as given.
+        location: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A remote object store refused or failed a request (after its own
+    /// retries).
+    #[error("object store {op} failed on {path}: {message}")]
+    Remote {
+        /// The operation, e.g. `"put"` or `"get range"`.
+        op: &'static str,
+        /// The object path.
+        path: String,
+        /// The store's error, as it reported it.
+        message: String,
     },
     /// The backend's storage failed. The message names the operation and the
     /// file (for [`LocalFiler`](crate::LocalFiler), the filesystem path).
@@ -35,5 +61,10 @@ impl FilerError {
     /// True if this is [`FilerError::NotFound`].
     pub fn is_not_found(&self) -> bool {
         matches!(self, FilerError::NotFound { .. })
+    }
+
+    /// True if this is [`FilerError::AlreadyExists`].
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, FilerError::AlreadyExists { .. })
     }
 }

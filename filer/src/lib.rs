@@ -3,9 +3,11 @@
 //! by-reference payloads) goes through these five methods and nothing else.
 //!
 //! The trait is shaped like redb's `StorageBackend`: small, synchronous, and
-//! with object-store semantics (whole-object atomic `put`, ranged reads,
-//! prefix `list`, recursive `delete`) so an S3-compatible backend can be added
-//! later without changing any caller. It never interprets the bytes it stores.
+//! with object-store semantics (whole-object atomic `put`, create-only
+//! `create`, ranged reads, prefix `list`, recursive `delete`), so the
+//! S3-compatible backend (crate `kelp-filer-s3`) serves every caller
+//! unchanged. It never interprets the bytes it stores. [`FilerUrl`] names a
+//! filer (`file:///dir`, `s3://bucket/prefix`).
 //!
 //! Paths are [`ObjectPath`]s: validated, relative, `/`-separated keys. A
 //! backend maps them to whatever its medium uses; [`LocalFiler`] maps them to
@@ -14,10 +16,12 @@
 use std::path::{Path, PathBuf};
 
 mod error;
+mod filer_url;
 mod local_filer;
 mod object_path;
 
 pub use error::FilerError;
+pub use filer_url::{FilerUrl, S3_PREFIX_BYTES_MAX};
 pub use local_filer::LocalFiler;
 pub use object_path::{ObjectPath, OBJECT_PATH_BYTES_MAX};
 
@@ -32,6 +36,13 @@ pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
     /// the old object or the new one, never a torn one) and durably (on stable
     /// storage before returning). Overwrites any existing object.
     fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError>;
+
+    /// Store `bytes` as a new object at `path` with `put`'s guarantees, only
+    /// if no object is there: [`FilerError::AlreadyExists`] otherwise, and
+    /// the stored object is left as it was. Chunks, seal markers and
+    /// payloads are written this way, so nothing ever overwrites one (two
+    /// writers racing for a path: exactly one wins).
+    fn create(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError>;
 
     /// Read up to `buf.len()` bytes of the object at `path`, starting at
     /// `offset`; returns the number of bytes read, which is short only at the
@@ -82,12 +93,14 @@ pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
-    /// Store the first `len` bytes of the local file `local` as the whole
-    /// object at `path`, with `put`'s guarantees, and hand the file over:
+    /// Store the first `len` bytes of the local file `local` as a new
+    /// object at `path`, with `create`'s guarantees (an object already at
+    /// `path` is [`FilerError::AlreadyExists`], and the file stays where it
+    /// is), and hand the file over:
     /// once this returns `Ok` the file no longer exists at `local` (a
     /// mapping of it the caller holds stays readable). A backend on the same
     /// filesystem moves the file into place instead of copying its bytes;
-    /// this default reads it and calls `put`.
+    /// this default reads it and calls `create`.
     fn put_file(&self, path: &ObjectPath, local: &Path, len: u64) -> Result<(), FilerError> {
         let io = |op: &'static str| {
             move |source: std::io::Error| FilerError::Io {
@@ -108,7 +121,7 @@ pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
             });
         }
         bytes.truncate(len as usize);
-        self.put(path, &bytes)?;
+        self.create(path, &bytes)?;
         std::fs::remove_file(local).map_err(io("remove"))
     }
 }

@@ -69,6 +69,54 @@ impl LocalFiler {
         self.root.join(path.as_str())
     }
 
+    /// Write `bytes` to a synced temp file beside the target, then put it
+    /// in place: renamed over whatever is there, or hard-linked, which
+    /// fails if anything is.
+    fn store(
+        &self,
+        path: &ObjectPath,
+        bytes: &[u8],
+        placement: Placement,
+    ) -> Result<(), FilerError> {
+        self.create_parent_dirs(path)?;
+        let target = self.file_path(path);
+        let parent = target
+            .parent()
+            .expect("root joined with a non-empty relative path has a parent")
+            .to_path_buf();
+        let name = path
+            .components()
+            .last()
+            .expect("an ObjectPath has at least one component");
+        let counter = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        let temp = parent.join(format!(
+            ".{name}{TEMP_MARKER}{}-{counter}",
+            std::process::id()
+        ));
+        let written = write_synced(&temp, bytes).and_then(|()| match placement {
+            Placement::Replace => fs::rename(&temp, &target).map_err(io_error("rename", &temp)),
+            Placement::New => {
+                let linked = match fs::hard_link(&temp, &target) {
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                        Err(FilerError::AlreadyExists {
+                            path: path.to_string(),
+                        })
+                    }
+                    other => other.map_err(io_error("link", &temp)),
+                };
+                let _ = fs::remove_file(&temp);
+                linked
+            }
+        });
+        if let Err(e) = written {
+            // Best effort: the temp file is invisible to list() anyway, and
+            // the original error is the one worth reporting.
+            let _ = fs::remove_file(&temp);
+            return Err(e);
+        }
+        sync_dir(&parent)
+    }
+
     /// Create every missing directory between the root and `target`'s
     /// parent, fsyncing each new entry's parent so the directories survive a
     /// crash along with the file that will be renamed into them.
@@ -104,30 +152,11 @@ impl Filer for LocalFiler {
     }
 
     fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
-        self.create_parent_dirs(path)?;
-        let target = self.file_path(path);
-        let parent = target
-            .parent()
-            .expect("root joined with a non-empty relative path has a parent")
-            .to_path_buf();
-        let name = path
-            .components()
-            .last()
-            .expect("an ObjectPath has at least one component");
-        let counter = self.temp_counter.fetch_add(1, Ordering::Relaxed);
-        let temp = parent.join(format!(
-            ".{name}{TEMP_MARKER}{}-{counter}",
-            std::process::id()
-        ));
-        let written = write_synced(&temp, bytes)
-            .and_then(|()| fs::rename(&temp, &target).map_err(io_error("rename", &temp)));
-        if let Err(e) = written {
-            // Best effort: the temp file is invisible to list() anyway, and
-            // the original error is the one worth reporting.
-            let _ = fs::remove_file(&temp);
-            return Err(e);
-        }
-        sync_dir(&parent)
+        self.store(path, bytes, Placement::Replace)
+    }
+
+    fn create(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
+        self.store(path, bytes, Placement::New)
     }
 
     fn put_file(&self, path: &ObjectPath, local: &Path, len: u64) -> Result<(), FilerError> {
@@ -138,6 +167,13 @@ impl Filer for LocalFiler {
             .write(true)
             .open(local)
             .map_err(io_error("open", local))?;
+        let file_len = file.metadata().map_err(io_error("stat", local))?.len();
+        if file_len < len {
+            return Err(io_error("truncate", local)(io::Error::new(
+                ErrorKind::UnexpectedEof,
+                "file is shorter than the length to store",
+            )));
+        }
         file.set_len(len).map_err(io_error("truncate", local))?;
         file.sync_data().map_err(io_error("fdatasync", local))?;
         if self.drop_handed_over_pages {
@@ -146,20 +182,32 @@ impl Filer for LocalFiler {
         drop(file);
         self.create_parent_dirs(path)?;
         let target = self.file_path(path);
-        match fs::rename(local, &target) {
+        // A hard link, not a rename: it fails if the target exists, so a
+        // chunk is never replaced; then the buffer's name goes.
+        match fs::hard_link(local, &target) {
             Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                return Err(FilerError::AlreadyExists {
+                    path: path.to_string(),
+                })
+            }
             // Another filesystem: copy the bytes instead.
             Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
                 let bytes = fs::read(local).map_err(io_error("read", local))?;
-                self.put(path, &bytes)?;
+                self.create(path, &bytes)?;
                 return fs::remove_file(local).map_err(io_error("remove", local));
             }
-            Err(e) => return Err(io_error("rename", local)(e)),
+            Err(e) => return Err(io_error("link", local)(e)),
         }
+        fs::remove_file(local).map_err(io_error("remove", local))?;
         let parent = target
             .parent()
             .expect("root joined with a non-empty relative path has a parent");
-        sync_dir(parent)
+        sync_dir(parent)?;
+        if let Some(local_dir) = local.parent() {
+            sync_dir(local_dir)?;
+        }
+        Ok(())
     }
 
     fn read_at(&self, path: &ObjectPath, offset: u64, buf: &mut [u8]) -> Result<usize, FilerError> {
@@ -300,6 +348,15 @@ impl Filer for LocalFiler {
             other => other,
         }
     }
+}
+
+/// How [`LocalFiler::store`] puts a synced temp file in place.
+#[derive(Debug, Clone, Copy)]
+enum Placement {
+    /// `put`: over any object there.
+    Replace,
+    /// `create`: only where none is.
+    New,
 }
 
 /// Create `temp` (which must not exist), write `bytes`, and fdatasync it.
@@ -461,6 +518,9 @@ mod tests {
     impl Filer for CopyOnly {
         fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
             self.0.put(path, bytes)
+        }
+        fn create(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
+            self.0.create(path, bytes)
         }
         fn read_at(
             &self,

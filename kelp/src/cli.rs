@@ -78,6 +78,46 @@ pub struct ControlArgs {
     /// and rebalancing.
     #[arg(long, default_value_t = 1_000)]
     pub tick_ms: u64,
+    #[command(flatten)]
+    pub filer: FilerArgs,
+}
+
+/// Where the filer is, and how to reach an S3-compatible one.
+#[derive(Debug, Args)]
+pub struct FilerArgs {
+    /// Where chunks, topic layouts and payloads are stored: file:///dir, or
+    /// s3://BUCKET/PREFIX on S3-compatible object storage (credentials from
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). Default: the local
+    /// directory `<data-dir>/filer`; a broker in a cluster uses its control
+    /// plane's.
+    #[arg(long, value_name = "URL", value_parser = parse_filer_url)]
+    pub filer: Option<filer::FilerUrl>,
+    /// The S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL,
+    /// else AWS itself).
+    #[arg(long, value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+    /// The region to sign S3 requests for (default: AWS_REGION).
+    #[arg(long, value_name = "REGION")]
+    pub s3_region: Option<String>,
+    /// Allow a plain-HTTP S3 endpoint (default: AWS_ALLOW_HTTP).
+    #[arg(long)]
+    pub s3_allow_http: bool,
+}
+
+impl FilerArgs {
+    /// The S3 settings these flags give; the AWS environment fills the rest.
+    pub fn s3_settings(&self) -> filer_s3::S3Settings {
+        filer_s3::S3Settings {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            allow_http: self.s3_allow_http.then_some(true),
+            ..filer_s3::S3Settings::default()
+        }
+    }
+}
+
+fn parse_filer_url(text: &str) -> Result<filer::FilerUrl, String> {
+    filer::FilerUrl::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +173,8 @@ pub struct ServeArgs {
     /// is owed no answer (Kafka's connections.max.idle.ms is 10 minutes).
     #[arg(long, value_name = "MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
+    #[command(flatten)]
+    pub filer: FilerArgs,
     /// Close a native TCP or Kafka connection whose request has not all arrived this
     /// long after its first byte (a peer trickling bytes).
     #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]

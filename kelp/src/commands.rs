@@ -29,6 +29,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         payload_grace_ms: args.payload_grace_ms,
         payload_sweep_interval_ms: args.payload_sweep_ms,
         kafka_listen: args.kafka,
+        s3: args.filer.s3_settings(),
+        filer: args.filer.filer,
         control: args.control,
         pin_shards: !args.unpinned,
         idle_timeout_ms: args.idle_timeout_ms,
@@ -49,7 +51,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
 pub fn control(args: ControlArgs) -> anyhow::Result<()> {
     // Blocked before any thread starts, so only the wait below takes them.
     let signals = engine::TerminationSignals::block();
+    let filer = match &args.filer.filer {
+        None => None,
+        Some(url) => Some(open_cluster_filer(url, &args.filer.s3_settings())?),
+    };
     let config = control::ControlServerConfig {
+        filer,
         listen: args.listen,
         data_dir: args.data_dir,
         broker_silence_ms: args.broker_silence_ms,
@@ -61,6 +68,25 @@ pub fn control(args: ControlArgs) -> anyhow::Result<()> {
         log::info!("received signal {signal}; stopping the control plane");
     })
     .context("control plane stopped with an error")
+}
+
+/// The filer `kelp control --filer URL` names, opened, with the absolute
+/// URL brokers will be handed.
+fn open_cluster_filer(
+    url: &filer::FilerUrl,
+    s3: &filer_s3::S3Settings,
+) -> anyhow::Result<control::ClusterFiler> {
+    let url = match url {
+        filer::FilerUrl::Local(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+            filer::FilerUrl::Local(
+                std::fs::canonicalize(dir).with_context(|| format!("resolve {}", dir.display()))?,
+            )
+        }
+        s3_url => s3_url.clone(),
+    };
+    let filer = filer_s3::open(&url, s3).with_context(|| format!("open the filer {url}"))?;
+    Ok(control::ClusterFiler { url, filer })
 }
 
 async fn connect(broker: &BrokerArgs) -> anyhow::Result<Client> {

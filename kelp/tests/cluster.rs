@@ -515,3 +515,122 @@ async fn broker_id(client: &Client, broker: &Broker) -> u32 {
         .map(|b| b.id)
         .unwrap()
 }
+
+/// Brokers on separate hosts (127.0.0.2 to .5) that share nothing but an
+/// S3 bucket (a real S3-compatible server on 127.0.0.1) and the control
+/// plane: durable records survive a kill -9 of one broker, and a broker
+/// that joins with an empty data dir reads every record once, each key in
+/// order. The chunks are objects in the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
+    const S3_TOPIC: &str = "cluster/on-s3";
+    let server = test_support::S3Server::start();
+    let env = server.env();
+    let filer = server.url("cluster");
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start_with_env(
+        &dir.path().join("control"),
+        port(),
+        &["--broker-silence-ms", "2000", "--filer", &filer],
+        &env,
+    );
+    let join = ["--control", &control.address(), "--unpinned"];
+    let on = |host: &'static str, name: &str| {
+        Broker::start_on(host, &dir.path().join(name), port(), &join, &env)
+    };
+    let b1 = on("127.0.0.2", "b1");
+    let b2 = on("127.0.0.3", "b2");
+    let b3 = on("127.0.0.4", "b3");
+    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
+        .await
+        .unwrap();
+    let created = client.create_topic(S3_TOPIC, 3).await.unwrap();
+    let victim = broker_id(&client, &b2).await;
+    assert!(
+        created.segments.iter().any(|s| s.broker == Some(victim)),
+        "no segment on the broker to kill: {created:?}"
+    );
+
+    let config = ProducerConfig {
+        ack: AckMode::Durable,
+        ..ProducerConfig::default()
+    };
+    let mut before = Publisher {
+        producer: client.producer(S3_TOPIC, config).await.unwrap(),
+        next_seq: HashMap::new(),
+        sent: 0,
+        turn: 0,
+    };
+    for _ in 0..2_000 {
+        before.send_one().await;
+    }
+    before.producer.flush().await.unwrap();
+    b2.kill9();
+
+    // Declared dead; its segments reopen on the others.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client
+        .describe_topic(S3_TOPIC)
+        .await
+        .unwrap()
+        .segments
+        .iter()
+        .any(|s| !s.sealed && s.broker == Some(victim))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "broker {victim} never declared dead"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A new broker on another host, nothing on its disk.
+    let b4 = on("127.0.0.5", "b4");
+    let through_new = Client::connect(&b4.broker_arg(), Transport::Tcp, ClientOptions::default())
+        .await
+        .unwrap();
+    let mut after = Publisher {
+        producer: through_new.producer(S3_TOPIC, config).await.unwrap(),
+        next_seq: before.next_seq.clone(),
+        sent: 0,
+        turn: before.turn,
+    };
+    for _ in 0..1_000 {
+        after.send_one().await;
+    }
+    after.producer.flush().await.unwrap();
+
+    // Read through the new broker: everything, once, each key in order.
+    let total = before.sent + after.sent;
+    let mut subscriber = through_new
+        .subscribe(S3_TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
+        .await
+        .unwrap();
+    let got = read_records(&mut subscriber, total, Duration::from_secs(60)).await;
+    let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
+    for (key, seq) in got {
+        per_key.entry(key).or_default().push(seq);
+    }
+    let read: u64 = per_key.values().map(|s| s.len() as u64).sum();
+    assert_eq!(read, total, "records read against records acknowledged");
+    for (key, seqs) in &per_key {
+        let expected: Vec<u64> = (0..seqs.len() as u64).collect();
+        assert_eq!(seqs, &expected, "key {key}");
+    }
+
+    // The data is in the bucket, not on any host's disk.
+    let keys = server.keys("cluster/");
+    assert!(
+        keys.iter().any(|k| k.ends_with(".chunk")),
+        "no chunk in the bucket: {keys:?}"
+    );
+    assert!(
+        keys.iter().any(|k| k.ends_with("/sealed")),
+        "no seal marker in the bucket: {keys:?}"
+    );
+    for name in ["control", "b1", "b3", "b4"] {
+        let local = dir.path().join(name).join("filer").join("topics");
+        assert!(!local.exists(), "{} exists", local.display());
+    }
+    drop((b1, b3, b4, control));
+}

@@ -9,6 +9,9 @@
 //! - [`SeededRng`]: the one seed and generator of randomized tests: the
 //!   seed printed, `KELP_TEST_SEED` replaying it.
 //!
+//! - [`S3Server`]: a real S3-compatible server (moto) on loopback with a
+//!   fresh bucket.
+//!
 //! A test double or fixture that only one test file needs stays in that
 //! file.
 #![allow(clippy::unwrap_used)]
@@ -23,6 +26,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+
+mod s3_server;
+pub use s3_server::{S3Server, S3_ACCESS_KEY_ID, S3_REGION, S3_SECRET_ACCESS_KEY};
 
 /// A randomized test's numbers (xorshift64), from `KELP_TEST_SEED` when it
 /// is set, else from the clock; the seed is printed, so a failure can be

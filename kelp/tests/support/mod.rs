@@ -25,6 +25,9 @@ pub fn port() -> u16 {
 
 pub struct Broker {
     pub child: Child,
+    /// The loopback address it listens on (127.0.0.1, or 127.0.0.2 and up
+    /// standing for another host).
+    pub host: &'static str,
     pub port: u16,
     pub data_dir: PathBuf,
 }
@@ -35,22 +38,53 @@ impl Broker {
     }
 
     pub fn start_with(data_dir: &Path, port: u16, extra: &[&str]) -> Broker {
-        Broker::spawn(data_dir, port, extra, Stdio::inherit())
+        Broker::spawn("127.0.0.1", data_dir, port, extra, &[], Stdio::inherit())
+    }
+
+    /// [`Broker::start_with`] with `env` added to the broker's environment
+    /// (e.g. the AWS variables of an S3 filer).
+    pub fn start_with_env(
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Broker {
+        Broker::spawn("127.0.0.1", data_dir, port, extra, env, Stdio::inherit())
+    }
+
+    /// [`Broker::start_with_env`] on another loopback address, standing
+    /// for another host.
+    pub fn start_on(
+        host: &'static str,
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Broker {
+        Broker::spawn(host, data_dir, port, extra, env, Stdio::inherit())
     }
 
     /// [`Broker::start_with`], its log (stderr) written to `log` instead
     /// of the test's, for tests that read what the broker said.
     pub fn start_logged(data_dir: &Path, port: u16, extra: &[&str], log: &Path) -> Broker {
         let file = std::fs::File::create(log).expect("create broker log");
-        Broker::spawn(data_dir, port, extra, Stdio::from(file))
+        Broker::spawn("127.0.0.1", data_dir, port, extra, &[], Stdio::from(file))
     }
 
-    fn spawn(data_dir: &Path, port: u16, extra: &[&str], stderr: Stdio) -> Broker {
+    fn spawn(
+        host: &'static str,
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+        stderr: Stdio,
+    ) -> Broker {
         let child = Command::new(kelp_bin())
             .args(["serve", "--shards", "2"])
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(format!("{host}:{port}"))
             .arg("--data-dir")
             .arg(data_dir)
             .stdin(Stdio::null())
@@ -60,6 +94,7 @@ impl Broker {
             .expect("start kelp serve");
         let mut broker = Broker {
             child,
+            host,
             port,
             data_dir: data_dir.to_path_buf(),
         };
@@ -79,7 +114,7 @@ impl Broker {
                     self.port
                 );
             }
-            let up = (0..2).all(|i| TcpStream::connect(("127.0.0.1", self.port + i)).is_ok());
+            let up = (0..2).all(|i| TcpStream::connect((self.host, self.port + i)).is_ok());
             if up && self.cli(&["topic", "list"]).status.success() {
                 // Answered; it was ours only if ours still runs (a failed
                 // bind exits at once).
@@ -103,7 +138,7 @@ impl Broker {
     }
 
     pub fn broker_arg(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
@@ -167,9 +202,20 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Start a control plane on `port` and wait until it accepts.
     pub fn start(data_dir: &Path, port: u16, extra: &[&str]) -> ControlPlane {
+        ControlPlane::start_with_env(data_dir, port, extra, &[])
+    }
+
+    /// [`ControlPlane::start`] with `env` added to its environment.
+    pub fn start_with_env(
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> ControlPlane {
         let child = Command::new(kelp_bin())
             .arg("control")
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--data-dir")

@@ -21,14 +21,18 @@ pub fn value(i: u64) -> String {
 
 /// Publish records `from..from + n` (key `k<i>`, value `value(i)`).
 pub fn publish(broker: &Broker, topic: &str, from: u64, n: u64) {
+    publish_with(broker, topic, from, n, &[]);
+}
+
+/// [`publish`] with more `kelp pub` flags, e.g. `--ack durable`.
+pub fn publish_with(broker: &Broker, topic: &str, from: u64, n: u64, extra: &[&str]) {
     let mut lines = String::new();
     for i in from..from + n {
         lines.push_str(&format!("k{i}\t{}\n", value(i)));
     }
-    let out = broker.cli_with_stdin(
-        &["pub", topic, "--batch-bytes", BATCH_BYTES],
-        lines.as_bytes(),
-    );
+    let mut args = vec!["pub", topic, "--batch-bytes", BATCH_BYTES];
+    args.extend_from_slice(extra);
+    let out = broker.cli_with_stdin(&args, lines.as_bytes());
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && said.contains(&format!("acknowledged {n} records")),

@@ -1,0 +1,102 @@
+//! A broker that stores in an S3-compatible bucket (a real server, moto,
+//! on 127.0.0.1) is stateless: killed with SIGKILL and replaced by a broker
+//! with an empty data directory, every durably acknowledged record is read
+//! back, once, in order, and its chunks are objects in the bucket.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use support::records::{publish_with, read, value};
+use support::{port, Broker};
+use test_support::S3Server;
+
+/// Records published per round, and rounds.
+const RECORDS_PER_ROUND: u64 = 2_000;
+
+fn s3_broker(server: &S3Server, data_dir: &std::path::Path, port: u16) -> Broker {
+    let filer = server.url("cluster-a");
+    Broker::start_with_env(
+        data_dir,
+        port,
+        &["--filer", &filer, "--buffer-bytes", "65536"],
+        &server.env(),
+    )
+}
+
+fn assert_all(records: &[(u64, String)], count: u64) {
+    assert_eq!(records.len() as u64, count);
+    for (i, (offset, v)) in records.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets out of order at {i}");
+        assert_eq!(*v, value(i as u64), "record {i}");
+    }
+}
+
+#[test]
+fn a_broker_on_s3_loses_nothing_durable_when_killed_and_replaced_by_an_empty_one() {
+    let server = S3Server::start();
+    let first_dir = tempfile::tempdir().unwrap();
+    let broker = s3_broker(&server, first_dir.path(), port());
+    let created = broker.cli(&["topic", "create", "app/events"]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    publish_with(
+        &broker,
+        "app/events",
+        0,
+        RECORDS_PER_ROUND,
+        &["--ack", "durable"],
+    );
+
+    // The chunks and the layout are objects in the bucket, under the prefix.
+    let keys = server.keys("cluster-a/");
+    let chunks = keys.iter().filter(|k| k.ends_with(".chunk")).count();
+    assert!(chunks > 0, "no chunk in the bucket: {keys:?}");
+    assert!(
+        keys.iter().any(|k| k.ends_with("/topic.json")),
+        "no topic layout in the bucket: {keys:?}"
+    );
+    // Nothing was written to the broker's own disk as a filer.
+    assert!(!first_dir.path().join("filer").join("topics").exists());
+
+    broker.kill9();
+    drop(first_dir);
+
+    // A new broker with nothing on disk serves everything from the bucket.
+    let second_dir = tempfile::tempdir().unwrap();
+    let broker = s3_broker(&server, second_dir.path(), port());
+    assert_all(
+        &read(&broker, "app/events", &[], RECORDS_PER_ROUND),
+        RECORDS_PER_ROUND,
+    );
+
+    // It goes on where the first left off, and a clean stop flushes.
+    publish_with(
+        &broker,
+        "app/events",
+        RECORDS_PER_ROUND,
+        RECORDS_PER_ROUND,
+        &["--ack", "durable"],
+    );
+    broker.stop();
+    let third_dir = tempfile::tempdir().unwrap();
+    let broker = s3_broker(&server, third_dir.path(), port());
+    assert_all(
+        &read(&broker, "app/events", &[], 2 * RECORDS_PER_ROUND),
+        2 * RECORDS_PER_ROUND,
+    );
+    broker.stop();
+}
+
+#[test]
+fn a_bad_filer_url_is_refused_at_start_with_the_reason() {
+    let out = std::process::Command::new(support::kelp_bin())
+        .args(["serve", "--filer", "gs://bucket/x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("unknown scheme"), "{said}");
+}
