@@ -211,6 +211,10 @@ pub struct BrokerArgs {
     /// self-signed ones.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// How long a request may wait for its answer (a durable produce waits
+    /// for the filer: raise this to ride out a long storage outage).
+    #[arg(long, value_name = "MS", default_value_t = client::REQUEST_TIMEOUT_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_ms: u64,
 }
 
 /// Where payloads passed by reference are: `pub` and `sub` take it.

@@ -99,6 +99,7 @@ async fn connect_with(
 ) -> anyhow::Result<Client> {
     let options = ClientOptions {
         tls_ca_file: broker.tls_ca.clone(),
+        request_timeout_ms: broker.request_timeout_ms,
         payload_dir: payload.and_then(|p| p.payload_dir.clone()),
         ..ClientOptions::default()
     };

@@ -1,0 +1,212 @@
+//! The S3 store goes away for 30 s under load (a TCP proxy in front of a
+//! real S3-compatible server drops every connection and refuses new ones):
+//! durable acks wait, leader acks go on, flushing resumes on its own once
+//! the store is back, and nothing acknowledged is lost, also across a
+//! kill -9 and a broker that replaces the first with an empty disk.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::records::{publish_with, read, value};
+use support::{port, Broker};
+use test_support::S3Server;
+
+/// How long the store is away.
+const OUTAGE: Duration = Duration::from_secs(30);
+/// Records per phase.
+const RECORDS: u64 = 500;
+/// Connections the proxy carries at once; more are refused.
+const PROXY_CONNECTIONS_MAX: usize = 64;
+
+/// A TCP proxy to `target` that can be taken down: then every connection
+/// it carries is cut and new ones are closed at once, as a store that
+/// stopped answers. A test double for an outage; the store behind it is
+/// the real server.
+struct Proxy {
+    port: u16,
+    down: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(target: u16) -> Proxy {
+        let port = test_support::free_port_pair();
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let down = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (d, o) = (down.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if d.load(Ordering::SeqCst) || o.lock().unwrap().len() >= PROXY_CONNECTIONS_MAX {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                {
+                    let mut open = o.lock().unwrap();
+                    open.retain(|s| s.peer_addr().is_ok());
+                    open.push(client.try_clone().unwrap());
+                    open.push(server.try_clone().unwrap());
+                }
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Proxy { port, down, open }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn take_down(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn bring_up(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Copy `from` to `to` on a thread until either side closes.
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 64 << 10];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+    });
+}
+
+fn broker(server: &S3Server, proxy: &Proxy, dir: &std::path::Path) -> Broker {
+    let mut env = server.env();
+    for (k, v) in &mut env {
+        if *k == "AWS_ENDPOINT_URL" {
+            *v = proxy.endpoint();
+        }
+    }
+    Broker::start_with_env(
+        dir,
+        port(),
+        &[
+            "--filer",
+            &server.url("outage"),
+            "--buffer-bytes",
+            "65536",
+            "--flush-age-ms",
+            "100",
+        ],
+        &env,
+    )
+}
+
+#[test]
+fn a_store_outage_makes_durable_acks_wait_and_loses_nothing() {
+    let server = S3Server::start();
+    let proxy = Proxy::start(
+        server
+            .endpoint()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap(),
+    );
+    let first_dir = tempfile::tempdir().unwrap();
+    let b = broker(&server, &proxy, first_dir.path());
+    assert!(b.cli(&["topic", "create", "app/outage"]).status.success());
+    publish_with(&b, "app/outage", 0, RECORDS, &["--ack", "durable"]);
+
+    proxy.take_down();
+    let down_since = Instant::now();
+    // Leader acks go on: the records are in the broker's buffers.
+    publish_with(&b, "app/outage", RECORDS, RECORDS, &["--ack", "leader"]);
+    // A durable produce waits for the store.
+    let durable = {
+        let broker_arg = b.broker_arg();
+        std::thread::spawn(move || {
+            let mut lines = String::new();
+            for i in 2 * RECORDS..3 * RECORDS {
+                lines.push_str(&format!("k{i}\t{}\n", value(i)));
+            }
+            let mut child = std::process::Command::new(support::kelp_bin())
+                .args([
+                    "pub",
+                    "app/outage",
+                    "--ack",
+                    "durable",
+                    "--broker",
+                    &broker_arg,
+                ])
+                // Longer than the outage and the flusher's backoff after it.
+                .args(["--request-timeout-ms", "120000"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(lines.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        })
+    };
+    while down_since.elapsed() < OUTAGE {
+        assert!(
+            !durable.is_finished(),
+            "a durable produce finished while the store was down: {:?}",
+            durable.join().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    proxy.bring_up();
+    // Flushing resumes by itself; the durable produce is acknowledged.
+    let out = durable.join().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains(&format!("acknowledged {RECORDS} records")),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Every record, in order, from this broker; then from one with an
+    // empty disk after a kill -9 (everything up to the durable ack is in
+    // the bucket: chunks are stored in offset order).
+    let all = 3 * RECORDS;
+    let check = |records: Vec<(u64, String)>| {
+        assert_eq!(records.len() as u64, all);
+        for (i, (offset, v)) in records.iter().enumerate() {
+            assert_eq!(*offset, i as u64);
+            assert_eq!(*v, value(i as u64), "record {i}");
+        }
+    };
+    check(read(&b, "app/outage", &[], all));
+    b.kill9();
+    let second_dir = tempfile::tempdir().unwrap();
+    let b = broker(&server, &proxy, second_dir.path());
+    check(read(&b, "app/outage", &[], all));
+    b.stop();
+}
