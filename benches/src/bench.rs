@@ -70,6 +70,8 @@ const BUFFERS_ONLY_FLUSH_AGE_MS: u64 = 3_600_000;
 const CHUNKS_FLUSH_AGE_MS: u64 = 100;
 /// The broker's own default flush age, for every other scenario.
 const FLUSH_AGE_MS_DEFAULT: u64 = 1000;
+/// The S3 PUT baseline stores at least this many objects.
+const S3_PUT_OBJECTS_MIN: u64 = 4;
 /// The baselines move at most this much payload, so a 20 GB backfill does
 /// not spend minutes on them; their rate is steady long before.
 const BASELINE_BYTES_MAX: u64 = 2 << 30;
@@ -190,6 +192,15 @@ fn run_once(args: &BenchArgs, launcher: &BrokerLauncher, ack: AckArg) -> Result<
     } else {
         None
     };
+    ensure!(
+        args.filer.is_none()
+            || !(args.scenario == Scenario::Consume && args.consume_from == ConsumeFrom::Chunks),
+        "consume --from chunks counts chunk files on the local disk; it does not take --filer"
+    );
+    ensure!(
+        args.filer.is_none() || args.broker.is_none(),
+        "--filer is the bench's own broker's; a broker given with --broker keeps its own"
+    );
     let broker = match &own_data {
         Some(dir) => Some(start_broker(args, launcher, dir)?),
         None => {
@@ -345,6 +356,7 @@ fn start_broker(
             QuicDriverArg::Shard => "shard",
         },
         drop_flushed_pages: args.drop_flushed_pages,
+        filer: args.filer.clone(),
     };
     let broker = BrokerProcess::start(launcher, &settings, &dir.path().join("broker"))?;
     eprintln!(
@@ -877,8 +889,27 @@ impl Run<'_> {
         let file_write = host_limits::file_write(dir, bytes, false).context("file write")?;
         let file_write_fdatasync =
             host_limits::file_write(dir, bytes, true).context("file write with fdatasync")?;
-        let primary = match (self.args.scenario, self.ack, self.args.transport) {
-            (Scenario::Backfill, AckArg::Durable, _) => "file_write_fdatasync",
+        let s3_put = match &self.args.filer {
+            Some(url) => {
+                let object_bytes = self.args.buffer_mib << 20;
+                let objects = (bytes / object_bytes).max(S3_PUT_OBJECTS_MIN);
+                let concurrency = self.args.segments.max(1);
+                eprintln!(
+                    "baseline: S3 PUT of {objects} objects of {} MiB, {concurrency} at once",
+                    self.args.buffer_mib
+                );
+                Some(
+                    host_limits::s3_put(url, object_bytes, objects, concurrency)
+                        .context("S3 PUT baseline")?,
+                )
+            }
+            None => None,
+        };
+        let stores_durably =
+            self.args.scenario == Scenario::Backfill || self.ack == AckArg::Durable;
+        let primary = match (stores_durably, &s3_put, self.args.transport) {
+            (true, Some(_), _) => "s3_put",
+            (true, None, _) if self.args.scenario == Scenario::Backfill => "file_write_fdatasync",
             (_, _, TransportArg::Tcp) => "raw_tcp",
             (_, _, TransportArg::Quic) => "raw_quinn",
         };
@@ -887,6 +918,7 @@ impl Run<'_> {
             raw_quinn,
             file_write,
             file_write_fdatasync,
+            s3_put,
             primary,
         })
     }

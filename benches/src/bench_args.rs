@@ -149,6 +149,14 @@ pub struct BenchArgs {
     /// file-write baselines write); the system temp dir by default.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// The bench's own broker stores in this filer (`s3://BUCKET/PREFIX`,
+    /// reached through the standard AWS environment) instead of its data
+    /// dir; with `--baseline` the store's own PUT throughput is measured
+    /// too, with objects of `--buffer-mib` and one upload per segment at
+    /// once, and is the limit a backfill or a durable produce is compared
+    /// with.
+    #[arg(long, value_name = "URL")]
+    pub filer: Option<String>,
     /// Also measure this host's limits with the same sizes: raw TCP, raw
     /// quinn, sequential file writes with and without fdatasync.
     #[arg(long)]

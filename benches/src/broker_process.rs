@@ -64,6 +64,8 @@ pub struct BrokerSettings {
     pub quic_driver: &'static str,
     /// Pass `--drop-flushed-pages`.
     pub drop_flushed_pages: bool,
+    /// Pass `--filer URL` (the environment carries the store's settings).
+    pub filer: Option<String>,
 }
 
 /// A running broker child.
@@ -100,6 +102,12 @@ impl BrokerProcess {
                 settings
                     .drop_flushed_pages
                     .then_some("--drop-flushed-pages"),
+            )
+            .args(
+                settings
+                    .filer
+                    .iter()
+                    .flat_map(|url| ["--filer", url.as_str()]),
             )
             // The broker's info lines would interleave with the summary.
             .env("RUST_LOG", "warn")

@@ -2,14 +2,15 @@
 //! sizes: the same produce frames pushed into a raw TCP sink and over one
 //! raw quinn stream (the sinks are in [`crate::baseline`]), and sequential
 //! writes of the same volume into the data directory's filesystem, with and
-//! without `fdatasync`.
+//! without `fdatasync`; and with an S3 filer, the store's own PUT throughput.
 
 use std::{
     fs::OpenOptions,
     io::Write,
     net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener, UdpSocket as StdUdpSocket},
     path::Path,
-    sync::mpsc,
+    sync::atomic::{AtomicU64, Ordering},
+    sync::{mpsc, Arc},
     thread,
     time::{Duration, Instant},
 };
@@ -198,6 +199,56 @@ pub fn file_write(dir: &Path, bytes: u64, sync: bool) -> Result<Limit> {
     removed.with_context(|| format!("remove {}", path.display()))?;
     Ok(Limit {
         payload_bytes: writes * FILE_WRITE_BYTES as u64,
+        elapsed,
+    })
+}
+
+/// The S3 store's own PUT throughput: `objects` objects of
+/// `object_bytes` (a chunk's size) created under
+/// `<prefix>/kelp-bench-put-<pid>/` by `concurrency` uploaders at once
+/// (kelp flushes one chunk per segment at a time), through the same client
+/// kelp uses; the clock runs from the first PUT to the last answer. The
+/// objects are deleted afterwards.
+pub fn s3_put(url: &str, object_bytes: u64, objects: u64, concurrency: u32) -> Result<Limit> {
+    let url = filer::FilerUrl::parse(url)?;
+    anyhow::ensure!(
+        matches!(url, filer::FilerUrl::S3 { .. }),
+        "the S3 PUT baseline needs an s3:// filer, not {url}"
+    );
+    let store = filer_s3::open(&url, &filer_s3::S3Settings::default())?;
+    let dir = filer::ObjectPath::new(format!("kelp-bench-put-{}", std::process::id()))?;
+    let body = Arc::new(vec![0x6Bu8; usize::try_from(object_bytes)?]);
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let uploaders: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (store, dir, body, next) = (store.clone(), dir.clone(), body.clone(), next.clone());
+            thread::spawn(move || -> Result<()> {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= objects {
+                        return Ok(());
+                    }
+                    store.create(&dir.join(&format!("{i:08}"))?, &body)?;
+                }
+            })
+        })
+        .collect();
+    let mut result = Ok(());
+    for uploader in uploaders {
+        let done = uploader
+            .join()
+            .map_err(|_| anyhow!("an S3 uploader panicked"))?;
+        if result.is_ok() {
+            result = done;
+        }
+    }
+    let elapsed = start.elapsed();
+    let deleted = store.delete(&dir);
+    result?;
+    deleted.context("delete the baseline's objects")?;
+    Ok(Limit {
+        payload_bytes: objects * object_bytes,
         elapsed,
     })
 }

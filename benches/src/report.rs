@@ -34,18 +34,24 @@ pub struct Baselines {
     pub raw_quinn: Limit,
     pub file_write: Limit,
     pub file_write_fdatasync: Limit,
+    /// The S3 store's own PUT throughput (`--filer s3://...`).
+    pub s3_put: Option<Limit>,
     /// The limit this scenario's figure is compared with.
     pub primary: &'static str,
 }
 
 impl Baselines {
-    pub fn all(&self) -> [(&'static str, &Limit); 4] {
-        [
+    pub fn all(&self) -> Vec<(&'static str, &Limit)> {
+        let mut all = vec![
             ("raw_tcp", &self.raw_tcp),
             ("raw_quinn", &self.raw_quinn),
             ("file_write", &self.file_write),
             ("file_write_fdatasync", &self.file_write_fdatasync),
-        ]
+        ];
+        if let Some(s3) = &self.s3_put {
+            all.push(("s3_put", s3));
+        }
+        all
     }
 
     pub fn primary(&self) -> &Limit {
@@ -98,6 +104,7 @@ pub fn limit_label(name: &str) -> &str {
         "raw_quinn" => "raw quinn",
         "file_write" => "disk write",
         "file_write_fdatasync" => "disk write + fdatasync",
+        "s3_put" => "S3 PUT",
         other => other,
     }
 }
@@ -503,6 +510,7 @@ mod tests {
             raw_quinn: limit(400),
             file_write: limit(1500),
             file_write_fdatasync: limit(500),
+            s3_put: None,
             primary: "raw_tcp",
         }))
         .json();
@@ -540,6 +548,7 @@ mod tests {
             raw_quinn: limit(400),
             file_write: limit(1500),
             file_write_fdatasync: limit(500),
+            s3_put: None,
             primary: "raw_tcp",
         }
     }

@@ -33,8 +33,20 @@ fn bench(dir: &Path, name: &str, args: &[&str]) -> Value {
 
 /// Runs `kelp bench`; its JSON report and its stdout.
 fn bench_with_text(dir: &Path, name: &str, args: &[&str]) -> (Value, String) {
+    bench_with_env(dir, name, args, &[])
+}
+
+/// [`bench_with_text`] with `env` added to the bench's environment (the
+/// broker it starts inherits it).
+fn bench_with_env(
+    dir: &Path,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> (Value, String) {
     let json = dir.join(format!("{name}.json"));
     let output = Command::new(kelp_bin())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .arg("bench")
         .args(args)
         .args(COMMON)
@@ -206,6 +218,49 @@ fn backfill_is_durable_by_default() {
     assert_eq!(doc["ack"], "durable");
     assert_eq!(doc["baseline"], "file_write_fdatasync");
     positive(&doc, "ratio_to_baseline");
+}
+
+/// With `--filer s3://...` the broker stores in a real S3-compatible
+/// server (moto on 127.0.0.1), and a durable figure is compared with that
+/// server's own PUT throughput, measured in the same run.
+#[test]
+fn backfill_and_durable_produce_on_s3_are_compared_with_s3_put() {
+    let server = test_support::S3Server::start();
+    let dir = temp();
+    for (name, scenario) in [("s3-backfill", "backfill"), ("s3-durable", "produce")] {
+        let filer = server.url(name);
+        let (doc, stdout) = bench_with_env(
+            dir.path(),
+            name,
+            &[
+                scenario,
+                "--ack",
+                "durable",
+                "--filer",
+                &filer,
+                "--buffer-mib",
+                "1",
+                "--baseline",
+            ],
+            &server.env(),
+        );
+        check(&doc, scenario, "tcp");
+        assert_eq!(doc["baseline"], "s3_put", "{stdout}");
+        positive(&doc["baselines"]["s3_put"], "mb_s");
+        positive(&doc, "ratio_to_baseline");
+        assert!(
+            stdout.contains("S3 PUT") || stdout.contains("s3_put"),
+            "{stdout}"
+        );
+        // The chunks went to the bucket, under the run's prefix, and the
+        // baseline's objects were cleaned up.
+        let keys = server.keys(&format!("{name}/"));
+        assert!(keys.iter().any(|k| k.ends_with(".chunk")), "{keys:?}");
+        assert!(
+            !keys.iter().any(|k| k.contains("kelp-bench-put-")),
+            "{keys:?}"
+        );
+    }
 }
 
 #[test]
