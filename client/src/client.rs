@@ -56,6 +56,11 @@ pub struct ClientOptions {
     /// read there directly, and the broker never carries their bytes.
     /// Without it they go through the broker's upload path.
     pub payload_dir: Option<PathBuf>,
+    /// The broker's filer as a URL (`s3://BUCKET/PREFIX`, or
+    /// `file:///dir`), for a client with its own credentials to the store
+    /// (the standard AWS environment): payloads are then written and read
+    /// there directly, as with `payload_dir`. At most one of the two.
+    pub payload_filer: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -67,6 +72,7 @@ impl Default for ClientOptions {
             connect_timeout_ms: CONNECT_TIMEOUT_MS_DEFAULT,
             tls_ca_file: None,
             payload_dir: None,
+            payload_filer: None,
         }
     }
 }
@@ -129,7 +135,10 @@ impl Client {
         transport: Transport,
         options: ClientOptions,
     ) -> Result<Client, ClientError> {
-        let payloads = PayloadRoute::open(options.payload_dir.as_deref())?;
+        let payloads = PayloadRoute::open(
+            options.payload_dir.as_deref(),
+            options.payload_filer.as_deref(),
+        )?;
         let bootstrap = resolve(broker).await?;
         let dialer = Dialer::new(transport, bootstrap, options.tls_ca_file.as_deref())?;
         let limits = limits(&options);

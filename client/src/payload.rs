@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use control::TopicName;
-use filer::{Filer, FilerError, LocalFiler};
+use filer::{Filer, FilerError, FilerUrl, LocalFiler};
 use wire::checksum::crc32c_append;
 use wire::{ErrorCode, PayloadId, PayloadRef, Request, Response};
 
@@ -31,15 +31,22 @@ pub const PAYLOAD_PIECE_BYTES: usize = 4 << 20;
 pub(crate) enum PayloadRoute {
     /// Through the broker's upload and read requests.
     Broker,
-    /// Straight to a filer directory shared with the broker.
-    Direct(Arc<LocalFiler>),
+    /// Straight to the broker's filer: a directory shared with it, or the
+    /// bucket it stores in.
+    Direct(Arc<dyn Filer>),
 }
 
 impl PayloadRoute {
-    pub(crate) fn open(payload_dir: Option<&Path>) -> Result<PayloadRoute, ClientError> {
-        match payload_dir {
-            None => Ok(PayloadRoute::Broker),
-            Some(dir) => {
+    pub(crate) fn open(
+        payload_dir: Option<&Path>,
+        payload_filer: Option<&str>,
+    ) -> Result<PayloadRoute, ClientError> {
+        match (payload_dir, payload_filer) {
+            (None, None) => Ok(PayloadRoute::Broker),
+            (Some(_), Some(_)) => Err(ClientError::Config(
+                "give the payload directory or the payload filer URL, not both".to_owned(),
+            )),
+            (Some(dir), None) => {
                 if !dir.is_dir() {
                     return Err(ClientError::Config(format!(
                         "payload directory {} does not exist (give the broker's <data dir>/filer)",
@@ -50,6 +57,16 @@ impl PayloadRoute {
                     ClientError::Config(format!("payload directory {}: {e}", dir.display()))
                 })?;
                 Ok(PayloadRoute::Direct(Arc::new(filer)))
+            }
+            (None, Some(url)) => {
+                let parsed = FilerUrl::parse(url)
+                    .map_err(|e| ClientError::Config(format!("payload filer: {e}")))?;
+                if let FilerUrl::Local(dir) = &parsed {
+                    return PayloadRoute::open(Some(dir), None);
+                }
+                let filer = filer_s3::open(&parsed, &filer_s3::S3Settings::default())
+                    .map_err(|e| ClientError::Config(format!("payload filer {url}: {e}")))?;
+                Ok(PayloadRoute::Direct(filer))
             }
         }
     }
@@ -119,7 +136,8 @@ impl Client {
                 let path = control::filer_layout::payload(&name, &reference.id);
                 let filer = Arc::clone(filer);
                 let bytes = value.to_vec();
-                tokio::task::spawn_blocking(move || filer.put(&path, &bytes))
+                // A payload is created, never overwritten.
+                tokio::task::spawn_blocking(move || filer.create(&path, &bytes))
                     .await
                     .map_err(|e| ClientError::Config(format!("upload task failed: {e}")))?
                     .map_err(|e| payload_error(&reference, &e))?;

@@ -78,7 +78,19 @@ pub struct S3Filer {
     bucket: String,
     /// The key prefix with its trailing `/`, or empty.
     prefix: String,
-    runtime: tokio::runtime::Runtime,
+    /// `Some` until dropped.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for S3Filer {
+    /// Without waiting: the last handle may go from inside an async task
+    /// (a client dropped on its tokio runtime), where a blocking shutdown
+    /// panics. No call is in flight once the filer itself is dropped.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl fmt::Debug for S3Filer {
@@ -134,7 +146,7 @@ impl S3Filer {
             store: Arc::new(store),
             bucket: bucket.to_owned(),
             prefix,
-            runtime,
+            runtime: Some(runtime),
         })
     }
 
@@ -160,7 +172,11 @@ impl S3Filer {
         F: Future<Output = T> + Send + 'static,
     {
         let (tx, rx) = mpsc::sync_channel(1);
-        self.runtime.spawn(async move {
+        let runtime = self
+            .runtime
+            .as_ref()
+            .expect("the runtime is there until the filer is dropped");
+        runtime.spawn(async move {
             let _ = tx.send(work.await);
         });
         rx.recv()

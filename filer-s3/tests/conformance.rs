@@ -255,3 +255,14 @@ fn filer_urls_name_the_backend() {
         FilerUrl::Local(_)
     ));
 }
+
+#[test]
+fn dropping_the_filer_inside_an_async_task_does_not_panic() {
+    let server = S3Server::start();
+    let filer = s3_filer(&server, "drop");
+    filer.put(&p("x"), b"x").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async move { drop(filer) });
+}

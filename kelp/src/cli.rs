@@ -225,6 +225,11 @@ pub struct PayloadArgs {
     /// directly instead of through the broker.
     #[arg(long, value_name = "DIR")]
     pub payload_dir: Option<PathBuf>,
+    /// The broker's filer as a URL (s3://BUCKET/PREFIX) when this machine
+    /// has credentials to it (AWS_ACCESS_KEY_ID, ...): payloads go straight
+    /// to the bucket and are read from it.
+    #[arg(long, value_name = "URL", conflicts_with = "payload_dir")]
+    pub payload_filer: Option<String>,
 }
 
 /// How a listing command prints: `--output table|json`.

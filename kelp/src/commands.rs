@@ -101,6 +101,7 @@ async fn connect_with(
         tls_ca_file: broker.tls_ca.clone(),
         request_timeout_ms: broker.request_timeout_ms,
         payload_dir: payload.and_then(|p| p.payload_dir.clone()),
+        payload_filer: payload.and_then(|p| p.payload_filer.clone()),
         ..ClientOptions::default()
     };
     // The error already says "cannot reach broker at ADDR" when it cannot.

@@ -100,3 +100,82 @@ fn a_bad_filer_url_is_refused_at_start_with_the_reason() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("unknown scheme"), "{said}");
 }
+
+/// `kelp ARGS --broker ADDR` with the S3 environment and `input` on stdin.
+fn kelp_with_env(
+    broker: &Broker,
+    server: &S3Server,
+    args: &[&str],
+    input: &[u8],
+) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(support::kelp_bin())
+        .args(args)
+        .args(["--broker", &broker.broker_arg()])
+        .envs(server.env())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A client with credentials to the bucket uploads payloads straight to
+/// it (`--payload-filer`); readers get them through the broker or from the
+/// bucket themselves.
+#[test]
+fn payloads_go_straight_to_the_bucket_and_read_back_either_way() {
+    let server = S3Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = s3_broker(&server, dir.path(), port());
+    assert!(broker.cli(&["topic", "create", "app/big"]).status.success());
+    let big = |i: usize| format!("{i}-{}", "y".repeat(6_000));
+    let mut lines = String::new();
+    for i in 0..4 {
+        if i % 2 == 0 {
+            lines += &format!("k{i}\t{}\n", big(i));
+        } else {
+            lines += &format!("k{i}\tsmall-{i}\n");
+        }
+    }
+    let filer = server.url("cluster-a");
+    let out = kelp_with_env(
+        &broker,
+        &server,
+        &[
+            "pub",
+            "app/big",
+            "--ack",
+            "durable",
+            "--by-ref-over",
+            "1000",
+            "--payload-filer",
+            &filer,
+        ],
+        lines.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let payloads = server.keys("cluster-a/topics/app/big/payloads/");
+    assert_eq!(payloads.len(), 2, "{payloads:?}");
+
+    let read = ["sub", "app/big", "--from", "earliest", "--count", "4"];
+    let through_broker = kelp_with_env(&broker, &server, &read, b"");
+    assert!(through_broker.status.success());
+    assert_eq!(String::from_utf8(through_broker.stdout).unwrap(), lines);
+    let mut direct = read.to_vec();
+    direct.extend(["--payload-filer", filer.as_str()]);
+    let from_bucket = kelp_with_env(&broker, &server, &direct, b"");
+    assert!(
+        from_bucket.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_bucket.stderr)
+    );
+    assert_eq!(String::from_utf8(from_bucket.stdout).unwrap(), lines);
+    broker.stop();
+}
