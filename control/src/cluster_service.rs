@@ -527,18 +527,7 @@ impl ClusterService {
                 },
                 _ => Request::ApplyLayout { topic_json },
             };
-            let Some(address) = self.command_address(broker) else {
-                log::warn!("no address for broker {broker}; it is resynchronised when it reports");
-                self.needs_resync.insert(broker);
-                continue;
-            };
-            if let Err(e) = self.link.command(&address, &request) {
-                log::warn!(
-                    "command to broker {broker} for topic {}: {e}",
-                    action.topic()
-                );
-                self.needs_resync.insert(broker);
-            }
+            self.tell(broker, &request, action.topic());
         }
         // Reads of a sealed segment go to any live broker (spread by id),
         // so every other broker learns of a seal too: one with a stale
@@ -550,19 +539,25 @@ impl ClusterService {
         if action.sealed().is_empty() || deleting {
             return;
         }
+        let layout = Request::ApplyLayout { topic_json };
         for broker in self.live_brokers() {
-            if told.contains(&broker) {
-                continue;
+            if !told.contains(&broker) {
+                self.tell(broker, &layout, action.topic());
             }
-            let Some(address) = self.command_address(broker) else {
-                self.needs_resync.insert(broker);
-                continue;
-            };
-            let request = Request::ApplyLayout { topic_json };
-            if let Err(e) = self.link.command(&address, &request) {
-                log::warn!("layout of topic {} to broker {broker}: {e}", action.topic());
-                self.needs_resync.insert(broker);
-            }
+        }
+    }
+
+    /// Send `request` about `topic` to `broker`; one that cannot be
+    /// reached is resynchronised when it next reports.
+    fn tell(&mut self, broker: BrokerId, request: &Request<'_>, topic: &TopicName) {
+        let Some(address) = self.command_address(broker) else {
+            log::warn!("no address for broker {broker}; it is resynchronised when it reports");
+            self.needs_resync.insert(broker);
+            return;
+        };
+        if let Err(e) = self.link.command(&address, request) {
+            log::warn!("command to broker {broker} for topic {topic}: {e}");
+            self.needs_resync.insert(broker);
         }
     }
 

@@ -63,6 +63,17 @@ struct Publisher {
 }
 
 impl Publisher {
+    /// A publisher on `producer` that goes on with each key's sequence
+    /// where `before` left it.
+    fn after(producer: client::Producer, before: &Publisher) -> Publisher {
+        Publisher {
+            producer,
+            next_seq: before.next_seq.clone(),
+            sent: 0,
+            turn: before.turn,
+        }
+    }
+
     async fn send_one(&mut self) {
         let k = self.turn % KEYS;
         self.turn += 1;
@@ -278,20 +289,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
         reader
     };
     let got = reader.await.unwrap();
-    let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
-    for (key, seq) in &got {
-        per_key.entry(key.clone()).or_default().push(*seq);
-    }
-    let mut read = 0u64;
-    for (key, seqs) in &per_key {
-        let expected: Vec<u64> = (0..seqs.len() as u64).collect();
-        assert_eq!(
-            seqs, &expected,
-            "key {key}: records out of order, missing or read twice"
-        );
-        read += seqs.len() as u64;
-    }
-    assert_eq!(read, sent, "records read against records acknowledged");
+    let per_key = each_key_once_in_order(got, sent);
     for k in 0..KEYS {
         let key = format!("key-{k:03}");
         assert_eq!(
@@ -478,12 +476,7 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     )
     .await
     .unwrap();
-    let mut after = Publisher {
-        producer: fresh.producer(TOPIC, config).await.unwrap(),
-        next_seq: before.next_seq.clone(),
-        sent: 0,
-        turn: before.turn,
-    };
+    let mut after = Publisher::after(fresh.producer(TOPIC, config).await.unwrap(), &before);
     for _ in 0..2_000 {
         after.send_one().await;
     }
@@ -492,18 +485,32 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     // The subscriber rode through: everything, once, each key in order.
     let total = before.sent + after.sent;
     let got = read_records(&mut subscriber, total, Duration::from_secs(60)).await;
+    each_key_once_in_order(got, total);
+    drop(survivor);
+    drop(control);
+}
+
+/// `got` (key, sequence) pairs, grouped by key: each key's sequences are
+/// 0, 1, 2, ... (in order, none missing, none twice), and there are
+/// `acknowledged` records in all.
+fn each_key_once_in_order(got: Vec<(String, u64)>, acknowledged: u64) -> HashMap<String, Vec<u64>> {
     let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
     for (key, seq) in got {
         per_key.entry(key).or_default().push(seq);
     }
-    let read: u64 = per_key.values().map(|s| s.len() as u64).sum();
-    assert_eq!(read, total, "records read against records acknowledged");
     for (key, seqs) in &per_key {
         let expected: Vec<u64> = (0..seqs.len() as u64).collect();
-        assert_eq!(seqs, &expected, "key {key}");
+        assert_eq!(
+            seqs, &expected,
+            "key {key}: records out of order, missing or read twice"
+        );
     }
-    drop(survivor);
-    drop(control);
+    let read: u64 = per_key.values().map(|s| s.len() as u64).sum();
+    assert_eq!(
+        read, acknowledged,
+        "records read against records acknowledged"
+    );
+    per_key
 }
 
 /// The id of the broker `broker` (by its shard 0 address).
@@ -589,12 +596,10 @@ async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
     let through_new = Client::connect(&b4.broker_arg(), Transport::Tcp, ClientOptions::default())
         .await
         .unwrap();
-    let mut after = Publisher {
-        producer: through_new.producer(S3_TOPIC, config).await.unwrap(),
-        next_seq: before.next_seq.clone(),
-        sent: 0,
-        turn: before.turn,
-    };
+    let mut after = Publisher::after(
+        through_new.producer(S3_TOPIC, config).await.unwrap(),
+        &before,
+    );
     for _ in 0..1_000 {
         after.send_one().await;
     }
@@ -607,16 +612,7 @@ async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
         .await
         .unwrap();
     let got = read_records(&mut subscriber, total, Duration::from_secs(60)).await;
-    let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
-    for (key, seq) in got {
-        per_key.entry(key).or_default().push(seq);
-    }
-    let read: u64 = per_key.values().map(|s| s.len() as u64).sum();
-    assert_eq!(read, total, "records read against records acknowledged");
-    for (key, seqs) in &per_key {
-        let expected: Vec<u64> = (0..seqs.len() as u64).collect();
-        assert_eq!(seqs, &expected, "key {key}");
-    }
+    each_key_once_in_order(got, total);
 
     // The data is in the bucket, not on any host's disk.
     let keys = server.keys("cluster/");
