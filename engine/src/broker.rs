@@ -28,6 +28,7 @@ use crate::payload::PayloadStore;
 use crate::payload_sweep::PayloadSweeper;
 use crate::quic::{QuicLimits, QuicThread};
 use crate::shard::Shard;
+use crate::shard_filer::ShardFiler;
 use crate::signals::TerminationSignals;
 
 /// Memory glommio registers per executor for its I/O buffers. Three times
@@ -218,10 +219,20 @@ impl Broker {
                     let peers = crate::peer_limit::PeerLimit::new(config.connections_per_ip_max);
                     let receive_budget =
                         Rc::new(glommio::sync::Semaphore::new(config.receive_bytes_max));
+                    let store = match ShardFiler::start(index, filer, &config) {
+                        Ok(store) => Rc::new(store),
+                        Err(e) => {
+                            let _ = ready.send(Err(EngineError::Shard {
+                                shard: index,
+                                reason: format!("start the filer threads: {e}"),
+                            }));
+                            return;
+                        }
+                    };
                     let shard = Rc::new(Shard {
                         index,
                         config,
-                        filer,
+                        store,
                         payloads,
                         payload_budget,
                         topics: RefCell::new(HashMap::new()),

@@ -14,6 +14,14 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:7420";
 /// the disk's speed.
 pub const UNFLUSHED_BYTES_MAX_DEFAULT: u64 = 4 << 30;
 
+/// Uploads in flight per shard: enough to keep an S3 endpoint's
+/// round trips overlapped, few enough that a slow store holds few threads.
+pub const FILER_UPLOADS_DEFAULT: usize = 4;
+/// Filer reads in flight per shard.
+pub const FILER_READS_DEFAULT: usize = 4;
+/// The broker's chunk cache for filers that keep nothing local.
+pub const CHUNK_CACHE_BYTES_DEFAULT: u64 = 256 << 20;
+
 /// Everything a broker needs to start.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -95,6 +103,18 @@ pub struct BrokerConfig {
     /// How to reach the S3-compatible store when the filer is `s3://`,
     /// beyond the standard AWS environment.
     pub s3: filer_s3::S3Settings,
+    /// Chunk uploads (and seal markers) one shard has in flight at most,
+    /// each on a thread of the shard's upload lane: with a store that
+    /// answers in L seconds, a shard flushes at most this many buffers per
+    /// L. A segment has one in flight (its chunks are stored in order).
+    pub filer_uploads: usize,
+    /// Filer reads (chunk ranges, listings) one shard has in flight at
+    /// most, on its read lane, apart from the uploads.
+    pub filer_reads: usize,
+    /// Bytes of chunk ranges read from a filer that keeps nothing local
+    /// (S3) that the broker keeps in memory for the next reads, split
+    /// evenly between the shards; 0 keeps none. Unused with a local filer.
+    pub chunk_cache_bytes: u64,
     /// The control plane to join (`host:port`); `None` (the default) runs
     /// the embedded single-broker control plane.
     pub control: Option<String>,
@@ -150,6 +170,9 @@ impl Default for BrokerConfig {
             kafka_listen: None,
             filer: None,
             s3: filer_s3::S3Settings::default(),
+            filer_uploads: FILER_UPLOADS_DEFAULT,
+            filer_reads: FILER_READS_DEFAULT,
+            chunk_cache_bytes: CHUNK_CACHE_BYTES_DEFAULT,
             control: None,
             broker_id: None,
             // About what one shard ingests on this class of host
@@ -234,6 +257,13 @@ impl BrokerConfig {
         }
         if self.capacity_bytes_per_s_per_shard == 0 || self.capacity_records_per_s_per_shard == 0 {
             return Err("capacities must be at least 1".into());
+        }
+        let lane = 1..=crate::filer_lane::LANE_THREADS_MAX;
+        if !lane.contains(&self.filer_uploads) || !lane.contains(&self.filer_reads) {
+            return Err(format!(
+                "--filer-uploads and --filer-reads must be 1..={}",
+                crate::filer_lane::LANE_THREADS_MAX
+            ));
         }
         if self.load_report_ms == 0 {
             return Err("the load report interval must be at least 1 ms".into());

@@ -13,6 +13,7 @@
 
 mod broker;
 mod buffer;
+mod chunk_cache;
 mod cluster_agent;
 pub mod config;
 mod connection;
@@ -20,8 +21,10 @@ mod control_plane;
 mod data_dir_lock;
 pub mod error;
 mod file_range;
+mod filer_lane;
 mod inbox;
 mod kafka;
+mod log_limit;
 mod payload;
 mod payload_sweep;
 mod peer_limit;
@@ -33,6 +36,7 @@ mod salvage;
 mod segment;
 mod serve_error;
 mod shard;
+mod shard_filer;
 pub mod signals;
 mod tcp;
 mod tls;

@@ -36,6 +36,7 @@ use crate::file_range::FileRange;
 use crate::recovery::{record_lost, recover_buffers, LostRange, SegmentDirs};
 use crate::salvage::Scan;
 use crate::serve_error::ServeError;
+use crate::shard_filer::ShardFiler;
 
 /// Figures other threads may read (describe): written only by the owner.
 #[derive(Debug, Default)]
@@ -310,7 +311,8 @@ pub(crate) struct SegmentCell {
     topic: TopicName,
     /// `filer_layout::segment_prefix`: where the chunks and marker are.
     chunk_prefix: ObjectPath,
-    filer: Arc<dyn Filer>,
+    /// The filer, through the shard's lanes and chunk cache.
+    store: Rc<ShardFiler>,
     config: Rc<BrokerConfig>,
     pub(crate) stats: Arc<SegmentStats>,
     state: RefCell<SegmentState>,
@@ -423,7 +425,7 @@ impl SegmentCell {
     /// offsets continue where they stopped and nothing acknowledged is lost.
     pub(crate) async fn open(
         config: Rc<BrokerConfig>,
-        filer: Arc<dyn Filer>,
+        store: Rc<ShardFiler>,
         topic: &TopicName,
         buffers_dir: PathBuf,
         id: u32,
@@ -441,15 +443,15 @@ impl SegmentCell {
                 .join(topic.to_string())
                 .join(id.to_string()),
         };
+        let filer = store.filer.clone();
         let recovered = {
             let filer = filer.clone();
             let topic = topic.clone();
             blocking(move || recover_buffers(&dirs, id, filer.as_ref(), &topic)).await?
         };
         let mut stored = {
-            let filer = filer.clone();
             let prefix = chunk_prefix.clone();
-            blocking(move || load_stored(filer.as_ref(), &prefix)).await?
+            store.read(move |filer| load_stored(filer, &prefix)).await?
         };
         let chunk_end = stored.chunks.last().map_or(0, |c| c.header.next_offset);
         if let Some(tail) = stored.unknown_tail.take() {
@@ -458,7 +460,7 @@ impl SegmentCell {
             if recovered.is_empty() && skip_lost(&stored.lost, tail.from) < tail.to {
                 let reason = "the last chunk's header is damaged: offsets after its last \
                               readable batch may have held records";
-                stored.fence(&filer, topic, id, tail, reason).await?;
+                stored.fence(&store, topic, id, tail, reason).await?;
             }
         }
         let mut next_offset = skip_lost(&stored.lost, chunk_end);
@@ -495,7 +497,7 @@ impl SegmentCell {
                     lost.to
                 );
                 let reason = "no chunk and no buffer holds these offsets";
-                stored.fence(&filer, topic, id, lost, reason).await?;
+                stored.fence(&store, topic, id, lost, reason).await?;
             }
             next_offset = buffer.next_offset();
             if buffer.is_empty() {
@@ -521,7 +523,7 @@ impl SegmentCell {
             buffers_dir,
             topic: topic.clone(),
             chunk_prefix,
-            filer,
+            store,
             config,
             stats,
             seal: Cell::new(SealState::Open),
@@ -553,7 +555,7 @@ impl SegmentCell {
     /// sealing broker's marker says they are final. No local buffers.
     pub(crate) async fn open_sealed(
         config: Rc<BrokerConfig>,
-        filer: Arc<dyn Filer>,
+        store: Rc<ShardFiler>,
         topic: &TopicName,
         id: u32,
         range_start: u32,
@@ -561,10 +563,11 @@ impl SegmentCell {
     ) -> Result<Rc<SegmentCell>, EngineError> {
         let chunk_prefix = filer_layout::segment_prefix(topic, id);
         let (stored, marked) = {
-            let filer = filer.clone();
             let prefix = chunk_prefix.clone();
             let marker = filer_layout::seal_marker(topic, id);
-            blocking(move || load_sealed(filer.as_ref(), &prefix, &marker)).await?
+            store
+                .read(move |filer| load_sealed(filer, &prefix, &marker))
+                .await?
         };
         let end = stored.end();
         let stats = Arc::new(SegmentStats::default());
@@ -578,7 +581,7 @@ impl SegmentCell {
             buffers_dir: PathBuf::new(),
             topic: topic.clone(),
             chunk_prefix,
-            filer,
+            store,
             config,
             stats,
             seal: Cell::new(if marked {
@@ -643,13 +646,12 @@ impl SegmentCell {
             .config
             .broker_id
             .map_or_else(|| "broker".to_owned(), |b| format!("broker {b}"));
-        let filer = self.filer.clone();
         let (topic, id) = (self.topic.clone(), self.id);
-        let created = blocking(move || {
-            filer_layout::create_seal_marker(filer.as_ref(), &topic, id, epoch, &by)
-        })
-        .await
-        .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
+        let created = self
+            .store
+            .upload(move |filer| filer_layout::create_seal_marker(filer, &topic, id, epoch, &by))
+            .await
+            .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
         if !created {
             log::info!(
                 "segment {}: sealed already (the control plane wrote its marker)",
@@ -666,10 +668,10 @@ impl SegmentCell {
     /// for chunks flushed since the last look.
     async fn refresh_sealed(&self) -> Result<(), ServeError> {
         let (stored, marked) = {
-            let filer = self.filer.clone();
             let prefix = self.chunk_prefix.clone();
             let marker = filer_layout::seal_marker(&self.topic, self.id);
-            blocking(move || load_sealed(filer.as_ref(), &prefix, &marker))
+            self.store
+                .read(move |filer| load_sealed(filer, &prefix, &marker))
                 .await
                 .map_err(|e| ServeError::storage(&e))?
         };
@@ -931,6 +933,8 @@ impl SegmentCell {
         // trusted (the front changes only when it is stored, which clears
         // this).
         let mut held: Option<Arc<Vec<u8>>> = None;
+        // Failed attempts to store the front buffer.
+        let mut failures = 0u64;
         loop {
             if self.is_closed() {
                 break;
@@ -939,7 +943,6 @@ impl SegmentCell {
                 break;
             };
             let base_offset = buffer.header().base_offset;
-            let filer = self.filer.clone();
             let path = filer_layout::chunk(&self.topic, self.id, base_offset);
             let rewrite = held.clone();
             let rewriting = rewrite.is_some();
@@ -954,50 +957,62 @@ impl SegmentCell {
                 .take(WRITEBACK_AHEAD_BUFFERS)
                 .map(|b| b.path().to_path_buf())
                 .collect();
-            let result = blocking(move || {
-                // Start the disk on the buffers behind this one, so their
-                // own syncs find most pages written and the disk never
-                // idles between two flushes.
-                for path in &behind {
-                    start_writeback(path);
-                }
-                let stored = match &rewrite {
-                    Some(bytes) => filer.create(&job_path, bytes),
-                    // The sealed mapping is the chunk: the filer takes the
-                    // file itself (the local filer links it into place, S3
-                    // uploads from the mapping; no copy).
-                    None => filer.put_file(
-                        &job_path,
-                        job_buffer.path(),
-                        job_buffer.header().file_bytes(),
-                    ),
-                };
-                match stored {
-                    // Chunks are created, never overwritten. One already
-                    // there is this buffer's own when a put was retried
-                    // after its answer was lost, or a crash came between
-                    // storing the chunk and removing the buffer: then it
-                    // holds the same bytes.
-                    Err(e) if e.is_already_exists() => {
-                        let ours = rewrite.as_deref().map_or(job_buffer.chunk_bytes(), |b| b);
-                        match holds_exactly(filer.as_ref(), &job_path, ours) {
-                            Ok(true) => {
-                                remove_stored_buffer(job_buffer.path()).map_err(FlushError::Failed)
-                            }
-                            Ok(false) => Err(FlushError::Fenced(format!(
-                                "chunk {job_path} exists with other bytes: another writer \
-                                 stored this segment's offsets; this broker's are fenced off"
-                            ))),
-                            Err(e) => Err(FlushError::Failed(e.to_string())),
-                        }
+            let result = self
+                .store
+                .upload(move |filer| {
+                    // Start the disk on the buffers behind this one, so their
+                    // own syncs find most pages written and the disk never
+                    // idles between two flushes.
+                    for path in &behind {
+                        start_writeback(path);
                     }
-                    other => other.map_err(|e| FlushError::Failed(e.to_string())),
-                }
-            })
-            .await;
+                    let stored = match &rewrite {
+                        Some(bytes) => filer.create(&job_path, bytes),
+                        // The sealed mapping is the chunk: the filer takes the
+                        // file itself (the local filer links it into place, S3
+                        // uploads from the mapping; no copy).
+                        None => filer.put_file(
+                            &job_path,
+                            job_buffer.path(),
+                            job_buffer.header().file_bytes(),
+                        ),
+                    };
+                    match stored {
+                        // Chunks are created, never overwritten. One already
+                        // there is this buffer's own when a put was retried
+                        // after its answer was lost, or a crash came between
+                        // storing the chunk and removing the buffer: then it
+                        // holds the same bytes.
+                        Err(e) if e.is_already_exists() => {
+                            let ours = rewrite.as_deref().map_or(job_buffer.chunk_bytes(), |b| b);
+                            match holds_exactly(filer, &job_path, ours) {
+                                Ok(true) => remove_stored_buffer(job_buffer.path())
+                                    .map_err(FlushError::Failed),
+                                Ok(false) => Err(FlushError::Fenced(format!(
+                                    "chunk {job_path} exists with other bytes: another writer \
+                                 stored this segment's offsets; this broker's are fenced off"
+                                ))),
+                                Err(e) => Err(FlushError::Failed(e.to_string())),
+                            }
+                        }
+                        other => other.map_err(|e| FlushError::Failed(e.to_string())),
+                    }
+                })
+                .await;
             match result {
                 Ok(()) => {
                     backoff = FLUSH_BACKOFF_MIN;
+                    if failures > 0 {
+                        if let Some(held_back) = self.store.admit_flush_resume(Instant::now()) {
+                            log::info!(
+                                "segment {}: chunk {path} stored after {failures} failed \
+                                 attempts; flushing resumed{}",
+                                self.chunk_prefix,
+                                held_back_note(held_back, "segments resumed flushing")
+                            );
+                        }
+                        failures = 0;
+                    }
                     if rewriting {
                         held = None;
                         // The untrusted file, if the failed hand-over left
@@ -1034,12 +1049,16 @@ impl SegmentCell {
                     break;
                 }
                 Err(FlushError::Failed(e)) if !rewriting => {
-                    log::error!(
-                        "segment {}: storing chunk {path} from {} failed: {e}; the file is not \
-                         trusted again, its bytes are verified and stored from memory",
-                        self.chunk_prefix,
-                        buffer.path().display()
-                    );
+                    failures += 1;
+                    if let Some(held_back) = self.store.admit_flush_error(Instant::now()) {
+                        log::error!(
+                            "segment {}: storing chunk {path} from {} failed: {e}; the file is \
+                             not trusted again, its bytes are verified and stored from memory{}",
+                            self.chunk_prefix,
+                            buffer.path().display(),
+                            held_back_note(held_back, "failed flush attempts")
+                        );
+                    }
                     let check = buffer.clone();
                     match blocking(move || verified_chunk_copy(check.chunk_bytes())).await {
                         Ok(bytes) => held = Some(Arc::new(bytes)),
@@ -1054,11 +1073,15 @@ impl SegmentCell {
                     }
                 }
                 Err(FlushError::Failed(e)) => {
-                    log::error!(
-                        "segment {}: storing chunk {path} from memory failed, retrying in \
-                         {backoff:?}: {e}",
-                        self.chunk_prefix
-                    );
+                    failures += 1;
+                    if let Some(held_back) = self.store.admit_flush_error(Instant::now()) {
+                        log::error!(
+                            "segment {}: storing chunk {path} from memory failed ({failures} \
+                             attempts so far), retrying in {backoff:?}: {e}{}",
+                            self.chunk_prefix,
+                            held_back_note(held_back, "failed flush attempts")
+                        );
+                    }
                 }
             }
             glommio::timer::sleep(backoff).await;
@@ -1116,6 +1139,8 @@ impl SegmentCell {
     /// Stop serving: the topic is being deleted. Removes local buffers.
     pub(crate) fn close(&self) {
         self.closed.set(Closed::Deleted);
+        // The topic's name, and so its chunk paths, may be taken again.
+        self.store.forget(&self.chunk_prefix);
         let mut state = self.state.borrow_mut();
         state.active = None;
         state.sealed.clear();
@@ -1307,7 +1332,7 @@ impl SegmentCell {
         max_bytes: usize,
         high_watermark: u64,
     ) -> Result<Option<FetchResult>, ServeError> {
-        let Some(local) = self.filer.local_file(&chunk.path) else {
+        let Some(local) = self.store.filer.local_file(&chunk.path) else {
             return Ok(None);
         };
         let base = chunk.header.base_offset;
@@ -1533,9 +1558,9 @@ impl SegmentCell {
             None => chunk.header.data_bytes,
             // Its header does not say where the data ends: all of it.
             Some(_) => {
-                let filer = self.filer.clone();
                 let path = chunk.path.clone();
-                blocking(move || filer.size(&path))
+                self.store
+                    .read(move |filer| filer.size(&path))
                     .await
                     .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?
                     .saturating_sub(CHUNK_HEADER_BYTES as u64)
@@ -1609,26 +1634,21 @@ impl SegmentCell {
         offset: u64,
         len: usize,
     ) -> Result<Vec<u8>, ServeError> {
-        let filer = self.filer.clone();
-        let path = path.clone();
-        blocking(move || {
-            let mut buf = vec![0u8; room + len];
-            let mut done = 0;
-            while done < len {
-                let n = filer
-                    .read_at(&path, offset + done as u64, &mut buf[room + done..])
-                    .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
-                if n == 0 {
-                    return Err(ServeError::new(
-                        ErrorCode::Storage,
-                        format!("chunk {path} is shorter than its header says"),
-                    ));
-                }
-                done += n;
-            }
-            Ok(buf)
-        })
-        .await
+        self.store.read_range_after(room, path, offset, len).await
+    }
+}
+
+/// What a rate-limited flush message adds: how many like it were held
+/// back since the shard's last one.
+fn held_back_note(held_back: u64, what: &str) -> String {
+    if held_back == 0 {
+        String::new()
+    } else {
+        format!(
+            " (and {held_back} more {what} on this shard since the last report; reported once \
+             per {:?})",
+            crate::shard_filer::FLUSH_ERROR_LOG_INTERVAL
+        )
     }
 }
 
@@ -1685,14 +1705,16 @@ impl Stored {
     /// readable) and take it among the lost ranges, kept sorted.
     async fn fence(
         &mut self,
-        filer: &Arc<dyn Filer>,
+        store: &ShardFiler,
         topic: &TopicName,
         id: u32,
         lost: LostRange,
         reason: &'static str,
     ) -> Result<(), EngineError> {
-        let (filer, topic) = (filer.clone(), topic.clone());
-        blocking(move || record_lost(filer.as_ref(), &topic, id, lost, 0, reason)).await?;
+        let topic = topic.clone();
+        store
+            .upload(move |filer| record_lost(filer, &topic, id, lost, 0, reason))
+            .await?;
         self.lost.push(lost);
         self.lost.sort_by_key(|l| l.from);
         Ok(())

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control::{BrokerId, SegmentId, Topic};
-use filer::Filer;
 use wire::message::ShardAddress;
 
 use crate::config::BrokerConfig;
@@ -20,6 +19,7 @@ use crate::error::EngineError;
 use crate::payload::PayloadStore;
 use crate::peer_limit::PeerLimit;
 use crate::segment::{SealState, SegmentCell};
+use crate::shard_filer::ShardFiler;
 
 /// What a shard knows of a topic: its whole layout (to tell a client which
 /// shard owns a segment), the segments it owns, the ones it owned and
@@ -41,7 +41,8 @@ fn layout_age(topic: &Topic) -> (usize, usize) {
 pub(crate) struct Shard {
     pub(crate) index: usize,
     pub(crate) config: Rc<BrokerConfig>,
-    pub(crate) filer: Arc<dyn Filer>,
+    /// The filer, through this shard's upload and read lanes and cache.
+    pub(crate) store: Rc<ShardFiler>,
     /// The upload path for payloads passed by reference.
     pub(crate) payloads: Arc<PayloadStore>,
     /// Bytes of payload pieces being written; bounds their memory.
@@ -179,7 +180,7 @@ impl Shard {
             }
             let cell = SegmentCell::open(
                 self.config.clone(),
-                self.filer.clone(),
+                self.store.clone(),
                 &topic_name,
                 buffers_root.join(id.to_string()),
                 id,
@@ -231,7 +232,7 @@ impl Shard {
         };
         let cell = SegmentCell::open_sealed(
             self.config.clone(),
-            self.filer.clone(),
+            self.store.clone(),
             &name,
             segment,
             start,

@@ -93,6 +93,13 @@ pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
+    /// Whether this backend keeps every object as a local file
+    /// ([`Filer::local_file`] answers `Some`), so the machine's page
+    /// cache already holds what was read lately. The default: `false`.
+    fn keeps_local_files(&self) -> bool {
+        false
+    }
+
     /// Store the first `len` bytes of the local file `local` as a new
     /// object at `path`, with `create`'s guarantees (an object already at
     /// `path` is [`FilerError::AlreadyExists`], and the file stays where it

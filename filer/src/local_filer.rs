@@ -151,6 +151,10 @@ impl Filer for LocalFiler {
         Some(self.file_path(path))
     }
 
+    fn keeps_local_files(&self) -> bool {
+        true
+    }
+
     fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
         self.store(path, bytes, Placement::Replace)
     }

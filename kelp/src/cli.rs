@@ -102,6 +102,11 @@ pub struct FilerArgs {
     /// Allow a plain-HTTP S3 endpoint (default: AWS_ALLOW_HTTP).
     #[arg(long)]
     pub s3_allow_http: bool,
+    /// How long one S3 call retries a failing request (with backoff)
+    /// before it fails and the caller hears of it: the flusher then logs
+    /// and tries again after its own backoff.
+    #[arg(long, value_name = "MS", default_value_t = filer_s3::S3_RETRY_TIMEOUT_DEFAULT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub s3_retry_timeout_ms: u64,
 }
 
 impl FilerArgs {
@@ -111,6 +116,7 @@ impl FilerArgs {
             endpoint: self.s3_endpoint.clone(),
             region: self.s3_region.clone(),
             allow_http: self.s3_allow_http.then_some(true),
+            retry_timeout: Some(std::time::Duration::from_millis(self.s3_retry_timeout_ms)),
             ..filer_s3::S3Settings::default()
         }
     }
@@ -188,6 +194,20 @@ pub struct ServeArgs {
     /// frame's payload. At least 8 MiB (one largest frame).
     #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
     pub receive_bytes_max: u64,
+    /// Chunk uploads one shard has in flight at most (1 to 64): with a
+    /// store that answers in L seconds a shard stores at most this many
+    /// chunks per L; a segment has one in flight.
+    #[arg(long, value_name = "N", default_value_t = engine::config::FILER_UPLOADS_DEFAULT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub filer_uploads: usize,
+    /// Filer reads (chunk ranges, listings) one shard has in flight at
+    /// most, apart from its uploads (1 to 64).
+    #[arg(long, value_name = "N", default_value_t = engine::config::FILER_READS_DEFAULT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub filer_reads: usize,
+    /// Bytes of chunk ranges read from S3 that the broker keeps in memory
+    /// for the next reads (least recently used go first); 0 keeps none.
+    /// Not used with a local-directory filer (the page cache does it).
+    #[arg(long, value_name = "BYTES", default_value_t = engine::config::CHUNK_CACHE_BYTES_DEFAULT)]
+    pub chunk_cache_bytes: u64,
 }
 
 /// `--quic-driver` values.

@@ -79,7 +79,7 @@ fn crash_and_damage(
     std::fs::write(&path, &bytes).unwrap();
 
     let log = data_dir.with_extension("log");
-    let broker = Broker::start_logged(data_dir, port, FLUSH_AGE, &log);
+    let broker = Broker::start_logged(data_dir, port, FLUSH_AGE, &[], &log);
     (broker, log, batch, bytes)
 }
 

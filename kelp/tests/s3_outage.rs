@@ -2,7 +2,9 @@
 //! real S3-compatible server drops every connection and refuses new ones):
 //! durable acks wait, leader acks go on, flushing resumes on its own once
 //! the store is back, and nothing acknowledged is lost, also across a
-//! kill -9 and a broker that replaces the first with an empty disk.
+//! kill -9 and a broker that replaces the first with an empty disk. The
+//! failures of many segments are logged once per interval per shard, not
+//! once per attempt.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -98,14 +100,29 @@ fn pipe(mut from: TcpStream, mut to: TcpStream) {
     });
 }
 
-fn broker(server: &S3Server, proxy: &Proxy, dir: &std::path::Path) -> Broker {
+/// Segments of the second topic, whose flushes fail too during the outage.
+const MANY_SEGMENTS: u64 = 8;
+/// How long one S3 call retries before the flusher hears of the failure:
+/// short, so every segment fails many times during the outage.
+const S3_RETRY_TIMEOUT_MS: &str = "2000";
+/// The broker reports its shards' flush failures once per this interval
+/// (`FLUSH_ERROR_LOG_INTERVAL`), and its shards.
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
+const SHARDS: u64 = 2;
+
+fn broker(
+    server: &S3Server,
+    proxy: &Proxy,
+    dir: &std::path::Path,
+    log: &std::path::Path,
+) -> Broker {
     let mut env = server.env();
     for (k, v) in &mut env {
         if *k == "AWS_ENDPOINT_URL" {
             *v = proxy.endpoint();
         }
     }
-    Broker::start_with_env(
+    Broker::start_logged(
         dir,
         port(),
         &[
@@ -115,8 +132,11 @@ fn broker(server: &S3Server, proxy: &Proxy, dir: &std::path::Path) -> Broker {
             "65536",
             "--flush-age-ms",
             "100",
+            "--s3-retry-timeout-ms",
+            S3_RETRY_TIMEOUT_MS,
         ],
         &env,
+        log,
     )
 }
 
@@ -133,14 +153,26 @@ fn a_store_outage_makes_durable_acks_wait_and_loses_nothing() {
             .unwrap(),
     );
     let first_dir = tempfile::tempdir().unwrap();
-    let b = broker(&server, &proxy, first_dir.path());
+    let logs = tempfile::tempdir().unwrap();
+    let first_log = logs.path().join("first.log");
+    let b = broker(&server, &proxy, first_dir.path(), &first_log);
     assert!(b.cli(&["topic", "create", "app/outage"]).status.success());
+    let segments = MANY_SEGMENTS.to_string();
+    let created = b.cli(&[
+        "topic",
+        "create",
+        "app/outage-many",
+        "--segments",
+        &segments,
+    ]);
+    assert!(created.status.success());
     publish_with(&b, "app/outage", 0, RECORDS, &["--ack", "durable"]);
 
     proxy.take_down();
     let down_since = Instant::now();
     // Leader acks go on: the records are in the broker's buffers.
     publish_with(&b, "app/outage", RECORDS, RECORDS, &["--ack", "leader"]);
+    publish_with(&b, "app/outage-many", 0, RECORDS, &["--ack", "leader"]);
     // A durable produce waits for the store; its request timeout is longer
     // than the outage and the flusher's backoff after it.
     std::thread::scope(|scope| {
@@ -178,9 +210,59 @@ fn a_store_outage_makes_durable_acks_wait_and_loses_nothing() {
         }
     };
     check(read(&b, "app/outage", &[], all));
+    // Then durably behind them on every segment (the keys hash to all 8),
+    // so all of app/outage-many is in the bucket before the kill.
+    publish_with(
+        &b,
+        "app/outage-many",
+        RECORDS,
+        RECORDS,
+        &["--ack", "durable"],
+    );
+    let many = |b: &Broker| {
+        let mut values: Vec<String> = read(b, "app/outage-many", &[], 2 * RECORDS)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        values.sort();
+        let expected: Vec<String> = (0..2 * RECORDS).map(value).collect();
+        assert_eq!(values, expected, "each record of app/outage-many once");
+    };
+    many(&b);
     b.kill9();
+
+    // What the first broker logged: its flush failures, at most one line
+    // per shard per interval (with how many were held back), and that
+    // flushing resumed.
+    let log = std::fs::read_to_string(&first_log).unwrap();
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("storing chunk") && l.contains("failed"))
+        .collect();
+    let most = SHARDS * ((OUTAGE + Duration::from_secs(10)).as_secs() / LOG_INTERVAL.as_secs() + 2);
+    assert!(
+        !failures.is_empty() && failures.len() as u64 <= most,
+        "{} flush failure lines (1 to {most} expected):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        failures
+            .iter()
+            .any(|l| l.contains("more failed flush attempts")),
+        "no line says how many failures were held back:\n{}",
+        failures.join("\n")
+    );
+    assert!(log.contains("flushing resumed"), "{log}");
+
     let second_dir = tempfile::tempdir().unwrap();
-    let b = broker(&server, &proxy, second_dir.path());
+    let b = broker(
+        &server,
+        &proxy,
+        second_dir.path(),
+        &logs.path().join("second.log"),
+    );
     check(read(&b, "app/outage", &[], all));
+    many(&b);
     b.stop();
 }

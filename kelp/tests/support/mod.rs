@@ -64,11 +64,17 @@ impl Broker {
         Broker::spawn(host, data_dir, port, extra, env, Stdio::inherit())
     }
 
-    /// [`Broker::start_with`], its log (stderr) written to `log` instead
-    /// of the test's, for tests that read what the broker said.
-    pub fn start_logged(data_dir: &Path, port: u16, extra: &[&str], log: &Path) -> Broker {
+    /// [`Broker::start_with_env`], its log (stderr) written to `log`
+    /// instead of the test's, for tests that read what the broker said.
+    pub fn start_logged(
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+        log: &Path,
+    ) -> Broker {
         let file = std::fs::File::create(log).expect("create broker log");
-        Broker::spawn("127.0.0.1", data_dir, port, extra, &[], Stdio::from(file))
+        Broker::spawn("127.0.0.1", data_dir, port, extra, env, Stdio::from(file))
     }
 
     fn spawn(
