@@ -171,8 +171,21 @@ impl Gateway {
     }
 
     fn start_on(data_dir: &Path, broker_port: u16, kafka_port: u16) -> Gateway {
+        Gateway::start_with_env(data_dir, broker_port, kafka_port, &[], &[])
+    }
+
+    /// A gateway whose broker stores in `filer` (e.g. an S3 bucket).
+    fn start_with_env(
+        data_dir: &Path,
+        broker_port: u16,
+        kafka_port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Gateway {
         let addr = format!("127.0.0.1:{kafka_port}");
-        let broker = Broker::start_with(data_dir, broker_port, &["--kafka", &addr]);
+        let mut args = vec!["--kafka", addr.as_str()];
+        args.extend_from_slice(extra);
+        let broker = Broker::start_with_env(data_dir, broker_port, &args, env);
         let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(("127.0.0.1", kafka_port)).is_err() {
             assert!(
@@ -700,4 +713,118 @@ fn confluent_kafka_consumer_group_rebalances_and_resumes() {
 #[test]
 fn kafkajs_consumer_group_rebalances_and_resumes() {
     group_scenario(Client::Kafkajs);
+}
+
+/// The gateway on an S3 bucket (a real S3-compatible server): an
+/// idempotent confluent-kafka producer and a consumer group that commits;
+/// the broker is killed with SIGKILL and replaced by one with an empty data
+/// dir on the same bucket. The group's committed offsets, the producers'
+/// state and the records are all in the bucket: the offsets are the same,
+/// the group reads on from them and sees only the new records, and a new
+/// group reads every record once.
+#[test]
+fn kafka_groups_and_producers_on_s3_survive_a_broker_replaced_with_an_empty_disk() {
+    const RECORDS: u64 = 20_000;
+    let client = Client::Confluent;
+    client.check_installed();
+    let _serial = serial();
+    let server = test_support::S3Server::start();
+    let filer = server.url("kafka");
+    let env = server.env();
+    let first_dir = tempfile::tempdir().unwrap();
+    let kafka_port = port();
+    let gateway = Gateway::start_with_env(
+        first_dir.path(),
+        port(),
+        kafka_port,
+        &["--filer", &filer],
+        &env,
+    );
+    let bootstrap = gateway.bootstrap();
+    let topic = "on-s3";
+    let group = "on-s3-readers";
+    create_topic(client, &bootstrap, topic);
+    let produce = |first: u64| {
+        let mut cmd = client.command("produce", &bootstrap, topic, ROUND_TRIP_RUN_S_MAX);
+        cmd.args([
+            "--count",
+            &RECORDS.to_string(),
+            "--first-seq",
+            &first.to_string(),
+        ]);
+        let produced = run(cmd, ROUND_TRIP_RUN_S_MAX);
+        assert_eq!(u64_of(&produced, "acked"), RECORDS, "{produced}");
+        assert_eq!(u64_of(&produced, "failed"), 0, "{produced}");
+    };
+    // Reads records 0..seqs (`--expect`), or, with `idle`, whatever comes
+    // until nothing more does, checking each against the ledger of 0..seqs.
+    let consume = |group: &str, seqs: u64, reads: u64, idle: bool| {
+        let mut cmd = client.command("consume", &bootstrap, topic, ROUND_TRIP_RUN_S_MAX);
+        cmd.args(["--group", group]);
+        if idle {
+            cmd.args(["--idle-exit-s", "5"]);
+        } else {
+            cmd.args(["--expect", &seqs.to_string()]);
+        }
+        let consumed = run(cmd, ROUND_TRIP_RUN_S_MAX);
+        assert_eq!(u64_of(&consumed, "unique"), reads, "{consumed}");
+        assert_eq!(u64_of(&consumed, "duplicates"), 0, "{consumed}");
+        assert_eq!(u64_of(&consumed, "corrupt"), 0, "{consumed}");
+        assert_eq!(u64_of(&consumed, "order_violations"), 0, "{consumed}");
+        consumed
+    };
+    let committed = || {
+        let mut cmd = client.command("committed", &bootstrap, topic, 60);
+        cmd.args(["--group", group]);
+        let out = run(cmd, 60);
+        out["committed"].clone()
+    };
+    produce(0);
+    consume(group, RECORDS, RECORDS, false);
+    let before = committed();
+    let total: u64 = before
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|o| o.as_u64().unwrap())
+        .sum();
+    assert_eq!(total, RECORDS, "committed offsets {before}");
+
+    // What the gateway keeps is in the bucket, not on the broker's disk.
+    let keys = server.keys("kafka/");
+    for wanted in [
+        "kafka/kafka/groups/on-s3-readers.offsets",
+        "kafka/kafka/producer_ids",
+    ] {
+        assert!(keys.iter().any(|k| k == wanted), "no {wanted} in {keys:?}");
+    }
+    assert!(
+        keys.iter().any(|k| k.contains("/kafka-producers/")),
+        "no producer state in {keys:?}"
+    );
+    assert!(!first_dir.path().join("filer").join("kafka").exists());
+    gateway.broker.kill9();
+
+    let second_dir = tempfile::tempdir().unwrap();
+    let gateway = Gateway::start_with_env(
+        second_dir.path(),
+        port(),
+        kafka_port,
+        &["--filer", &filer],
+        &env,
+    );
+    assert_eq!(
+        committed(),
+        before,
+        "committed offsets changed with the broker"
+    );
+    produce(RECORDS);
+    // The group reads on from its offsets: only the new records, from
+    // exactly the offsets committed before the kill.
+    let resumed = consume(group, 0, RECORDS, true);
+    assert_eq!(resumed["first_offset"], before, "{resumed}");
+    // A new group reads everything, each record once.
+    let all = consume("on-s3-everything", 2 * RECORDS, 2 * RECORDS, false);
+    assert_eq!(u64_of(&all, "missing"), 0, "{all}");
+    gateway.broker.stop();
 }

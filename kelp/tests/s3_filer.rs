@@ -2,6 +2,8 @@
 //! on 127.0.0.1) is stateless: killed with SIGKILL and replaced by a broker
 //! with an empty data directory, every durably acknowledged record is read
 //! back, once, in order, and its chunks are objects in the bucket.
+//! Payloads go straight to the bucket from a client with credentials, and
+//! the orphan sweep deletes unreferenced ones from it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -177,5 +179,87 @@ fn payloads_go_straight_to_the_bucket_and_read_back_either_way() {
         String::from_utf8_lossy(&from_bucket.stderr)
     );
     assert_eq!(String::from_utf8(from_bucket.stdout).unwrap(), lines);
+    broker.stop();
+}
+
+/// The orphan sweep on S3: an upload no record refers to is deleted from
+/// the bucket after the grace period, a published one stays and reads
+/// back, and deleting the topic deletes its objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_payloads_are_swept_from_the_bucket_published_ones_stay() {
+    use client::{AckMode, Client, ClientOptions, ProducerConfig, SubscribeOptions, Transport};
+    use std::time::{Duration, Instant};
+    let server = S3Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let filer = server.url("sweep");
+    let broker = Broker::start_with_env(
+        dir.path(),
+        port(),
+        &[
+            "--filer",
+            &filer,
+            "--payload-grace-ms",
+            "1500",
+            "--payload-sweep-ms",
+            "200",
+        ],
+        &server.env(),
+    );
+    let client = Client::connect(
+        &broker.broker_arg(),
+        Transport::Tcp,
+        ClientOptions::default(),
+    )
+    .await
+    .unwrap();
+    client.create_topic("big/sweep", 1).await.unwrap();
+    let big = |i: u8| vec![i; 300_000];
+    let orphan = client.upload_payload("big/sweep", &big(1)).await.unwrap();
+    let kept = client.upload_payload("big/sweep", &big(2)).await.unwrap();
+    assert_ne!(orphan, kept);
+    let payloads = || server.keys("sweep/topics/big/sweep/payloads/");
+    assert_eq!(payloads().len(), 2, "{:?}", payloads());
+    let producer = client
+        .producer(
+            "big/sweep",
+            ProducerConfig {
+                ack: AckMode::Durable,
+                ..ProducerConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    producer.send_reference(b"k", &kept, &[]).await.unwrap();
+    producer.flush().await.unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while payloads().len() > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the orphan was never swept: {:?}",
+            payloads()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Several more sweeps pass; the published payload stays readable.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(payloads().len(), 1, "{:?}", payloads());
+    let mut sub = client
+        .subscribe(
+            "big/sweep",
+            client::FetchFrom::Earliest,
+            SubscribeOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(sub.next().await.unwrap().unwrap().value == big(2));
+
+    client.delete_topic("big/sweep").await.unwrap();
+    let left = server.keys("sweep/topics/big/sweep/");
+    assert!(
+        left.is_empty(),
+        "left in the bucket after the delete: {left:?}"
+    );
+    drop(client);
     broker.stop();
 }
