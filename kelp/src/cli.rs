@@ -194,6 +194,11 @@ pub struct ServeArgs {
     /// frame's payload. At least 8 MiB (one largest frame).
     #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
     pub receive_bytes_max: u64,
+    /// Bytes of sealed buffers one segment keeps waiting for the filer;
+    /// past it the segment's producers wait (a slow or absent filer is
+    /// backpressure, never loss). One sealed buffer may always wait.
+    #[arg(long, value_name = "BYTES", default_value_t = engine::config::UNFLUSHED_BYTES_MAX_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    pub unflushed_bytes_max: u64,
     /// Chunk uploads one shard has in flight at most (1 to 64): with a
     /// store that answers in L seconds a shard stores at most this many
     /// chunks per L; a segment has one in flight.

@@ -37,6 +37,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         frame_timeout_ms: args.frame_timeout_ms,
         connections_per_ip_max: usize::try_from(args.connections_per_ip_max).unwrap_or(usize::MAX),
         receive_bytes_max: args.receive_bytes_max,
+        unflushed_bytes_max: args.unflushed_bytes_max,
         filer_uploads: args.filer_uploads,
         filer_reads: args.filer_reads,
         chunk_cache_bytes: args.chunk_cache_bytes,

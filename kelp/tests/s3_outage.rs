@@ -1,6 +1,7 @@
 //! The S3 store goes away for 30 s under load (a TCP proxy in front of a
 //! real S3-compatible server drops every connection and refuses new ones):
-//! durable acks wait, leader acks go on, flushing resumes on its own once
+//! durable acks wait, leader acks go on until a segment's budget of
+//! unflushed buffers is full and then wait, flushing resumes on its own once
 //! the store is back, and nothing acknowledged is lost, also across a
 //! kill -9 and a broker that replaces the first with an empty disk. The
 //! failures of many segments are logged once per interval per shard, not
@@ -100,6 +101,12 @@ fn pipe(mut from: TcpStream, mut to: TcpStream) {
     });
 }
 
+/// Each segment's budget of sealed buffers waiting for the store
+/// (`--unflushed-bytes-max`): four 64 KiB buffers.
+const UNFLUSHED_BYTES_MAX: &str = "262144";
+/// Records of the topic that fills its budget during the outage: about
+/// 450 KiB, more than the budget and the active buffer hold.
+const OVER_BUDGET_RECORDS: u64 = 5_000;
 /// Segments of the second topic, whose flushes fail too during the outage.
 const MANY_SEGMENTS: u64 = 8;
 /// How long one S3 call retries before the flusher hears of the failure:
@@ -134,6 +141,8 @@ fn broker(
             "100",
             "--s3-retry-timeout-ms",
             S3_RETRY_TIMEOUT_MS,
+            "--unflushed-bytes-max",
+            UNFLUSHED_BYTES_MAX,
         ],
         &env,
         log,
@@ -166,6 +175,10 @@ fn a_store_outage_makes_durable_acks_wait_and_loses_nothing() {
         &segments,
     ]);
     assert!(created.status.success());
+    assert!(b
+        .cli(&["topic", "create", "app/outage-full"])
+        .status
+        .success());
     publish_with(&b, "app/outage", 0, RECORDS, &["--ack", "durable"]);
 
     proxy.take_down();
@@ -174,28 +187,36 @@ fn a_store_outage_makes_durable_acks_wait_and_loses_nothing() {
     publish_with(&b, "app/outage", RECORDS, RECORDS, &["--ack", "leader"]);
     publish_with(&b, "app/outage-many", 0, RECORDS, &["--ack", "leader"]);
     // A durable produce waits for the store; its request timeout is longer
-    // than the outage and the flusher's backoff after it.
+    // than the outage and the flusher's backoff after it. So does a leader
+    // produce of more than the segment's budget of unflushed buffers.
+    let waiting = ["--request-timeout-ms", "120000"];
     std::thread::scope(|scope| {
         let durable = scope.spawn(|| {
-            publish_with(
-                &b,
-                "app/outage",
-                2 * RECORDS,
-                RECORDS,
-                &["--ack", "durable", "--request-timeout-ms", "120000"],
-            )
+            let mut args = vec!["--ack", "durable"];
+            args.extend(waiting);
+            publish_with(&b, "app/outage", 2 * RECORDS, RECORDS, &args)
+        });
+        let over_budget = scope.spawn(|| {
+            let mut args = vec!["--ack", "leader"];
+            args.extend(waiting);
+            publish_with(&b, "app/outage-full", 0, OVER_BUDGET_RECORDS, &args)
         });
         while down_since.elapsed() < OUTAGE {
             assert!(
                 !durable.is_finished(),
                 "a durable produce finished while the store was down"
             );
+            assert!(
+                !over_budget.is_finished(),
+                "a leader produce past the unflushed budget finished while the store was down"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
         proxy.bring_up();
-        // Flushing resumes by itself; the durable produce is acknowledged
+        // Flushing resumes by itself; both produces are acknowledged
         // (publish_with checks the acknowledgement).
         durable.join().unwrap();
+        over_budget.join().unwrap();
     });
 
     // Every record, in order, from this broker; then from one with an
@@ -210,6 +231,11 @@ fn a_store_outage_makes_durable_acks_wait_and_loses_nothing() {
         }
     };
     check(read(&b, "app/outage", &[], all));
+    let full = read(&b, "app/outage-full", &[], OVER_BUDGET_RECORDS);
+    assert_eq!(full.len() as u64, OVER_BUDGET_RECORDS);
+    for (i, (offset, v)) in full.iter().enumerate() {
+        assert_eq!((*offset, v.as_str()), (i as u64, value(i as u64).as_str()));
+    }
     // Then durably behind them on every segment (the keys hash to all 8),
     // so all of app/outage-many is in the bucket before the kill.
     publish_with(
