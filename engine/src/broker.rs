@@ -355,6 +355,7 @@ impl Broker {
                 inbox_txs,
                 QuicLimits {
                     connections_per_shard_max: config.connections_per_shard_max,
+                    connections_per_ip_max: config.connections_per_ip_max,
                     requests_in_flight_max: config.connection_requests_in_flight_max,
                     inbox_bytes_max: config.quic_inbox_bytes_max,
                 },

@@ -46,9 +46,9 @@ pub struct BrokerConfig {
     pub unflushed_bytes_max: u64,
     /// Open connections per shard (TCP and QUIC each).
     pub connections_per_shard_max: usize,
-    /// Open native TCP connections per shard from one IP address (and
-    /// Kafka connections from one address): one host cannot take every
-    /// slot.
+    /// Open native TCP and QUIC connections per shard from one IP address
+    /// (each counted apart, as their slots are), and Kafka connections from
+    /// one address: one host cannot take every slot.
     pub connections_per_ip_max: usize,
     /// Frame payload bytes one shard holds for its native TCP connections
     /// (being received, or handled): past it, a connection waits before

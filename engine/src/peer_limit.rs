@@ -1,37 +1,45 @@
 //! Connections per peer address, so one host cannot take every connection
-//! slot of a port. Each shard (and the Kafka gateway's thread) keeps its
-//! own counts: nothing is shared between threads.
+//! slot of a port. Each shard (and the Kafka gateway's thread, and each
+//! shard's endpoint on the QUIC thread) keeps its own counts, touched by
+//! that one thread only; the mutex is there so a QUIC connection task
+//! (which must be `Send`) can hold its slot, and is never contended.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 /// Open connections by peer address, at most `max_per_ip` each.
 #[derive(Debug)]
 pub(crate) struct PeerLimit {
     max_per_ip: usize,
-    open: RefCell<HashMap<IpAddr, usize>>,
+    open: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// One admitted connection; its count goes when it is dropped.
 #[derive(Debug)]
 pub(crate) struct PeerSlot {
-    limit: Rc<PeerLimit>,
+    limit: Arc<PeerLimit>,
     ip: IpAddr,
 }
 
 impl PeerLimit {
-    pub(crate) fn new(max_per_ip: usize) -> Rc<PeerLimit> {
-        Rc::new(PeerLimit {
+    pub(crate) fn new(max_per_ip: usize) -> Arc<PeerLimit> {
+        Arc::new(PeerLimit {
             max_per_ip,
-            open: RefCell::new(HashMap::new()),
+            open: Mutex::new(HashMap::new()),
         })
     }
 
+    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        // A count is changed in one step: a panic elsewhere leaves it whole.
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// A slot for one more connection from `ip`, or `None` at the limit.
-    pub(crate) fn admit(self: &Rc<Self>, ip: IpAddr) -> Option<PeerSlot> {
-        let mut open = self.open.borrow_mut();
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+        let mut open = self.open();
         let n = open.entry(ip).or_insert(0);
         if *n >= self.max_per_ip {
             return None;
@@ -45,13 +53,13 @@ impl PeerLimit {
 
     #[cfg(test)]
     fn open_from(&self, ip: IpAddr) -> usize {
-        self.open.borrow().get(&ip).copied().unwrap_or(0)
+        self.open().get(&ip).copied().unwrap_or(0)
     }
 }
 
 impl Drop for PeerSlot {
     fn drop(&mut self) {
-        let mut open = self.limit.open.borrow_mut();
+        let mut open = self.limit.open();
         if let Some(n) = open.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
@@ -81,6 +89,6 @@ mod tests {
         assert_eq!(limit.open_from(a), 1);
         assert!(limit.admit(a).is_some());
         drop(other);
-        assert!(!limit.open.borrow().contains_key(&b));
+        assert!(!limit.open().contains_key(&b));
     }
 }

@@ -31,6 +31,8 @@ use crate::serve_error::ServeError;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QuicLimits {
     pub(crate) connections_per_shard_max: usize,
+    /// Connections one peer address may hold per shard endpoint.
+    pub(crate) connections_per_ip_max: usize,
     pub(crate) requests_in_flight_max: usize,
     pub(crate) inbox_bytes_max: usize,
 }
@@ -124,12 +126,23 @@ struct Serving {
 async fn accept_loop(shard: usize, endpoint: quinn::Endpoint, serving: Serving) {
     let connections = Arc::new(AtomicUsize::new(0));
     let budget = Arc::new(tokio::sync::Semaphore::new(serving.limits.inbox_bytes_max));
+    let peers = crate::peer_limit::PeerLimit::new(serving.limits.connections_per_ip_max);
     while let Some(incoming) = endpoint.accept().await {
         if connections.load(Ordering::Relaxed) >= serving.limits.connections_per_shard_max {
             log::warn!("shard {shard}: refusing QUIC connection: connection limit");
             incoming.refuse();
             continue;
         }
+        let peer = incoming.remote_address();
+        let Some(slot) = peers.admit(peer.ip()) else {
+            log::warn!(
+                "shard {shard}: refusing QUIC connection from {peer}: {} connections from its \
+                 address (--connections-per-ip-max)",
+                serving.limits.connections_per_ip_max
+            );
+            incoming.refuse();
+            continue;
+        };
         connections.fetch_add(1, Ordering::Relaxed);
         serving.live.fetch_add(1, Ordering::AcqRel);
         let serving = serving.clone();
@@ -141,6 +154,7 @@ async fn accept_loop(shard: usize, endpoint: quinn::Endpoint, serving: Serving) 
                 Ok(connection) => serve_connection(connection, serving, budget).await,
                 Err(e) => log::debug!("shard {shard}: QUIC handshake: {e}"),
             }
+            drop(slot);
             connections.fetch_sub(1, Ordering::Relaxed);
             live.fetch_sub(1, Ordering::AcqRel);
         });

@@ -55,7 +55,7 @@ pub(crate) struct Shard {
     pub(crate) shard_addresses: Rc<Vec<ShardAddress>>,
     pub(crate) connections: Cell<usize>,
     /// Connections by peer address (`connections_per_ip_max`).
-    pub(crate) peers: Rc<PeerLimit>,
+    pub(crate) peers: Arc<PeerLimit>,
     /// Frame payload bytes being received or handled
     /// (`receive_bytes_max`).
     pub(crate) receive_budget: Rc<glommio::sync::Semaphore>,

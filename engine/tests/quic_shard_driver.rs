@@ -52,6 +52,12 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// A quinn client endpoint that trusts the broker's own certificate.
 fn client(data_dir: &std::path::Path) -> quinn::Endpoint {
+    client_on("127.0.0.1:0", data_dir)
+}
+
+/// [`client`] bound to `local` (another loopback address stands for
+/// another host).
+fn client_on(local: &str, data_dir: &std::path::Path) -> quinn::Endpoint {
     let cert = std::fs::read(data_dir.join("tls/cert.der")).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.into()).unwrap();
@@ -63,7 +69,7 @@ fn client(data_dir: &std::path::Path) -> quinn::Endpoint {
         .with_no_client_auth();
     tls.alpn_protocols = vec![kelp_engine::ALPN.to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut endpoint = quinn::Endpoint::client(local.parse().unwrap()).unwrap();
     endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
     endpoint
 }
@@ -546,5 +552,68 @@ fn error_code_of(frame: &(FrameHeader, Vec<u8>)) -> Option<ErrorCode> {
     match decode(frame) {
         Response::Error { code, .. } => Some(code),
         _ => None,
+    }
+}
+
+/// One address may hold `connections_per_ip_max` QUIC connections per
+/// shard, with either driver: the next from it is refused (the handshake
+/// fails), one from another address is served, and a closed connection's
+/// slot is taken again.
+#[test]
+fn one_address_cannot_take_every_quic_connection() {
+    for driver in [QuicDriver::Shard, QuicDriver::Tokio] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = ports();
+        let broker = Broker::start(BrokerConfig {
+            quic_driver: driver,
+            connections_per_ip_max: 2,
+            ..config(dir.path(), port)
+        })
+        .unwrap();
+        let rt = runtime();
+        rt.block_on(async {
+            let endpoint = client(dir.path());
+            let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let mut held = vec![
+                Conn::open(&endpoint, port).await,
+                Conn::open(&endpoint, port).await,
+            ];
+            for c in &mut held {
+                let listed = c.call(Request::ListTopics).await;
+                assert!(
+                    matches!(decode(&listed), Response::TopicList { .. }),
+                    "{driver:?}: a connection within the limit was not served"
+                );
+            }
+            let third =
+                tokio::time::timeout(STEP_TIMEOUT, endpoint.connect(to, "localhost").unwrap())
+                    .await
+                    .expect("the refusal comes at once");
+            assert!(
+                matches!(third, Err(quinn::ConnectionError::ConnectionClosed(_))),
+                "{driver:?}: a third connection from one address: {third:?}"
+            );
+            // Another address (another endpoint bound to 127.0.0.2) is served.
+            let other_endpoint = client_on("127.0.0.2:0", dir.path());
+            let mut other = Conn::open(&other_endpoint, port).await;
+            let listed = other.call(Request::ListTopics).await;
+            assert!(matches!(decode(&listed), Response::TopicList { .. }));
+            // A closed connection's slot is given back.
+            let gone = held.pop().unwrap();
+            gone.connection.close(0u32.into(), b"done");
+            drop(gone);
+            let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+            loop {
+                match endpoint.connect(to, "localhost").unwrap().await {
+                    Ok(_) => break,
+                    Err(e) => assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "{driver:?}: a freed slot was never given back: {e}"
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        broker.stop().unwrap();
     }
 }

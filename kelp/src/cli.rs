@@ -185,8 +185,8 @@ pub struct ServeArgs {
     /// long after its first byte (a peer trickling bytes).
     #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub frame_timeout_ms: u64,
-    /// Native TCP connections one IP address may hold per shard (and Kafka
-    /// connections): one host cannot take every connection slot.
+    /// Native TCP and QUIC connections one IP address may hold per shard
+    /// (and Kafka connections): one host cannot take every connection slot.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
     pub connections_per_ip_max: u64,
     /// Frame bytes one shard holds for its native TCP connections, being

@@ -135,7 +135,7 @@ pub(crate) struct Gateway {
     /// Idle and slow-sender timeouts, as on the native port.
     pub(crate) timeouts: crate::connection::PeerTimeouts,
     /// Connections by peer address, as on the native port.
-    pub(crate) peers: Rc<crate::peer_limit::PeerLimit>,
+    pub(crate) peers: std::sync::Arc<crate::peer_limit::PeerLimit>,
     pub(crate) filer: Arc<dyn Filer>,
     /// Bounds the request bytes held by all connections.
     pub(crate) request_bytes: Arc<tokio::sync::Semaphore>,

@@ -110,6 +110,8 @@ pub(super) struct QuicConnection {
     close_code: (u32, &'static str),
     /// The instant of this connection's entry in the driver's timer queue.
     pub(super) timer_armed: Option<Instant>,
+    /// Its count against `connections_per_ip_max`, given back on drop.
+    _peer: crate::peer_limit::PeerSlot,
 }
 
 impl QuicConnection {
@@ -118,6 +120,7 @@ impl QuicConnection {
         connection: quinn_proto::Connection,
         requests: Rc<Requests>,
         in_flight_max: usize,
+        peer: crate::peer_limit::PeerSlot,
     ) -> QuicConnection {
         QuicConnection {
             handle,
@@ -133,6 +136,7 @@ impl QuicConnection {
             close_at: None,
             close_code: (CLOSE_DONE, "done"),
             timer_armed: None,
+            _peer: peer,
         }
     }
 

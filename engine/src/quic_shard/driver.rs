@@ -239,6 +239,18 @@ impl Driver {
             self.send_response(&transmit);
             return;
         }
+        let peer = incoming.remote_address();
+        let Some(slot) = self.shard.peers.admit(peer.ip()) else {
+            log::warn!(
+                "shard {}: refusing QUIC connection from {peer}: {} connections from its \
+                 address (--connections-per-ip-max)",
+                self.shard.index,
+                self.shard.config.connections_per_ip_max
+            );
+            let transmit = self.endpoint.refuse(incoming, &mut self.response_buf);
+            self.send_response(&transmit);
+            return;
+        };
         match self
             .endpoint
             .accept(incoming, now, &mut self.response_buf, None)
@@ -248,7 +260,7 @@ impl Driver {
                 glommio::spawn_local(handle_requests(self.shard.clone(), requests.clone()))
                     .detach();
                 let in_flight_max = self.shard.config.connection_requests_in_flight_max;
-                let quic = QuicConnection::new(handle, connection, requests, in_flight_max);
+                let quic = QuicConnection::new(handle, connection, requests, in_flight_max, slot);
                 self.ready.schedule(&quic.requests);
                 if self.connections.len() <= handle.0 {
                     self.connections.resize_with(handle.0 + 1, || None);
