@@ -990,7 +990,7 @@ impl SegmentCell {
                                     .map_err(FlushError::Failed),
                                 Ok(false) => Err(FlushError::Fenced(format!(
                                     "chunk {job_path} exists with other bytes: another writer \
-                                 stored this segment's offsets; this broker's are fenced off"
+                                     stored this segment's offsets; this broker's are fenced off"
                                 ))),
                                 Err(e) => Err(FlushError::Failed(e.to_string())),
                             }

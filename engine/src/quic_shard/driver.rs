@@ -18,6 +18,7 @@ use super::connection::QuicConnection;
 use super::requests::{handle_requests, ReadyList, Requests};
 use super::socket::{proto_ecn, QuicSocket};
 use super::timers::TimerQueue;
+use crate::peer_limit::PeerLimit;
 use crate::shard::Shard;
 
 /// Datagrams one turn takes in before it drives connections and transmits,
@@ -50,6 +51,9 @@ pub(super) struct Driver {
     /// indices, and at most `connections_per_shard_max` are accepted.
     connections: Vec<Option<QuicConnection>>,
     open: usize,
+    /// QUIC connections by peer address (`connections_per_ip_max`),
+    /// counted apart from the shard's TCP ones, as on the tokio driver.
+    peers: Arc<PeerLimit>,
     timers: TimerQueue,
     ready: Rc<ReadyList>,
     /// Scratch: the connections driven this turn.
@@ -81,12 +85,14 @@ impl Driver {
             None,
         );
         let gso_segments_max = socket.gso_segments_max();
+        let peers = PeerLimit::new(shard.config.connections_per_ip_max);
         Ok(Driver {
             shard,
             socket,
             endpoint,
             connections: Vec::new(),
             open: 0,
+            peers,
             timers: TimerQueue::default(),
             ready: Rc::new(ReadyList::default()),
             turn: Vec::new(),
@@ -240,7 +246,7 @@ impl Driver {
             return;
         }
         let peer = incoming.remote_address();
-        let Some(slot) = self.shard.peers.admit(peer.ip()) else {
+        let Some(slot) = self.peers.admit(peer.ip()) else {
             log::warn!(
                 "shard {}: refusing QUIC connection from {peer}: {} connections from its \
                  address (--connections-per-ip-max)",
