@@ -8,6 +8,7 @@
 use std::{
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddr},
+    os::unix::io::{AsRawFd, RawFd},
     path::Path,
     sync::Arc,
     time::Duration,
@@ -24,6 +25,7 @@ use wire::{
 };
 
 use crate::baseline::SERVER_NAME;
+use client::low_water::ReceiveLowWater;
 
 /// The broker's QUIC transport windows (engine `tls::server_config`), so
 /// the raw quinn sink runs the same protocol configuration.
@@ -40,6 +42,30 @@ pub struct ShardConnection {
     pub write: FrameWriter,
     /// The QUIC connection, kept so it can be closed when done.
     pub quic: Option<quinn::Connection>,
+    /// The TCP socket, for [`read_exact_waking_late`].
+    pub tcp: Option<RawFd>,
+}
+
+/// `read_exact` for a large frame payload that wakes the reader only once
+/// the kernel holds `min(remaining, RECEIVE_LOW_WATER_BYTES_MAX)` bytes
+/// (`client::low_water`), instead of once per arriving segment: on
+/// loopback those wake-ups are the broker's CPU. Without a socket (QUIC)
+/// it is a plain `read_exact`.
+pub async fn read_exact_waking_late<R: AsyncRead + Unpin + ?Sized>(
+    read: &mut R,
+    socket: Option<RawFd>,
+    buf: &mut [u8],
+) -> Result<()> {
+    let mut low_water = ReceiveLowWater::new(socket);
+    let mut at = 0;
+    while at < buf.len() {
+        low_water.expect(buf.len() - at)?;
+        let n = read.read(&mut buf[at..]).await?;
+        ensure!(n > 0, "the connection closed inside a frame");
+        at += n;
+    }
+    low_water.expect(0)?;
+    Ok(())
 }
 
 /// How the load generator reaches the broker.
@@ -57,11 +83,13 @@ impl Dialer {
                     .await
                     .with_context(|| format!("connect to {addr}"))?;
                 stream.set_nodelay(true)?;
+                let tcp = Some(stream.as_raw_fd());
                 let (read, write) = stream.into_split();
                 Ok(ShardConnection {
                     read: Box::new(read),
                     write: Box::new(write),
                     quic: None,
+                    tcp,
                 })
             }
             Dialer::Quic(endpoint) => {
@@ -74,6 +102,7 @@ impl Dialer {
                     read: Box::new(recv),
                     write: Box::new(send),
                     quic: Some(connection),
+                    tcp: None,
                 })
             }
         }

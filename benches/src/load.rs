@@ -29,7 +29,9 @@ use wire::{
     AckMode, BatchHead, FetchFrom, FrameType, Request, Response,
 };
 
-use crate::frames::{read_frame, read_frame_header, Dialer, FrameReader, ShardConnection};
+use crate::frames::{
+    read_exact_waking_late, read_frame, read_frame_header, Dialer, FrameReader, ShardConnection,
+};
 use crate::workload::Workload;
 
 /// Latencies are recorded in microseconds, from 1 us to one hour, with
@@ -127,6 +129,7 @@ pub async fn run_producer(
         mut read,
         mut write,
         quic,
+        ..
     } = dialer.dial(plan.addr).await?;
     let acked = workload.ack != AckMode::None;
     let slots = Semaphore::new(workload.in_flight);
@@ -319,6 +322,7 @@ pub async fn run_consumer(
         mut read,
         mut write,
         quic,
+        tcp,
     } = dialer.dial(plan.addr).await?;
     let mut latency = new_histogram();
     let mut frame = Vec::new();
@@ -355,7 +359,7 @@ pub async fn run_consumer(
                 asked = Some(Instant::now());
             }
         }
-        read.read_exact(&mut payload[prefix_bytes..])
+        read_exact_waking_late(&mut read, tcp, &mut payload[prefix_bytes..])
             .await
             .context("read fetch answer")?;
         let verified = Response::decode_verified(&header, &payload)?;

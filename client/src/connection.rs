@@ -206,6 +206,7 @@ impl Connection {
         writer: W,
         limits: ConnectionLimits,
         guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+        socket: Option<std::os::unix::io::RawFd>,
     ) -> Connection
     where
         R: AsyncRead + Unpin + Send + 'static,
@@ -217,7 +218,7 @@ impl Connection {
         });
         let (outgoing, queue) = mpsc::channel(limits.write_queue_frames_max.max(1));
         tokio::spawn(write_loop(writer, queue, Arc::clone(&shared)));
-        let reader = tokio::spawn(read_loop(reader, Arc::clone(&shared)));
+        let reader = tokio::spawn(read_loop(reader, socket, Arc::clone(&shared)));
         Connection {
             addr,
             shared,
@@ -349,10 +350,17 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     let _ = writer.shutdown().await;
 }
 
-async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
+/// `socket`: the TCP socket `reader` reads, if it is one (it stays open
+/// while `reader` does).
+async fn read_loop<R: AsyncRead + Unpin>(
+    reader: R,
+    socket: Option<std::os::unix::io::RawFd>,
+    shared: Arc<Shared>,
+) {
     let mut reader = BufReader::with_capacity(STREAM_BUFFER_BYTES, reader);
+    let mut low_water = crate::low_water::ReceiveLowWater::new(socket);
     loop {
-        match read_frame(&mut reader).await {
+        match read_frame(&mut reader, &mut low_water).await {
             Ok(Some(frame)) if is_goodbye(&frame) => shared.goodbye(),
             Ok(Some(frame)) => shared.deliver(frame.header.request_id, Ok(frame)),
             Ok(None) => {
@@ -428,7 +436,7 @@ mod tests {
     async fn answers_out_of_order_reach_their_requests() {
         let (client_side, broker_side) = tokio::io::duplex(1 << 16);
         let (cr, cw) = tokio::io::split(client_side);
-        let conn = Connection::start("test".into(), cr, cw, LIMITS, None);
+        let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (mut br, mut bw) = tokio::io::split(broker_side);
         let a = conn.submit(&Request::ListTopics, true).await.unwrap();
         let b = conn.submit(&Request::Shards, true).await.unwrap();
@@ -452,7 +460,7 @@ mod tests {
     async fn corrupt_stream_fails_every_waiting_request() {
         let (client_side, broker_side) = tokio::io::duplex(1 << 16);
         let (cr, cw) = tokio::io::split(client_side);
-        let conn = Connection::start("test".into(), cr, cw, LIMITS, None);
+        let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (_br, mut bw) = tokio::io::split(broker_side);
         let a = conn.submit(&Request::ListTopics, true).await.unwrap();
         bw.write_all(b"garbage that is not a frame").await.unwrap();
@@ -466,7 +474,7 @@ mod tests {
     async fn errors_for_unawaited_requests_are_kept() {
         let (client_side, broker_side) = tokio::io::duplex(1 << 16);
         let (cr, cw) = tokio::io::split(client_side);
-        let conn = Connection::start("test".into(), cr, cw, LIMITS, None);
+        let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (mut br, mut bw) = tokio::io::split(broker_side);
         conn.submit(&Request::ListTopics, false).await.unwrap();
         let barrier = conn.submit(&Request::Shards, true).await.unwrap();

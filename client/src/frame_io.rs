@@ -4,12 +4,13 @@
 //! one pass for the frame's checksum and every batch's), every other one
 //! here.
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 use wire::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
 use wire::message::VerifiedResponse;
 use wire::{DecodeError, Response};
 
 use crate::error::ClientError;
+use crate::low_water::ReceiveLowWater;
 
 /// One frame, header checked, payload checksum checked (a fetch response's
 /// when it is decoded). The payload is refcounted so records handed to the
@@ -57,9 +58,11 @@ pub(crate) enum FrameReadError {
 }
 
 /// Read one frame. `Ok(None)` means the peer closed the stream cleanly at
-/// a frame boundary.
+/// a frame boundary. A large payload wakes the reader once per
+/// `low_water`'s worth of bytes, not per arriving segment.
 pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
-    reader: &mut R,
+    reader: &mut BufReader<R>,
+    low_water: &mut ReceiveLowWater,
 ) -> Result<Option<ResponseFrame>, FrameReadError> {
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     let mut filled = 0;
@@ -88,7 +91,12 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     let len = header.payload_bytes as usize;
     let mut payload = vec![0u8; len];
     let mut filled = 0;
+    let low_water_failed = |e| FrameReadError::Stream(ClientError::io("setting SO_RCVLOWAT", e));
     while filled < len {
+        // With nothing buffered, the socket holds the rest of the frame.
+        if reader.buffer().is_empty() {
+            low_water.expect(len - filled).map_err(low_water_failed)?;
+        }
         let n = reader
             .read(&mut payload[filled..])
             .await
@@ -104,6 +112,7 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         }
         filled += n;
     }
+    low_water.expect(0).map_err(low_water_failed)?;
     if header.frame_type != FrameType::FetchResponse {
         header
             .verify_payload(&payload)
@@ -143,10 +152,11 @@ mod tests {
     }
 
     async fn read_all(bytes: &[u8]) -> Vec<Result<Option<ResponseFrame>, FrameReadError>> {
-        let mut reader = bytes;
+        let mut reader = BufReader::new(bytes);
+        let mut low_water = ReceiveLowWater::new(None);
         let mut out = Vec::new();
         loop {
-            let r = read_frame(&mut reader).await;
+            let r = read_frame(&mut reader, &mut low_water).await;
             let stop = !matches!(r, Ok(Some(_)));
             out.push(r);
             if stop {
@@ -223,8 +233,9 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 0xFF;
         Response::Done.encode(10, &mut bytes);
-        let mut reader = bytes.as_slice();
-        match read_frame(&mut reader).await {
+        let mut reader = BufReader::new(bytes.as_slice());
+        let mut low_water = ReceiveLowWater::new(None);
+        match read_frame(&mut reader, &mut low_water).await {
             Err(FrameReadError::Payload { request_id, error }) => {
                 assert_eq!(request_id, 9);
                 assert!(matches!(error, DecodeError::Checksum { .. }));
@@ -232,7 +243,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // The next frame still reads.
-        let next = read_frame(&mut reader).await.unwrap().unwrap();
+        let next = read_frame(&mut reader, &mut low_water)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(next.header.frame_type, FrameType::DoneResponse);
     }
 }

@@ -44,6 +44,7 @@ mod frame_io;
 mod in_flight;
 mod layout;
 mod lineage;
+pub mod low_water;
 mod payload;
 mod producer;
 mod subscriber;

@@ -108,8 +108,9 @@ impl Dialer {
                 stream
                     .set_nodelay(true)
                     .map_err(|e| ClientError::io("setting TCP_NODELAY", e))?;
+                let socket = Some(std::os::unix::io::AsRawFd::as_raw_fd(&stream));
                 let (r, w) = stream.into_split();
-                Ok(Connection::start(name, r, w, limits, None))
+                Ok(Connection::start(name, r, w, limits, None, socket))
             }
             Dialer::Quic(endpoint) => {
                 let connecting = endpoint
@@ -129,6 +130,7 @@ impl Dialer {
                     send,
                     limits,
                     Some(Box::new(connection)),
+                    None,
                 ))
             }
         }

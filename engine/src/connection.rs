@@ -495,8 +495,10 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 result = result.and(writer.write_all(&coalesced).await);
                 coalesced.clear();
             }
-            if result.is_ok() {
-                result = send_file_range(&mut writer, socket, body).await;
+            for range in body.iter() {
+                if result.is_ok() {
+                    result = send_file_range(&mut writer, socket, range).await;
+                }
             }
         }
         if !coalesced.is_empty() {

@@ -47,10 +47,6 @@ impl FileRange {
         self.to - self.from
     }
 
-    pub(crate) fn crc(&self) -> u32 {
-        self.crc
-    }
-
     /// The bytes, through the mapping (faulting pages in as they are read).
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.file.bytes()[self.from..self.to]
@@ -129,5 +125,111 @@ impl FileRange {
     /// The file's bytes from `at` on, within the range, at most `max`.
     pub(crate) fn piece(&self, at: usize, max: usize) -> &[u8] {
         &self.file.bytes()[at..self.to.min(at.saturating_add(max))]
+    }
+}
+
+/// The most files one fetch answer is sent from: a fetch that reaches the
+/// end of a buffer or chunk goes on into the next one, so answers stay
+/// near the reader's `max_bytes` whatever the chunk size, but a run of
+/// tiny chunks (sealed by age under a trickle) cannot make one answer
+/// open hundreds of files.
+pub(crate) const FETCH_FILES_MAX: usize = 8;
+
+/// A fetch answer's batches in one or more files, in offset order, and
+/// the CRC-32C of all their bytes end to end.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FileRanges {
+    ranges: Vec<FileRange>,
+    len: usize,
+    crc: u32,
+}
+
+impl FileRanges {
+    pub(crate) fn new(first: FileRange) -> FileRanges {
+        let mut ranges = FileRanges::default();
+        ranges.push(first);
+        ranges
+    }
+
+    /// Append the batches that follow the last range's.
+    pub(crate) fn push(&mut self, range: FileRange) {
+        assert!(self.ranges.len() < FETCH_FILES_MAX);
+        self.crc = wire::checksum::crc32c_combine(self.crc, range.crc, range.len());
+        self.len += range.len();
+        self.ranges.push(range);
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.ranges.len() >= FETCH_FILES_MAX
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn crc(&self) -> u32 {
+        self.crc
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &FileRange> {
+        self.ranges.iter()
+    }
+
+    /// Whether every range is in the page cache.
+    pub(crate) fn is_resident(&self) -> bool {
+        self.ranges.iter().all(FileRange::is_resident)
+    }
+
+    /// Read every range into the page cache (on the blocking pool).
+    pub(crate) fn load(&self) {
+        self.ranges.iter().for_each(FileRange::load);
+    }
+
+    /// The bytes of every range, end to end, appended to `out`.
+    pub(crate) fn copy_to(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len);
+        for range in &self.ranges {
+            out.extend_from_slice(range.bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn mapped(bytes: &[u8]) -> Arc<MappedFile> {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), bytes).unwrap();
+        Arc::new(MappedFile::open(file.path()).unwrap())
+    }
+
+    #[test]
+    fn ranges_of_several_files_state_the_checksum_of_their_bytes_end_to_end() {
+        let a = mapped(&(0..10_000u32).map(|i| i as u8).collect::<Vec<_>>());
+        let b = mapped(&(0..5_000u32).map(|i| (i * 7) as u8).collect::<Vec<_>>());
+        let crc = |bytes: &[u8]| wire::checksum::crc32c(bytes);
+        let first = FileRange::new(a.clone(), 100, 9_000, crc(&a.bytes()[100..9_000]));
+        let second = FileRange::new(b.clone(), 0, 4_321, crc(&b.bytes()[..4_321]));
+        let mut ranges = FileRanges::new(first);
+        assert_eq!(ranges.crc(), crc(&a.bytes()[100..9_000]));
+        ranges.push(second);
+        let mut all = Vec::new();
+        ranges.copy_to(&mut all);
+        assert_eq!(all.len(), ranges.len());
+        assert_eq!(all.len(), 8_900 + 4_321);
+        assert_eq!(ranges.crc(), crc(&all));
+        assert!(ranges.is_resident());
+    }
+
+    #[test]
+    fn ranges_hold_at_most_their_limit_of_files() {
+        let a = mapped(&[1u8; 64]);
+        let mut ranges = FileRanges::new(FileRange::new(a.clone(), 0, 8, 0));
+        while !ranges.is_full() {
+            ranges.push(FileRange::new(a.clone(), 0, 8, 0));
+        }
+        assert_eq!(ranges.iter().count(), FETCH_FILES_MAX);
     }
 }

@@ -17,7 +17,7 @@ use wire::message::{Fetched, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES};
 use wire::{key_hash, AckMode, ErrorCode, Request, Response};
 
 use crate::control_plane::{ControlRequest, ShardCommand};
-use crate::file_range::FileRange;
+use crate::file_range::FileRanges;
 use crate::segment::{blocking, FetchBody};
 use crate::serve_error::ServeError;
 use crate::shard::{SegmentLookup, Shard};
@@ -41,10 +41,10 @@ pub(crate) enum Outgoing {
     /// A whole frame.
     Frame(Vec<u8>),
     /// A fetch response: its frame header and payload prefix, then its
-    /// batches, sent from the file they are in.
+    /// batches, sent from the files they are in.
     Fetched {
         head: [u8; FETCHED_FRAME_PREFIX_BYTES],
-        body: FileRange,
+        body: FileRanges,
     },
 }
 
@@ -57,7 +57,7 @@ impl Outgoing {
             Outgoing::Fetched { head, body } => {
                 let mut frame = Vec::with_capacity(head.len() + body.len());
                 frame.extend_from_slice(&head);
-                frame.extend_from_slice(body.bytes());
+                body.copy_to(&mut frame);
                 frame
             }
         }
@@ -208,7 +208,7 @@ pub(crate) async fn handle_frame(
                         fetched.finish_frame(id, &mut frame);
                         Outgoing::Frame(frame)
                     }
-                    FetchBody::File(body) => Outgoing::Fetched {
+                    FetchBody::Files(body) => Outgoing::Fetched {
                         head: fetched.frame_head(id, body.len(), body.crc()),
                         body,
                     },

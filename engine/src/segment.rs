@@ -32,7 +32,7 @@ use wire::{ErrorCode, FetchChecks, FetchFrom};
 use crate::buffer::{ActiveBuffer, MappedFile, SealedBuffer, SpareBuffer};
 use crate::config::BrokerConfig;
 use crate::error::EngineError;
-use crate::file_range::FileRange;
+use crate::file_range::{FileRange, FileRanges};
 use crate::recovery::{record_lost, recover_buffers, LostRange, SegmentDirs};
 use crate::salvage::Scan;
 use crate::serve_error::ServeError;
@@ -108,6 +108,14 @@ struct ScannedChunk {
     scan: Scan,
 }
 
+/// A chunk file of the local filer, mapped, and the index at its end.
+#[derive(Debug, Clone)]
+struct OpenChunk {
+    base_offset: u64,
+    file: Arc<MappedFile>,
+    index: Rc<Vec<ChunkIndexEntry>>,
+}
+
 /// The mutable state; see [`SegmentCell`].
 #[derive(Debug)]
 struct SegmentState {
@@ -128,9 +136,9 @@ struct SegmentState {
     durable_waiting_since: Option<Instant>,
     /// The last chunk index read from the filer, to serve sequential reads.
     index_cache: Option<(u64, Rc<Vec<ChunkIndexEntry>>)>,
-    /// The last chunk file of the local filer opened for reads, by base
-    /// offset, for the same reason.
-    chunk_file_cache: Option<(u64, Arc<MappedFile>)>,
+    /// The last chunk file of the local filer opened for reads, with its
+    /// index read from the mapping, for the same reason.
+    chunk_file_cache: Option<OpenChunk>,
     /// The last chunk read whole for a verifying read.
     scanned_cache: Option<Rc<ScannedChunk>>,
     /// The next active buffer, prepared off the shard's thread.
@@ -342,9 +350,9 @@ pub(crate) enum FetchBody {
     /// then the batches, copied here once from a chunk a remote filer
     /// holds (`Fetched::finish_frame` fills the room).
     Copied(Vec<u8>),
-    /// The batches where they are: a buffer, or a chunk file of the local
+    /// The batches where they are: buffers, or chunk files of the local
     /// filer (sent with `sendfile` on TCP).
-    File(FileRange),
+    Files(FileRanges),
 }
 
 /// Whole batches chosen for a fetch from batches laid end to end.
@@ -1209,13 +1217,26 @@ impl SegmentCell {
             None => self.read_chunks(start, max_bytes, checks).await?,
         };
         result.sealed = sealed;
-        // The shard's thread must not wait for the disk when the batches
-        // are sent: pages evicted since they were written (or a chunk read
-        // cold) are read in on the blocking pool first.
-        if let FetchBody::File(range) = &result.body {
-            if !range.is_resident() {
-                let range = range.clone();
-                blocking(move || range.load()).await;
+        if let FetchBody::Files(files) = &mut result.body {
+            // An answer that ended with its buffer or chunk goes on into
+            // the next, so a reader gets about `max_bytes` per round trip
+            // whatever the chunk size.
+            while !files.is_full() && files.len() < max_bytes && checks == FetchChecks::Trust {
+                let Some((range, next)) = self
+                    .file_piece(result.next_offset, max_bytes - files.len())
+                    .await?
+                else {
+                    break;
+                };
+                files.push(range);
+                result.next_offset = next;
+            }
+            // The shard's thread must not wait for the disk when the
+            // batches are sent: pages evicted since they were written (or
+            // a chunk read cold) are read in on the blocking pool first.
+            if !files.is_resident() {
+                let files = files.clone();
+                blocking(move || files.load()).await;
             }
         }
         Ok(result)
@@ -1284,6 +1305,25 @@ impl SegmentCell {
 
     /// Serve from a buffer still in memory, if `start` is in one.
     fn read_memory(&self, start: u64, max_bytes: usize) -> Result<Option<FetchResult>, ServeError> {
+        let Some((range, next_offset)) = self.memory_piece(start, max_bytes)? else {
+            return Ok(None);
+        };
+        Ok(Some(FetchResult {
+            start_offset: start,
+            next_offset,
+            high_watermark: self.state.borrow().next_offset,
+            sealed: false,
+            body: FetchBody::Files(FileRanges::new(range)),
+        }))
+    }
+
+    /// The batches from `start` on in the buffer that holds it, at most
+    /// `max_bytes` unless the first is larger, and the offset after them.
+    fn memory_piece(
+        &self,
+        start: u64,
+        max_bytes: usize,
+    ) -> Result<Option<(FileRange, u64)>, ServeError> {
         let state = self.state.borrow();
         let Some(buffer) = state
             .memory_buffers()
@@ -1306,50 +1346,79 @@ impl SegmentCell {
                     ),
                 )
             })?;
-        Ok(Some(FetchResult {
-            start_offset: start,
-            next_offset: selection.next_offset,
-            high_watermark: state.next_offset,
-            sealed: false,
-            body: FetchBody::File(FileRange::new(
-                buffer.file.clone(),
-                CHUNK_HEADER_BYTES + selection.from,
-                CHUNK_HEADER_BYTES + selection.to,
-                selection.crc,
-            )),
-        }))
+        let range = FileRange::new(
+            buffer.file.clone(),
+            CHUNK_HEADER_BYTES + selection.from,
+            CHUNK_HEADER_BYTES + selection.to,
+            selection.crc,
+        );
+        Ok(Some((range, selection.next_offset)))
     }
 
-    /// Serve from a chunk the local filer holds as a file: open and map it
-    /// (the last one stays open for the next read), choose the batches
-    /// from their headers, and leave them in the file. `Ok(None)` if the
-    /// filer keeps no local file.
+    /// The batches from `start` on, at most `max_bytes` (never more: this
+    /// continues an answer), from the buffer or local chunk file that holds
+    /// `start`. `None` if no file holds it, the chunk must be read through
+    /// the filer or verified, or its first batch there does not fit.
+    async fn file_piece(
+        self: &Rc<Self>,
+        start: u64,
+        max_bytes: usize,
+    ) -> Result<Option<(FileRange, u64)>, ServeError> {
+        let piece = match self.memory_piece(start, max_bytes)? {
+            Some(piece) => Some(piece),
+            None => {
+                let chunk = {
+                    let state = self.state.borrow();
+                    let i = state
+                        .chunks
+                        .partition_point(|c| c.header.next_offset <= start);
+                    state.chunks.get(i).cloned()
+                };
+                match chunk {
+                    Some(chunk) if chunk.damaged.is_none() && chunk.header.base_offset <= start => {
+                        self.chunk_file_piece(&chunk, start, max_bytes).await?
+                    }
+                    _ => None,
+                }
+            }
+        };
+        Ok(piece.filter(|(range, _)| range.len() <= max_bytes))
+    }
+
+    /// Serve from a chunk the local filer holds as a file. `Ok(None)` if
+    /// the filer keeps no local file.
     async fn read_chunk_file(
         &self,
         chunk: &ChunkMeta,
-        index: &[ChunkIndexEntry],
         start: u64,
         max_bytes: usize,
         high_watermark: u64,
     ) -> Result<Option<FetchResult>, ServeError> {
-        let Some(local) = self.store.filer.local_file(&chunk.path) else {
+        let Some((range, next_offset)) = self.chunk_file_piece(chunk, start, max_bytes).await?
+        else {
             return Ok(None);
         };
-        let base = chunk.header.base_offset;
-        let cached = match &self.state.borrow().chunk_file_cache {
-            Some((b, file)) if *b == base => Some(file.clone()),
-            _ => None,
-        };
-        let file = match cached {
-            Some(file) => file,
-            None => {
-                let file = blocking(move || MappedFile::open(&local))
-                    .await
-                    .map(Arc::new)
-                    .map_err(|e| ServeError::storage(&e))?;
-                self.state.borrow_mut().chunk_file_cache = Some((base, file.clone()));
-                file
-            }
+        Ok(Some(FetchResult {
+            start_offset: start,
+            next_offset,
+            high_watermark,
+            sealed: false,
+            body: FetchBody::Files(FileRanges::new(range)),
+        }))
+    }
+
+    /// The batches from `start` on in a chunk the local filer holds as a
+    /// file, at most `max_bytes` unless the first is larger, left in the
+    /// file, and the offset after them. `Ok(None)` if the filer keeps no
+    /// local file.
+    async fn chunk_file_piece(
+        &self,
+        chunk: &ChunkMeta,
+        start: u64,
+        max_bytes: usize,
+    ) -> Result<Option<(FileRange, u64)>, ServeError> {
+        let Some(open) = self.open_chunk(chunk).await? else {
+            return Ok(None);
         };
         let corrupt = || {
             ServeError::new(
@@ -1358,27 +1427,61 @@ impl SegmentCell {
             )
         };
         let data_end = CHUNK_HEADER_BYTES + chunk.header.data_bytes as usize;
-        let data = file
+        let data = open
+            .file
             .bytes()
             .get(CHUNK_HEADER_BYTES..data_end)
             .ok_or_else(corrupt)?;
-        let position = seek_offset(index, start) as usize;
+        let position = seek_offset(&open.index, start) as usize;
         let selection = select_batches(data, position.min(data.len()), start, max_bytes)
             .ok()
             .flatten()
             .ok_or_else(corrupt)?;
-        Ok(Some(FetchResult {
-            start_offset: start,
-            next_offset: selection.next_offset,
-            high_watermark,
-            sealed: false,
-            body: FetchBody::File(FileRange::new(
-                file,
-                CHUNK_HEADER_BYTES + selection.from,
-                CHUNK_HEADER_BYTES + selection.to,
-                selection.crc,
-            )),
-        }))
+        let range = FileRange::new(
+            open.file.clone(),
+            CHUNK_HEADER_BYTES + selection.from,
+            CHUNK_HEADER_BYTES + selection.to,
+            selection.crc,
+        );
+        Ok(Some((range, selection.next_offset)))
+    }
+
+    /// A chunk the local filer holds as a file, mapped, with the index read
+    /// from its end, in one trip to the blocking pool (the last one stays
+    /// open for the next read). `Ok(None)` if the filer keeps no local
+    /// file.
+    async fn open_chunk(&self, chunk: &ChunkMeta) -> Result<Option<OpenChunk>, ServeError> {
+        let base_offset = chunk.header.base_offset;
+        if let Some(open) = &self.state.borrow().chunk_file_cache {
+            if open.base_offset == base_offset {
+                return Ok(Some(open.clone()));
+            }
+        }
+        let Some(local) = self.store.filer.local_file(&chunk.path) else {
+            return Ok(None);
+        };
+        let header = chunk.header;
+        let (file, index) = blocking(move || {
+            let file = MappedFile::open(&local).map_err(|e| ServeError::storage(&e))?;
+            let at = header.index_position() as usize;
+            let bytes = at
+                .checked_add(header.index_bytes() as usize)
+                .and_then(|end| file.bytes().get(at..end))
+                .ok_or_else(|| "its index runs past the file's end".to_string());
+            let index = bytes.and_then(|b| decode_index(&header, b).map_err(|e| e.to_string()));
+            Ok::<_, ServeError>((file, index))
+        })
+        .await?;
+        let index = index.map_err(|e| {
+            ServeError::new(ErrorCode::Storage, format!("chunk {}: {e}", chunk.path))
+        })?;
+        let open = OpenChunk {
+            base_offset,
+            file: Arc::new(file),
+            index: Rc::new(index),
+        };
+        self.state.borrow_mut().chunk_file_cache = Some(open.clone());
+        Ok(Some(open))
     }
 
     /// Serve from a chunk in the filer.
@@ -1406,13 +1509,13 @@ impl SegmentCell {
                 .read_checked(&chunk, start, max_bytes, checks, high_watermark)
                 .await;
         }
-        let index = self.chunk_index(&chunk).await?;
         if let Some(result) = self
-            .read_chunk_file(&chunk, &index, start, max_bytes, high_watermark)
+            .read_chunk_file(&chunk, start, max_bytes, high_watermark)
             .await?
         {
             return Ok(result);
         }
+        let index = self.chunk_index(&chunk).await?;
         let position = seek_offset(&index, start) as u64;
         let data_end = chunk.header.data_bytes;
         // Read what the reader asked for plus the scan from the index entry;

@@ -262,6 +262,45 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
         "every offset once, in order"
     );
 
+    // One answer goes on from one chunk into the next, up to max_bytes,
+    // under a frame checksum (read_frame verifies it) folded across them.
+    let first_chunk_end = {
+        let mut names: Vec<u64> = std::fs::read_dir(dir.path().join("filer/topics/t/seek/0"))
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name();
+                name.to_str()?.strip_suffix(".chunk")?.parse::<u64>().ok()
+            })
+            .collect();
+        names.sort_unstable();
+        *names
+            .get(1)
+            .expect("a second chunk, named by its base offset")
+    };
+    let r = c.call(Request::Fetch {
+        topic: "t/seek".into(),
+        segment: 0,
+        from: FetchFrom::Earliest,
+        max_bytes: 4 << 20,
+        max_wait_ms: 0,
+        checks: wire::FetchChecks::Trust,
+    });
+    let Response::Fetched(f) = decode(&r) else {
+        panic!("{:?}", decode(&r))
+    };
+    assert!(
+        f.next_offset > first_chunk_end,
+        "an answer of up to 4 MiB ends at {}, inside the first chunk (which ends at {first_chunk_end})",
+        f.next_offset
+    );
+    let mut expect = 0;
+    for item in BatchWalk::new(f.batches) {
+        let (_, b) = item.unwrap();
+        assert_eq!(b.base_offset(), expect, "batches end to end across chunks");
+        expect = b.next_offset();
+    }
+    assert_eq!(expect, f.next_offset);
+
     // From an offset in the middle of a chunk's batch.
     let r = c.call(Request::Fetch {
         topic: "t/seek".into(),
