@@ -431,6 +431,27 @@ impl SpareBuffer {
         self.data_capacity
     }
 
+    /// Bring the file's pages into the page cache before the shard writes
+    /// to it: reading the reserved (unwritten) extents fills zeroed pages
+    /// with no disk I/O. The page allocation, any reclaim it takes, and on
+    /// a VM the host's fault of memory the guest has not touched lately
+    /// (several times a page copy on this project's Firecracker host; see
+    /// BENCHMARKS.md) are then paid by the caller, a blocking-pool thread,
+    /// not by the shard's appends. Only a hint: a failure costs speed,
+    /// never bytes.
+    pub(crate) fn populate(&self) {
+        let bytes = self.mapped.map.len();
+        // SAFETY: plain syscall on an open descriptor.
+        let rc = unsafe { libc::readahead(self.mapped.file.as_raw_fd(), 0, bytes) };
+        if rc != 0 {
+            log::debug!(
+                "readahead of spare buffer {}: {}",
+                self.path.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+
     /// Become the active buffer of `segment_id` from `base_offset`, under
     /// its final name.
     pub(crate) fn activate(
@@ -686,5 +707,35 @@ mod tests {
         assert_eq!(again.next_offset(), 9);
         let resealed = again.seal().unwrap();
         ChunkView::open(resealed.chunk_bytes()).unwrap();
+    }
+
+    #[test]
+    fn a_populated_spare_has_its_pages_in_the_page_cache_and_reads_as_zeros() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spare.buf");
+        let spare = SpareBuffer::create(path.clone(), 1 << 20).unwrap();
+        spare.populate();
+        let map = spare.mapped.map.as_ref();
+        let pages = map.len().div_ceil(4096);
+        let mut present = vec![0u8; pages];
+        // SAFETY: the mapping's start is page-aligned; `present` has one
+        // byte per page of its length.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr() as *mut libc::c_void,
+                map.len(),
+                present.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        // Every page wholly inside the file (Linux's readahead may leave the
+        // one that straddles its end to the first write).
+        let whole = map.len() / 4096;
+        let resident = present[..whole].iter().filter(|p| *p & 1 == 1).count();
+        assert_eq!(
+            resident, whole,
+            "{resident} of {whole} pages in the page cache"
+        );
+        assert!(map.iter().all(|b| *b == 0), "a spare reads as zeros");
     }
 }

@@ -154,10 +154,12 @@ struct SegmentState {
 }
 
 /// Spare buffers a segment keeps ready. Making one (create, fallocate,
-/// map) takes well under a millisecond on the blocking pool, far less than
-/// filling one, so one is enough; each costs `buffer_bytes` of reserved
-/// disk, and only segments that roll buffers ever get one.
-const SPARES_MAX: usize = 1;
+/// map, and bring its pages into the page cache) on the blocking pool
+/// takes 1-5 ms for 8 MiB on this project's VM, about as long as filling
+/// one at full speed, so two are made at once; each costs `buffer_bytes` of
+/// reserved disk and page cache, and only segments that roll buffers ever
+/// get one.
+const SPARES_MAX: usize = 2;
 
 /// Sealed buffers behind the one being flushed whose write-back the flusher
 /// starts (`sync_file_range`) before it syncs the front one.
@@ -898,7 +900,12 @@ impl SegmentCell {
             let cell = self.clone();
             let capacity = self.config.buffer_bytes as usize;
             glommio::spawn_local(async move {
-                let made = blocking(move || SpareBuffer::create(path, capacity)).await;
+                let made = blocking(move || {
+                    let spare = SpareBuffer::create(path, capacity)?;
+                    spare.populate();
+                    Ok::<_, EngineError>(spare)
+                })
+                .await;
                 let mut state = cell.state.borrow_mut();
                 state.spares_pending -= 1;
                 match made {
