@@ -11,6 +11,7 @@
 //! Nothing here locks across cores: shards share no mutable state, and
 //! talk to the control plane and the QUIC thread through bounded channels.
 
+mod background_priority;
 mod broker;
 mod buffer;
 mod chunk_cache;

@@ -426,7 +426,12 @@ fn select_batches(
 }
 
 pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
-    glommio::executor().spawn_blocking(f).await
+    glommio::executor()
+        .spawn_blocking(move || {
+            crate::background_priority::lower_this_thread();
+            f()
+        })
+        .await
 }
 
 impl SegmentCell {
