@@ -154,9 +154,10 @@ struct SegmentState {
 }
 
 /// Spare buffers a segment keeps ready. Making one (create, fallocate,
-/// map, and bring its pages into the page cache) on the blocking pool
-/// takes 1-5 ms for 8 MiB on this project's VM, about as long as filling
-/// one at full speed, so two are made at once; each costs `buffer_bytes` of
+/// map, and bring its pages into the page cache) on the blocking pool can
+/// take as long as filling one at full speed on a fresh VM: with one
+/// spare, a profile showed the shard making its next buffer itself, so two
+/// are made at once (BENCHMARKS.md, 2d0851b). Each costs `buffer_bytes` of
 /// reserved disk and page cache, and only segments that roll buffers ever
 /// get one.
 const SPARES_MAX: usize = 2;
@@ -286,6 +287,15 @@ impl SegmentState {
     /// Whether another buffer of `bytes` may be sealed: always while none
     /// waits (so a buffer larger than the limit still moves), else while
     /// the waiting ones stay within `max`.
+    /// The first chunk that ends after `start`: the one holding it, if
+    /// any does.
+    fn chunk_holding(&self, start: u64) -> Option<&ChunkMeta> {
+        let i = self
+            .chunks
+            .partition_point(|c| c.header.next_offset <= start);
+        self.chunks.get(i)
+    }
+
     fn may_seal(&self, bytes: u64, max: u64) -> bool {
         self.sealed.is_empty() || self.sealed_bytes + bytes <= max
     }
@@ -345,6 +355,19 @@ pub(crate) struct FetchResult {
     pub(crate) body: FetchBody,
 }
 
+impl FetchResult {
+    /// An answer from `start` whose batches are one piece of a file.
+    fn of_file(start: u64, (range, next_offset): (FileRange, u64), high_watermark: u64) -> Self {
+        FetchResult {
+            start_offset: start,
+            next_offset,
+            high_watermark,
+            sealed: false,
+            body: FetchBody::Files(FileRanges::new(range)),
+        }
+    }
+}
+
 /// A fetch answer's batches.
 #[derive(Debug)]
 pub(crate) enum FetchBody {
@@ -368,6 +391,21 @@ struct BatchSelection {
     /// CRC-32C of `[from, to)` as the batches' stored checksums state it
     /// (a batch under `COMBINE_MIN_BYTES`: as its bytes are).
     crc: u32,
+}
+
+impl BatchSelection {
+    /// The selected batches where they are in a buffer or chunk file
+    /// (whose batches start after the chunk header), and the offset after
+    /// them.
+    fn in_file(self, file: Arc<MappedFile>) -> (FileRange, u64) {
+        let range = FileRange::new(
+            file,
+            CHUNK_HEADER_BYTES + self.from,
+            CHUNK_HEADER_BYTES + self.to,
+            self.crc,
+        );
+        (range, self.next_offset)
+    }
 }
 
 /// Within `data` (batches end to end), from the batch at `position`: the
@@ -1317,16 +1355,10 @@ impl SegmentCell {
 
     /// Serve from a buffer still in memory, if `start` is in one.
     fn read_memory(&self, start: u64, max_bytes: usize) -> Result<Option<FetchResult>, ServeError> {
-        let Some((range, next_offset)) = self.memory_piece(start, max_bytes)? else {
-            return Ok(None);
-        };
-        Ok(Some(FetchResult {
-            start_offset: start,
-            next_offset,
-            high_watermark: self.state.borrow().next_offset,
-            sealed: false,
-            body: FetchBody::Files(FileRanges::new(range)),
-        }))
+        let high_watermark = self.state.borrow().next_offset;
+        Ok(self
+            .memory_piece(start, max_bytes)?
+            .map(|piece| FetchResult::of_file(start, piece, high_watermark)))
     }
 
     /// The batches from `start` on in the buffer that holds it, at most
@@ -1358,13 +1390,7 @@ impl SegmentCell {
                     ),
                 )
             })?;
-        let range = FileRange::new(
-            buffer.file.clone(),
-            CHUNK_HEADER_BYTES + selection.from,
-            CHUNK_HEADER_BYTES + selection.to,
-            selection.crc,
-        );
-        Ok(Some((range, selection.next_offset)))
+        Ok(Some(selection.in_file(buffer.file.clone())))
     }
 
     /// The batches from `start` on, at most `max_bytes` (never more: this
@@ -1379,13 +1405,7 @@ impl SegmentCell {
         let piece = match self.memory_piece(start, max_bytes)? {
             Some(piece) => Some(piece),
             None => {
-                let chunk = {
-                    let state = self.state.borrow();
-                    let i = state
-                        .chunks
-                        .partition_point(|c| c.header.next_offset <= start);
-                    state.chunks.get(i).cloned()
-                };
+                let chunk = self.state.borrow().chunk_holding(start).cloned();
                 match chunk {
                     Some(chunk) if chunk.damaged.is_none() && chunk.header.base_offset <= start => {
                         self.chunk_file_piece(&chunk, start, max_bytes).await?
@@ -1395,28 +1415,6 @@ impl SegmentCell {
             }
         };
         Ok(piece.filter(|(range, _)| range.len() <= max_bytes))
-    }
-
-    /// Serve from a chunk the local filer holds as a file. `Ok(None)` if
-    /// the filer keeps no local file.
-    async fn read_chunk_file(
-        &self,
-        chunk: &ChunkMeta,
-        start: u64,
-        max_bytes: usize,
-        high_watermark: u64,
-    ) -> Result<Option<FetchResult>, ServeError> {
-        let Some((range, next_offset)) = self.chunk_file_piece(chunk, start, max_bytes).await?
-        else {
-            return Ok(None);
-        };
-        Ok(Some(FetchResult {
-            start_offset: start,
-            next_offset,
-            high_watermark,
-            sealed: false,
-            body: FetchBody::Files(FileRanges::new(range)),
-        }))
     }
 
     /// The batches from `start` on in a chunk the local filer holds as a
@@ -1449,13 +1447,7 @@ impl SegmentCell {
             .ok()
             .flatten()
             .ok_or_else(corrupt)?;
-        let range = FileRange::new(
-            open.file.clone(),
-            CHUNK_HEADER_BYTES + selection.from,
-            CHUNK_HEADER_BYTES + selection.to,
-            selection.crc,
-        );
-        Ok(Some((range, selection.next_offset)))
+        Ok(Some(selection.in_file(open.file)))
     }
 
     /// A chunk the local filer holds as a file, mapped, with the index read
@@ -1505,10 +1497,7 @@ impl SegmentCell {
     ) -> Result<FetchResult, ServeError> {
         let (chunk, high_watermark) = {
             let state = self.state.borrow();
-            let i = state
-                .chunks
-                .partition_point(|c| c.header.next_offset <= start);
-            let chunk = state.chunks.get(i).cloned().ok_or_else(|| {
+            let chunk = state.chunk_holding(start).cloned().ok_or_else(|| {
                 ServeError::new(
                     ErrorCode::Internal,
                     format!("offset {start} of segment {} is in no chunk", self.id),
@@ -1521,11 +1510,8 @@ impl SegmentCell {
                 .read_checked(&chunk, start, max_bytes, checks, high_watermark)
                 .await;
         }
-        if let Some(result) = self
-            .read_chunk_file(&chunk, start, max_bytes, high_watermark)
-            .await?
-        {
-            return Ok(result);
+        if let Some(piece) = self.chunk_file_piece(&chunk, start, max_bytes).await? {
+            return Ok(FetchResult::of_file(start, piece, high_watermark));
         }
         let index = self.chunk_index(&chunk).await?;
         let position = seek_offset(&index, start) as u64;
