@@ -44,8 +44,7 @@ use wire::{
 };
 
 pub use crate::bench_args::{
-    AckArg, BenchArgs, ConsumeFrom, QuicDriverArg, Scenario, TransportArg, COUNT_DEFAULT,
-    REPEAT_MAX,
+    AckArg, BenchArgs, ConsumeFrom, Scenario, TransportArg, COUNT_DEFAULT, REPEAT_MAX,
 };
 use crate::{
     baseline::current_thread_runtime,
@@ -351,10 +350,6 @@ fn start_broker(
         shards: args.shards as usize,
         buffer_bytes,
         flush_age_ms,
-        quic_driver: match args.quic_driver {
-            QuicDriverArg::Tokio => "tokio",
-            QuicDriverArg::Shard => "shard",
-        },
         drop_flushed_pages: args.drop_flushed_pages,
         filer: args.filer.clone(),
     };

@@ -67,12 +67,6 @@ pub enum ConsumeFrom {
     Chunks,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum QuicDriverArg {
-    Tokio,
-    Shard,
-}
-
 /// `kelp bench` arguments.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -142,9 +136,6 @@ pub struct BenchArgs {
     /// (`kelp serve --drop-flushed-pages`).
     #[arg(long)]
     pub drop_flushed_pages: bool,
-    /// How the bench's own broker drives QUIC.
-    #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]
-    pub quic_driver: QuicDriverArg,
     /// Directory under which the bench's broker keeps its data (and the
     /// file-write baselines write); the system temp dir by default.
     #[arg(long, value_name = "DIR")]

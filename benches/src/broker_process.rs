@@ -60,8 +60,6 @@ pub struct BrokerSettings {
     pub shards: usize,
     pub buffer_bytes: u64,
     pub flush_age_ms: u64,
-    /// `tokio` or `shard`.
-    pub quic_driver: &'static str,
     /// Pass `--drop-flushed-pages`.
     pub drop_flushed_pages: bool,
     /// Pass `--filer URL` (the environment carries the store's settings).
@@ -96,8 +94,6 @@ impl BrokerProcess {
             .arg(settings.buffer_bytes.to_string())
             .arg("--flush-age-ms")
             .arg(settings.flush_age_ms.to_string())
-            .arg("--quic-driver")
-            .arg(settings.quic_driver)
             .args(
                 settings
                     .drop_flushed_pages

@@ -1,5 +1,5 @@
 //! Starting and stopping a broker: the filer, the embedded control plane,
-//! one glommio shard per core with its TCP listener, and the QUIC thread.
+//! one glommio shard per core with its TCP listener and its QUIC socket.
 //! `run` blocks until SIGINT or SIGTERM, then seals and flushes every
 //! buffer before it returns.
 
@@ -15,7 +15,7 @@ use filer_s3::S3Filer;
 use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 use wire::message::ShardAddress;
 
-use crate::config::{BrokerConfig, QuicDriver};
+use crate::config::BrokerConfig;
 use crate::control_plane::{
     ControlRequest, EmbeddedControl, ShardCommand, CONTROL_REQUESTS_QUEUED_MAX,
     SHARD_COMMANDS_QUEUED_MAX,
@@ -26,7 +26,6 @@ use crate::inbox::inbox_loop;
 use crate::kafka::{GatewayParts, KafkaGateway};
 use crate::payload::PayloadStore;
 use crate::payload_sweep::PayloadSweeper;
-use crate::quic::{QuicLimits, QuicThread};
 use crate::shard::Shard;
 use crate::shard_filer::ShardFiler;
 use crate::signals::TerminationSignals;
@@ -45,8 +44,8 @@ const BLOCKING_THREADS: usize = 2;
 
 /// How long a stopping shard waits for its connections to end.
 const CONNECTIONS_DRAIN_WAIT: Duration = Duration::from_secs(2);
-/// How long a stopped shard keeps answering its inbox for the QUIC thread's
-/// connections to say goodbye: their goodbye wait, and room to spare.
+/// How long a stopped shard keeps answering its inbox (the Kafka gateway's
+/// requests still queued when the gateway stopped), at most.
 const INBOX_DRAIN_WAIT: Duration = Duration::from_secs(4);
 const _: () =
     assert!(crate::connection::GOODBYE_WAIT.as_millis() + 500 < INBOX_DRAIN_WAIT.as_millis());
@@ -104,7 +103,6 @@ pub struct Broker {
     control: flume::Sender<ControlRequest>,
     control_thread: Option<std::thread::JoinHandle<()>>,
     shard_threads: Vec<glommio::ExecutorJoinHandle<()>>,
-    quic: Option<QuicThread>,
     kafka: Option<KafkaGateway>,
     addresses: Vec<ShardAddress>,
     /// Held until the broker has stopped: one broker per data dir.
@@ -151,10 +149,7 @@ impl Broker {
         let filer: Arc<dyn Filer> = wrap(open_filer(&config, joined.as_ref())?);
         let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
         let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
-        let quic_config = crate::tls::server_config(cert, key)?;
-        // quinn's ServerConfig is quinn-proto's, so both drivers share it.
-        let shard_quic_config = Arc::new(quic_config.clone());
-        let quic_driver = config.quic_driver;
+        let shard_quic_config = Arc::new(crate::tls::server_config(cert, key)?);
 
         let (control_tx, control_rx) = flume::bounded(CONTROL_REQUESTS_QUEUED_MAX);
         let (command_txs, mut command_rxs): (Vec<_>, Vec<_>) = (0..shard_count)
@@ -166,7 +161,7 @@ impl Broker {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let io_memory = (IO_MEMORY_BYTES * 2 / shard_count.max(2)).max(128 << 10);
         for (index, command_rx) in command_rxs.drain(..).enumerate() {
-            let (inbox_tx, inbox_rx) = flume::bounded(config.quic_inbox_frames_max);
+            let (inbox_tx, inbox_rx) = flume::bounded(config.inbox_frames_max);
             inbox_txs.push(inbox_tx);
             let shard_commands = command_txs.clone();
             let placement = if config.pin_shards {
@@ -189,36 +184,29 @@ impl Broker {
                 .spawn(move || async move {
                     let config = Rc::new(config_send);
                     let addr = config.shard_address(index);
-                    let (listener, listener_fd) = match bind_tcp(addr) {
-                        Ok(l) => l,
-                        Err(e) => {
+                    let bound = bind_tcp(addr)
+                        .map_err(|e| format!("bind TCP {addr}: {e}"))
+                        .and_then(|tcp| {
+                            retry_in_use(|| std::net::UdpSocket::bind(addr))
+                                .map(|udp| (tcp, udp))
+                                .map_err(|e| format!("bind UDP {addr}: {e}"))
+                        });
+                    let ((listener, listener_fd), quic_socket) = match bound {
+                        Ok(bound) => bound,
+                        Err(reason) => {
                             let _ = ready.send(Err(EngineError::Shard {
                                 shard: index,
-                                reason: format!("bind TCP {addr}: {e}"),
+                                reason,
                             }));
                             return;
                         }
-                    };
-                    let quic_socket = match quic_driver {
-                        QuicDriver::Tokio => None,
-                        QuicDriver::Shard => match retry_in_use(|| std::net::UdpSocket::bind(addr))
-                        {
-                            Ok(s) => Some(s),
-                            Err(e) => {
-                                let _ = ready.send(Err(EngineError::Shard {
-                                    shard: index,
-                                    reason: format!("bind UDP {addr}: {e}"),
-                                }));
-                                return;
-                            }
-                        },
                     };
                     let payload_budget = Rc::new(glommio::sync::Semaphore::new(
                         config.payload_upload_bytes_max,
                     ));
                     let peers = crate::peer_limit::PeerLimit::new(config.connections_per_ip_max);
                     let receive_budget =
-                        Rc::new(glommio::sync::Semaphore::new(config.receive_bytes_max));
+                        crate::receive_budget::ReceiveBudget::new(config.receive_bytes_max);
                     let store = match ShardFiler::start(index, filer, &config) {
                         Ok(store) => Rc::new(store),
                         Err(e) => {
@@ -253,17 +241,13 @@ impl Broker {
                         listener,
                         listener_fd,
                     ));
-                    let quic = quic_socket.map(|socket| {
-                        let shard = shard.clone();
-                        glommio::spawn_local(async move {
-                            let stopping = shard.clone();
-                            futures_lite::future::or(
-                                crate::quic_shard::serve(shard, socket, server_crypto),
-                                async move { stopping.stopped().await },
-                            )
-                            .await;
-                        })
-                    });
+                    // The driver says goodbye on its connections when the
+                    // shard stops, and ends once they are gone.
+                    let quic = glommio::spawn_local(crate::quic_shard::serve(
+                        shard.clone(),
+                        quic_socket,
+                        server_crypto,
+                    ));
                     let inbox = glommio::spawn_local(inbox_loop(shard.clone(), inbox_rx));
                     let _ = ready.send(Ok(()));
                     // Commands arrive until shutdown, which ends the shard.
@@ -275,13 +259,11 @@ impl Broker {
                         }
                     }
                     accept.await;
-                    if let Some(quic) = quic {
-                        quic.await;
-                    }
+                    quic.await;
                     shard.wait_connections_closed(CONNECTIONS_DRAIN_WAIT).await;
-                    // Frames from the QUIC thread and the gateway are answered
-                    // until those have said goodbye and let go of the inbox
-                    // (they stop after the shards flushed), within a bound.
+                    // Frames the Kafka gateway queued before it stopped are
+                    // answered until it has let go of the inbox, within a
+                    // bound.
                     futures_lite::future::or(inbox, glommio::timer::sleep(INBOX_DRAIN_WAIT)).await;
                 })
                 .map_err(|e| EngineError::Shard {
@@ -348,20 +330,6 @@ impl Broker {
             })?),
             None => None,
         };
-        let quic = match quic_driver {
-            QuicDriver::Tokio => Some(QuicThread::start(
-                quic_config,
-                (0..shard_count).map(|i| config.shard_address(i)).collect(),
-                inbox_txs,
-                QuicLimits {
-                    connections_per_shard_max: config.connections_per_shard_max,
-                    connections_per_ip_max: config.connections_per_ip_max,
-                    requests_in_flight_max: config.connection_requests_in_flight_max,
-                    inbox_bytes_max: config.quic_inbox_bytes_max,
-                },
-            )?),
-            QuicDriver::Shard => None,
-        };
         log::info!(
             "kelp broker serving {} shard(s) at {} (TCP and QUIC), data in {}",
             shard_count,
@@ -372,7 +340,6 @@ impl Broker {
             control: control_tx,
             control_thread: Some(control_thread),
             shard_threads,
-            quic,
             kafka,
             addresses,
             _lock: lock,
@@ -393,9 +360,8 @@ impl Broker {
     ///
     /// In order: the Kafka gateway stops; the control plane (a cluster
     /// broker leaves, its segments moving elsewhere while TCP and QUIC
-    /// still answer) has every shard flush, and TCP connections say goodbye
-    /// as their shard stops; then the QUIC connections say goodbye, while
-    /// the shards still answer their inbox.
+    /// still answer) has every shard flush, and the TCP and QUIC
+    /// connections say goodbye as their shard stops.
     pub fn stop(mut self) -> Result<(), EngineError> {
         if let Some(kafka) = self.kafka.take() {
             kafka.stop();
@@ -411,9 +377,6 @@ impl Broker {
         } else {
             Err("control plane stopped".into())
         };
-        if let Some(quic) = self.quic.take() {
-            quic.stop();
-        }
         if let Some(t) = self.control_thread.take() {
             let _ = t.join();
         }

@@ -67,19 +67,15 @@ pub struct BrokerConfig {
     /// the connection is closed (native TCP and Kafka ports): a peer trickling bytes
     /// cannot hold a connection slot and a frame's buffer for ever.
     pub frame_timeout_ms: u64,
-    /// Frames queued from the QUIC threads to one shard.
-    pub quic_inbox_frames_max: usize,
-    /// Payload bytes the QUIC thread may hold for one shard (frames read
-    /// and not yet handled); past it, it stops reading from the network.
-    pub quic_inbox_bytes_max: usize,
+    /// Frames queued from the Kafka gateway's thread to one shard; past
+    /// it the gateway waits for the shard.
+    pub inbox_frames_max: usize,
     /// Longest a fetch may wait for data.
     pub fetch_wait_ms_max: u32,
     /// How often a shard checks buffer ages.
     pub tick_ms: u64,
     /// Whether to pin shard `i` to CPU `i`.
     pub pin_shards: bool,
-    /// Which QUIC driver serves the shards' UDP ports.
-    pub quic_driver: QuicDriver,
     /// An uploaded payload no record refers to is deleted once it is this
     /// old (and a staged upload not written to for this long).
     pub payload_grace_ms: u64,
@@ -130,17 +126,6 @@ pub struct BrokerConfig {
     pub load_report_ms: u64,
 }
 
-/// How QUIC reaches the shards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuicDriver {
-    /// quinn on one tokio thread, handing frames to the shards through
-    /// bounded channels (`quic.rs`).
-    Tokio,
-    /// quinn-proto driven on each shard's own thread, quinn-udp doing the
-    /// GSO/GRO syscalls (`quic_shard/`).
-    Shard,
-}
-
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
@@ -158,12 +143,10 @@ impl Default for BrokerConfig {
             connection_requests_in_flight_max: 256,
             idle_timeout_ms: 600_000,
             frame_timeout_ms: 30_000,
-            quic_inbox_frames_max: 256,
-            quic_inbox_bytes_max: 64 << 20,
+            inbox_frames_max: 256,
             fetch_wait_ms_max: 30_000,
             tick_ms: 5,
             pin_shards: true,
-            quic_driver: QuicDriver::Tokio,
             payload_grace_ms: 3_600_000,
             payload_sweep_interval_ms: 60_000,
             payload_upload_bytes_max: 64 << 20,
@@ -227,8 +210,8 @@ impl BrokerConfig {
         if self.unflushed_bytes_max == 0 || self.connection_requests_in_flight_max == 0 {
             return Err("limits must be at least 1".into());
         }
-        if self.quic_inbox_bytes_max < wire::limits::FRAME_PAYLOAD_BYTES_MAX as usize {
-            return Err("the QUIC inbox must hold at least one largest frame (8 MiB)".into());
+        if self.inbox_frames_max == 0 {
+            return Err("the shard inbox must hold at least one frame".into());
         }
         if self.payload_sweep_interval_ms == 0 {
             return Err("the payload sweep interval must be at least 1 ms".into());

@@ -1,6 +1,6 @@
 //! One client connection on a shard, over any ordered byte stream (a TCP
-//! connection here; the QUIC driver has its own reader on the QUIC thread
-//! and shares `Outbox`'s discipline).
+//! connection here; the shard's QUIC driver has its own reader, in
+//! `quic_shard/`, and shares `Outbox`'s discipline).
 //!
 //! A fetch answer whose batches are in a file is sent from the file: on a
 //! TCP socket with `sendfile`, so the broker neither copies nor checksums
@@ -285,17 +285,14 @@ where
         } else {
             0
         };
-        let room = match budget.try_acquire_static_permit(needed) {
-            Ok(permit) => Some(permit),
+        let room = match budget.try_take(needed) {
+            Some(permit) => Some(permit),
             // No room now: wait for it, within the frame's time.
-            Err(_) => {
-                futures_lite::future::or(
-                    async { budget.acquire_static_permit(needed).await.ok() },
-                    async {
-                        sleep_until(started + timeouts.frame).await;
-                        None
-                    },
-                )
+            None => {
+                futures_lite::future::or(async { Some(budget.take(needed).await) }, async {
+                    sleep_until(started + timeouts.frame).await;
+                    None
+                })
                 .await
             }
         };

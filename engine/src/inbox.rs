@@ -1,10 +1,7 @@
-//! A shard's inbox: native request frames from threads that are
-//! not the shard's own (the tokio QUIC thread and the Kafka gateway),
-//! handled on the shard and answered through the sender's reply channel.
-//! The inbox is a bounded channel, so a busy shard pushes back on them.
-//!
-//! The inbox loop runs on every shard whichever QUIC driver is chosen: the
-//! Kafka gateway needs it even when QUIC is driven on the shards.
+//! A shard's inbox: native request frames from the one thread that is not
+//! a shard's own and serves clients (the Kafka gateway), handled on the
+//! shard and answered through the sender's reply channel. The inbox is a
+//! bounded channel, so a busy shard pushes back on the gateway.
 
 use std::rc::Rc;
 

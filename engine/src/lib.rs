@@ -2,14 +2,14 @@
 //!
 //! One glommio executor (a *shard*) per core owns the segments the control
 //! plane placed on it. A batch arrives over TCP (glommio sockets on the
-//! shard itself) or QUIC (quinn on one tokio thread, handed to the shard
-//! through a bounded channel), is validated, given offsets and copied once
+//! shard itself) or QUIC (quinn-proto driven on the shard itself, over its
+//! own UDP socket), is validated, given offsets and copied once
 //! into the segment's memory-mapped buffer. Sealed buffers are written to
 //! the filer as chunk files straight from the mapping. Reads come from the
 //! buffers or the chunks, then tail live.
 //!
 //! Nothing here locks across cores: shards share no mutable state, and
-//! talk to the control plane and the QUIC thread through bounded channels.
+//! talk to the control plane and the Kafka gateway through bounded channels.
 
 mod background_priority;
 mod broker;
@@ -29,8 +29,8 @@ mod log_limit;
 mod payload;
 mod payload_sweep;
 mod peer_limit;
-mod quic;
 mod quic_shard;
+mod receive_budget;
 mod recovery;
 mod request;
 mod salvage;
@@ -43,7 +43,7 @@ mod tcp;
 mod tls;
 
 pub use broker::{run, Broker};
-pub use config::{BrokerConfig, QuicDriver};
+pub use config::BrokerConfig;
 pub use error::EngineError;
 pub use signals::TerminationSignals;
 pub use tls::ALPN;

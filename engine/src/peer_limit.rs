@@ -1,8 +1,7 @@
 //! Connections per peer address, so one host cannot take every connection
-//! slot of a port. Each shard (and the Kafka gateway's thread, and each
-//! shard's endpoint on the QUIC thread) keeps its own counts, touched by
-//! that one thread only; the mutex is there so a QUIC connection task
-//! (which must be `Send`) can hold its slot, and is never contended.
+//! slot of a port. Each shard (its TCP listener and its QUIC server apart)
+//! and the Kafka gateway's thread keep their own counts, touched by that
+//! one thread only; the mutex is never contended.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

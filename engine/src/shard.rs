@@ -1,7 +1,7 @@
 //! A shard: one glommio executor on one core, owning the segments the
 //! control plane placed on it. Everything a shard owns is touched only by
 //! its thread; other threads reach it through bounded channels (commands
-//! from the control plane, frames from the QUIC threads).
+//! from the control plane, frames from the Kafka gateway).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -56,9 +56,9 @@ pub(crate) struct Shard {
     pub(crate) connections: Cell<usize>,
     /// Connections by peer address (`connections_per_ip_max`).
     pub(crate) peers: Arc<PeerLimit>,
-    /// Frame payload bytes being received or handled
-    /// (`receive_bytes_max`).
-    pub(crate) receive_budget: Rc<glommio::sync::Semaphore>,
+    /// Frame payload bytes being received or handled, over the shard's TCP
+    /// and QUIC connections (`receive_bytes_max`).
+    pub(crate) receive_budget: Rc<crate::receive_budget::ReceiveBudget>,
     /// Set when the shard shuts down: listeners and connections end.
     pub(crate) stopping: Cell<bool>,
     pub(crate) stop: event_listener::Event,

@@ -59,11 +59,11 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
         .map_err(|e| EngineError::io("write", path, e))
 }
 
-/// quinn's server configuration for the broker.
+/// quinn-proto's server configuration for the broker's shards.
 pub(crate) fn server_config(
     cert: CertificateDer<'static>,
     key: PrivateKeyDer<'static>,
-) -> Result<quinn::ServerConfig, EngineError> {
+) -> Result<quinn_proto::ServerConfig, EngineError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -72,10 +72,10 @@ pub(crate) fn server_config(
         .with_single_cert(vec![cert], key)
         .map_err(|e| EngineError::Tls(e.to_string()))?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| EngineError::Tls(e.to_string()))?;
-    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    let mut transport = quinn::TransportConfig::default();
+    let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn_proto::TransportConfig::default();
     // One ordered stream per connection carries everything; give it room
     // for a few large batches in flight.
     transport

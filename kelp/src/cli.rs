@@ -149,10 +149,6 @@ pub struct ServeArgs {
     /// reading an older chunk goes to the disk.
     #[arg(long)]
     pub drop_flushed_pages: bool,
-    /// How QUIC is driven: quinn on one tokio thread handing frames to the
-    /// shards, or quinn-proto on each shard's own thread.
-    #[arg(long, value_enum, default_value_t = QuicDriverArg::Tokio)]
-    pub quic_driver: QuicDriverArg,
     /// Also speak the Kafka protocol at this address (e.g. 127.0.0.1:9092);
     /// off by default. Kafka topic NAME is kelp topic kafka/NAME
     /// (docs/kafka.md).
@@ -213,13 +209,6 @@ pub struct ServeArgs {
     /// Not used with a local-directory filer (the page cache does it).
     #[arg(long, value_name = "BYTES", default_value_t = engine::config::CHUNK_CACHE_BYTES_DEFAULT)]
     pub chunk_cache_bytes: u64,
-}
-
-/// `--quic-driver` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum QuicDriverArg {
-    Tokio,
-    Shard,
 }
 
 /// How to reach the broker; every client command takes these.

@@ -41,10 +41,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         filer_uploads: args.filer_uploads,
         filer_reads: args.filer_reads,
         chunk_cache_bytes: args.chunk_cache_bytes,
-        quic_driver: match args.quic_driver {
-            crate::cli::QuicDriverArg::Tokio => engine::QuicDriver::Tokio,
-            crate::cli::QuicDriverArg::Shard => engine::QuicDriver::Shard,
-        },
         // Every other limit keeps the engine's default.
         ..engine::BrokerConfig::default()
     };

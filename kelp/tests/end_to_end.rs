@@ -282,7 +282,7 @@ fn restart_keeps_topics_and_records_and_bad_names_are_refused() {
 #[test]
 fn quic_driven_on_the_shards_carries_keyed_records_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start_with(dir.path(), port(), &["--quic-driver", "shard"]);
+    let broker = Broker::start_with(dir.path(), port(), &[]);
     assert!(broker
         .cli(&["topic", "create", "load/shard-quic", "--segments", "4"])
         .status

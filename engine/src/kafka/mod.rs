@@ -1,10 +1,10 @@
 //! The Kafka gateway: Kafka clients speak to the broker over TCP, and
 //! their requests go to the same shards and segments as native requests.
 //!
-//! One thread runs a current-thread tokio runtime (like the QUIC thread).
-//! It accepts connections, decodes requests with `kelp-kafka`, and reaches
-//! a shard the way the QUIC thread does: a native request frame through
-//! the shard's bounded inbox, answered through a reply channel. Admin
+//! One thread runs a current-thread tokio runtime. It accepts connections,
+//! decodes requests with `kelp-kafka`, and reaches a shard through the
+//! shard's bounded inbox (a native request frame), answered through a
+//! reply channel. Admin
 //! requests go to the control plane; consumer groups live in the
 //! `kelp-kafka` coordinator, which only this thread touches. Nothing here
 //! shares a lock with a shard.

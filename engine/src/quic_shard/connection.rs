@@ -13,6 +13,7 @@ use quinn_proto::{
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 
 use super::requests::{Inbound, Requests};
+use crate::receive_budget::{ReceiveBudget, ReceivePermit};
 use crate::request::error_frame;
 use crate::serve_error::ServeError;
 
@@ -28,27 +29,56 @@ const EXTRA_STREAM_REFUSED: u32 = 3;
 
 /// Cuts frames out of stream bytes, asking for no more than the current
 /// piece (header or payload) needs, so nothing beyond one frame is read
-/// ahead of the in-flight limit.
+/// ahead of the in-flight limit. A payload is read only into room taken
+/// from the shard's receive budget first.
 #[derive(Default)]
 struct FrameReader {
     header_bytes: [u8; FRAME_HEADER_BYTES],
     header_len: usize,
     header: Option<FrameHeader>,
+    /// The current payload's share of the budget; `None` while the header
+    /// waits for room.
+    permit: Option<ReceivePermit>,
     payload: Vec<u8>,
 }
 
 enum Cut {
     NeedMore,
-    Frame(FrameHeader, Vec<u8>),
+    Frame(FrameHeader, Vec<u8>, Option<ReceivePermit>),
     Bad(wire::DecodeError),
 }
 
 impl FrameReader {
-    /// Bytes the current piece still needs.
+    /// Bytes the current piece still needs; 0 for an empty payload, or for
+    /// a payload still without room (see [`FrameReader::room_needed`]).
     fn wanted(&self) -> usize {
-        match &self.header {
-            None => FRAME_HEADER_BYTES - self.header_len,
-            Some(h) => h.payload_bytes as usize - self.payload.len(),
+        match (&self.header, &self.permit) {
+            (None, _) => FRAME_HEADER_BYTES - self.header_len,
+            (Some(_), None) => 0,
+            (Some(h), Some(_)) => h.payload_bytes as usize - self.payload.len(),
+        }
+    }
+
+    /// The payload bytes the decoded header waits to have room for.
+    fn room_needed(&self) -> Option<u64> {
+        match (&self.header, &self.permit) {
+            (Some(h), None) => Some(u64::from(h.payload_bytes)),
+            _ => None,
+        }
+    }
+
+    /// Takes room for the waiting payload from `budget`, if there is room.
+    fn take_room(&mut self, budget: &Rc<ReceiveBudget>) -> Cut {
+        let Some(bytes) = self.room_needed() else {
+            return Cut::NeedMore;
+        };
+        match budget.try_take(bytes) {
+            Some(permit) => {
+                self.payload = Vec::with_capacity(bytes as usize);
+                self.permit = Some(permit);
+                self.complete()
+            }
+            None => Cut::NeedMore,
         }
     }
 
@@ -64,11 +94,11 @@ impl FrameReader {
                 }
                 self.header_len = 0;
                 match FrameHeader::decode(&self.header_bytes) {
+                    // decode bounds payload_bytes by FRAME_PAYLOAD_BYTES_MAX;
+                    // the payload waits for room in the budget.
                     Ok(header) => {
-                        // decode bounds payload_bytes by FRAME_PAYLOAD_BYTES_MAX.
-                        self.payload = Vec::with_capacity(header.payload_bytes as usize);
                         self.header = Some(header);
-                        self.complete()
+                        Cut::NeedMore
                     }
                     Err(e) => Cut::Bad(e),
                 }
@@ -82,9 +112,15 @@ impl FrameReader {
 
     fn complete(&mut self) -> Cut {
         match self.header {
-            Some(header) if self.payload.len() == header.payload_bytes as usize => {
+            Some(header)
+                if self.permit.is_some() && self.payload.len() == header.payload_bytes as usize =>
+            {
                 self.header = None;
-                Cut::Frame(header, std::mem::take(&mut self.payload))
+                Cut::Frame(
+                    header,
+                    std::mem::take(&mut self.payload),
+                    self.permit.take(),
+                )
             }
             _ => Cut::NeedMore,
         }
@@ -96,6 +132,8 @@ pub(super) struct QuicConnection {
     pub(super) connection: quinn_proto::Connection,
     pub(super) requests: Rc<Requests>,
     in_flight_max: usize,
+    /// The shard's receive budget, which every payload is read into room of.
+    budget: Rc<ReceiveBudget>,
     stream: Option<StreamId>,
     reader: FrameReader,
     /// False once the stream ended, was reset or broke its framing.
@@ -120,6 +158,7 @@ impl QuicConnection {
         connection: quinn_proto::Connection,
         requests: Rc<Requests>,
         in_flight_max: usize,
+        budget: Rc<ReceiveBudget>,
         peer: crate::peer_limit::PeerSlot,
     ) -> QuicConnection {
         QuicConnection {
@@ -127,6 +166,7 @@ impl QuicConnection {
             connection,
             requests,
             in_flight_max,
+            budget,
             stream: None,
             reader: FrameReader::default(),
             reading: true,
@@ -138,6 +178,25 @@ impl QuicConnection {
             timer_armed: None,
             _peer: peer,
         }
+    }
+
+    /// The payload bytes this connection waits to have room for in the
+    /// shard's receive budget before it reads on.
+    pub(super) fn room_needed(&self) -> Option<u64> {
+        if self.reading && !self.connection.is_closed() {
+            self.reader.room_needed()
+        } else {
+            None
+        }
+    }
+
+    /// The broker is stopping: the goodbye goes after the answers already
+    /// queued, frames read from now on are answered not-applied, and the
+    /// connection closes `linger` from now if its client has not ended it.
+    pub(super) fn say_goodbye(&mut self, now: Instant, linger: Duration) {
+        self.requests.say_goodbye();
+        let at = now + linger;
+        self.close_at = Some(self.close_at.map_or(at, |c| c.min(at)));
     }
 
     /// The earliest instant this connection needs a turn without input.
@@ -235,12 +294,17 @@ impl QuicConnection {
         };
         let mut reset = false;
         while self.requests.in_flight() < self.in_flight_max {
-            let wanted = self.reader.wanted();
-            let cut = if wanted == 0 {
-                // An empty payload completes without bytes.
-                self.reader.take(&[])
+            let cut = if self.reader.room_needed().is_some() {
+                let cut = self.reader.take_room(&self.budget);
+                if self.reader.room_needed().is_some() {
+                    // No room among the shard's frames: read nothing more,
+                    // so no credit goes back; the server gives this
+                    // connection a turn when bytes come back.
+                    break;
+                }
+                cut
             } else {
-                match chunks.next(wanted) {
+                match chunks.next(self.reader.wanted()) {
                     Ok(Some(chunk)) => self.reader.take(&chunk.bytes),
                     Ok(None) => {
                         self.reading = false;
@@ -257,8 +321,12 @@ impl QuicConnection {
             };
             match cut {
                 Cut::NeedMore => {}
-                Cut::Frame(header, payload) => {
-                    self.requests.push(Inbound::Frame { header, payload });
+                Cut::Frame(header, payload, permit) => {
+                    self.requests.push(Inbound::Frame {
+                        header,
+                        payload,
+                        permit,
+                    });
                 }
                 Cut::Bad(e) => {
                     // The stream cannot be resynchronised: answer and close

@@ -1,9 +1,9 @@
-//! QUIC driven on the shard's own thread (`QuicDriver::Shard`): each shard
-//! owns a UDP socket on its own address and runs quinn-proto's sans-IO
-//! endpoint and connections itself, with quinn-udp doing the GRO/GSO
-//! syscalls. A connection's bytes, timers and ACKs live on the core that
-//! owns its segments: no tokio thread and no cross-thread hop per frame
-//! (benches/QUIC_DRIVER.md measured this as "option B").
+//! QUIC, driven on the shard's own thread: each shard owns a UDP socket on
+//! its own address and runs quinn-proto's sans-IO endpoint and connections
+//! itself, with quinn-udp doing the GRO/GSO syscalls. A connection's bytes,
+//! timers and ACKs live on the core that owns its segments: no QUIC thread
+//! and no cross-thread hop per frame. BENCHMARKS.md ("The QUIC driver")
+//! has the measurements that chose this over quinn on a tokio thread.
 //!
 //! A connection behaves as over TCP: one bidirectional stream of frames,
 //! handled in order by `request::handle_frame`, answers written back as
@@ -13,7 +13,10 @@
 //! bounded number of datagrams and transmits per driver turn.
 //!
 //! - `socket`: the UDP socket, quinn-udp, and readiness through io_uring;
-//! - `driver`: the endpoint, the connection table and the driver loop;
+//! - `server`: the endpoint, the connection table and the turn of each
+//!   connection, with no I/O (time passed in, packets to a sink), so the
+//!   simulated-network tests (`simulation_tests`) run the same code;
+//! - `driver`: the loop that joins the server to the socket and the shard;
 //! - `timers`: the earliest-timeout queue across connections;
 //! - `connection`: one connection's stream, framing, answers and ending;
 //! - `requests`: the per-connection task that handles frames in order.
@@ -24,6 +27,9 @@
 mod connection;
 mod driver;
 mod requests;
+mod server;
+#[cfg(test)]
+mod simulation_tests;
 mod socket;
 mod timers;
 

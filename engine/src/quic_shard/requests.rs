@@ -17,7 +17,8 @@ use event_listener::Event;
 use quinn_proto::ConnectionHandle;
 use wire::frame::FrameHeader;
 
-use crate::request::{handle_frame, Origin, Reply};
+use crate::receive_budget::ReceivePermit;
+use crate::request::{goodbye_frame, handle_frame, not_applied_frame, Origin, Reply};
 use crate::shard::Shard;
 
 /// Connections that asked the driver for a turn. Each connection is listed
@@ -55,6 +56,9 @@ pub(super) enum Inbound {
     Frame {
         header: FrameHeader,
         payload: Vec<u8>,
+        /// The payload's room in the shard's receive budget, given back
+        /// once the frame is handled.
+        permit: Option<ReceivePermit>,
     },
     /// The stream broke its framing: send this error frame and end.
     Fatal(Vec<u8>),
@@ -68,6 +72,9 @@ pub(super) struct Requests {
     in_flight: Cell<usize>,
     /// The handler answered a fatal frame: no more requests are taken.
     fatal: Cell<bool>,
+    /// The goodbye is queued: frames cut from now on are answered
+    /// not-applied without reaching the handler.
+    goodbye: Cell<bool>,
     /// The connection is gone: the handler ends, answers are dropped.
     closed: Cell<bool>,
     /// Whether this connection is on the ready list.
@@ -84,6 +91,7 @@ impl Requests {
             outbound: RefCell::new(VecDeque::new()),
             in_flight: Cell::new(0),
             fatal: Cell::new(false),
+            goodbye: Cell::new(false),
             closed: Cell::new(false),
             scheduled: Cell::new(false),
             ready,
@@ -104,12 +112,37 @@ impl Requests {
             return;
         }
         self.in_flight.set(self.in_flight.get() + 1);
-        self.inbound.borrow_mut().push_back(item);
-        self.inbound_ready.notify(1);
+        match item {
+            // Read after the goodbye: not applied, and the client is told.
+            Inbound::Frame { header, .. } if self.goodbye.get() => {
+                self.answer(not_applied_frame(header.request_id));
+            }
+            item => {
+                self.inbound.borrow_mut().push_back(item);
+                self.inbound_ready.notify(1);
+            }
+        }
+    }
+
+    /// Queues the goodbye (once), in a slot of its own past the in-flight
+    /// bound, so writing it frees no slot of a request.
+    pub(super) fn say_goodbye(&self) {
+        if self.closed.get() || self.goodbye.replace(true) {
+            return;
+        }
+        self.in_flight.set(self.in_flight.get() + 1);
+        self.answer(goodbye_frame());
+    }
+
+    /// The next frame for the handler, if one waits (what the task's
+    /// `next` takes, without waiting).
+    #[cfg(test)]
+    pub(super) fn try_next(&self) -> Option<Inbound> {
+        self.inbound.borrow_mut().pop_front()
     }
 
     /// Queues an answer for the driver to write.
-    fn answer(&self, frame: Vec<u8>) {
+    pub(super) fn answer(&self, frame: Vec<u8>) {
         if self.closed.get() {
             return;
         }
@@ -126,6 +159,12 @@ impl Requests {
     /// The answers waiting to be written, oldest first.
     pub(super) fn outbound(&self) -> std::cell::RefMut<'_, VecDeque<Vec<u8>>> {
         self.outbound.borrow_mut()
+    }
+
+    /// Whether the connection is gone.
+    #[cfg(test)]
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.get()
     }
 
     /// The connection is gone: drop what waits and end the handler.
@@ -155,8 +194,15 @@ impl Requests {
 pub(super) async fn handle_requests(shard: Rc<Shard>, requests: Rc<Requests>) {
     while let Some(item) = requests.next().await {
         match item {
-            Inbound::Frame { header, payload } => {
-                match handle_frame(&shard, &header, &payload, Origin::Network).await {
+            Inbound::Frame {
+                header,
+                payload,
+                permit,
+            } => {
+                let reply = handle_frame(&shard, &header, &payload, Origin::Network).await;
+                // Handled: the payload's bytes are in a buffer or answered.
+                drop((payload, permit));
+                match reply {
                     Reply::Silent => requests.release(1),
                     Reply::Now(frame) => requests.answer(frame),
                     Reply::Later(future) => {

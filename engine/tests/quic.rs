@@ -1,15 +1,16 @@
-//! A broker started in this process with `QuicDriver::Shard` (quinn-proto
-//! driven on each shard's own thread), spoken to over real loopback QUIC by
-//! a plain quinn client: create, pipelined produce, fetch back, concurrent
-//! connections, bad input. One test runs the default driver (quinn on the
-//! tokio QUIC thread) instead: its goodbye when the broker stops.
+//! A broker started in this process (quinn-proto driven on each shard's own
+//! thread), spoken to over real loopback QUIC by a plain quinn client:
+//! create, pipelined produce, fetch back, concurrent connections, bad
+//! input, limits, and the goodbye when the broker stops. The same server
+//! code under loss, reordering and a simulated clock is tested in
+//! `engine/src/quic_shard/simulation_tests.rs`.
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kelp_engine::{Broker, BrokerConfig, QuicDriver};
+use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::Fetched;
@@ -29,7 +30,6 @@ fn ports() -> u16 {
 
 fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
     BrokerConfig {
-        quic_driver: QuicDriver::Shard,
         shards: 2,
         pin_shards: false,
         data_dir: dir.to_path_buf(),
@@ -436,8 +436,10 @@ fn limits_hold() {
     broker.stop().unwrap();
 }
 
-/// A broker that stops closes its QUIC connections: a client learns it at
-/// once (ApplicationClosed), not after its 60 s idle timeout.
+/// A broker that stops closes its QUIC connections: a client that keeps
+/// its stream open past the goodbye learns of the close within the goodbye
+/// wait (ApplicationClosed), not after its 60 s idle timeout, and nothing
+/// but the goodbye came on the stream.
 #[test]
 fn stopping_the_broker_closes_quic_connections() {
     let dir = tempfile::tempdir().unwrap();
@@ -459,26 +461,29 @@ fn stopping_the_broker_closes_quic_connections() {
             matches!(reason, quinn::ConnectionError::ApplicationClosed(_)),
             "{reason:?}"
         );
-        assert!(c.read_frame().await.is_none());
+        while let Some(frame) = c.read_frame().await {
+            assert_eq!(
+                frame.0.request_id,
+                0,
+                "only the goodbye: {:?}",
+                decode(&frame)
+            );
+            assert_eq!(error_code_of(&frame), Some(ErrorCode::ShuttingDown));
+        }
     });
     stopper.join().unwrap().unwrap();
 }
 
-/// The default QUIC driver (quinn on the tokio thread) ends a connection of
-/// a stopping broker with the goodbye, as TCP does: the goodbye arrives
+/// A stopping broker ends a QUIC connection with the goodbye, as TCP does: the goodbye arrives
 /// (request id 0, `ShuttingDown`), a request sent after it is answered
 /// `ShuttingDown` and not applied, and once the client finishes its stream
 /// the broker closes. After a restart the segment holds exactly what was
 /// acknowledged.
 #[test]
-fn the_tokio_driver_says_goodbye_and_answers_every_request() {
+fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
     let dir = tempfile::tempdir().unwrap();
-    let tokio_config = |port| BrokerConfig {
-        quic_driver: QuicDriver::Tokio,
-        ..config(dir.path(), port)
-    };
     let port = ports();
-    let broker = Broker::start(tokio_config(port)).unwrap();
+    let broker = Broker::start(config(dir.path(), port)).unwrap();
     let shard = create_topic_over_tcp(port, "t/bye");
     let rt = runtime();
     let endpoint = rt.block_on(async { client(dir.path()) });
@@ -539,7 +544,7 @@ fn the_tokio_driver_says_goodbye_and_answers_every_request() {
 
     // Only the acknowledged batch is stored.
     let port = ports();
-    let broker = Broker::start(tokio_config(port)).unwrap();
+    let broker = Broker::start(config(dir.path(), port)).unwrap();
     rt.block_on(async {
         let endpoint = client(dir.path());
         let mut c = Conn::open(&endpoint, port + shard).await;
@@ -556,16 +561,15 @@ fn error_code_of(frame: &(FrameHeader, Vec<u8>)) -> Option<ErrorCode> {
 }
 
 /// One address may hold `connections_per_ip_max` QUIC connections per
-/// shard, with either driver: the next from it is refused (the handshake
+/// shard: the next from it is refused (the handshake
 /// fails), one from another address is served, and a closed connection's
 /// slot is taken again.
 #[test]
 fn one_address_cannot_take_every_quic_connection() {
-    for driver in [QuicDriver::Shard, QuicDriver::Tokio] {
+    {
         let dir = tempfile::tempdir().unwrap();
         let port = ports();
         let broker = Broker::start(BrokerConfig {
-            quic_driver: driver,
             connections_per_ip_max: 2,
             ..config(dir.path(), port)
         })
@@ -582,7 +586,7 @@ fn one_address_cannot_take_every_quic_connection() {
                 let listed = c.call(Request::ListTopics).await;
                 assert!(
                     matches!(decode(&listed), Response::TopicList { .. }),
-                    "{driver:?}: a connection within the limit was not served"
+                    "a connection within the limit was not served"
                 );
             }
             let third =
@@ -591,7 +595,7 @@ fn one_address_cannot_take_every_quic_connection() {
                     .expect("the refusal comes at once");
             assert!(
                 matches!(third, Err(quinn::ConnectionError::ConnectionClosed(_))),
-                "{driver:?}: a third connection from one address: {third:?}"
+                "a third connection from one address: {third:?}"
             );
             // Another address (another endpoint bound to 127.0.0.2) is served.
             let other_endpoint = client_on("127.0.0.2:0", dir.path());
@@ -608,7 +612,7 @@ fn one_address_cannot_take_every_quic_connection() {
                     Ok(_) => break,
                     Err(e) => assert!(
                         tokio::time::Instant::now() < deadline,
-                        "{driver:?}: a freed slot was never given back: {e}"
+                        "a freed slot was never given back: {e}"
                     ),
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
