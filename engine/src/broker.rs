@@ -161,7 +161,7 @@ impl Broker {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let io_memory = (IO_MEMORY_BYTES * 2 / shard_count.max(2)).max(128 << 10);
         for (index, command_rx) in command_rxs.drain(..).enumerate() {
-            let (inbox_tx, inbox_rx) = flume::bounded(config.inbox_frames_max);
+            let (inbox_tx, inbox_rx) = flume::bounded(config.inbox_requests_max);
             inbox_txs.push(inbox_tx);
             let shard_commands = command_txs.clone();
             let placement = if config.pin_shards {

@@ -67,9 +67,9 @@ pub struct BrokerConfig {
     /// the connection is closed (native TCP and Kafka ports): a peer trickling bytes
     /// cannot hold a connection slot and a frame's buffer for ever.
     pub frame_timeout_ms: u64,
-    /// Frames queued from the Kafka gateway's thread to one shard; past
+    /// Requests queued from the Kafka gateway's thread to one shard; past
     /// it the gateway waits for the shard.
-    pub inbox_frames_max: usize,
+    pub inbox_requests_max: usize,
     /// Longest a fetch may wait for data.
     pub fetch_wait_ms_max: u32,
     /// How often a shard checks buffer ages.
@@ -143,7 +143,7 @@ impl Default for BrokerConfig {
             connection_requests_in_flight_max: 256,
             idle_timeout_ms: 600_000,
             frame_timeout_ms: 30_000,
-            inbox_frames_max: 256,
+            inbox_requests_max: 256,
             fetch_wait_ms_max: 30_000,
             tick_ms: 5,
             pin_shards: true,
@@ -210,8 +210,8 @@ impl BrokerConfig {
         if self.unflushed_bytes_max == 0 || self.connection_requests_in_flight_max == 0 {
             return Err("limits must be at least 1".into());
         }
-        if self.inbox_frames_max == 0 {
-            return Err("the shard inbox must hold at least one frame".into());
+        if self.inbox_requests_max == 0 {
+            return Err("the shard inbox must hold at least one request".into());
         }
         if self.payload_sweep_interval_ms == 0 {
             return Err("the payload sweep interval must be at least 1 ms".into());

@@ -1,63 +1,146 @@
-//! A shard's inbox: native request frames from the one thread that is not
-//! a shard's own and serves clients (the Kafka gateway), handled on the
-//! shard and answered through the sender's reply channel. The inbox is a
-//! bounded channel, so a busy shard pushes back on the gateway.
+//! A shard's inbox: the work the Kafka gateway's thread (the one thread
+//! that serves clients and is not a shard's own) hands to a shard, as typed
+//! values: no frame is encoded to cross threads and decoded again. Each
+//! request carries its own reply channel, and a shard answers every one it
+//! takes. The inbox is a bounded channel, so a busy shard pushes back on
+//! the gateway; a request that cannot be delivered (the shard is gone)
+//! comes back to its sender as the channel's error.
 
 use std::rc::Rc;
 
-use wire::frame::FrameHeader;
+use wire::batch::BatchView;
+use wire::{AckMode, ErrorCode, FetchChecks, FetchFrom};
 
-use crate::request::{handle_frame, not_applied_frame, Origin, Reply};
+use crate::request::{append, start_fetch, Appended, Origin};
+use crate::segment::FetchResult;
+use crate::serve_error::ServeError;
 use crate::shard::Shard;
 
-/// A frame on its way to a shard (verified there), with where to send the answer.
-/// An empty answer means "no answer" and only frees the sender's slot.
+/// Work for a shard, from a thread that is not its own.
 #[derive(Debug)]
-pub(crate) struct InboxFrame {
-    pub(crate) header: FrameHeader,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) reply: flume::Sender<Vec<u8>>,
-    /// Who sent it. Only broker threads build inbox frames, so a peer can
-    /// never claim the gateway's origin.
-    pub(crate) origin: Origin,
-    /// The payload's share of the sender's byte budget, returned when the
-    /// shard drops the frame.
-    pub(crate) _budget: Option<tokio::sync::OwnedSemaphorePermit>,
+pub(crate) enum ShardRequest {
+    /// Append `batch` (a kelp batch, validated again by the shard) to
+    /// `segment` of `topic`; answered once `ack` holds: `None` at once with
+    /// no offsets, `Leader` once appended, `Durable` once in the filer.
+    Produce {
+        topic: String,
+        segment: u32,
+        ack: AckMode,
+        batch: Vec<u8>,
+        reply: flume::Sender<Result<Option<Produced>, ServeError>>,
+    },
+    /// Read `segment` of `topic` from `from`, waiting at most
+    /// `max_wait_ms` for data. The answer's batches stay where they are
+    /// (a buffer's or a chunk file's mapping) for the sender to read.
+    Fetch {
+        topic: String,
+        segment: u32,
+        from: FetchFrom,
+        max_bytes: u32,
+        max_wait_ms: u32,
+        reply: flume::Sender<Result<FetchResult, ServeError>>,
+    },
 }
 
-/// The shard side: handle frames from the inbox until every sender is gone.
-pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<InboxFrame>) {
-    while let Ok(frame) = inbox.recv_async().await {
-        // The reply channel has room for every in-flight request of its
-        // connection, so `try_send` fails only if the connection is gone.
-        if shard.stopping.get() {
-            // Flushed and stopping: applied nothing, and says so (the
-            // sender's connection is saying goodbye).
-            let _ = frame
-                .reply
-                .try_send(not_applied_frame(frame.header.request_id));
-            continue;
-        }
-        match handle_frame(&shard, &frame.header, &frame.payload, frame.origin).await {
-            Reply::Silent => {
-                let _ = frame.reply.try_send(Vec::new());
+/// Where an appended batch went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Produced {
+    pub(crate) base_offset: u64,
+    pub(crate) record_count: u32,
+}
+
+/// The answer to a request a stopping shard did not apply.
+fn not_applied() -> ServeError {
+    ServeError::new(
+        ErrorCode::ShuttingDown,
+        "the broker is stopping: request not applied",
+    )
+}
+
+/// The shard side: handle requests from the inbox until every sender is
+/// gone. Each reply channel has room for its one answer, so `try_send`
+/// fails only if the sender stopped waiting.
+pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardRequest>) {
+    while let Ok(request) = inbox.recv_async().await {
+        match request {
+            ShardRequest::Produce {
+                topic,
+                segment,
+                ack,
+                batch,
+                reply,
+            } => {
+                if shard.stopping.get() {
+                    let _ = reply.try_send(Err(not_applied()));
+                    continue;
+                }
+                // Appended inline, before the next request is taken: the
+                // gateway's order of produces to a partition is kept.
+                let appended = match BatchView::validate(&batch) {
+                    Ok(view) => append(&shard, &topic, segment, &view, Origin::KafkaGateway).await,
+                    Err(e) => Err(ServeError::from(&e)),
+                };
+                let Appended {
+                    cell,
+                    base_offset,
+                    next_offset,
+                } = match appended {
+                    Ok(appended) => appended,
+                    Err(e) => {
+                        let _ = reply.try_send(Err(e));
+                        continue;
+                    }
+                };
+                let produced = Produced {
+                    base_offset,
+                    record_count: (next_offset - base_offset) as u32,
+                };
+                match ack {
+                    AckMode::None => {
+                        let _ = reply.try_send(Ok(None));
+                    }
+                    AckMode::Leader => {
+                        let _ = reply.try_send(Ok(Some(produced)));
+                    }
+                    AckMode::Durable => {
+                        glommio::spawn_local(async move {
+                            let flushed = cell.wait_flushed(next_offset).await;
+                            let _ = reply.try_send(
+                                flushed
+                                    .map(|()| Some(produced))
+                                    .map_err(|e| ServeError::storage(&e)),
+                            );
+                        })
+                        .detach();
+                    }
+                }
             }
-            Reply::Now(answer) => {
-                let _ = frame.reply.try_send(answer);
-            }
-            Reply::Later(future) => {
-                let reply = frame.reply;
-                glommio::spawn_local(async move {
-                    let _ = reply.try_send(future.await);
-                })
-                .detach();
-            }
-            Reply::Fetched(future) => {
-                let reply = frame.reply;
-                glommio::spawn_local(async move {
-                    let _ = reply.try_send(future.await.into_frame());
-                })
-                .detach();
+            ShardRequest::Fetch {
+                topic,
+                segment,
+                from,
+                max_bytes,
+                max_wait_ms,
+                reply,
+            } => {
+                if shard.stopping.get() {
+                    let _ = reply.try_send(Err(not_applied()));
+                    continue;
+                }
+                // The gateway reads what it is sent; batches were
+                // validated when they were appended.
+                let checks = FetchChecks::Trust;
+                match start_fetch(&shard, topic, segment, from, max_bytes, max_wait_ms, checks) {
+                    Ok(read) => {
+                        glommio::spawn_local(async move {
+                            let _ = reply.try_send(read.await);
+                        })
+                        .detach();
+                    }
+                    Err(e) => {
+                        let _ = reply.try_send(Err(e));
+                    }
+                }
             }
         }
     }

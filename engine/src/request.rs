@@ -18,7 +18,7 @@ use wire::{key_hash, AckMode, ErrorCode, Request, Response};
 
 use crate::control_plane::{ControlRequest, ShardCommand};
 use crate::file_range::FileRanges;
-use crate::segment::{blocking, FetchBody};
+use crate::segment::{blocking, FetchBody, FetchResult, SegmentCell};
 use crate::serve_error::ServeError;
 use crate::shard::{SegmentLookup, Shard};
 
@@ -169,29 +169,13 @@ pub(crate) async fn handle_frame(
             max_wait_ms,
             checks,
         } => {
-            // A segment sealed elsewhere is read from the filer through a
-            // view this shard opens on first use.
-            let cell = match local_segment(shard, &topic, segment) {
-                Ok(c) => Some(c),
-                Err(e) if e.code == ErrorCode::SegmentSealed => None,
-                Err(e) => return Reply::Now(error_frame(id, &e)),
-            };
-            let max_bytes = (max_bytes as usize)
-                .clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
-            let max_wait =
-                Duration::from_millis(u64::from(max_wait_ms.min(shard.config.fetch_wait_ms_max)));
-            let shard = shard.clone();
-            Reply::Fetched(Box::pin(async move {
-                let cell = match cell {
-                    Some(c) => c,
-                    None => match shard.sealed_view(&topic, segment).await {
-                        Ok(c) => c,
-                        Err(e) => {
-                            return Outgoing::Frame(error_frame(id, &ServeError::storage(&e)))
-                        }
-                    },
+            let read =
+                match start_fetch(shard, topic, segment, from, max_bytes, max_wait_ms, checks) {
+                    Ok(read) => read,
+                    Err(e) => return Reply::Now(error_frame(id, &e)),
                 };
-                let f = match cell.fetch(from, max_bytes, max_wait, checks).await {
+            Reply::Fetched(Box::pin(async move {
+                let f = match read.await {
                     Ok(f) => f,
                     Err(e) => return Outgoing::Frame(error_frame(id, &e)),
                 };
@@ -511,6 +495,86 @@ fn local_segment(
     }
 }
 
+/// Start a read of `segment` of `topic`: the segment is looked up now (an
+/// error if this shard neither owns it nor can read it sealed), the read
+/// itself runs in the future, waiting at most `max_wait_ms` for data.
+pub(crate) fn start_fetch(
+    shard: &Rc<Shard>,
+    topic: String,
+    segment: u32,
+    from: wire::FetchFrom,
+    max_bytes: u32,
+    max_wait_ms: u32,
+    checks: wire::FetchChecks,
+) -> Result<impl Future<Output = Result<FetchResult, ServeError>> + 'static, ServeError> {
+    // A segment sealed elsewhere is read from the filer through a view
+    // this shard opens on first use.
+    let cell = match local_segment(shard, &topic, segment) {
+        Ok(c) => Some(c),
+        Err(e) if e.code == ErrorCode::SegmentSealed => None,
+        Err(e) => return Err(e),
+    };
+    let max_bytes =
+        (max_bytes as usize).clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
+    let max_wait =
+        Duration::from_millis(u64::from(max_wait_ms.min(shard.config.fetch_wait_ms_max)));
+    let shard = shard.clone();
+    Ok(async move {
+        let cell = match cell {
+            Some(c) => c,
+            None => shard
+                .sealed_view(&topic, segment)
+                .await
+                .map_err(|e| ServeError::storage(&e))?,
+        };
+        cell.fetch(from, max_bytes, max_wait, checks).await
+    })
+}
+
+/// A batch appended to a segment: the segment, and the offsets it took.
+pub(crate) struct Appended {
+    pub(crate) cell: Rc<SegmentCell>,
+    pub(crate) base_offset: u64,
+    pub(crate) next_offset: u64,
+}
+
+/// Append the validated batch `view` to `segment` of `topic`, which this
+/// shard must own; keyed records from the network must hash into it.
+pub(crate) async fn append(
+    shard: &Rc<Shard>,
+    topic: &str,
+    segment: u32,
+    view: &BatchView<'_>,
+    origin: Origin,
+) -> Result<Appended, ServeError> {
+    let cell = local_segment(shard, topic, segment)?;
+    // Keyless records may go to any segment; keyed ones must hash into it,
+    // or per-key order would break when segments split. The Kafka gateway's
+    // records went where the Kafka client's partitioner put them.
+    let checked = origin == Origin::Network;
+    if let Some(r) = view
+        .records()
+        .find(|r| checked && !r.key.is_empty() && !cell.covers(key_hash(r.key)))
+    {
+        return Err(ServeError::new(
+            ErrorCode::KeyOutOfRange,
+            format!(
+                "record {} has key hash {:#010x}, outside segment {segment} [{:#x}, {:#x})",
+                r.offset_delta,
+                key_hash(r.key),
+                cell.range_start,
+                cell.range_end
+            ),
+        ));
+    }
+    let (base_offset, next_offset) = cell.append(view).await?;
+    Ok(Appended {
+        cell,
+        base_offset,
+        next_offset,
+    })
+}
+
 async fn produce(
     shard: &Rc<Shard>,
     id: u32,
@@ -520,32 +584,12 @@ async fn produce(
     view: &BatchView<'_>,
     origin: Origin,
 ) -> Reply {
-    let cell = match local_segment(shard, topic, segment) {
-        Ok(c) => c,
-        Err(e) => return Reply::Now(error_frame(id, &e)),
-    };
-    // Keyless records may go to any segment; keyed ones must hash into it,
-    // or per-key order would break when segments split. The Kafka gateway's
-    // records went where the Kafka client's partitioner put them.
-    let checked = origin == Origin::Network;
-    if let Some(r) = view
-        .records()
-        .find(|r| checked && !r.key.is_empty() && !cell.covers(key_hash(r.key)))
-    {
-        let e = ServeError::new(
-            ErrorCode::KeyOutOfRange,
-            format!(
-                "record {} has key hash {:#010x}, outside segment {segment} [{:#x}, {:#x})",
-                r.offset_delta,
-                key_hash(r.key),
-                cell.range_start,
-                cell.range_end
-            ),
-        );
-        return Reply::Now(error_frame(id, &e));
-    }
-    let (base, next) = match cell.append(view).await {
-        Ok(offsets) => offsets,
+    let Appended {
+        cell,
+        base_offset: base,
+        next_offset: next,
+    } = match append(shard, topic, segment, view, origin).await {
+        Ok(appended) => appended,
         Err(e) => return Reply::Now(error_frame(id, &e)),
     };
     let produced = move || {

@@ -17,7 +17,6 @@ use kafka::error_code as k;
 use kafka::{encode_record_batch, Compression, Record, RecordBatchHeader, RecordHeaders};
 use wire::batch::BatchView;
 use wire::message::{FetchFrom, SegmentInfo};
-use wire::Response;
 
 use super::topics::{is_stale, kafka_error, kelp_name};
 use super::Gateway;
@@ -266,25 +265,29 @@ pub(crate) async fn read_segment<R>(
     max_wait_ms: u32,
     read: impl FnOnce(wire::message::Fetched<'_>) -> R,
 ) -> Result<R, ServeError> {
-    let request = wire::Request::Fetch {
-        topic: kelp_name(topic),
-        segment: segment.id,
-        from,
-        max_bytes,
-        max_wait_ms,
-        checks: wire::FetchChecks::Trust,
-    };
-    let answer = gateway.shards.call(segment.shard, &request).await;
-    let response = answer
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|a| a.response());
-    match response {
-        Ok(Some(Response::Fetched(fetched))) => Ok(read(fetched)),
-        Ok(_) => Err(ServeError::new(
-            wire::ErrorCode::Internal,
-            "unexpected shard answer",
-        )),
+    let answer = gateway
+        .shards
+        .fetch(
+            segment.shard,
+            kelp_name(topic),
+            segment.id,
+            from,
+            max_bytes,
+            max_wait_ms,
+        )
+        .await;
+    match answer {
+        Ok(f) => {
+            let mut scratch = Vec::new();
+            Ok(read(wire::message::Fetched {
+                segment: segment.id,
+                start_offset: f.start_offset,
+                next_offset: f.next_offset,
+                high_watermark: f.high_watermark,
+                sealed: f.sealed,
+                batches: super::shards::batches(&f.body, &mut scratch),
+            }))
+        }
         Err(e) => {
             if is_stale(&e) {
                 gateway.topics.forget(topic);

@@ -3,7 +3,7 @@
 //!
 //! One thread runs a current-thread tokio runtime. It accepts connections,
 //! decodes requests with `kelp-kafka`, and reaches a shard through the
-//! shard's bounded inbox (a native request frame), answered through a
+//! shard's bounded inbox (a typed `ShardRequest`), answered through a
 //! reply channel. Admin
 //! requests go to the control plane; consumer groups live in the
 //! `kelp-kafka` coordinator, which only this thread touches. Nothing here
@@ -35,7 +35,7 @@ use filer::Filer;
 
 use crate::control_plane::ControlRequest;
 use crate::error::EngineError;
-use crate::inbox::InboxFrame;
+use crate::inbox::ShardRequest;
 
 /// Kafka connections the gateway serves at once; more are refused.
 pub(crate) const CONNECTIONS_MAX: usize = 1024;
@@ -111,7 +111,7 @@ pub(crate) async fn put_object(
 /// What the gateway thread is given.
 pub(crate) struct GatewayParts {
     pub(crate) listen: SocketAddr,
-    pub(crate) inboxes: Vec<flume::Sender<InboxFrame>>,
+    pub(crate) inboxes: Vec<flume::Sender<ShardRequest>>,
     pub(crate) control: flume::Sender<ControlRequest>,
     pub(crate) filer: Arc<dyn Filer>,
     pub(crate) fetch_wait_ms_max: u32,

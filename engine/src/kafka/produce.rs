@@ -16,7 +16,9 @@ use kafka::error_code as k;
 use kafka::record_batch::DECOMPRESSED_BYTES_MAX;
 use kafka::RecordBatches;
 use wire::batch::{BatchBuilder, RecordHeader};
-use wire::{AckMode, Response};
+use wire::AckMode;
+
+use crate::inbox::Produced;
 
 use super::producer_state::{ProducerBatch, Sequence};
 use super::topics::{is_stale, kafka_error, kelp_name};
@@ -187,30 +189,24 @@ async fn produce_partition(
         }
         None => builder.finish(0, 0),
     };
-    let kelp_topic = kelp_name(topic);
-    let request = wire::Request::Produce {
-        topic: &kelp_topic,
-        segment: segment.id,
-        ack,
-        batch: bytes,
-    };
-    let answer = gateway.shards.call(segment.shard, &request).await;
-    let response = answer
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|a| a.response());
+    let answer = gateway
+        .shards
+        .produce(
+            segment.shard,
+            kelp_name(topic),
+            segment.id,
+            ack,
+            bytes.to_vec(),
+        )
+        .await;
     // What was stored (for the producer state) and the partition's answer.
-    let (stored, result) = match response {
-        Ok(Some(Response::Produced { base_offset, .. })) => (
+    let (stored, result) = match answer {
+        Ok(Some(Produced { base_offset, .. })) => (
             Some((base_offset as i64, base_offset + records_count)),
             Ok(base_offset as i64),
         ),
         // acks 0: no answer, and no offset to give.
         Ok(None) => (None, Ok(-1)),
-        Ok(Some(_)) => (
-            None,
-            Err((k::UNKNOWN_SERVER_ERROR, "unexpected shard answer".into())),
-        ),
         Err(e) => {
             if is_stale(&e) {
                 gateway.topics.forget(topic);
