@@ -21,7 +21,7 @@ use wire::{
     frame::{FrameHeader, FRAME_HEADER_BYTES},
     limits::FRAME_PAYLOAD_BYTES_MAX,
     message::TopicInfo,
-    Request, Response,
+    FrameDecoder, Request, Response,
 };
 
 use crate::baseline::SERVER_NAME;
@@ -146,34 +146,46 @@ pub fn with_broker_windows(mut config: quinn::ServerConfig) -> quinn::ServerConf
     config
 }
 
-/// Reads one frame's header, checking its size; the caller reads and
-/// verifies the payload.
+/// Reads one frame's header through `wire`'s frame decoder (magic,
+/// version, type, length bounded); the caller reads and verifies the
+/// payload.
 pub async fn read_frame_header<R: AsyncRead + Unpin + ?Sized>(read: &mut R) -> Result<FrameHeader> {
-    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
-    read.read_exact(&mut header_bytes)
+    let mut decoder = FrameDecoder::new();
+    read.read_exact(decoder.unfilled())
         .await
         .context("read frame header")?;
-    let header = FrameHeader::decode(&header_bytes)?;
-    ensure!(
-        header.payload_bytes <= FRAME_PAYLOAD_BYTES_MAX,
-        "frame of {} bytes is over the limit",
-        header.payload_bytes
-    );
-    Ok(header)
+    decoder.filled(FRAME_HEADER_BYTES)?;
+    decoder
+        .header()
+        .context("a whole header did not decode to one")
 }
 
-/// Reads one frame; its verified payload is left in `payload`.
+/// Reads one frame; its verified payload is left in `payload` (whose
+/// memory is reused).
 pub async fn read_frame<R: AsyncRead + Unpin + ?Sized>(
     read: &mut R,
     payload: &mut Vec<u8>,
 ) -> Result<FrameHeader> {
-    let header = read_frame_header(read).await?;
-    payload.resize(header.payload_bytes as usize, 0);
-    read.read_exact(payload)
+    let mut decoder = FrameDecoder::with_buffer(std::mem::take(payload));
+    read.read_exact(decoder.unfilled())
         .await
-        .context("read frame payload")?;
-    header.verify_payload(payload)?;
-    Ok(header)
+        .context("read frame header")?;
+    decoder.filled(FRAME_HEADER_BYTES)?;
+    let frame = match decoder.admit() {
+        Some(empty) => empty,
+        None => {
+            let n = decoder.unfilled().len();
+            read.read_exact(decoder.unfilled())
+                .await
+                .context("read frame payload")?;
+            decoder
+                .filled(n)?
+                .context("a whole payload did not complete its frame")?
+        }
+    };
+    *payload = frame.payload;
+    frame.header.verify_payload(payload)?;
+    Ok(frame.header)
 }
 
 /// What an admin request answers.

@@ -5,9 +5,9 @@
 //! here.
 
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
-use wire::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
+use wire::frame::{FrameHeader, FrameType};
 use wire::message::VerifiedResponse;
-use wire::{DecodeError, Response};
+use wire::{DecodeError, Frame, FrameDecoder, Response};
 
 use crate::error::ClientError;
 use crate::low_water::ReceiveLowWater;
@@ -64,55 +64,53 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     low_water: &mut ReceiveLowWater,
 ) -> Result<Option<ResponseFrame>, FrameReadError> {
-    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
-    let mut filled = 0;
-    while filled < FRAME_HEADER_BYTES {
+    let low_water_failed = |e| FrameReadError::Stream(ClientError::io("setting SO_RCVLOWAT", e));
+    // One frame per call: the decoder starts at a boundary and every
+    // payload has room (the SDK holds the frames it asked for).
+    let mut decoder = FrameDecoder::new();
+    let frame = loop {
+        if decoder.room_needed().is_some() {
+            match decoder.admit() {
+                Some(frame) => break frame,
+                None => continue,
+            }
+        }
+        let in_payload = decoder.in_payload();
+        let wanted = decoder.unfilled().len();
+        // With nothing buffered, the socket holds the rest of the payload.
+        if in_payload && reader.buffer().is_empty() {
+            low_water.expect(wanted).map_err(low_water_failed)?;
+        }
+        let (what, reading) = if in_payload {
+            ("frame payload", "reading a frame payload")
+        } else {
+            ("frame header", "reading a frame header")
+        };
         let n = reader
-            .read(&mut header_bytes[filled..])
+            .read(decoder.unfilled())
             .await
-            .map_err(|e| FrameReadError::Stream(ClientError::io("reading a frame header", e)))?;
+            .map_err(|e| FrameReadError::Stream(ClientError::io(reading, e)))?;
         if n == 0 {
-            if filled == 0 {
+            if decoder.at_boundary() {
                 return Ok(None);
             }
             return Err(FrameReadError::Stream(ClientError::Decode(
                 DecodeError::Truncated {
-                    what: "frame header",
-                    need: FRAME_HEADER_BYTES as u64,
-                    have: filled as u64,
+                    what,
+                    need: decoder.piece_bytes() as u64,
+                    have: (decoder.piece_bytes() - wanted) as u64,
                 },
             )));
         }
-        filled += n;
-    }
-    let header = FrameHeader::decode(&header_bytes)
-        .map_err(|e| FrameReadError::Stream(ClientError::Decode(e)))?;
-    // `decode` bounded the length by FRAME_PAYLOAD_BYTES_MAX.
-    let len = header.payload_bytes as usize;
-    let mut payload = vec![0u8; len];
-    let mut filled = 0;
-    let low_water_failed = |e| FrameReadError::Stream(ClientError::io("setting SO_RCVLOWAT", e));
-    while filled < len {
-        // With nothing buffered, the socket holds the rest of the frame.
-        if reader.buffer().is_empty() {
-            low_water.expect(len - filled).map_err(low_water_failed)?;
+        if let Some(frame) = decoder
+            .filled(n)
+            .map_err(|e| FrameReadError::Stream(ClientError::Decode(e)))?
+        {
+            break frame;
         }
-        let n = reader
-            .read(&mut payload[filled..])
-            .await
-            .map_err(|e| FrameReadError::Stream(ClientError::io("reading a frame payload", e)))?;
-        if n == 0 {
-            return Err(FrameReadError::Stream(ClientError::Decode(
-                DecodeError::Truncated {
-                    what: "frame payload",
-                    need: len as u64,
-                    have: filled as u64,
-                },
-            )));
-        }
-        filled += n;
-    }
+    };
     low_water.expect(0).map_err(low_water_failed)?;
+    let Frame { header, payload } = frame;
     if header.frame_type != FrameType::FetchResponse {
         header
             .verify_payload(&payload)

@@ -2,15 +2,16 @@
 //! the control process's server side and its broker link both read and
 //! write through these two functions.
 //!
-//! Every header is decoded by [`FrameHeader::decode`] (magic, version, type,
-//! length bounded by `wire::limits::FRAME_PAYLOAD_BYTES_MAX`) before a payload
-//! buffer is sized from it, and every payload is checked against the
-//! header's checksum before it is returned.
+//! Frames are cut by `wire`'s one [`FrameDecoder`]: every header is decoded
+//! (magic, version, type, length bounded by
+//! `wire::limits::FRAME_PAYLOAD_BYTES_MAX`) before a payload buffer is sized
+//! from it, and every payload is checked against the header's checksum
+//! before it is returned.
 
 use std::io::{ErrorKind, Read, Write};
 
-use wire::frame::{encode_frame, FrameHeader, FrameType, FRAME_HEADER_BYTES};
-use wire::DecodeError;
+use wire::frame::{encode_frame, FrameHeader, FrameType};
+use wire::{DecodeError, FrameDecoder};
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -52,48 +53,45 @@ impl FrameReadError {
     }
 }
 
-/// Read one frame into `payload` (resized to the frame's payload). `Ok(None)`:
-/// the peer closed the stream cleanly at a frame boundary.
+/// Read one frame into `payload` (its memory reused, the frame's payload on
+/// return). `Ok(None)`: the peer closed the stream cleanly at a frame
+/// boundary.
 pub fn read_frame(
     reader: &mut impl Read,
     payload: &mut Vec<u8>,
 ) -> Result<Option<FrameHeader>, FrameReadError> {
-    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
-    let mut filled = 0;
-    while filled < FRAME_HEADER_BYTES {
-        match reader.read(&mut header_bytes[filled..]) {
-            Ok(0) if filled == 0 => return Ok(None),
-            Ok(0) => {
-                return Err(FrameReadError::Truncated {
-                    what: "frame header",
-                })
+    let mut decoder = FrameDecoder::with_buffer(std::mem::take(payload));
+    let frame = loop {
+        if decoder.room_needed().is_some() {
+            // A blocking reader holds one frame at a time: room is given.
+            match decoder.admit() {
+                Some(frame) => break frame,
+                None => continue,
             }
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+        }
+        let (piece, reading) = if decoder.in_payload() {
+            ("frame payload", "reading a frame payload")
+        } else {
+            ("frame header", "reading a frame header")
+        };
+        let n = match reader.read(decoder.unfilled()) {
+            Ok(0) if decoder.at_boundary() => return Ok(None),
+            Ok(0) => return Err(FrameReadError::Truncated { what: piece }),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(source) => {
                 return Err(FrameReadError::Io {
-                    what: "reading a frame header",
+                    what: reading,
                     source,
                 })
             }
+        };
+        if let Some(frame) = decoder.filled(n).map_err(FrameReadError::Header)? {
+            break frame;
         }
-    }
-    let header = FrameHeader::decode(&header_bytes).map_err(FrameReadError::Header)?;
-    // `decode` bounded the length by FRAME_PAYLOAD_BYTES_MAX.
-    payload.clear();
-    payload.resize(header.payload_bytes as usize, 0);
-    reader.read_exact(payload).map_err(|source| {
-        if source.kind() == ErrorKind::UnexpectedEof {
-            FrameReadError::Truncated {
-                what: "frame payload",
-            }
-        } else {
-            FrameReadError::Io {
-                what: "reading a frame payload",
-                source,
-            }
-        }
-    })?;
+    };
+    *payload = frame.payload;
+    let header = frame.header;
     header
         .verify_payload(payload)
         .map_err(|error| FrameReadError::Payload { header, error })?;

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::frame::FrameHeader;
 use wire::ErrorCode;
+use wire::FrameDecoder;
 
 use crate::file_range::FileRange;
 use crate::peer_limit::PeerSlot;
@@ -167,15 +168,15 @@ where
     let outbox = Rc::new(Outbox::default());
     let writer_task = glommio::spawn_local(write_loop(writer, socket, outbox.clone()));
     let in_flight_max = shard.config.connection_requests_in_flight_max;
-    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
-    let mut payload = Vec::new();
+    // Frames are cut by wire's decoder, which also keeps the payload
+    // memory between frames.
+    let mut decoder = FrameDecoder::new();
     // Set once the goodbye is queued: until then the shard's stop ends a
     // wait for the next frame, after it this deadline does.
     let mut goodbye_until: Option<Instant> = None;
-    // Header bytes read so far: kept outside the read, so a read cut short
-    // by the shard's stop loses none of them (glommio consumes bytes only
-    // in a read that completes).
-    let mut header_filled = 0;
+    // Header bytes read so far stay in the decoder, outside the read, so a
+    // read cut short by the shard's stop loses none of them (glommio
+    // consumes bytes only in a read that completes).
     let timeouts = PeerTimeouts::of(&shard.config);
     // When the last whole frame came (or the connection opened), and when
     // the first bytes of the frame being read did.
@@ -184,21 +185,11 @@ where
     loop {
         outbox.acquire(in_flight_max).await;
         let mut deadline = timeouts.deadline(last_frame_at, frame_started_at);
-        if payload.capacity() > RECEIVE_BUFFER_IDLE_KEPT_BYTES {
+        if decoder.kept_bytes() > RECEIVE_BUFFER_IDLE_KEPT_BYTES {
             deadline = deadline.min(last_frame_at + RECEIVE_BUFFER_IDLE);
         }
         let read = futures_lite::future::or(
-            async {
-                Some(
-                    read_header(
-                        &mut reader,
-                        &mut header_bytes,
-                        &mut header_filled,
-                        &mut frame_started_at,
-                    )
-                    .await,
-                )
-            },
+            async { Some(read_header(&mut reader, &mut decoder, &mut frame_started_at).await) },
             async {
                 futures_lite::future::or(
                     async {
@@ -220,10 +211,10 @@ where
             let now = Instant::now();
             if frame_started_at.is_none()
                 && now >= last_frame_at + RECEIVE_BUFFER_IDLE
-                && payload.capacity() > RECEIVE_BUFFER_IDLE_KEPT_BYTES
+                && decoder.kept_bytes() > RECEIVE_BUFFER_IDLE_KEPT_BYTES
             {
                 // Idle for a while: its memory goes back.
-                payload = Vec::new();
+                decoder.drop_kept();
             }
             match timeouts.expired(now, last_frame_at, frame_started_at, outbox.owed()) {
                 Some(why) => {
@@ -242,7 +233,7 @@ where
                 }
             }
         }
-        match read {
+        let decoded = match read {
             None if goodbye_until.is_none() => {
                 // The shard stops: say goodbye between frames (in the slot
                 // just taken), and read on until the client closes.
@@ -255,7 +246,7 @@ where
                 outbox.release(1);
                 break;
             }
-            Some(Ok(())) => header_filled = 0,
+            Some(Ok(decoded)) => decoded,
             Some(Err(e)) => {
                 if e.kind() != std::io::ErrorKind::UnexpectedEof {
                     log::debug!("{peer}: read: {e}");
@@ -263,8 +254,8 @@ where
                 outbox.release(1);
                 break;
             }
-        }
-        let header = match FrameHeader::decode(&header_bytes) {
+        };
+        let header = match decoded {
             Ok(h) => h,
             Err(e) => {
                 // The stream cannot be resynchronised: answer and close.
@@ -305,25 +296,36 @@ where
             outbox.release(1);
             break;
         };
-        if payload.len() < len {
-            payload.resize(len, 0);
-        }
-        let payload_read = futures_lite::future::or(
-            async { Some(reader.read_exact(&mut payload[..len]).await) },
-            async {
-                sleep_until(started + timeouts.frame).await;
-                None
-            },
-        )
-        .await;
-        match payload_read {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
+        let frame = match decoder.admit() {
+            Some(empty) => Ok(empty),
+            None => {
+                let read = futures_lite::future::or(
+                    async { Some(reader.read_exact(decoder.unfilled()).await) },
+                    async {
+                        sleep_until(started + timeouts.frame).await;
+                        None
+                    },
+                )
+                .await;
+                match read {
+                    Some(Ok(())) => match decoder.filled(len) {
+                        Ok(Some(frame)) => Ok(frame),
+                        // A whole payload always completes its frame.
+                        _ => Err(Some(std::io::Error::other("frame decoder out of step"))),
+                    },
+                    Some(Err(e)) => Err(Some(e)),
+                    None => Err(None),
+                }
+            }
+        };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(Some(e)) => {
                 log::debug!("{peer}: read payload: {e}");
                 outbox.release(1);
                 break;
             }
-            None => {
+            Err(None) => {
                 log::info!(
                     "{peer}: closing connection: a {len}-byte frame not received within {} ms",
                     timeouts.frame.as_millis()
@@ -331,7 +333,7 @@ where
                 outbox.release(1);
                 break;
             }
-        }
+        };
         last_frame_at = Instant::now();
         frame_started_at = None;
         if goodbye_until.is_none() && shard.stopping.get() {
@@ -345,9 +347,10 @@ where
         if goodbye_until.is_some() {
             // Read after the goodbye: not applied, and the client is told.
             outbox.push(Outgoing::Frame(not_applied_frame(header.request_id)));
+            decoder.recycle(frame.payload);
             continue;
         }
-        match handle_frame(&shard, &header, &payload[..len], Origin::Network).await {
+        match handle_frame(&shard, &header, &frame.payload, Origin::Network).await {
             Reply::Silent => outbox.release(1),
             Reply::Now(frame) => outbox.push(Outgoing::Frame(frame)),
             Reply::Later(future) => {
@@ -360,8 +363,9 @@ where
                 glommio::spawn_local(async move { outbox.push(future.await) }).detach();
             }
         }
-        if payload.len() > RECEIVE_BUFFER_KEPT_BYTES {
-            payload = Vec::new();
+        // A buffer up to the kept size serves the next frame.
+        if frame.payload.len() <= RECEIVE_BUFFER_KEPT_BYTES {
+            decoder.recycle(frame.payload);
         }
     }
     // Answers still being made (a durable produce waiting for its flush,
@@ -373,24 +377,28 @@ where
     writer_task.await;
 }
 
-/// Read the rest of a frame header into `header[*filled..]`, counting in
-/// `filled` as bytes arrive: a caller that drops this future mid-header
-/// calls it again and goes on where it stopped.
+/// Read the rest of a frame header into `decoder`, noting in `started_at`
+/// when its first byte came: a caller that drops this future mid-header
+/// calls it again and goes on where it stopped. The header decoded, or why
+/// it does not (then the stream cannot be resynchronised).
 async fn read_header<R: AsyncRead + Unpin>(
     reader: &mut R,
-    header: &mut [u8; FRAME_HEADER_BYTES],
-    filled: &mut usize,
+    decoder: &mut FrameDecoder,
     started_at: &mut Option<Instant>,
-) -> std::io::Result<()> {
-    while *filled < header.len() {
-        let n = reader.read(&mut header[*filled..]).await?;
+) -> std::io::Result<Result<FrameHeader, wire::DecodeError>> {
+    loop {
+        if let Some(header) = decoder.header() {
+            return Ok(Ok(header));
+        }
+        let n = reader.read(decoder.unfilled()).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         started_at.get_or_insert_with(Instant::now);
-        *filled += n;
+        if let Err(e) = decoder.filled(n) {
+            return Ok(Err(e));
+        }
     }
-    Ok(())
 }
 
 /// How long a peer may stay silent, and how long one frame may take to

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use quinn_proto::{
     ConnectionHandle, Dir, Event, ReadError, StreamEvent, StreamId, VarInt, WriteError,
 };
-use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::{Frame, FrameDecoder};
 
 use super::requests::{Inbound, Requests};
 use crate::receive_budget::{ReceiveBudget, ReceivePermit};
@@ -27,106 +27,6 @@ const CLOSE_STREAM_RESET: u32 = 2;
 /// Sent to streams beyond the first: kelp uses one stream per connection.
 const EXTRA_STREAM_REFUSED: u32 = 3;
 
-/// Cuts frames out of stream bytes, asking for no more than the current
-/// piece (header or payload) needs, so nothing beyond one frame is read
-/// ahead of the in-flight limit. A payload is read only into room taken
-/// from the shard's receive budget first.
-#[derive(Default)]
-struct FrameReader {
-    header_bytes: [u8; FRAME_HEADER_BYTES],
-    header_len: usize,
-    header: Option<FrameHeader>,
-    /// The current payload's share of the budget; `None` while the header
-    /// waits for room.
-    permit: Option<ReceivePermit>,
-    payload: Vec<u8>,
-}
-
-enum Cut {
-    NeedMore,
-    Frame(FrameHeader, Vec<u8>, Option<ReceivePermit>),
-    Bad(wire::DecodeError),
-}
-
-impl FrameReader {
-    /// Bytes the current piece still needs; 0 for an empty payload, or for
-    /// a payload still without room (see [`FrameReader::room_needed`]).
-    fn wanted(&self) -> usize {
-        match (&self.header, &self.permit) {
-            (None, _) => FRAME_HEADER_BYTES - self.header_len,
-            (Some(_), None) => 0,
-            (Some(h), Some(_)) => h.payload_bytes as usize - self.payload.len(),
-        }
-    }
-
-    /// The payload bytes the decoded header waits to have room for.
-    fn room_needed(&self) -> Option<u64> {
-        match (&self.header, &self.permit) {
-            (Some(h), None) => Some(u64::from(h.payload_bytes)),
-            _ => None,
-        }
-    }
-
-    /// Takes room for the waiting payload from `budget`, if there is room.
-    fn take_room(&mut self, budget: &Rc<ReceiveBudget>) -> Cut {
-        let Some(bytes) = self.room_needed() else {
-            return Cut::NeedMore;
-        };
-        match budget.try_take(bytes) {
-            Some(permit) => {
-                self.payload = Vec::with_capacity(bytes as usize);
-                self.permit = Some(permit);
-                self.complete()
-            }
-            None => Cut::NeedMore,
-        }
-    }
-
-    /// Takes at most `wanted()` bytes.
-    fn take(&mut self, bytes: &[u8]) -> Cut {
-        match self.header {
-            None => {
-                let end = self.header_len + bytes.len();
-                self.header_bytes[self.header_len..end].copy_from_slice(bytes);
-                self.header_len = end;
-                if self.header_len < FRAME_HEADER_BYTES {
-                    return Cut::NeedMore;
-                }
-                self.header_len = 0;
-                match FrameHeader::decode(&self.header_bytes) {
-                    // decode bounds payload_bytes by FRAME_PAYLOAD_BYTES_MAX;
-                    // the payload waits for room in the budget.
-                    Ok(header) => {
-                        self.header = Some(header);
-                        Cut::NeedMore
-                    }
-                    Err(e) => Cut::Bad(e),
-                }
-            }
-            Some(_) => {
-                self.payload.extend_from_slice(bytes);
-                self.complete()
-            }
-        }
-    }
-
-    fn complete(&mut self) -> Cut {
-        match self.header {
-            Some(header)
-                if self.permit.is_some() && self.payload.len() == header.payload_bytes as usize =>
-            {
-                self.header = None;
-                Cut::Frame(
-                    header,
-                    std::mem::take(&mut self.payload),
-                    self.permit.take(),
-                )
-            }
-            _ => Cut::NeedMore,
-        }
-    }
-}
-
 pub(super) struct QuicConnection {
     pub(super) handle: ConnectionHandle,
     pub(super) connection: quinn_proto::Connection,
@@ -135,7 +35,11 @@ pub(super) struct QuicConnection {
     /// The shard's receive budget, which every payload is read into room of.
     budget: Rc<ReceiveBudget>,
     stream: Option<StreamId>,
-    reader: FrameReader,
+    /// Cuts frames from the stream; a payload is read only into room
+    /// taken from the shard's receive budget first.
+    reader: FrameDecoder,
+    /// The current payload's room in the budget, once taken.
+    permit: Option<ReceivePermit>,
     /// False once the stream ended, was reset or broke its framing.
     reading: bool,
     recv_finished: bool,
@@ -168,7 +72,8 @@ impl QuicConnection {
             in_flight_max,
             budget,
             stream: None,
-            reader: FrameReader::default(),
+            reader: FrameDecoder::new(),
+            permit: None,
             reading: true,
             recv_finished: false,
             written: 0,
@@ -184,7 +89,7 @@ impl QuicConnection {
     /// shard's receive budget before it reads on.
     pub(super) fn room_needed(&self) -> Option<u64> {
         if self.reading && !self.connection.is_closed() {
-            self.reader.room_needed()
+            self.reader.room_needed().map(u64::from)
         } else {
             None
         }
@@ -294,41 +199,42 @@ impl QuicConnection {
         };
         let mut reset = false;
         while self.requests.in_flight() < self.in_flight_max {
-            let cut = if self.reader.room_needed().is_some() {
-                let cut = self.reader.take_room(&self.budget);
-                if self.reader.room_needed().is_some() {
+            if let Some(bytes) = self.reader.room_needed() {
+                let Some(permit) = self.budget.try_take(u64::from(bytes)) else {
                     // No room among the shard's frames: read nothing more,
                     // so no credit goes back; the server gives this
                     // connection a turn when bytes come back.
                     break;
+                };
+                self.permit = Some(permit);
+                if let Some(frame) = self.reader.admit() {
+                    push_frame(&self.requests, &mut self.permit, frame);
                 }
-                cut
-            } else {
-                match chunks.next(self.reader.wanted()) {
-                    Ok(Some(chunk)) => self.reader.take(&chunk.bytes),
-                    Ok(None) => {
-                        self.reading = false;
-                        self.recv_finished = true;
-                        break;
-                    }
-                    Err(ReadError::Blocked) => break,
-                    Err(ReadError::Reset(code)) => {
-                        log::debug!("QUIC connection {:?}: stream reset {code}", self.handle);
-                        reset = true;
-                        break;
-                    }
+                continue;
+            }
+            let cut = match chunks.next(self.reader.unfilled().len()) {
+                Ok(Some(chunk)) => {
+                    let mut bytes = &chunk.bytes[..];
+                    let cut = self.reader.push(&mut bytes);
+                    debug_assert!(bytes.is_empty(), "a chunk longer than asked for");
+                    cut
+                }
+                Ok(None) => {
+                    self.reading = false;
+                    self.recv_finished = true;
+                    break;
+                }
+                Err(ReadError::Blocked) => break,
+                Err(ReadError::Reset(code)) => {
+                    log::debug!("QUIC connection {:?}: stream reset {code}", self.handle);
+                    reset = true;
+                    break;
                 }
             };
             match cut {
-                Cut::NeedMore => {}
-                Cut::Frame(header, payload, permit) => {
-                    self.requests.push(Inbound::Frame {
-                        header,
-                        payload,
-                        permit,
-                    });
-                }
-                Cut::Bad(e) => {
+                Ok(None) => {}
+                Ok(Some(frame)) => push_frame(&self.requests, &mut self.permit, frame),
+                Err(e) => {
                     // The stream cannot be resynchronised: answer and close
                     // once the answers before it are written.
                     log::warn!("QUIC connection {:?}: closing: {e}", self.handle);
@@ -418,4 +324,13 @@ impl QuicConnection {
             self.close_code = (CLOSE_BAD_FRAME, "bad frame");
         }
     }
+}
+
+/// Hands a whole frame, with its room in the budget, to the handler.
+fn push_frame(requests: &Requests, permit: &mut Option<ReceivePermit>, frame: Frame) {
+    requests.push(Inbound::Frame {
+        header: frame.header,
+        payload: frame.payload,
+        permit: permit.take(),
+    });
 }
