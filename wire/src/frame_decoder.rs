@@ -190,10 +190,11 @@ impl FrameDecoder {
         }
     }
 
-    /// Gives a payload's memory back for the next frame to reuse.
-    pub fn recycle(&mut self, mut buffer: Vec<u8>) {
+    /// Gives a payload's memory back for the next frame to reuse. Its
+    /// length is kept: the next payload overwrites the bytes it needs, so
+    /// a frame no longer than the last one costs no zeroing.
+    pub fn recycle(&mut self, buffer: Vec<u8>) {
         if self.header.is_none() && buffer.capacity() > self.payload.capacity() {
-            buffer.clear();
             self.payload = buffer;
         }
     }
