@@ -102,10 +102,13 @@ impl FrameDecoder {
             return None;
         }
         self.admitted = true;
-        // Every byte is written by the reads before the frame completes:
-        // a kept buffer's old bytes need no zeroing, only new room does.
-        self.payload.resize(header.payload_bytes as usize, 0);
         self.payload_len = 0;
+        // Room is reserved, not zeroed: `push` appends into it, and
+        // `unfilled` zeroes only what a kept buffer does not already hold
+        // (every byte is overwritten before the frame completes).
+        let n = header.payload_bytes as usize;
+        self.payload.truncate(n);
+        self.payload.reserve_exact(n - self.payload.len());
         self.complete()
     }
 
@@ -118,7 +121,13 @@ impl FrameDecoder {
         }
         match self.header {
             None => &mut self.header_bytes[self.header_len..],
-            Some(_) if self.admitted => &mut self.payload[self.payload_len..],
+            Some(h) if self.admitted => {
+                let n = h.payload_bytes as usize;
+                if self.payload.len() < n {
+                    self.payload.resize(n, 0);
+                }
+                &mut self.payload[self.payload_len..n]
+            }
             Some(_) => &mut [],
         }
     }
@@ -157,7 +166,7 @@ impl FrameDecoder {
             }
             Some(_) => {
                 assert!(self.admitted, "bytes filled into a payload without room");
-                assert!(self.payload_len + n <= self.payload.len());
+                assert!(self.payload_len + n <= self.payload.len().min(self.piece_bytes()));
                 self.payload_len += n;
                 Ok(self.complete())
             }
@@ -168,6 +177,21 @@ impl FrameDecoder {
     /// piece needs, so nothing beyond one frame), advancing `bytes` past
     /// them. For transports that hand over bytes they already hold.
     pub fn push(&mut self, bytes: &mut &[u8]) -> Result<Option<Frame>, DecodeError> {
+        if let (Some(header), true) = (self.header, self.admitted) {
+            // Into the payload without zeroing it first: copied over bytes
+            // a kept buffer holds, appended past them.
+            let end = header.payload_bytes as usize;
+            let n = (end - self.payload_len).min(bytes.len());
+            let at = self.payload_len;
+            if self.payload.len() >= at + n {
+                self.payload[at..at + n].copy_from_slice(&bytes[..n]);
+            } else {
+                self.payload.truncate(at);
+                self.payload.extend_from_slice(&bytes[..n]);
+            }
+            *bytes = &bytes[n..];
+            return self.filled(n);
+        }
         let unfilled = self.unfilled();
         let n = unfilled.len().min(bytes.len());
         unfilled[..n].copy_from_slice(&bytes[..n]);
@@ -207,6 +231,8 @@ impl FrameDecoder {
         self.header = None;
         self.admitted = false;
         self.payload_len = 0;
+        self.payload.truncate(header.payload_bytes as usize);
+        debug_assert_eq!(self.payload.len(), header.payload_bytes as usize);
         Some(Frame {
             header,
             payload: std::mem::take(&mut self.payload),
@@ -345,5 +371,40 @@ mod tests {
         let second = decoder.push(&mut rest).unwrap().unwrap();
         assert!(second.payload.capacity() >= 4096);
         assert_eq!(second.payload, [2u8; 64]);
+    }
+
+    #[test]
+    fn a_kept_buffers_old_bytes_never_show_through() {
+        let bytes = stream(&[&[1u8; 50], &[2u8; 200], &[3u8; 120]]);
+        let mut decoder = FrameDecoder::new();
+        decoder.recycle(vec![9u8; 100]);
+        let mut rest = &bytes[..];
+        // The first by push (over the kept bytes), the second by reading
+        // into unfilled (past them), the third by push again.
+        decoder.push(&mut rest).unwrap();
+        decoder.admit();
+        let first = decoder.push(&mut rest).unwrap().unwrap();
+        assert_eq!(first.payload, [1u8; 50]);
+        decoder.recycle(first.payload);
+        decoder.push(&mut rest).unwrap();
+        decoder.admit();
+        let unfilled = decoder.unfilled();
+        assert_eq!(unfilled.len(), 200);
+        unfilled.copy_from_slice(&rest[..200]);
+        rest = &rest[200..];
+        let second = decoder.filled(200).unwrap().unwrap();
+        assert_eq!(second.payload, [2u8; 200]);
+        decoder.recycle(second.payload);
+        decoder.push(&mut rest).unwrap();
+        decoder.admit();
+        let mut third = None;
+        while third.is_none() {
+            let mut piece = &rest[..rest.len().min(7)];
+            let before = piece.len();
+            third = decoder.push(&mut piece).unwrap();
+            rest = &rest[before - piece.len()..];
+        }
+        assert_eq!(third.unwrap().payload, [3u8; 120]);
+        assert!(rest.is_empty());
     }
 }
