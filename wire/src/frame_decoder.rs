@@ -61,7 +61,7 @@ impl FrameDecoder {
     /// Whether the stream is at a frame boundary: no byte of a next frame
     /// has arrived (an end of stream here is clean).
     pub fn at_boundary(&self) -> bool {
-        self.header_len == 0 && self.header.is_none()
+        !self.broken && self.header_len == 0 && self.header.is_none()
     }
 
     /// Whether a frame has begun and is not whole yet.
@@ -317,6 +317,23 @@ mod tests {
         assert_eq!(decoder.room_needed(), Some(0));
         let frame = decoder.admit().unwrap();
         assert!(frame.payload.is_empty());
+    }
+
+    /// Found by the fuzz smoke: after a refused header the stream is not
+    /// at a frame boundary (an end of stream there is not clean).
+    #[test]
+    fn after_a_refused_header_the_stream_is_not_at_a_boundary() {
+        let input = [
+            75u8, 76, 1, 1, 7, 75, 76, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 162, 7, 208, 36, 75, 76, 1, 0,
+        ];
+        let mut decoder = FrameDecoder::new();
+        let mut rest = &input[..];
+        assert!(matches!(
+            decoder.push(&mut rest),
+            Err(DecodeError::TooLarge { .. })
+        ));
+        assert!(!decoder.at_boundary());
+        assert!(decoder.in_frame());
     }
 
     #[test]
