@@ -9,9 +9,9 @@
 use std::rc::Rc;
 
 use wire::batch::BatchView;
-use wire::{AckMode, ErrorCode, FetchChecks, FetchFrom};
+use wire::{AckMode, FetchChecks, FetchFrom};
 
-use crate::request::{append, start_fetch, Appended, Origin};
+use crate::request::{append, not_applied, start_fetch, Appended, Origin};
 use crate::segment::FetchResult;
 use crate::serve_error::ServeError;
 use crate::shard::Shard;
@@ -49,12 +49,16 @@ pub(crate) struct Produced {
     pub(crate) record_count: u32,
 }
 
-/// The answer to a request a stopping shard did not apply.
-fn not_applied() -> ServeError {
-    ServeError::new(
-        ErrorCode::ShuttingDown,
-        "the broker is stopping: request not applied",
-    )
+impl ShardRequest {
+    /// Answers the request with `error`, applying nothing.
+    fn refuse(self, error: ServeError) {
+        // The reply channel has room for its one answer: a failed send
+        // means the sender stopped waiting.
+        match self {
+            ShardRequest::Produce { reply, .. } => drop(reply.try_send(Err(error))),
+            ShardRequest::Fetch { reply, .. } => drop(reply.try_send(Err(error))),
+        }
+    }
 }
 
 /// The shard side: handle requests from the inbox until every sender is
@@ -62,6 +66,10 @@ fn not_applied() -> ServeError {
 /// fails only if the sender stopped waiting.
 pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardRequest>) {
     while let Ok(request) = inbox.recv_async().await {
+        if shard.stopping.get() {
+            request.refuse(not_applied());
+            continue;
+        }
         match request {
             ShardRequest::Produce {
                 topic,
@@ -70,10 +78,6 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
                 batch,
                 reply,
             } => {
-                if shard.stopping.get() {
-                    let _ = reply.try_send(Err(not_applied()));
-                    continue;
-                }
                 // Appended inline, before the next request is taken: the
                 // gateway's order of produces to a partition is kept.
                 let appended = match BatchView::validate(&batch) {
@@ -123,10 +127,6 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
                 max_wait_ms,
                 reply,
             } => {
-                if shard.stopping.get() {
-                    let _ = reply.try_send(Err(not_applied()));
-                    continue;
-                }
                 // The gateway reads what it is sent; batches were
                 // validated when they were appended.
                 let checks = FetchChecks::Trust;

@@ -81,12 +81,14 @@ pub(crate) fn goodbye_frame() -> Vec<u8> {
 
 /// The answer to a request a stopping broker read but did not apply.
 pub(crate) fn not_applied_frame(request_id: u32) -> Vec<u8> {
-    error_frame(
-        request_id,
-        &ServeError::new(
-            ErrorCode::ShuttingDown,
-            "the broker is stopping: request not applied",
-        ),
+    error_frame(request_id, &not_applied())
+}
+
+/// Why a stopping broker did not apply a request it read.
+pub(crate) fn not_applied() -> ServeError {
+    ServeError::new(
+        ErrorCode::ShuttingDown,
+        "the broker is stopping: request not applied",
     )
 }
 
