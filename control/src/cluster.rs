@@ -343,7 +343,7 @@ impl Cluster {
                 epoch: 0,
                 range,
                 state: SegmentState::Open,
-                shard: shards.pick(&self.membership, broker),
+                shard: shards.pick(&self.membership, broker, None),
                 successors: Vec::new(),
                 created_ms: now_ms,
                 broker: Some(broker),
@@ -911,9 +911,14 @@ impl Cluster {
         }
         let broker = match to {
             Some(to) => to,
-            None => placement
-                .pick(seed.0[0], from)
-                .ok_or(ControlError::NoLiveBroker)?,
+            // Another broker, else another shard of the same one: on a lone
+            // broker, shards take the role of brokers.
+            None => match placement.pick(seed.0[0], from) {
+                Some(broker) => broker,
+                None => from
+                    .filter(|b| self.membership.shard_count(*b) > 1)
+                    .ok_or(ControlError::NoLiveBroker)?,
+            },
         };
         let (sealed, opened) = self.replace(now_ms, name, &[id], vec![(range, broker, seed)])?;
         Ok(Action::Move {
@@ -934,7 +939,26 @@ impl Cluster {
         sealed: &[SegmentId],
         new: Vec<(KeyRange, BrokerId, Seed)>,
     ) -> Result<(Vec<SealedSegment>, Vec<PlacedSegment>), ControlError> {
+        let topic = self
+            .topics
+            .get(name)
+            .ok_or_else(|| ControlError::TopicNotFound(name.to_string()))?;
+        let owners: Vec<(SegmentId, Option<BrokerId>, u16)> = sealed
+            .iter()
+            .filter_map(|id| topic.segment(*id).map(|s| (*id, s.broker, s.shard)))
+            .collect();
+        // The sealed segments leave their shards before the new ones are
+        // placed; a segment moved within its broker goes to another shard.
         let mut shards = ShardPicker::default();
+        for (_, broker, shard) in &owners {
+            if let Some(b) = broker.filter(|b| self.membership.is_live(*b)) {
+                shards.release(&self.membership, b, *shard);
+            }
+        }
+        let avoid = match (owners.as_slice(), new.as_slice()) {
+            ([(_, Some(from), shard)], [(_, to, _)]) if from == to => Some(*shard),
+            _ => None,
+        };
         let mut pieces = Vec::with_capacity(new.len());
         for (range, broker, _) in &new {
             if !self.membership.is_live(*broker) {
@@ -943,17 +967,13 @@ impl Cluster {
             pieces.push(NewSegment {
                 range: *range,
                 broker: Some(*broker),
-                shard: shards.pick(&self.membership, *broker),
+                shard: shards.pick(&self.membership, *broker, avoid),
             });
         }
         let topic = self
             .topics
             .get_mut(name)
             .ok_or_else(|| ControlError::TopicNotFound(name.to_string()))?;
-        let owners: Vec<(SegmentId, Option<BrokerId>, u16)> = sealed
-            .iter()
-            .filter_map(|id| topic.segment(*id).map(|s| (*id, s.broker, s.shard)))
-            .collect();
         let ids = topic
             .replace(now_ms, sealed, &pieces)
             .map_err(ControlError::InvalidChange)?;
@@ -1055,18 +1075,35 @@ struct ShardPicker {
 }
 
 impl ShardPicker {
-    fn pick(&mut self, membership: &Membership, broker: BrokerId) -> u16 {
-        let counts = self.counts.entry(broker).or_insert_with(|| {
-            membership
-                .broker(broker)
-                .map(|e| e.segments_per_shard().to_vec())
-                .unwrap_or_else(|| vec![0])
-        });
+    /// The least-loaded shard of `broker` (lowest index on a tie), other
+    /// than `avoid` if the broker has another; counted as one more.
+    fn pick(&mut self, membership: &Membership, broker: BrokerId, avoid: Option<u16>) -> u16 {
+        let counts = self.counts_of(membership, broker);
         let shard = (0..counts.len())
+            .filter(|i| counts.len() < 2 || Some(*i) != avoid.map(usize::from))
             .min_by_key(|i| (counts[*i], *i))
             .unwrap_or(0);
         counts[shard] += 1;
         u16::try_from(shard).unwrap_or(0)
+    }
+
+    /// Count one segment fewer on `shard` of `broker` (one being sealed).
+    fn release(&mut self, membership: &Membership, broker: BrokerId, shard: u16) {
+        if let Some(count) = self
+            .counts_of(membership, broker)
+            .get_mut(usize::from(shard))
+        {
+            *count = count.saturating_sub(1);
+        }
+    }
+
+    fn counts_of(&mut self, membership: &Membership, broker: BrokerId) -> &mut Vec<u32> {
+        self.counts.entry(broker).or_insert_with(|| {
+            membership
+                .broker(broker)
+                .map(|e| e.segments_per_shard().to_vec())
+                .unwrap_or_else(|| vec![0])
+        })
     }
 }
 
@@ -1183,6 +1220,53 @@ mod tests {
                 .collect();
             c.handle_load_report(now_ms, id, &loads).unwrap();
         }
+    }
+
+    #[test]
+    fn a_lone_broker_splits_moves_and_merges_over_its_shards() {
+        let mut c = cluster(1);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 1, None).unwrap();
+        assert_eq!(owners(&c, &t), [(0, 1, 0)]);
+        // Split: the parent leaves shard 0, so the pieces take both shards.
+        let split = c.split_segment(10, &t, SegmentId(0), 2).unwrap();
+        assert_eq!(split.opened().len(), 2);
+        assert_eq!(owners(&c, &t), [(1, 1, 0), (2, 1, 1)]);
+        // Move with no other broker: another shard of the same one.
+        c.move_segment(20, &t, SegmentId(2), None).unwrap();
+        assert_eq!(owners(&c, &t), [(1, 1, 0), (3, 1, 0)]);
+        c.move_segment(30, &t, SegmentId(3), Some(BrokerId(1)))
+            .unwrap();
+        assert_eq!(owners(&c, &t), [(1, 1, 0), (4, 1, 1)]);
+        // Merge: one segment again, on the emptier shard.
+        c.merge_segments(40, &t, SegmentId(1), SegmentId(4))
+            .unwrap();
+        assert_eq!(owners(&c, &t), [(5, 1, 0)]);
+        c.check_invariants().unwrap();
+        // A policy split under load spreads the pieces over both shards too.
+        let hot = name("ns/hot");
+        c.create_topic(50, &hot, 1, Some(policy())).unwrap();
+        let mut split = Vec::new();
+        for now in (1_000..20_000).step_by(1_000) {
+            report_all(&mut c, now, 5_000);
+            split.extend(c.handle_tick(now));
+            if !split.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(split.len(), 1, "{split:?}");
+        assert_eq!(split[0].cause(), Cause::Policy);
+        let shards: BTreeSet<u16> = owners(&c, &hot).iter().map(|o| o.2).collect();
+        assert_eq!(shards, BTreeSet::from([0, 1]));
+        c.check_invariants().unwrap();
+        // With one shard there is nowhere else to move to.
+        let mut single = Cluster::new(ClusterConfig::default());
+        single.handle_register(0, info(1, 1)).unwrap();
+        single.create_topic(0, &t, 1, None).unwrap();
+        assert!(matches!(
+            single.move_segment(1, &t, SegmentId(0), None),
+            Err(ControlError::NoLiveBroker)
+        ));
     }
 
     #[test]
@@ -1498,9 +1582,30 @@ mod tests {
 
     #[test]
     fn a_single_broker_topic_moves_onto_the_cluster_after_the_grace() {
-        let mut layout = crate::Layout::new(2);
+        // As a broker that ran its own control plane before there was one
+        // for all wrote it: segments on shards, naming no broker.
         let t = name("ns/old");
-        let old = layout.create_topic(0, &t, 3).unwrap().clone();
+        let old = Topic {
+            name: t.clone(),
+            segments: KeyRange::FULL
+                .split_even(3)
+                .into_iter()
+                .zip(0..)
+                .map(|(range, id)| Segment {
+                    id: SegmentId(id),
+                    epoch: 0,
+                    range,
+                    state: SegmentState::Open,
+                    shard: (id % 2) as u16,
+                    successors: Vec::new(),
+                    created_ms: 0,
+                    broker: None,
+                    sealed_ms: None,
+                })
+                .collect(),
+            created_ms: 0,
+            policy: None,
+        };
         let mut c = Cluster::from_topics(ClusterConfig::default(), [old]).unwrap();
         assert!(c.handle_register(100, info(1, 2)).unwrap().is_empty());
         assert_eq!(

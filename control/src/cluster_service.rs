@@ -26,7 +26,7 @@ use wire::{ErrorCode, Request, Response};
 
 use crate::broker_link::BrokerLink;
 use crate::filer_layout;
-use crate::service::load_topics;
+use crate::topic_store::load_topics;
 use crate::{
     Action, BrokerCommand, BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig, ControlError,
     Rate, ScalingPolicy, SegmentId, SegmentLoad, SegmentState, Topic, TopicName,

@@ -11,7 +11,7 @@ pub enum ControlError {
     #[error("topic {0} already exists")]
     TopicExists(String),
     /// No topic with this name exists.
-    #[error("topic {0} not found")]
+    #[error("topic {0} does not exist")]
     TopicNotFound(String),
     /// A topic was asked for with too few or too many segments.
     #[error("invalid segment count {count}: must be 1..={max}")]

@@ -4,20 +4,19 @@
 //! comes in as `now_ms: u64` arguments, so every decision is deterministic
 //! and testable in memory. It is made of:
 //!
-//! - [`Layout`]: the single-broker layout the embedded control plane uses
-//!   (topics, [`KeyRange`]s, [`Segment`]s placed on shards);
-//! - [`Cluster`]: the multi-broker core. It owns the topics, the
-//!   [`Membership`] of brokers and their load, places segments, rebalances,
-//!   and splits and merges segments by hand or by each topic's
-//!   [`ScalingPolicy`]. Every `handle_*(now_ms, ..)` call returns the
-//!   [`Action`]s a driver must carry out on brokers.
+//! - [`Cluster`]: the core. It owns the topics ([`KeyRange`]s,
+//!   [`Segment`]s placed on a broker's shard), the [`Membership`] of
+//!   brokers and their load, places segments, rebalances, and splits and
+//!   merges segments by hand or by each topic's [`ScalingPolicy`]. Every
+//!   `handle_*(now_ms, ..)` call returns the [`Action`]s a driver must
+//!   carry out on brokers. A lone broker is a cluster of one whose shards
+//!   take the pieces of its splits.
 //!
-//! The [`service`] module is the thin driver around [`Layout`]:
-//! [`ControlService`] persists it through a `kelp_filer`
-//! [`Filer`](filer::Filer) and is synchronous, meant to run on a thread of
-//! its own.
+//! [`topic_store`] reads and writes the topics in a `kelp_filer`
+//! [`Filer`](filer::Filer).
 //!
-//! The control-plane process around [`Cluster`] (`kelp control`) is
+//! The control-plane process around [`Cluster`] (`kelp control`, and the
+//! one a lone `kelp serve` runs in-process) is
 //! [`ControlServer`]: a TCP listener with a thread per connection
 //! ([`control_server`]), one driver thread owning the core
 //! ([`cluster_service`]: persistence, command delivery, resync), and a
@@ -37,16 +36,15 @@ mod error;
 pub mod filer_layout;
 pub mod frame_stream;
 mod key_range;
-mod layout;
 mod membership;
 mod placement;
 mod rate;
 mod rebalancer;
 mod scaling_policy;
 mod segment;
-pub mod service;
 mod topic;
 mod topic_name;
+pub mod topic_store;
 
 pub use action::{Action, BrokerCommand, Cause, PlacedSegment, SealedSegment};
 pub use broker::{BrokerId, BrokerInfo, Capacity, SHARDS_PER_BROKER_MAX, SHARD_ADDRESS_BYTES_MAX};
@@ -55,12 +53,12 @@ pub use cluster_service::ClusterService;
 pub use control_server::{ClusterFiler, ControlServer, ControlServerConfig, ControlServerError};
 pub use error::ControlError;
 pub use key_range::{KeyRange, RING_END};
-pub use layout::{Layout, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX};
 pub use membership::{BrokerEntry, Membership, SegmentLoad, BROKERS_MAX};
 pub use rate::{Rate, RateWindows, RATE_WINDOWS};
 pub use rebalancer::RebalancePolicy;
 pub use scaling_policy::{ScalingPolicy, MERGE_FACTOR_LONGEST, SPLIT_FACTORS};
 pub use segment::{Segment, SegmentId, SegmentState};
-pub use service::ControlService;
-pub use topic::{Topic, TOPIC_JSON_BYTES_MAX, TOPIC_JSON_VERSION};
+pub use topic::{
+    Topic, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX, TOPIC_JSON_BYTES_MAX, TOPIC_JSON_VERSION,
+};
 pub use topic_name::{TopicName, TOPIC_NAME_BYTES_MAX};

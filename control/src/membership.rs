@@ -195,6 +195,13 @@ impl Membership {
         self.brokers.contains_key(&id)
     }
 
+    /// How many shards live broker `id` has (0 if it is not live).
+    pub fn shard_count(&self, id: BrokerId) -> u16 {
+        self.brokers
+            .get(&id)
+            .map_or(0, |entry| entry.info().shard_count())
+    }
+
     /// Every live broker, ascending by id.
     pub fn brokers(&self) -> impl Iterator<Item = (&BrokerId, &BrokerEntry)> {
         self.brokers.iter()

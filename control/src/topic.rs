@@ -59,6 +59,15 @@ use crate::{
     RING_END,
 };
 
+/// Most segments a topic can be created with.
+pub const SEGMENTS_PER_TOPIC_MAX: u32 = 1024;
+
+/// Most topics the control plane holds.
+pub const TOPICS_MAX: usize = 100_000;
+
+/// Every segment a topic is created with must get a non-empty range.
+const _: () = assert!(SEGMENTS_PER_TOPIC_MAX as u64 <= RING_END);
+
 /// The version written into, and required of, a topic's JSON form.
 pub const TOPIC_JSON_VERSION: u32 = 1;
 
@@ -73,7 +82,7 @@ const UNNAMED_SOURCE: &str = "<bytes>";
 
 /// A topic: its name and every segment it has had.
 ///
-/// Always valid: built by [`Layout`](crate::Layout) or decoded (and checked)
+/// Always valid: built by [`Cluster`](crate::Cluster) or decoded (and checked)
 /// by [`Topic::from_json_bytes`]. Segments are kept in increasing id order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topic {
@@ -112,6 +121,20 @@ struct TopicJsonVersion {
 }
 
 impl Topic {
+    /// Give `broker` every open segment that names no broker (as a kelp
+    /// whose lone broker ran a control plane of another kind stored them);
+    /// true if any changed.
+    pub fn adopt_unowned(&mut self, broker: BrokerId) -> bool {
+        let mut changed = false;
+        for segment in &mut self.segments {
+            if segment.is_open() && segment.broker.is_none() {
+                segment.broker = Some(broker);
+                changed = true;
+            }
+        }
+        changed
+    }
+
     /// The topic's name.
     pub fn name(&self) -> &TopicName {
         &self.name

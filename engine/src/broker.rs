@@ -1,5 +1,6 @@
-//! Starting and stopping a broker: the filer, the embedded control plane,
-//! one glommio shard per core with its TCP listener and its QUIC socket.
+//! Starting and stopping a broker: the filer, the control plane (the
+//! cluster's, or alone one of its own, in-process), one glommio shard per
+//! core with its TCP listener and its QUIC socket.
 //! `run` blocks until SIGINT or SIGTERM, then seals and flushes every
 //! buffer before it returns.
 
@@ -9,23 +10,21 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use control::ControlService;
 use filer::{Filer, FilerUrl, LocalFiler};
 use filer_s3::S3Filer;
 use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 use wire::message::ShardAddress;
 
+use crate::cluster_agent::{ClusterAgent, LocalControl};
 use crate::config::BrokerConfig;
 use crate::control_plane::{
-    ControlRequest, EmbeddedControl, ShardCommand, CONTROL_REQUESTS_QUEUED_MAX,
-    SHARD_COMMANDS_QUEUED_MAX,
+    ControlRequest, ShardCommand, CONTROL_REQUESTS_QUEUED_MAX, SHARD_COMMANDS_QUEUED_MAX,
 };
 use crate::data_dir_lock::DataDirLock;
 use crate::error::EngineError;
 use crate::inbox::inbox_loop;
 use crate::kafka::{GatewayParts, KafkaGateway};
 use crate::payload::PayloadStore;
-use crate::payload_sweep::PayloadSweeper;
 use crate::shard::Shard;
 use crate::shard_filer::ShardFiler;
 use crate::signals::TerminationSignals;
@@ -69,7 +68,7 @@ pub fn run(config: BrokerConfig) -> Result<(), EngineError> {
 fn open_filer(
     config: &BrokerConfig,
     joined: Option<&crate::cluster_agent::Joined>,
-) -> Result<Arc<dyn Filer>, EngineError> {
+) -> Result<(Arc<dyn Filer>, FilerUrl), EngineError> {
     let url = match (joined, &config.filer) {
         (Some(joined), own) => {
             let cluster = FilerUrl::parse(&joined.filer).map_err(|e| {
@@ -90,12 +89,13 @@ fn open_filer(
         (None, None) => FilerUrl::Local(config.data_dir.join("filer")),
     };
     log::info!("filer: {url}");
-    Ok(match url {
+    let filer: Arc<dyn Filer> = match &url {
         FilerUrl::Local(dir) => {
             Arc::new(LocalFiler::open(dir)?.drop_handed_over_pages(config.drop_flushed_pages))
         }
-        FilerUrl::S3 { bucket, prefix } => Arc::new(S3Filer::open(&bucket, &prefix, &config.s3)?),
-    })
+        FilerUrl::S3 { bucket, prefix } => Arc::new(S3Filer::open(bucket, prefix, &config.s3)?),
+    };
+    Ok((filer, url))
 }
 
 /// A running broker.
@@ -137,17 +137,29 @@ impl Broker {
             })
             .collect();
         // In a cluster the control plane names this broker's id and the
-        // filer every broker shares; alone, the filer is in the data dir.
+        // filer every broker shares; alone, the filer is the broker's own
+        // and so is the control plane, started here over it.
         let joined = match config.control.clone() {
-            Some(control) => {
-                let joined = crate::cluster_agent::join(&config, &control, &addresses)?;
-                config.broker_id = Some(joined.id);
-                Some(joined)
-            }
+            Some(control) => Some(crate::cluster_agent::join(&config, &control, &addresses)?),
             None => None,
         };
-        let filer: Arc<dyn Filer> = wrap(open_filer(&config, joined.as_ref())?);
+        let (filer, url) = open_filer(&config, joined.as_ref())?;
+        let filer: Arc<dyn Filer> = wrap(filer);
         let payloads = Arc::new(PayloadStore::new(filer.clone(), &config.data_dir));
+        let (joined, local) = match joined {
+            Some(joined) => (joined, None),
+            None => {
+                let (local, joined) = LocalControl::start(
+                    &config,
+                    filer.clone(),
+                    &url,
+                    payloads.clone(),
+                    &addresses,
+                )?;
+                (joined, Some(local))
+            }
+        };
+        config.broker_id = Some(joined.id);
         let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
         let shard_quic_config = Arc::new(crate::tls::server_config(cert, key)?);
 
@@ -281,42 +293,21 @@ impl Broker {
             }
         }
 
-        let control_thread = match joined {
-            // The cluster's control plane sends this broker every topic's
-            // layout once the agent's first load report reaches it.
-            Some(joined) => {
-                let agent = crate::cluster_agent::ClusterAgent::new(
-                    joined,
-                    config.clone(),
-                    addresses.clone(),
-                    command_txs,
-                );
-                std::thread::Builder::new()
-                    .name("kelp-cluster".into())
-                    .spawn(move || agent.run(control_rx))
-                    .map_err(|e| EngineError::io("spawn cluster agent thread", "", e))?
-            }
-            None => {
-                // The control plane loads the layout and has every shard
-                // open its segments (recovering and flushing what an
-                // earlier run left) before any client is served over QUIC.
-                let service = ControlService::open(filer.clone(), shard_count as u16, 0)?;
-                let sweeper = PayloadSweeper::new(filer.clone(), config.payload_grace_ms);
-                let mut control = EmbeddedControl::new(
-                    service,
-                    command_txs,
-                    payloads,
-                    sweeper,
-                    Duration::from_millis(config.payload_sweep_interval_ms),
-                    Duration::from_millis(config.payload_grace_ms),
-                );
-                control.announce_all().map_err(EngineError::Start)?;
-                std::thread::Builder::new()
-                    .name("kelp-control".into())
-                    .spawn(move || control.run(control_rx))
-                    .map_err(|e| EngineError::io("spawn control thread", "", e))?
-            }
-        };
+        // The first load report makes the control plane send this broker
+        // every topic's layout; once it is answered the shards have
+        // recovered and opened their segments, before anyone is served.
+        let mut agent = ClusterAgent::new(
+            joined,
+            config.clone(),
+            addresses.clone(),
+            command_txs,
+            local,
+        );
+        agent.report_first();
+        let control_thread = std::thread::Builder::new()
+            .name("kelp-control-agent".into())
+            .spawn(move || agent.run(control_rx))
+            .map_err(|e| EngineError::io("spawn control agent thread", "", e))?;
 
         let kafka = match config.kafka_listen {
             Some(listen) => Some(KafkaGateway::start(GatewayParts {

@@ -1,9 +1,17 @@
-//! The broker's side of a cluster (`kelp serve --control ADDR`): a thread
-//! that registers the broker with the control plane, reports each open
-//! segment's load every second, forwards the admin requests clients send to
-//! any shard, and leaves gracefully when the broker stops (the control
-//! plane seals the broker's segments here and opens successors elsewhere
-//! before the broker flushes and exits).
+//! The broker's side of the control plane: a thread that registers the
+//! broker with the control plane, reports each open segment's load every
+//! second, passes on the admin requests clients send to any shard, and
+//! leaves gracefully when the broker stops (the control plane seals the
+//! broker's segments here and opens successors elsewhere before the broker
+//! flushes and exits).
+//!
+//! There is one control plane. In a cluster (`kelp serve --control ADDR`)
+//! it is another process; a lone broker runs the same one in-process
+//! ([`LocalControl`]) and reaches it the same way, over loopback TCP, as a
+//! cluster of one whose shards take the pieces of its splits. A lone broker
+//! does not leave when it stops (there is nobody to hand its segments to):
+//! it flushes, and takes them back when it starts again. It also sweeps
+//! orphan payloads, which in a cluster is not done yet.
 //!
 //! The control plane talks back through the shards: it sends each layout
 //! change to shard 0 as an `ApplyLayout` request, which reaches every shard
@@ -19,16 +27,21 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use control::frame_stream::read_frame;
+use control::{BrokerId, ControlServer, ControlServerConfig};
+use filer::{Filer, FilerUrl};
 use wire::frame::{encode_frame, FRAME_HEADER_BYTES};
-use wire::message::{SegmentLoadReport, ShardAddress};
+use wire::message::{SegmentLoadReport, ShardAddress, TopicInfo};
 use wire::{ErrorCode, FrameType, Request, Response};
 
 use crate::config::BrokerConfig;
 use crate::control_plane::{shut_down_shards, ControlRequest, ShardCommand};
 use crate::error::EngineError;
+use crate::payload::PayloadStore;
+use crate::payload_sweep::PayloadSweeper;
 use crate::serve_error::ServeError;
 use crate::shard::SegmentLoadFigures;
 
@@ -43,6 +56,18 @@ const JOIN_PATIENCE: Duration = Duration::from_secs(30);
 const SHARD_REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The file in the data directory that keeps the broker's id.
 const BROKER_ID_FILE: &str = "broker-id";
+/// The id of a lone broker whose data directory names none.
+const LONE_BROKER_ID: u32 = 0;
+/// How long a lone broker's own control plane waits for a load report
+/// before it declares the broker dead. The two share a process, so silence
+/// means a stalled agent (a long admin call), not a dead broker: far longer
+/// than a cluster's.
+const LONE_BROKER_SILENCE_MS: u64 = 120_000;
+/// How often a lone broker's control plane ticks (policy splits, merges).
+const LONE_CONTROL_TICK_MS: u64 = 1_000;
+/// Connections a lone broker's control plane accepts: its agent's, and
+/// spares for a reconnect.
+const LONE_CONTROL_CONNECTIONS_MAX: usize = 8;
 
 /// A frame answered by the control plane: its type and payload.
 pub(crate) type Answer = (FrameType, Vec<u8>);
@@ -165,6 +190,17 @@ pub(crate) fn join(
 ) -> Result<Joined, EngineError> {
     let id_path = config.data_dir.join(BROKER_ID_FILE);
     let known = read_broker_id(&id_path)?;
+    join_as(config, control, shards, known)
+}
+
+/// [`join`] as broker `known` (or as whatever id the control plane gives).
+fn join_as(
+    config: &BrokerConfig,
+    control: &str,
+    shards: &[ShardAddress],
+    known: Option<u32>,
+) -> Result<Joined, EngineError> {
+    let id_path = config.data_dir.join(BROKER_ID_FILE);
     let mut link = ControlLink::new(control);
     let deadline = Instant::now() + JOIN_PATIENCE;
     let (id, filer) = loop {
@@ -181,8 +217,96 @@ pub(crate) fn join(
         std::fs::write(&id_path, format!("{id}\n"))
             .map_err(|e| EngineError::io("write broker id", &id_path, e))?;
     }
-    log::info!("joined the cluster at {control} as broker {id}; filer {filer}");
+    log::info!("joined the control plane at {control} as broker {id}; filer {filer}");
     Ok(Joined { link, id, filer })
+}
+
+/// A lone broker's own control plane, and the chores that come with it.
+pub(crate) struct LocalControl {
+    server: ControlServer,
+    sweeper: PayloadSweeper,
+    payloads: Arc<PayloadStore>,
+    filer: Arc<dyn Filer>,
+}
+
+impl LocalControl {
+    /// Start the control plane of a lone broker over its filer (`url` is
+    /// what the filer is called) and join it. Segments that name no broker
+    /// (stored by a kelp whose lone broker ran a control plane of its own
+    /// kind) become this broker's first, on the shards they name.
+    pub(crate) fn start(
+        config: &BrokerConfig,
+        filer: Arc<dyn Filer>,
+        url: &FilerUrl,
+        payloads: Arc<PayloadStore>,
+        shards: &[ShardAddress],
+    ) -> Result<(LocalControl, Joined), EngineError> {
+        let id = read_broker_id(&config.data_dir.join(BROKER_ID_FILE))?.unwrap_or(LONE_BROKER_ID);
+        adopt_unowned(filer.as_ref(), BrokerId(id))?;
+        let server = ControlServer::start(ControlServerConfig {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: config.data_dir.clone(),
+            filer: Some(control::ClusterFiler {
+                url: url.clone(),
+                filer: filer.clone(),
+            }),
+            broker_silence_ms: LONE_BROKER_SILENCE_MS,
+            tick_ms: LONE_CONTROL_TICK_MS,
+            rebalance: None,
+            link: control::broker_link::BrokerLink::default(),
+            connections_max: LONE_CONTROL_CONNECTIONS_MAX,
+        })
+        .map_err(|e| EngineError::Start(format!("start the control plane: {e}")))?;
+        let joined = join_as(config, &server.address().to_string(), shards, Some(id))?;
+        let local = LocalControl {
+            server,
+            sweeper: PayloadSweeper::new(filer.clone(), config.payload_grace_ms),
+            payloads,
+            filer,
+        };
+        Ok((local, joined))
+    }
+
+    /// Delete payloads no chunk refers to, and uploads abandoned past the
+    /// grace.
+    fn sweep_payloads(&mut self, grace: Duration) {
+        let topics = match control::topic_store::load_topics(self.filer.as_ref()) {
+            Ok(topics) => topics,
+            Err(e) => {
+                log::warn!("payload sweep: reading the topics: {e}");
+                return;
+            }
+        };
+        let report = self.sweeper.sweep(&topics, now_ms());
+        let staged = self.payloads.clean_staging(grace);
+        if report.deleted > 0 || staged > 0 || report.topics_skipped > 0 {
+            log::info!(
+                "payload sweep: {} orphan(s) and {staged} abandoned upload(s) deleted, \
+                 {} chunk(s) read, {} topic(s) skipped",
+                report.deleted,
+                report.chunks_read,
+                report.topics_skipped
+            );
+        }
+    }
+}
+
+/// Give broker `id` every open segment that names no broker, in the filer.
+fn adopt_unowned(filer: &dyn Filer, id: BrokerId) -> Result<(), EngineError> {
+    let failed = |e: control::ControlError| EngineError::Start(format!("loading topics: {e}"));
+    for mut topic in control::topic_store::load_topics(filer).map_err(failed)? {
+        if topic.adopt_unowned(id) {
+            control::topic_store::store_topic(filer, &topic).map_err(failed)?;
+            log::info!("topic {}: its segments are broker {id}'s", topic.name());
+        }
+    }
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn read_broker_id(path: &Path) -> Result<Option<u32>, EngineError> {
@@ -240,6 +364,8 @@ pub(crate) struct ClusterAgent {
     /// Each open segment's counters at the previous report.
     last: HashMap<(String, u32), (u64, u64)>,
     last_at: Instant,
+    /// A lone broker's own control plane.
+    local: Option<LocalControl>,
 }
 
 impl ClusterAgent {
@@ -248,6 +374,7 @@ impl ClusterAgent {
         config: BrokerConfig,
         shard_addresses: Vec<ShardAddress>,
         shards: Vec<flume::Sender<ShardCommand>>,
+        local: Option<LocalControl>,
     ) -> ClusterAgent {
         ClusterAgent {
             link: joined.link,
@@ -258,39 +385,161 @@ impl ClusterAgent {
             registered: true,
             last: HashMap::new(),
             last_at: Instant::now(),
+            local,
         }
     }
 
-    /// Serve the shards' requests and report load until shutdown. The
-    /// first report goes out at once: it is what makes the control plane
-    /// send this broker every topic's layout.
+    /// The first load report, before the broker serves anyone: it is what
+    /// makes the control plane send this broker every topic's layout, and
+    /// its answer comes once those were applied (the shards recovered and
+    /// opened their segments).
+    pub(crate) fn report_first(&mut self) {
+        self.report();
+    }
+
+    /// Serve the shards' requests and report load until shutdown.
     pub(crate) fn run(mut self, requests: flume::Receiver<ControlRequest>) {
         let interval = Duration::from_millis(self.config.load_report_ms);
-        let mut next_report = Instant::now();
+        let sweep_interval = Duration::from_millis(self.config.payload_sweep_interval_ms);
+        let mut next_report = Instant::now() + interval;
+        let mut next_sweep = Instant::now() + sweep_interval;
         loop {
-            let wait = next_report.saturating_duration_since(Instant::now());
+            let next = if self.local.is_some() {
+                next_report.min(next_sweep)
+            } else {
+                next_report
+            };
+            let wait = next.saturating_duration_since(Instant::now());
             match requests.recv_timeout(wait) {
-                Ok(ControlRequest::Forward {
-                    frame_type,
-                    payload,
-                    reply,
-                }) => {
-                    let answer = self.forward(frame_type, &payload);
-                    let _ = reply.send(answer);
-                }
                 Ok(ControlRequest::Shutdown { reply }) => {
-                    self.leave();
-                    let _ = reply.send(shut_down_shards(&self.shards));
+                    let flushed = match self.local.take() {
+                        // Nobody to hand the segments to: they stay this
+                        // broker's, flushed, until it starts again.
+                        Some(local) => {
+                            let flushed = shut_down_shards(&self.shards);
+                            local.server.stop();
+                            flushed
+                        }
+                        None => {
+                            self.leave();
+                            shut_down_shards(&self.shards)
+                        }
+                    };
+                    let _ = reply.send(flushed);
                     return;
                 }
-                Ok(other) => refuse(other),
-                Err(flume::RecvTimeoutError::Timeout) => {
-                    self.report();
-                    next_report = Instant::now() + interval;
-                }
+                Ok(request) => self.answer(request),
+                Err(flume::RecvTimeoutError::Timeout) => {}
                 Err(flume::RecvTimeoutError::Disconnected) => return,
             }
+            let now = Instant::now();
+            if now >= next_report {
+                self.report();
+                next_report = Instant::now() + interval;
+            }
+            if now >= next_sweep {
+                let grace = Duration::from_millis(self.config.payload_grace_ms);
+                if let Some(local) = &mut self.local {
+                    local.sweep_payloads(grace);
+                }
+                next_sweep = Instant::now() + sweep_interval;
+            }
         }
+    }
+
+    /// Answer one request of the shards (or the Kafka gateway) through the
+    /// control plane.
+    fn answer(&mut self, request: ControlRequest) {
+        match request {
+            ControlRequest::Forward {
+                frame_type,
+                payload,
+                reply,
+            } => {
+                let _ = reply.send(self.forward(frame_type, &payload));
+            }
+            ControlRequest::CreateTopic {
+                topic,
+                segments,
+                reply,
+            } => {
+                let answer = self.ask(&Request::CreateTopic { topic, segments });
+                let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
+            }
+            ControlRequest::DescribeTopic { topic, reply } => {
+                let answer = self.ask(&Request::DescribeTopic { topic });
+                let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
+            }
+            ControlRequest::DeleteTopic { topic, reply } => {
+                let answer = self.ask(&Request::DeleteTopic { topic });
+                let _ = reply.send(answer.and_then(|r| match r {
+                    Response::Done => Ok(()),
+                    other => Err(unexpected(&other)),
+                }));
+            }
+            ControlRequest::ListTopics { reply } => {
+                let answer = self.ask(&Request::ListTopics);
+                let _ = reply.send(answer.and_then(|r| match r {
+                    Response::TopicList { topics } => Ok(topics),
+                    other => Err(unexpected(&other)),
+                }));
+            }
+            ControlRequest::Shutdown { reply } => {
+                let _ = reply.send(Err("the broker is already stopping".into()));
+            }
+        }
+    }
+
+    /// Ask the control plane; its error answers become errors.
+    fn ask(&mut self, request: &Request<'_>) -> Result<Response<'static>, ServeError> {
+        self.ensure_registered().map_err(unreachable)?;
+        let answer = self.link.call(request).map_err(unreachable);
+        let (frame_type, payload) = answer.inspect_err(|_| self.registered = false)?;
+        let response = Response::decode(frame_type, &payload).map_err(|e| {
+            ServeError::new(
+                ErrorCode::Internal,
+                format!("the control plane's answer does not decode: {e}"),
+            )
+        })?;
+        match response {
+            Response::Error { code, message } => Err(ServeError::new(code, message)),
+            Response::Topic(info) => Ok(Response::Topic(info)),
+            Response::TopicList { topics } => Ok(Response::TopicList { topics }),
+            Response::Done => Ok(Response::Done),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A topic's description from the control plane, completed with the
+    /// live figures of this broker's own segments (the control plane knows
+    /// them as of the last load report).
+    fn topic_info(&self, response: Response<'_>) -> Result<TopicInfo, ServeError> {
+        let Response::Topic(mut info) = response else {
+            return Err(unexpected(&response));
+        };
+        let figures: HashMap<u32, SegmentLoadFigures> = self
+            .collect(true)
+            .into_iter()
+            .filter(|f| f.topic == info.name)
+            .map(|f| (f.segment, f))
+            .collect();
+        for segment in &mut info.segments {
+            if segment.broker != Some(self.id) {
+                continue;
+            }
+            if let Some(f) = figures.get(&segment.id) {
+                segment.next_offset = f.next_offset;
+                segment.appended_bytes = f.appended_bytes;
+                segment.first_append_ms = f.first_append_ms;
+                segment.lost_records = f.lost_records;
+            }
+            // A lone broker's segments are on the shards of the broker the
+            // client asked.
+            if self.local.is_some() {
+                segment.address = None;
+            }
+        }
+        Ok(info)
     }
 
     /// Pass a client's admin request to the control plane, answer and all.
@@ -320,7 +569,7 @@ impl ClusterAgent {
 
     /// Every open segment's rates since the previous report.
     fn report(&mut self) {
-        let figures = self.collect();
+        let figures = self.collect(false);
         let now = Instant::now();
         let elapsed_ms = now.duration_since(self.last_at).as_millis().max(1) as u64;
         self.last_at = now;
@@ -377,11 +626,16 @@ impl ClusterAgent {
         }
     }
 
-    fn collect(&self) -> Vec<SegmentLoadFigures> {
+    /// Every shard's open segments' counters (and with `sealed` those of
+    /// the sealed segments they hold).
+    fn collect(&self, sealed: bool) -> Vec<SegmentLoadFigures> {
         let mut waiting = Vec::with_capacity(self.shards.len());
         for shard in &self.shards {
             let (tx, rx) = flume::bounded(1);
-            if shard.send(ShardCommand::ReportLoad { reply: tx }).is_ok() {
+            if shard
+                .send(ShardCommand::ReportLoad { sealed, reply: tx })
+                .is_ok()
+            {
                 waiting.push(rx);
             }
         }
@@ -419,26 +673,12 @@ fn unreachable(e: String) -> ServeError {
     )
 }
 
-/// The typed requests only the embedded control plane answers (the Kafka
-/// gateway's, which does not run in a cluster).
-fn refuse(request: ControlRequest) {
-    let message = "not answered by a broker in a cluster: ask the control plane";
-    let e = || ServeError::new(ErrorCode::InvalidArgument, message);
-    match request {
-        ControlRequest::CreateTopic { reply, .. } | ControlRequest::DescribeTopic { reply, .. } => {
-            let _ = reply.send(Err(e()));
-        }
-        ControlRequest::DeleteTopic { reply, .. } => {
-            let _ = reply.send(Err(e()));
-        }
-        ControlRequest::ListTopics { reply } => {
-            let _ = reply.send(Err(e()));
-        }
-        ControlRequest::Forward { reply, .. } => {
-            let _ = reply.send(Err(e()));
-        }
-        ControlRequest::Shutdown { reply } => {
-            let _ = reply.send(Err(message.into()));
-        }
-    }
+fn unexpected(response: &Response<'_>) -> ServeError {
+    ServeError::new(
+        ErrorCode::Internal,
+        format!(
+            "unexpected answer from the control plane: {:?}",
+            response.frame_type()
+        ),
+    )
 }

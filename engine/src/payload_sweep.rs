@@ -214,10 +214,24 @@ mod tests {
     fn setup() -> (tempfile::TempDir, Arc<LocalFiler>, Topic) {
         let dir = tempfile::tempdir().unwrap();
         let filer = Arc::new(LocalFiler::open(dir.path()).unwrap());
-        let mut service = control::ControlService::open(filer.clone(), 1, 0).unwrap();
-        let topic = service
-            .create_topic(5, &TopicName::parse("ns/t").unwrap(), 1)
+        let mut cluster = control::Cluster::new(control::ClusterConfig::default());
+        cluster
+            .handle_register(
+                0,
+                control::BrokerInfo {
+                    id: control::BrokerId(0),
+                    shard_addresses: vec!["127.0.0.1:1".into()],
+                    capacity: control::Capacity {
+                        bytes_per_s: 1,
+                        records_per_s: 1,
+                    },
+                },
+            )
             .unwrap();
+        let name = TopicName::parse("ns/t").unwrap();
+        cluster.create_topic(5, &name, 1, None).unwrap();
+        let topic = cluster.topic(&name).unwrap().clone();
+        control::topic_store::store_topic(filer.as_ref(), &topic).unwrap();
         (dir, filer, topic)
     }
 

@@ -144,9 +144,6 @@ pub(crate) async fn handle_frame(
         Ok(v) => (v.request, v.batch),
         Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
     };
-    if shard.config.control.is_some() && is_admin(&request) {
-        return forward(shard, id, header.frame_type, payload);
-    }
     match request {
         Request::Shards => Reply::Now(response_frame(
             id,
@@ -298,18 +295,22 @@ pub(crate) async fn handle_frame(
                 })
             }))
         }
-        // In a cluster these were passed to the control plane above; the
-        // layout commands come only to a broker that has one apart.
+        // Layout changes and the brokers' list go to the control plane as
+        // they came; the topic requests above go typed, so the broker can
+        // complete a description with its own segments' live figures.
+        Request::SplitSegment { topic, .. }
+        | Request::MergeSegments { topic, .. }
+        | Request::MoveSegment { topic, .. }
+        | Request::SetPolicy { topic, .. }
+            if crate::kafka::topics::kafka_name(&topic).is_some() =>
+        {
+            Reply::Now(error_frame(id, &kafka_partitions_stay(&topic)))
+        }
         Request::SplitSegment { .. }
         | Request::MergeSegments { .. }
         | Request::MoveSegment { .. }
         | Request::SetPolicy { .. }
-        | Request::ListBrokers => Reply::Now(error_frame(id, &embedded_refusal())),
-        Request::ApplyLayout { .. } | Request::DropTopic { .. }
-            if shard.config.control.is_none() =>
-        {
-            Reply::Now(error_frame(id, &embedded_refusal()))
-        }
+        | Request::ListBrokers => forward(shard, id, header.frame_type, payload),
         Request::RegisterBroker { .. }
         | Request::LoadReport { .. }
         | Request::LeaveBroker { .. } => Reply::Now(error_frame(
@@ -335,10 +336,9 @@ pub(crate) async fn handle_frame(
                 })
                 .await
                 .and_then(|answers| {
-                    answers.into_iter().try_for_each(|a| {
-                        a.map(drop)
-                            .map_err(|e| ServeError::new(ErrorCode::Storage, e))
-                    })
+                    answers
+                        .into_iter()
+                        .try_for_each(|a| a.map_err(|e| ServeError::new(ErrorCode::Storage, e)))
                 });
                 answer(id, result, |()| response_frame(id, &Response::Done))
             }))
@@ -374,24 +374,20 @@ pub(crate) async fn handle_frame(
     }
 }
 
-/// The requests the control plane answers: a broker in a cluster passes
-/// them on as they came.
-fn is_admin(request: &Request<'_>) -> bool {
-    matches!(
-        request,
-        Request::CreateTopic { .. }
-            | Request::DeleteTopic { .. }
-            | Request::ListTopics
-            | Request::DescribeTopic { .. }
-            | Request::SplitSegment { .. }
-            | Request::MergeSegments { .. }
-            | Request::MoveSegment { .. }
-            | Request::SetPolicy { .. }
-            | Request::ListBrokers
+/// The refusal of a layout change to a Kafka-facing topic: its partitions
+/// stay as they are until the gateway maps a sealed partition's keys onto
+/// its successors (docs/kafka.md, "Splits and merges").
+fn kafka_partitions_stay(topic: &str) -> ServeError {
+    ServeError::new(
+        ErrorCode::InvalidArgument,
+        format!(
+            "{topic} is a Kafka-facing topic: its partitions are not split, merged or moved \
+             (Kafka producers would keep writing to a sealed partition)"
+        ),
     )
 }
 
-/// Pass an admin request to the cluster's control plane (through the
+/// Pass an admin request to the control plane (through the
 /// cluster agent) and its answer back under the client's request id.
 fn forward(shard: &Shard, id: u32, frame_type: wire::FrameType, payload: &[u8]) -> Reply {
     let control = shard.control.clone();
@@ -409,16 +405,6 @@ fn forward(shard: &Shard, id: u32, frame_type: wire::FrameType, payload: &[u8]) 
             out
         })
     }))
-}
-
-/// The refusal of a cluster request by a broker that runs its own control
-/// plane.
-fn embedded_refusal() -> ServeError {
-    ServeError::new(
-        ErrorCode::InvalidArgument,
-        "this broker runs its own control plane: cluster requests need \
-         `kelp serve --control`",
-    )
 }
 
 /// Send every shard of this broker the command `make` builds and wait for

@@ -14,7 +14,7 @@ use control::{BrokerId, SegmentId, Topic};
 use wire::message::ShardAddress;
 
 use crate::config::BrokerConfig;
-use crate::control_plane::{ControlRequest, SegmentHandle, ShardCommand};
+use crate::control_plane::{ControlRequest, ShardCommand};
 use crate::error::EngineError;
 use crate::payload::PayloadStore;
 use crate::peer_limit::PeerLimit;
@@ -101,8 +101,8 @@ impl Shard {
                 let result = self.open_topic(topic).await.map_err(|e| e.to_string());
                 let _ = reply.send_async(result).await;
             }
-            ShardCommand::ReportLoad { reply } => {
-                let _ = reply.send_async(self.load()).await;
+            ShardCommand::ReportLoad { sealed, reply } => {
+                let _ = reply.send_async(self.load(sealed)).await;
             }
             ShardCommand::DropTopic { name, reply } => {
                 if let Some(t) = self.topics.borrow_mut().remove(&name) {
@@ -143,7 +143,7 @@ impl Shard {
     /// it places here (this shard, and this broker in a cluster), keep the
     /// sealed ones for reads. A layout older than the one held is ignored
     /// (layouts of one topic may reach shards out of order).
-    async fn open_topic(self: &Rc<Self>, topic: Topic) -> Result<Vec<SegmentHandle>, EngineError> {
+    async fn open_topic(self: &Rc<Self>, topic: Topic) -> Result<(), EngineError> {
         let name = topic.name().to_string();
         let topic_name = topic.name().clone();
         let buffers_root = self.config.data_dir.join("buffers").join(&name);
@@ -152,7 +152,7 @@ impl Shard {
             None => (HashMap::new(), None),
         };
         if held_age.is_some_and(|held| layout_age(&topic) < held) {
-            return Ok(open_handles(&existing));
+            return Ok(());
         }
         let me = self.config.broker_id.map(BrokerId);
         let mut kept = HashMap::new();
@@ -194,7 +194,6 @@ impl Shard {
             })?;
             kept.insert(id, cell);
         }
-        let handles = open_handles(&kept);
         self.topics.borrow_mut().insert(
             name,
             ShardTopic {
@@ -202,7 +201,7 @@ impl Shard {
                 segments: kept,
             },
         );
-        Ok(handles)
+        Ok(())
     }
 
     /// A read-only view of a segment sealed on another broker (or before
@@ -248,12 +247,12 @@ impl Shard {
     }
 
     /// The figures of every open segment here, for the load report.
-    fn load(&self) -> Vec<SegmentLoadFigures> {
+    fn load(&self, sealed: bool) -> Vec<SegmentLoadFigures> {
         let topics = self.topics.borrow();
         let mut out = Vec::new();
         for (name, t) in topics.iter() {
             for cell in t.segments.values() {
-                if cell.seal_state() != SealState::Open {
+                if !sealed && cell.seal_state() != SealState::Open {
                     continue;
                 }
                 let st = &cell.stats;
@@ -305,18 +304,6 @@ impl Shard {
             }
         }
     }
-}
-
-/// The handles of the open segments among `cells`.
-fn open_handles(cells: &HashMap<u32, Rc<SegmentCell>>) -> Vec<SegmentHandle> {
-    cells
-        .values()
-        .filter(|c| c.seal_state() == SealState::Open)
-        .map(|c| SegmentHandle {
-            id: c.id,
-            stats: c.stats.clone(),
-        })
-        .collect()
 }
 
 /// One open segment's counters, as a shard reports them.

@@ -47,7 +47,8 @@ pub enum Command {
     /// latency percentiles, broker CPU and memory, and (--baseline) the
     /// host's limits measured in the same run.
     Bench(kelp_benches::BenchArgs),
-    /// List a cluster's brokers: shards, load, open segments, last heard.
+    /// List a cluster's brokers (a lone broker is a cluster of one):
+    /// shards, load, open segments, last heard.
     Cluster {
         #[command(flatten)]
         output: OutputArgs,
@@ -162,8 +163,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub payload_sweep_ms: u64,
     /// Join the cluster whose control plane (`kelp control`) listens here,
-    /// instead of running a control plane inside this broker. The broker
-    /// then stores in the cluster's filer and keeps its id in
+    /// instead of running the control plane inside this broker (as a
+    /// cluster of one whose shards take the pieces of its splits). The
+    /// broker then stores in the cluster's filer and keeps its id in
     /// `<data-dir>/broker-id`.
     #[arg(long, value_name = "ADDR")]
     pub control: Option<String>,
@@ -337,13 +339,14 @@ pub enum TopicCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Seal an open segment and reopen its range on another broker;
-    /// prints the layout after.
+    /// Seal an open segment and reopen its range on another broker (on a
+    /// lone broker: on another shard); prints the layout after.
     Move {
         topic: String,
         segment: u32,
         /// The broker id to move it to; without it the control plane picks
-        /// the least-loaded other broker.
+        /// the least-loaded other broker, or another shard when there is no
+        /// other broker.
         #[arg(long, value_name = "BROKER")]
         to: Option<u32>,
         #[command(flatten)]

@@ -17,6 +17,7 @@ use client::{Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions,
 
 mod support;
 
+use support::keyed::{each_key_once_in_order, key_name, parse, read_records, Publisher};
 use support::{port, Broker, ControlPlane};
 
 const TOPIC: &str = "cluster/ramp";
@@ -51,43 +52,6 @@ async fn describe(client: &Client) -> Option<TopicInfo> {
 
 fn open_count(info: &TopicInfo) -> usize {
     info.segments.iter().filter(|s| !s.sealed).count()
-}
-
-/// Publishes keyed records whose values are `key:sequence`; counts what it
-/// sent so the reader knows what to expect.
-struct Publisher {
-    producer: client::Producer,
-    next_seq: HashMap<u64, u64>,
-    sent: u64,
-    turn: u64,
-}
-
-impl Publisher {
-    /// A publisher on `producer` that goes on with each key's sequence
-    /// where `before` left it.
-    fn after(producer: client::Producer, before: &Publisher) -> Publisher {
-        Publisher {
-            producer,
-            next_seq: before.next_seq.clone(),
-            sent: 0,
-            turn: before.turn,
-        }
-    }
-
-    async fn send_one(&mut self) {
-        let k = self.turn % KEYS;
-        self.turn += 1;
-        let seq = self.next_seq.entry(k).or_insert(0);
-        let key = format!("key-{k:03}");
-        // About 120 bytes per record.
-        let value = format!("{key}:{:010}:{}", *seq, "x".repeat(90));
-        *seq += 1;
-        self.producer
-            .send(key.as_bytes(), value.as_bytes(), &[])
-            .await
-            .expect("send");
-        self.sent += 1;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,16 +100,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
                 }
                 let Ok(next) = next else { continue };
                 let record = next.expect("the subscriber ended").expect("read a record");
-                let value = std::str::from_utf8(&record.value).unwrap().to_owned();
-                let mut parts = value.split(':');
-                let key = parts.next().unwrap().to_owned();
-                let seq: u64 = parts.next().unwrap().parse().unwrap();
-                assert_eq!(
-                    record.key.as_ref(),
-                    key.as_bytes(),
-                    "record key and value agree"
-                );
-                got.push((key, seq));
+                got.push(parse(&record));
             }
             got
         })
@@ -162,12 +117,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
         )
         .await
         .unwrap();
-    let mut publisher = Publisher {
-        producer,
-        next_seq: HashMap::new(),
-        sent: 0,
-        turn: 0,
-    };
+    let mut publisher = Publisher::new(producer, KEYS);
 
     // Ramp up until the policy has split the topic into at least four.
     let started = Instant::now();
@@ -291,7 +241,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     let got = reader.await.unwrap();
     let per_key = each_key_once_in_order(got, sent);
     for k in 0..KEYS {
-        let key = format!("key-{k:03}");
+        let key = key_name(k);
         assert_eq!(
             per_key.get(&key).map_or(0, |s| s.len() as u64),
             publisher.next_seq[&k],
@@ -356,35 +306,6 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     drop(control);
 }
 
-/// Read until `want` records arrived (and a moment more, to catch any read
-/// twice), or `limit` passed; returns `(key, sequence)` pairs.
-async fn read_records(
-    subscriber: &mut client::Subscriber,
-    want: u64,
-    limit: Duration,
-) -> Vec<(String, u64)> {
-    let deadline = Instant::now() + limit;
-    let mut got = Vec::new();
-    let mut complete_at: Option<Instant> = None;
-    while Instant::now() < deadline
-        && complete_at.is_none_or(|t| t.elapsed() < Duration::from_secs(1))
-    {
-        if complete_at.is_none() && got.len() as u64 >= want {
-            complete_at = Some(Instant::now());
-        }
-        let Ok(next) = tokio::time::timeout(Duration::from_millis(200), subscriber.next()).await
-        else {
-            continue;
-        };
-        let record = next.expect("the subscriber ended").expect("read a record");
-        let value = std::str::from_utf8(&record.value).unwrap().to_owned();
-        let mut parts = value.split(':');
-        let key = parts.next().unwrap().to_owned();
-        got.push((key, parts.next().unwrap().parse().unwrap()));
-    }
-    got
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     let dir = tempfile::tempdir().unwrap();
@@ -415,12 +336,7 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
         ack: AckMode::Durable,
         ..ProducerConfig::default()
     };
-    let mut before = Publisher {
-        producer: client.producer(TOPIC, config).await.unwrap(),
-        next_seq: HashMap::new(),
-        sent: 0,
-        turn: 0,
-    };
+    let mut before = Publisher::new(client.producer(TOPIC, config).await.unwrap(), KEYS);
     for _ in 0..2_000 {
         before.send_one().await;
     }
@@ -490,29 +406,6 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     drop(control);
 }
 
-/// `got` (key, sequence) pairs, grouped by key: each key's sequences are
-/// 0, 1, 2, ... (in order, none missing, none twice), and there are
-/// `acknowledged` records in all.
-fn each_key_once_in_order(got: Vec<(String, u64)>, acknowledged: u64) -> HashMap<String, Vec<u64>> {
-    let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
-    for (key, seq) in got {
-        per_key.entry(key).or_default().push(seq);
-    }
-    for (key, seqs) in &per_key {
-        let expected: Vec<u64> = (0..seqs.len() as u64).collect();
-        assert_eq!(
-            seqs, &expected,
-            "key {key}: records out of order, missing or read twice"
-        );
-    }
-    let read: u64 = per_key.values().map(|s| s.len() as u64).sum();
-    assert_eq!(
-        read, acknowledged,
-        "records read against records acknowledged"
-    );
-    per_key
-}
-
 /// The id of the broker `broker` (by its shard 0 address).
 async fn broker_id(client: &Client, broker: &Broker) -> u32 {
     let brokers = client.list_brokers().await.unwrap();
@@ -562,12 +455,7 @@ async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
         ack: AckMode::Durable,
         ..ProducerConfig::default()
     };
-    let mut before = Publisher {
-        producer: client.producer(S3_TOPIC, config).await.unwrap(),
-        next_seq: HashMap::new(),
-        sent: 0,
-        turn: 0,
-    };
+    let mut before = Publisher::new(client.producer(S3_TOPIC, config).await.unwrap(), KEYS);
     for _ in 0..2_000 {
         before.send_one().await;
     }

@@ -25,7 +25,7 @@ mod produce;
 mod producer_ids;
 mod producer_state;
 mod shards;
-mod topics;
+pub(crate) mod topics;
 
 use std::net::SocketAddr;
 use std::rc::Rc;

@@ -1,0 +1,224 @@
+//! A lone broker (`kelp serve --shards 2`, no `--control`) runs the one
+//! control plane in-process, as a cluster of one whose shards take the
+//! place of brokers: a hot segment's policy split puts its pieces on both
+//! shards, and split, merge and move work by hand. Every acknowledged
+//! record is read exactly once, each key in the order it was published,
+//! across the changes and a restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use client::{
+    AckMode, Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions, TopicInfo,
+    Transport,
+};
+
+mod support;
+
+use support::keyed::{each_key_once_in_order, key_name, read_records, Publisher};
+use support::{port, Broker};
+
+/// Distinct keys: enough that both pieces of a split get some.
+const KEYS: u64 = 32;
+/// Bytes per segment per second the policy aims at; the load sends about
+/// 20 times this.
+const TARGET_BYTES_PER_S: u64 = 25_000;
+const RECORDS_PER_STEP: u64 = 40;
+const STEP: Duration = Duration::from_millis(10);
+/// Bounds of the run: the test fails rather than hang.
+const SPLIT_LIMIT: Duration = Duration::from_secs(60);
+const READ_LIMIT: Duration = Duration::from_secs(60);
+
+fn open_shards(info: &TopicInfo) -> BTreeSet<u16> {
+    info.segments
+        .iter()
+        .filter(|s| !s.sealed)
+        .map(|s| s.shard)
+        .collect()
+}
+
+fn open_ids(info: &TopicInfo) -> Vec<u32> {
+    info.segments
+        .iter()
+        .filter(|s| !s.sealed)
+        .map(|s| s.id)
+        .collect()
+}
+
+/// Send `n` records and wait until all are acknowledged.
+async fn publish(publisher: &mut Publisher, n: u64) {
+    for _ in 0..n {
+        publisher.send_one().await;
+    }
+    publisher.producer.flush().await.expect("acknowledged");
+}
+
+async fn connect(broker: &Broker) -> Client {
+    Client::connect(
+        &broker.broker_arg(),
+        Transport::Tcp,
+        ClientOptions::default(),
+    )
+    .await
+    .unwrap()
+}
+
+fn durable() -> ProducerConfig {
+    ProducerConfig {
+        ack: AckMode::Durable,
+        linger_ms: 5,
+        ..ProducerConfig::default()
+    }
+}
+
+/// Read the whole topic from the earliest record and check every one of
+/// `publisher`'s records arrived once, each key in order.
+async fn read_all_once_in_order(client: &Client, topic: &str, publisher: &Publisher) {
+    let sent: u64 = publisher.next_seq.values().sum();
+    let mut subscriber = client
+        .subscribe(topic, FetchFrom::Earliest, SubscribeOptions::default())
+        .await
+        .unwrap();
+    let got = read_records(&mut subscriber, sent, READ_LIMIT).await;
+    let per_key = each_key_once_in_order(got, sent);
+    for (k, n) in &publisher.next_seq {
+        let key = key_name(*k);
+        assert_eq!(
+            per_key.get(&key).map_or(0, |s| s.len() as u64),
+            *n,
+            "key {key}: every acknowledged record read"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordered() {
+    const TOPIC: &str = "lone/ramp";
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(dir.path(), port());
+    let client = connect(&broker).await;
+    let created = client.create_topic(TOPIC, 1).await.unwrap();
+    assert_eq!(open_shards(&created), BTreeSet::from([0]));
+    let policy = format!(
+        r#"{{"target":{{"bytes_per_s":{TARGET_BYTES_PER_S}}},"windows_ms":[1000,2000,4000,8000],"cooldown_ms":2000,"segments_min":1,"segments_max":2,"split_pieces_max":2}}"#
+    );
+    client.set_policy(TOPIC, &policy).await.unwrap();
+    // A subscriber from the start follows the split as it reads.
+    let mut subscriber = client
+        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
+        .await
+        .unwrap();
+    let mut publisher = Publisher::new(client.producer(TOPIC, durable()).await.unwrap(), KEYS);
+
+    let started = Instant::now();
+    let mut last_look = Instant::now();
+    let split = loop {
+        assert!(
+            started.elapsed() < SPLIT_LIMIT,
+            "the policy did not split the hot segment"
+        );
+        for _ in 0..RECORDS_PER_STEP {
+            publisher.send_one().await;
+        }
+        tokio::time::sleep(STEP).await;
+        if last_look.elapsed() >= Duration::from_millis(250) {
+            last_look = Instant::now();
+            let info = client.describe_topic(TOPIC).await.unwrap();
+            if open_ids(&info).len() >= 2 {
+                break info;
+            }
+        }
+    };
+    eprintln!(
+        "split after {:?}, {} records sent",
+        started.elapsed(),
+        publisher.sent
+    );
+    assert_eq!(
+        open_shards(&split),
+        BTreeSet::from([0, 1]),
+        "the pieces are on both shards: {split:?}"
+    );
+    let parent = &split.segments[0];
+    assert!(parent.sealed, "{split:?}");
+    assert_eq!(parent.successors.len(), 2, "{split:?}");
+    // The pieces take writes.
+    for _ in 0..50 {
+        for _ in 0..RECORDS_PER_STEP {
+            publisher.send_one().await;
+        }
+        tokio::time::sleep(STEP).await;
+    }
+    publisher
+        .producer
+        .flush()
+        .await
+        .expect("every record acknowledged");
+    let sent = publisher.sent;
+    assert_eq!(publisher.producer.acked_records(), sent);
+    let after = client.describe_topic(TOPIC).await.unwrap();
+    for id in &parent.successors {
+        let piece = after.segments.iter().find(|s| s.id == *id).unwrap();
+        assert!(piece.next_offset > 0, "piece {id} took writes: {after:?}");
+    }
+    let got = read_records(&mut subscriber, sent, READ_LIMIT).await;
+    each_key_once_in_order(got, sent);
+    broker.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_merge_and_move_by_hand_then_a_restart_keeps_the_layout() {
+    const TOPIC: &str = "lone/manual";
+    let dir = tempfile::tempdir().unwrap();
+    let listen = port();
+    let broker = Broker::start(dir.path(), listen);
+    let client = connect(&broker).await;
+    client.create_topic(TOPIC, 1).await.unwrap();
+    let mut publisher = Publisher::new(client.producer(TOPIC, durable()).await.unwrap(), KEYS);
+    publish(&mut publisher, 300).await;
+
+    // Split: the pieces go to both shards.
+    let split = client.split_segment(TOPIC, 0, 2).await.unwrap();
+    assert_eq!(open_ids(&split), [1, 2]);
+    assert_eq!(open_shards(&split), BTreeSet::from([0, 1]));
+    publish(&mut publisher, 300).await;
+
+    // Move with no other broker: to the other shard.
+    let before = split.segments.iter().find(|s| s.id == 2).unwrap().shard;
+    let moved = client.move_segment(TOPIC, 2, None).await.unwrap();
+    assert_eq!(open_ids(&moved), [1, 3]);
+    let now = moved.segments.iter().find(|s| s.id == 3).unwrap();
+    assert_ne!(now.shard, before, "moved to the other shard: {moved:?}");
+    publish(&mut publisher, 300).await;
+
+    // Merge the two back into one.
+    let merged = client.merge_segments(TOPIC, 1, 3).await.unwrap();
+    assert_eq!(open_ids(&merged), [4]);
+    publish(&mut publisher, 300).await;
+    let brokers = client.list_brokers().await.unwrap();
+    assert_eq!(brokers.len(), 1, "a lone broker is a cluster of one");
+    assert_eq!(brokers[0].shards.len(), 2);
+    read_all_once_in_order(&client, TOPIC, &publisher).await;
+    client.close().await;
+
+    // A restart takes the same segments back on the same shards, and the
+    // records written before it are all there with the ones after.
+    broker.stop();
+    let broker = Broker::start(dir.path(), listen);
+    let client = connect(&broker).await;
+    let restarted = client.describe_topic(TOPIC).await.unwrap();
+    assert_eq!(open_ids(&restarted), [4]);
+    assert_eq!(
+        restarted.segments.len(),
+        merged.segments.len(),
+        "a restart seals nothing: {restarted:?}"
+    );
+    let merged_shard = merged.segments.iter().find(|s| s.id == 4).unwrap().shard;
+    let restarted_shard = restarted.segments.iter().find(|s| s.id == 4).unwrap().shard;
+    assert_eq!(restarted_shard, merged_shard);
+    let mut after = Publisher::after(client.producer(TOPIC, durable()).await.unwrap(), &publisher);
+    publish(&mut after, 300).await;
+    read_all_once_in_order(&client, TOPIC, &after).await;
+    broker.stop();
+}

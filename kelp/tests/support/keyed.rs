@@ -1,0 +1,131 @@
+//! Keyed records whose values say `key:sequence`, for the tests that check
+//! every acknowledged record is read exactly once and each key in the
+//! order it was published, across splits, merges, moves and failures.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Publishes keyed records whose values are `key:sequence` (about 120
+/// bytes each) over `keys` keys in turn; counts what it sent so the reader
+/// knows what to expect.
+pub struct Publisher {
+    pub producer: client::Producer,
+    /// The next sequence of each key (how many it was sent).
+    pub next_seq: HashMap<u64, u64>,
+    /// Records sent by this publisher.
+    pub sent: u64,
+    turn: u64,
+    keys: u64,
+}
+
+impl Publisher {
+    pub fn new(producer: client::Producer, keys: u64) -> Publisher {
+        Publisher {
+            producer,
+            next_seq: HashMap::new(),
+            sent: 0,
+            turn: 0,
+            keys,
+        }
+    }
+
+    /// A publisher on `producer` that goes on with each key's sequence
+    /// where `before` left it.
+    pub fn after(producer: client::Producer, before: &Publisher) -> Publisher {
+        Publisher {
+            producer,
+            next_seq: before.next_seq.clone(),
+            sent: 0,
+            turn: before.turn,
+            keys: before.keys,
+        }
+    }
+
+    pub async fn send_one(&mut self) {
+        let k = self.turn % self.keys;
+        self.turn += 1;
+        let seq = self.next_seq.entry(k).or_insert(0);
+        let key = key_name(k);
+        let value = format!("{key}:{:010}:{}", *seq, "x".repeat(90));
+        *seq += 1;
+        self.producer
+            .send(key.as_bytes(), value.as_bytes(), &[])
+            .await
+            .expect("send");
+        self.sent += 1;
+    }
+}
+
+/// Key `k`'s name.
+pub fn key_name(k: u64) -> String {
+    format!("key-{k:03}")
+}
+
+/// A record's `(key, sequence)`, checking its key and value agree.
+pub fn parse(record: &client::OwnedRecord) -> (String, u64) {
+    let value = std::str::from_utf8(&record.value).expect("a UTF-8 value");
+    let mut parts = value.split(':');
+    let key = parts.next().expect("a key").to_owned();
+    let seq: u64 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("a sequence");
+    assert_eq!(
+        record.key.as_ref(),
+        key.as_bytes(),
+        "record key and value agree"
+    );
+    (key, seq)
+}
+
+/// Read until `want` records arrived (and a moment more, to catch any read
+/// twice), or `limit` passed; returns `(key, sequence)` pairs.
+pub async fn read_records(
+    subscriber: &mut client::Subscriber,
+    want: u64,
+    limit: Duration,
+) -> Vec<(String, u64)> {
+    let deadline = Instant::now() + limit;
+    let mut got = Vec::new();
+    let mut complete_at: Option<Instant> = None;
+    while Instant::now() < deadline
+        && complete_at.is_none_or(|t| t.elapsed() < Duration::from_secs(1))
+    {
+        if complete_at.is_none() && got.len() as u64 >= want {
+            complete_at = Some(Instant::now());
+        }
+        let Ok(next) = tokio::time::timeout(Duration::from_millis(200), subscriber.next()).await
+        else {
+            continue;
+        };
+        let record = next.expect("the subscriber ended").expect("read a record");
+        got.push(parse(&record));
+    }
+    got
+}
+
+/// `got` (key, sequence) pairs, grouped by key: each key's sequences are
+/// 0, 1, 2, ... (in order, none missing, none twice), and there are
+/// `acknowledged` records in all.
+pub fn each_key_once_in_order(
+    got: Vec<(String, u64)>,
+    acknowledged: u64,
+) -> HashMap<String, Vec<u64>> {
+    let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
+    for (key, seq) in got {
+        per_key.entry(key).or_default().push(seq);
+    }
+    for (key, seqs) in &per_key {
+        let expected: Vec<u64> = (0..seqs.len() as u64).collect();
+        assert_eq!(
+            seqs, &expected,
+            "key {key}: records out of order, missing or read twice"
+        );
+    }
+    let read: u64 = per_key.values().map(|s| s.len() as u64).sum();
+    assert_eq!(
+        read, acknowledged,
+        "records read against records acknowledged"
+    );
+    per_key
+}
