@@ -1,6 +1,7 @@
 //! [`Candidate`]: the blocking handle a control-plane instance holds. It
 //! owns the driver thread; every method is callable from any std thread
-//! and returns within its time limit.
+//! (it is `Send + Sync`: share it in an `Arc`) and returns within its time
+//! limit. The methods block their thread, so they are not for async code.
 
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
@@ -19,10 +20,19 @@ use crate::leadership::{Leadership, LeadershipCell, Term};
 use crate::request::RequestError;
 use crate::state_read::{ReadError, StateEntry, StateSnapshot};
 
-/// How long the gRPC connection may go silent before it is declared dead
-/// (HTTP/2 pings), so a half-open connection does not hold a watch.
-const CONNECTION_PING_INTERVAL_MS: u64 = 1_000;
-const CONNECTION_PING_TIMEOUT_MS: u64 = 1_000;
+/// HTTP/2 pings on the gRPC connection, so a half-open connection does
+/// not hold a watch for ever. etcd answers pings more frequent than its
+/// `--grpc-keepalive-min-time` (5 s by default) by closing the connection,
+/// so the interval stays above it. (A leader does not rely on these: its
+/// lease deadline ends its term first.)
+const CONNECTION_PING_INTERVAL_MS: u64 = 10_000;
+const CONNECTION_PING_TIMEOUT_MS: u64 = 5_000;
+
+// Shared across the control plane's threads.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Candidate>();
+};
 
 /// One control-plane instance standing for leader of its cluster.
 #[derive(Debug)]
