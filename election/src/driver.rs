@@ -28,6 +28,10 @@ use crate::lease::{Lease, LeaseLost};
 use crate::request::RequestError;
 use crate::state_read::{self, ReadError, StateEntry, StateSnapshot};
 
+/// The longest wait between two lease grants while etcd fails them.
+pub const GRANT_RETRY_DELAY_MS_MAX: u64 = 2_000;
+const _: () = assert!(RETRY_DELAY_MS <= GRANT_RETRY_DELAY_MS_MAX);
+
 /// Requests queued for the driver at most; past it a call fails with
 /// [`RequestError::Busy`] without waiting.
 pub const REQUESTS_QUEUED_MAX: usize = 64;
@@ -101,6 +105,7 @@ async fn elect(
 ) {
     let timeout = config.request_timeout();
     let mut lost_lease: Option<Lease> = None;
+    let mut grant_failures: u32 = 0;
     loop {
         // Paused (fault injection): nothing goes out, as in a stopped
         // process.
@@ -110,6 +115,9 @@ async fn elect(
         };
         if now.is_end() {
             cell.set_follower(None);
+            if let (Signal::Stop, Some(old)) = (now, lost_lease.take()) {
+                let _ = old.revoke(&mut client, timeout).await;
+            }
             return;
         }
         // A lease lost to a missed deadline may still live in etcd, and
@@ -121,10 +129,18 @@ async fn elect(
             }
         }
         let lease = match Lease::grant(&mut client, config.lease_ttl_s, timeout).await {
-            Ok(lease) => lease,
+            Ok(lease) => {
+                grant_failures = 0;
+                lease
+            }
             Err(e) => {
-                log::warn!("{}: {e}", keys.leader());
-                let retry = tokio::time::sleep(Duration::from_millis(RETRY_DELAY_MS));
+                // Doubling delays: an etcd that is down is not asked (nor
+                // logged about) more than every GRANT_RETRY_DELAY_MS_MAX.
+                let delay_ms =
+                    (RETRY_DELAY_MS << grant_failures.min(4)).min(GRANT_RETRY_DELAY_MS_MAX);
+                grant_failures += 1;
+                log::warn!("{}: {e}; again in {delay_ms} ms", keys.leader());
+                let retry = tokio::time::sleep(Duration::from_millis(delay_ms));
                 tokio::select! {
                     () = retry => {}
                     _ = signal.wait_for(|s| s.is_end()) => {}

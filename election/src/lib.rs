@@ -18,6 +18,11 @@
 //!   it believes.
 //! - Reads ([`Candidate::get`], [`Candidate::get_prefix`]) load the state.
 //!
+//! The `fault-injection` feature (tests only; this crate's own tests turn
+//! it on through a dev-dependency on itself) adds
+//! `Candidate::pause_keepalive`, `resume_keepalive` (a SIGSTOP, in effect)
+//! and `abandon` (a kill -9 that leaves the lease to expire).
+//!
 //! Every key, value and compare is in `docs/etcd.md`. This crate never
 //! decides what the state means: the control plane's state machine does,
 //! and hands it writes tagged with the term it decided them in.
@@ -42,7 +47,7 @@ pub use config::{
     LEASE_TTL_S_DEFAULT, LEASE_TTL_S_MAX, LEASE_TTL_S_MIN, REQUEST_TIMEOUT_MS_DEFAULT,
     REQUEST_TIMEOUT_MS_MAX, REQUEST_TIMEOUT_MS_MIN,
 };
-pub use driver::REQUESTS_QUEUED_MAX;
+pub use driver::{GRANT_RETRY_DELAY_MS_MAX, REQUESTS_QUEUED_MAX};
 pub use guarded_write::{
     GuardedBatch, WriteError, BATCH_BYTES_MAX, BATCH_EXPECTATIONS_MAX, BATCH_OPS_MAX,
 };
