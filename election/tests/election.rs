@@ -315,3 +315,41 @@ fn a_bad_config_is_refused_at_start() {
         "{refused:?}"
     );
 }
+
+/// The bytes in etcd are the ones `docs/etcd.md` gives, read with a plain
+/// etcd client.
+#[test]
+fn the_keys_in_etcd_are_the_documented_bytes() {
+    init_log();
+    let etcd = EtcdServer::start();
+    let a = Candidate::start(config(&etcd, "10.0.0.7:7000", 3)).unwrap();
+    let term = wait_until("a leads", SETTLE_TIMEOUT, || a.state().term());
+    let revision = a
+        .put_if_leader(term, "topics/ns/orders", &b"\x00\x01layout"[..])
+        .unwrap();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (leader, state) = runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+            .await
+            .unwrap();
+        let leader = client.get("/kelp/test/control/leader", None).await.unwrap();
+        let state = client
+            .get("/kelp/test/state/topics/ns/orders", None)
+            .await
+            .unwrap();
+        (leader.kvs().to_vec(), state.kvs().to_vec())
+    });
+    assert_eq!(leader.len(), 1);
+    assert_eq!(leader[0].value(), b"10.0.0.7:7000");
+    assert_eq!(leader[0].create_revision(), term.revision());
+    assert_eq!(leader[0].lease(), term.lease_id());
+    assert_eq!(state.len(), 1);
+    assert_eq!(state[0].value(), b"\x00\x01layout");
+    assert_eq!(state[0].mod_revision(), revision);
+    assert_eq!(state[0].lease(), 0, "state keys hang on no lease");
+    assert_eq!(a.keys().leader(), "/kelp/test/control/leader");
+}
