@@ -11,6 +11,8 @@
 #   fonts-dejavu-core   (Debian)      `kelp bench --plot` draws text with it
 #   python3-venv        (Debian)      the venv of the Kafka interop clients
 #   nodejs, npm         (Debian)      kafkajs, a Kafka interop client
+#   etcd-server         (Debian)      the real etcd of the election tests (kelp-election)
+#   protobuf-compiler   (Debian)      protoc, which the etcd-client crate's build script runs
 #   interop/.venv       (PyPI)        confluent-kafka, kafka-python and codecs, and moto[server] (the
 #                                     S3-compatible server of the S3 filer tests), pinned in interop/requirements.txt
 #   interop/node        (npm)         kafkajs, pinned in interop/node/package-lock.json
@@ -64,6 +66,7 @@ have_venv_clients() {
   [ -x "$venv_python" ] && "$venv_python" -c "$python_modules" && [ -x interop/.venv/bin/moto_server ]
 }
 have_kafkajs() { [ -d interop/node/node_modules/kafkajs ] && command -v node; }
+have_etcd() { etcd --version | grep -q '^etcd Version: 3\.'; }
 
 check_all() {
   missing=0
@@ -77,6 +80,8 @@ check_all() {
     "python3 -m venv interop/.venv && interop/.venv/bin/pip install -r interop/requirements.txt" \
     have_venv_clients
   need "node and kafkajs" "apt-get install nodejs npm && npm ci --prefix interop/node" have_kafkajs
+  need "etcd 3.x (the election tests' server)" "apt-get install etcd-server" have_etcd
+  need "protoc (the etcd-client crate's build)" "apt-get install protobuf-compiler" command -v protoc
   return "$missing"
 }
 
@@ -111,6 +116,15 @@ fi
 # interop/requirements.txt changed.
 echo "==> pip install -r interop/requirements.txt"
 interop/.venv/bin/pip install --quiet --disable-pip-version-check -r interop/requirements.txt
+# Where an init system runs, the package starts an etcd service of its own
+# on port 2379; the tests never use it: each starts its own etcd on free
+# loopback ports (test-support/src/etcd_server.rs).
+if ! have_etcd; then
+  apt_install etcd-server
+fi
+if ! command -v protoc >/dev/null; then
+  apt_install protobuf-compiler
+fi
 if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
   apt_install nodejs npm
 fi

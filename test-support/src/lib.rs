@@ -11,6 +11,8 @@
 //!
 //! - [`S3Server`]: a real S3-compatible server (moto) on loopback with a
 //!   fresh bucket.
+//! - [`EtcdServer`]: a real single-member etcd on loopback with a fresh
+//!   data directory.
 //!
 //! A test double or fixture that only one test file needs stays in that
 //! file.
@@ -27,7 +29,9 @@ use std::time::Duration;
 
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 
+mod etcd_server;
 mod s3_server;
+pub use etcd_server::EtcdServer;
 pub use s3_server::{S3Server, S3_ACCESS_KEY_ID, S3_REGION, S3_SECRET_ACCESS_KEY};
 
 /// A randomized test's numbers (xorshift64), from `KELP_TEST_SEED` when it
