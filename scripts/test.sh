@@ -29,6 +29,11 @@ if $quick; then
       exit 1
     fi
   done
+  # The etcd-client crate (kelp-election) runs protoc in its build script.
+  if ! command -v protoc >/dev/null; then
+    echo "error: protoc is missing (bash scripts/setup.sh, or apt-get install protobuf-compiler)" >&2
+    exit 1
+  fi
   step "cargo fmt --check"
   cargo fmt --all -- --check
   step "cargo clippy -D warnings"
