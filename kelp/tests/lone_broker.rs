@@ -161,6 +161,14 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
     for id in &parent.successors {
         let piece = after.segments.iter().find(|s| s.id == *id).unwrap();
         assert!(piece.next_offset > 0, "piece {id} took writes: {after:?}");
+        // How long the producer took to follow the split (BENCHMARKS.md).
+        if let Some(first) = piece.first_append_ms {
+            eprintln!(
+                "piece {id} on shard {}: ms from the decision to its first append: {}",
+                piece.shard,
+                first.saturating_sub(piece.created_ms)
+            );
+        }
     }
     let got = read_records(&mut subscriber, sent, READ_LIMIT).await;
     each_key_once_in_order(got, sent);
