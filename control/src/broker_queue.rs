@@ -114,10 +114,10 @@ pub(crate) struct BrokerQueue {
     /// The command sent, and when (the service's latest `now_ms`).
     pub(crate) in_flight: Option<(QueuedCommand, u64)>,
     pub(crate) resync: ResyncState,
-    /// The latest layout of each topic queued for this broker (taken or
-    /// not): a resync never sends an older one, so the broker's layouts
-    /// never go back.
-    pub(crate) layouts_sent: HashMap<TopicName, Snapshot>,
+    /// The latest layout of each topic meant for this broker: queued, sent,
+    /// or turned away (then its resync sends it). A resync never sends an
+    /// older one, so the broker's layouts never go back.
+    pub(crate) layouts_due: HashMap<TopicName, Snapshot>,
 }
 
 impl BrokerQueue {
@@ -130,7 +130,7 @@ impl BrokerQueue {
             resync: ResyncState::Awaited {
                 after_failure: false,
             },
-            layouts_sent: HashMap::new(),
+            layouts_due: HashMap::new(),
         }
     }
 

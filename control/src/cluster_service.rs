@@ -185,6 +185,11 @@ pub struct ClusterService {
     /// Ids of deliveries, gates, commands and snapshot versions.
     next_id: u64,
     queues: BTreeMap<BrokerId, BrokerQueue>,
+    /// The layouts due to brokers forgotten (dead or left) that were newer
+    /// than the topic's safe one: handed back if the broker registers
+    /// again, so a broker that was only stalled never gets an older layout
+    /// than one it had. Pruned every tick once the safe layout caught up.
+    departed_due: BTreeMap<BrokerId, HashMap<TopicName, Snapshot>>,
     /// Brokers whose queue may have a command to send now.
     sendable: BTreeSet<BrokerId>,
     deliveries: BTreeMap<u64, Delivery>,
@@ -226,6 +231,7 @@ impl ClusterService {
             now_ms: 0,
             next_id: 1,
             queues: BTreeMap::new(),
+            departed_due: BTreeMap::new(),
             sendable: BTreeSet::new(),
             deliveries: BTreeMap::new(),
             topic_deliveries: HashMap::new(),
@@ -372,6 +378,7 @@ impl ClusterService {
             self.execute_all(&actions, None);
         }
         self.forget_departed();
+        self.prune_departed_due();
         let cluster = &self.cluster;
         self.next_offsets.retain(|(topic, segment), _| {
             cluster
@@ -443,7 +450,7 @@ impl ClusterService {
             };
             let id = CommandId(self.next_id());
             let queue = self.queues.get_mut(&broker)?;
-            queue.layouts_sent.insert(name, snapshot.clone());
+            queue.layouts_due.insert(name, snapshot.clone());
             return Some(QueuedCommand {
                 id,
                 request: CommandRequest::ApplyLayout {
@@ -455,18 +462,22 @@ impl ClusterService {
     }
 
     /// What a resync sends `broker` for topic `name`: the latest safe
-    /// layout, or the one last queued for it if newer (a broker's layouts
-    /// never go back); `None` if the topic is gone or not delivered yet.
+    /// layout, or the latest one due to this broker if newer (a step that
+    /// reached it, even one turned away; a broker's layouts never go back);
+    /// `None` if the topic is gone or neither exists yet.
     fn resync_snapshot(&self, broker: BrokerId, name: &TopicName) -> Option<Snapshot> {
         self.cluster.topic(name)?;
         let deliveries = self.topic_deliveries.get(name)?;
-        let safe = deliveries.safe.clone()?;
-        let sent = self
+        let due = self
             .queues
             .get(&broker)
-            .and_then(|q| q.layouts_sent.get(name))
-            .filter(|s| s.version >= deliveries.floor && s.version > safe.version);
-        Some(sent.cloned().unwrap_or(safe))
+            .and_then(|q| q.layouts_due.get(name))
+            .filter(|s| s.version >= deliveries.floor);
+        match (deliveries.safe.as_ref(), due) {
+            (Some(safe), Some(due)) if due.version > safe.version => Some(due.clone()),
+            (Some(safe), _) => Some(safe.clone()),
+            (None, due) => due.cloned(),
+        }
     }
 
     fn next_id(&mut self) -> u64 {
@@ -510,6 +521,15 @@ impl ClusterService {
             log::warn!("no queue for broker {broker}: not told of topic {topic}");
             return false;
         };
+        // Due even if turned away below: the resync then sends it.
+        match &request {
+            CommandRequest::ApplyLayout { .. } => {
+                queue.layouts_due.insert(topic.clone(), snapshot.clone());
+            }
+            CommandRequest::DropTopic { .. } => {
+                queue.layouts_due.remove(topic);
+            }
+        }
         if live && queue.turns_commands_away() {
             return false;
         }
@@ -520,14 +540,6 @@ impl ClusterService {
             );
             self.fail_queue(broker);
             return false;
-        }
-        match &request {
-            CommandRequest::ApplyLayout { .. } => {
-                queue.layouts_sent.insert(topic.clone(), snapshot.clone());
-            }
-            CommandRequest::DropTopic { .. } => {
-                queue.layouts_sent.remove(topic);
-            }
         }
         let id = CommandId(self.next_id);
         self.next_id += 1;
@@ -773,6 +785,9 @@ impl ClusterService {
             .collect();
         for broker in departed {
             if let Some(queue) = self.queues.remove(&broker) {
+                if !queue.layouts_due.is_empty() {
+                    self.departed_due.insert(broker, queue.layouts_due);
+                }
                 if let ResyncState::Running { waiters, .. } = queue.resync {
                     for token in waiters {
                         self.answers.push_back((token, Response::Done));
@@ -782,6 +797,21 @@ impl ClusterService {
             self.addresses.remove(&broker);
             self.sendable.remove(&broker);
         }
+    }
+
+    /// Drop what departed brokers were due once the safe layout of its
+    /// topic is as new (or the topic is gone).
+    fn prune_departed_due(&mut self) {
+        let topic_deliveries = &self.topic_deliveries;
+        for due in self.departed_due.values_mut() {
+            due.retain(|name, snapshot| {
+                topic_deliveries.get(name).is_some_and(|t| {
+                    snapshot.version >= t.floor
+                        && t.safe.as_ref().is_none_or(|s| s.version < snapshot.version)
+                })
+            });
+        }
+        self.departed_due.retain(|_, due| !due.is_empty());
     }
 
     /// Refuse a change while too many are being carried out.
@@ -1009,10 +1039,12 @@ impl ClusterService {
         let broker = BrokerId(id);
         self.broker_id_max = self.broker_id_max.max(Some(id));
         self.addresses.insert(broker, shards);
-        let queue = self
-            .queues
-            .entry(broker)
-            .or_insert_with(BrokerQueue::registered);
+        let departed_due = self.departed_due.remove(&broker);
+        let queue = self.queues.entry(broker).or_insert_with(|| {
+            let mut queue = BrokerQueue::registered();
+            queue.layouts_due = departed_due.unwrap_or_default();
+            queue
+        });
         let before = std::mem::replace(
             &mut queue.resync,
             ResyncState::Awaited {
