@@ -21,7 +21,7 @@
 //! waits on for loading); so `filer.put`/`delete` and seal markers are
 //! direct synchronous calls here, not outputs.
 //!
-//! Carrying out an action (a [`Delivery`](crate::delivery)):
+//! Carrying out an action (a *delivery*, `control/src/delivery.rs`):
 //! 1. persist the topic as it stood right after the action (the commit
 //!    point); a delete removes `topic.json` first, then the prefix;
 //! 2. for every sealed segment whose owner is gone, write the seal marker
@@ -36,10 +36,8 @@
 //! informing the other brokers may still be under way). An admin request
 //! that changes a layout is answered at its deliveries' release.
 //!
-//! Each broker has a [`BrokerQueue`](crate::broker_queue): at most one
-//! command in flight, at most
-//! [`COMMANDS_QUEUED_PER_BROKER_MAX`](crate::broker_queue::COMMANDS_QUEUED_PER_BROKER_MAX)
-//! queued. A command that fails, times out, or finds the queue full marks
+//! Each broker has a queue (`control/src/broker_queue.rs`): at most one
+//! command in flight, at most [`COMMANDS_QUEUED_PER_BROKER_MAX`] queued. A command that fails, times out, or finds the queue full marks
 //! the broker "needs resync" (its queue is emptied; its waiting steps
 //! count as completed): its next load report makes the service send it
 //! every topic's layout, and that report is answered only once those
