@@ -8,7 +8,7 @@
 //! [`COMMANDS_QUEUED_PER_BROKER_MAX`] commands; the service treats a full
 //! queue like a failed command (the broker is resynchronised instead).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use wire::Request;
@@ -97,8 +97,9 @@ pub(crate) enum ResyncState {
     /// Sending it every topic's layout, one at a time, in name order.
     Running {
         /// Topics still to send (fixed when the resync started; one deleted
-        /// since is skipped).
-        topics: VecDeque<TopicName>,
+        /// since is skipped), each with whether a `DropTopic` goes first
+        /// (its drop was due: see [`BrokerQueue::drops_due`]).
+        topics: VecDeque<(TopicName, bool)>,
         /// Whether every topic was sent (false: one was not persisted, so
         /// it could not be sent; the next report tries again).
         complete: bool,
@@ -118,6 +119,13 @@ pub(crate) struct BrokerQueue {
     /// or turned away (then its resync sends it). A resync never sends an
     /// older one, so the broker's layouts never go back.
     pub(crate) layouts_due: HashMap<TopicName, Snapshot>,
+    /// Topics whose `DropTopic` was meant for this broker and is not known
+    /// done (queued, sent, turned away or failed). A broker ignores a
+    /// layout with fewer segments than the one it holds, whatever its
+    /// creation time, so until the drop is done it could ignore every
+    /// layout of a topic created again under the name; its resync sends
+    /// the drop first.
+    pub(crate) drops_due: BTreeSet<TopicName>,
 }
 
 impl BrokerQueue {
@@ -131,7 +139,16 @@ impl BrokerQueue {
                 after_failure: false,
             },
             layouts_due: HashMap::new(),
+            drops_due: BTreeSet::new(),
         }
+    }
+
+    /// Whether a `DropTopic` of `topic` is queued.
+    pub(crate) fn drop_queued(&self, topic: &TopicName) -> bool {
+        let name = topic.to_string();
+        self.queued
+            .iter()
+            .any(|c| matches!(&c.request, CommandRequest::DropTopic { topic: t } if *t == name))
     }
 
     /// Whether commands are turned away rather than queued (see

@@ -29,7 +29,11 @@
 //! 3. queue that topic JSON as `ApplyLayout` to each sealing broker; when
 //!    every one has completed, to each sealer that also opens; then to each
 //!    opening broker not yet told; then to every other live broker if
-//!    anything was sealed. A delete queues `DropTopic` to each broker.
+//!    anything was sealed. A delete queues `DropTopic` to every broker
+//!    that may hold the topic's layout (a broker ignores a layout with
+//!    fewer segments than the one it holds, even one of a topic created
+//!    again under the name); a drop not known done is resent by the
+//!    broker's resync, ahead of the name's layout.
 //!
 //! Deliveries of one topic go one after another, in commit order: the next
 //! starts once the previous was *released* (its seals and opens completed;
@@ -149,6 +153,17 @@ struct TopicDeliveries {
     floor: u64,
 }
 
+/// What a forgotten broker was due, kept in case it registers again.
+#[derive(Debug, Default)]
+struct DepartedDue {
+    /// Its [`BrokerQueue::layouts_due`]: a resync never sends it an older
+    /// layout than one it may hold.
+    layouts: HashMap<TopicName, Snapshot>,
+    /// Its [`BrokerQueue::drops_due`], and the topics deleted since whose
+    /// layout it may hold: its resync drops them first.
+    drops: BTreeSet<TopicName>,
+}
+
 /// An answer waiting for deliveries to be released.
 #[derive(Debug)]
 struct Gate {
@@ -183,11 +198,10 @@ pub struct ClusterService {
     /// Ids of deliveries, gates, commands and snapshot versions.
     next_id: u64,
     queues: BTreeMap<BrokerId, BrokerQueue>,
-    /// The layouts due to brokers forgotten (dead or left) that were newer
-    /// than the topic's safe one: handed back if the broker registers
-    /// again, so a broker that was only stalled never gets an older layout
-    /// than one it had. Pruned every tick once the safe layout caught up.
-    departed_due: BTreeMap<BrokerId, HashMap<TopicName, Snapshot>>,
+    /// What brokers forgotten (dead or left) were due: handed back if the
+    /// broker registers again, since one that was only stalled still holds
+    /// what it was sent. Kept while it names anything.
+    departed_due: BTreeMap<BrokerId, DepartedDue>,
     /// Brokers whose queue may have a command to send now.
     sendable: BTreeSet<BrokerId>,
     deliveries: BTreeMap<u64, Delivery>,
@@ -310,6 +324,16 @@ impl ClusterService {
         let Some((command, _)) = queue.in_flight.take() else {
             return;
         };
+        if let (Ok(()), CommandRequest::DropTopic { topic }) = (&result, &command.request) {
+            // Done: its layouts are gone from the broker, unless another
+            // drop of the name is still to go (the name was created and
+            // deleted again meanwhile).
+            if let Ok(name) = TopicName::parse(topic) {
+                if !queue.drop_queued(&name) {
+                    queue.drops_due.remove(&name);
+                }
+            }
+        }
         self.complete(command.origin);
         if let Err(e) = result {
             log::warn!("command to broker {broker}: {e}; it is resynchronised");
@@ -428,13 +452,26 @@ impl ClusterService {
             if queue.in_flight.is_some() {
                 return None;
             }
-            let name = match &mut queue.resync {
+            let next = match &mut queue.resync {
                 ResyncState::Running { topics, .. } => topics.pop_front(),
                 _ => None,
             };
-            let Some(name) = name else {
+            let Some((name, drop_first)) = next else {
                 return queue.queued.pop_front();
             };
+            if drop_first {
+                // The broker may hold a layout of the name from before a
+                // delete: drop it, then send the topic's layout.
+                let topic = name.to_string();
+                if let ResyncState::Running { topics, .. } = &mut queue.resync {
+                    topics.push_front((name, false));
+                }
+                return Some(QueuedCommand {
+                    id: CommandId(self.next_id()),
+                    request: CommandRequest::DropTopic { topic },
+                    origin: Origin::Resync,
+                });
+            }
             if self.unpersisted.contains(&name) {
                 if let Some(ResyncState::Running { complete, .. }) =
                     self.queues.get_mut(&broker).map(|q| &mut q.resync)
@@ -526,6 +563,7 @@ impl ClusterService {
             }
             CommandRequest::DropTopic { .. } => {
                 queue.layouts_due.remove(topic);
+                queue.drops_due.insert(topic.clone());
             }
         }
         if live && queue.turns_commands_away() {
@@ -666,8 +704,22 @@ impl ClusterService {
                 }
             };
             let brokers = match step {
-                Step::Seal(b) | Step::SealAndOpen(b) | Step::Open(b) | Step::Drop(b) => b,
+                Step::Seal(b) | Step::SealAndOpen(b) | Step::Open(b) => b,
                 Step::InformOthers => self.live_brokers(),
+                // Every broker that may hold a layout of it, not only the
+                // owners of its open segments: informed brokers hold one
+                // too, and one left in place could make a broker ignore the
+                // layouts of a topic created again under the name.
+                Step::Drop(mut b) => {
+                    b.extend(self.live_brokers());
+                    b.extend(
+                        self.queues
+                            .iter()
+                            .filter(|(_, q)| q.layouts_due.contains_key(&topic))
+                            .map(|(id, _)| *id),
+                    );
+                    b
+                }
             };
             let mut queued = 0;
             for broker in brokers {
@@ -783,8 +835,12 @@ impl ClusterService {
             .collect();
         for broker in departed {
             if let Some(queue) = self.queues.remove(&broker) {
-                if !queue.layouts_due.is_empty() {
-                    self.departed_due.insert(broker, queue.layouts_due);
+                if !queue.layouts_due.is_empty() || !queue.drops_due.is_empty() {
+                    let due = DepartedDue {
+                        layouts: queue.layouts_due,
+                        drops: queue.drops_due,
+                    };
+                    self.departed_due.insert(broker, due);
                 }
                 if let ResyncState::Running { waiters, .. } = queue.resync {
                     for token in waiters {
@@ -797,19 +853,31 @@ impl ClusterService {
         }
     }
 
-    /// Drop what departed brokers were due once the safe layout of its
-    /// topic is as new (or the topic is gone).
+    /// Keep what departed brokers were due consistent with the topics: a
+    /// layout of a topic gone (deleted, or one of a name deleted since)
+    /// becomes a drop due. A layout the topic's safe one caught up with is
+    /// kept too: the broker may still hold it, and a resync sends the newer
+    /// of the two anyway.
     fn prune_departed_due(&mut self) {
         let topic_deliveries = &self.topic_deliveries;
         for due in self.departed_due.values_mut() {
-            due.retain(|name, snapshot| {
-                topic_deliveries.get(name).is_some_and(|t| {
-                    snapshot.version >= t.floor
-                        && t.safe.as_ref().is_none_or(|s| s.version < snapshot.version)
+            let gone: Vec<TopicName> = due
+                .layouts
+                .iter()
+                .filter(|(name, snapshot)| {
+                    topic_deliveries
+                        .get(*name)
+                        .is_none_or(|t| snapshot.version < t.floor)
                 })
-            });
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in gone {
+                due.layouts.remove(&name);
+                due.drops.insert(name);
+            }
         }
-        self.departed_due.retain(|_, due| !due.is_empty());
+        self.departed_due
+            .retain(|_, due| !due.layouts.is_empty() || !due.drops.is_empty());
     }
 
     /// Refuse a change while too many are being carried out.
@@ -1040,7 +1108,9 @@ impl ClusterService {
         let departed_due = self.departed_due.remove(&broker);
         let queue = self.queues.entry(broker).or_insert_with(|| {
             let mut queue = BrokerQueue::registered();
-            queue.layouts_due = departed_due.unwrap_or_default();
+            let due = departed_due.unwrap_or_default();
+            queue.layouts_due = due.layouts;
+            queue.drops_due = due.drops;
             queue
         });
         let before = std::mem::replace(
@@ -1104,10 +1174,22 @@ impl ClusterService {
                 ControlError::BrokerNotFound(_) => not_registered(broker),
                 e => error_answer(e),
             })?;
-        let topics: VecDeque<TopicName> = self.cluster.topics().map(|t| t.name().clone()).collect();
         let Some(queue) = self.queues.get_mut(&broker) else {
             return Ok(Some(Response::Done));
         };
+        let names: BTreeSet<TopicName> = self
+            .cluster
+            .topics()
+            .map(|t| t.name().clone())
+            .chain(queue.drops_due.iter().cloned())
+            .collect();
+        let topics: VecDeque<(TopicName, bool)> = names
+            .into_iter()
+            .map(|name| {
+                let drop_first = queue.drops_due.contains(&name);
+                (name, drop_first)
+            })
+            .collect();
         match &mut queue.resync {
             ResyncState::Synced => return Ok(Some(Response::Done)),
             ResyncState::Running { waiters, .. } => waiters.push(token),
@@ -1171,6 +1253,12 @@ impl ClusterService {
                     .or_default();
                 t.safe = None;
                 t.floor = version;
+                let name = action.topic();
+                for due in self.departed_due.values_mut() {
+                    if due.layouts.remove(name).is_some() {
+                        due.drops.insert(name.clone());
+                    }
+                }
             }
             self.deliver(action, snapshot, gate);
             return Ok(());
@@ -1519,6 +1607,164 @@ mod tests {
         let mut undone = after_split;
         undo(&mut undone, &split);
         assert_eq!(undone, before);
+    }
+
+    /// A service over a fresh filer with brokers 0 and 1 registered, and
+    /// what its commands were (all answered done until `fail` says no).
+    struct Harness {
+        _dir: tempfile::TempDir,
+        service: ClusterService,
+        now_ms: u64,
+        token: AnswerToken,
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            let dir = tempfile::tempdir().unwrap();
+            let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
+            let service =
+                ClusterService::open(filer, "file:///t".into(), ClusterConfig::default(), 5_000)
+                    .unwrap();
+            let mut h = Harness {
+                _dir: dir,
+                service,
+                now_ms: 1_000,
+                token: 0,
+            };
+            for id in 0..2 {
+                h.ask(Request::RegisterBroker {
+                    id: Some(id),
+                    shards: vec![ShardAddress {
+                        tcp: format!("b{id}:0"),
+                        quic: String::new(),
+                    }],
+                    capacity_bytes_per_s: 1_000,
+                    capacity_records_per_s: 1_000,
+                });
+            }
+            h
+        }
+
+        fn ask(&mut self, request: Request<'static>) -> Vec<(BrokerId, CommandRequest)> {
+            self.token += 1;
+            self.service
+                .handle_request(self.now_ms, self.token, request);
+            self.run(|_, _| true)
+        }
+
+        /// Send every command, each done if `ok` says so; what was sent.
+        fn run(
+            &mut self,
+            mut ok: impl FnMut(BrokerId, &CommandRequest) -> bool,
+        ) -> Vec<(BrokerId, CommandRequest)> {
+            let mut sent = Vec::new();
+            while let Some(command) = self.service.poll_command() {
+                let result = if ok(command.broker, &command.request) {
+                    Ok(())
+                } else {
+                    Err("lost".to_owned())
+                };
+                self.service
+                    .handle_command_done(self.now_ms, command.broker, command.id, result);
+                sent.push((command.broker, command.request));
+            }
+            while self.service.poll_answer().is_some() {}
+            sent
+        }
+    }
+
+    fn drops(sent: &[(BrokerId, CommandRequest)]) -> Vec<BrokerId> {
+        sent.iter()
+            .filter(|(_, c)| matches!(c, CommandRequest::DropTopic { .. }))
+            .map(|(b, _)| *b)
+            .collect()
+    }
+
+    /// A broker ignores a layout with fewer segments than the one it holds,
+    /// whatever its creation time: one that kept the layout of a deleted
+    /// topic would ignore every layout of the topic created again, so the
+    /// delete must reach every broker that holds one, not only the owners
+    /// of its open segments.
+    #[test]
+    fn a_delete_drops_the_topic_on_brokers_that_only_hold_its_layout() {
+        let mut h = Harness::new();
+        h.ask(Request::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 1,
+        });
+        let owner = h
+            .service
+            .cluster()
+            .topic(&TopicName::parse("ns/t").unwrap())
+            .unwrap()
+            .segments()[0]
+            .broker
+            .unwrap();
+        let sent = h.ask(Request::MoveSegment {
+            topic: "ns/t".into(),
+            segment: 0,
+            to: None,
+        });
+        assert!(sent.iter().any(|(b, _)| *b == owner), "{sent:?}");
+        // The former owner holds the layout, with no open segment of it.
+        let sent = h.ask(Request::DeleteTopic {
+            topic: "ns/t".into(),
+        });
+        let mut dropped = drops(&sent);
+        dropped.sort();
+        assert_eq!(dropped, [BrokerId(0), BrokerId(1)]);
+    }
+
+    /// A drop that failed is sent again by the broker's resync, before the
+    /// layout of a topic created again under the name.
+    #[test]
+    fn a_resync_sends_a_failed_drop_before_the_layout() {
+        let mut h = Harness::new();
+        h.ask(Request::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 2,
+        });
+        h.token += 1;
+        h.service.handle_request(
+            h.now_ms,
+            h.token,
+            Request::DeleteTopic {
+                topic: "ns/t".into(),
+            },
+        );
+        let sent = h.run(|b, _| b != BrokerId(0));
+        assert!(drops(&sent).contains(&BrokerId(0)));
+        assert!(h.service.needs_resync(BrokerId(0)));
+        h.ask(Request::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 1,
+        });
+        let sent = h.ask(Request::LoadReport {
+            broker: 0,
+            segments: Vec::new(),
+        });
+        let to_b0: Vec<&CommandRequest> = sent
+            .iter()
+            .filter(|(b, _)| *b == BrokerId(0))
+            .map(|(_, c)| c)
+            .collect();
+        assert!(
+            matches!(
+                to_b0.as_slice(),
+                [
+                    CommandRequest::DropTopic { .. },
+                    CommandRequest::ApplyLayout { .. }
+                ]
+            ),
+            "{to_b0:?}"
+        );
+        assert!(!h.service.needs_resync(BrokerId(0)));
+        // Done: the next resync has nothing to drop.
+        assert!(h
+            .service
+            .queues
+            .get(&BrokerId(0))
+            .is_some_and(|q| q.drops_due.is_empty()));
     }
 
     #[test]
