@@ -91,6 +91,12 @@ impl BrokerLink {
         }
     }
 
+    /// The longest one [`command`](Self::command) can take: the connect,
+    /// then the write and the read, each within the answer timeout.
+    pub fn command_time_max(&self) -> Duration {
+        self.connect_timeout + self.answer_timeout * 2
+    }
+
     /// Send `request` to the broker at `address` (`host:port`) and wait for
     /// its `Done`.
     pub fn command(&self, address: &str, request: &Request<'_>) -> Result<(), LinkError> {

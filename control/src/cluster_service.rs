@@ -1,36 +1,75 @@
-//! [`ClusterService`]: the driver around [`Cluster`] in the control-plane
-//! process. It owns the core, persists topics in the filer, carries out
-//! actions on brokers through a [`BrokerLink`], and answers the requests
-//! the server hands it. Synchronous and single-owner: one driver thread
-//! calls it; it never takes a lock and never reads the clock (the caller
-//! passes `now_ms`).
+//! [`ClusterService`]: the control plane's state machine around
+//! [`Cluster`], in the quinn-proto style. It owns the core, persists topics
+//! in the filer, answers requests, and says which commands to send brokers;
+//! it sends nothing itself, never blocks on a broker, never takes a lock
+//! and never reads the clock.
 //!
-//! Carrying out an action, in order:
+//! Inputs, each carrying `now_ms`:
+//! - [`ClusterService::handle_request`]: a request, with the token the
+//!   driver uses to route its answer back;
+//! - [`ClusterService::handle_command_done`]: the result of a command the
+//!   driver sent (an error for one that failed or timed out);
+//! - [`ClusterService::handle_tick`]: the periodic step.
+//!
+//! Outputs, drained by the driver after every input (answers first):
+//! - [`ClusterService::poll_answer`]: `(token, response)`;
+//! - [`ClusterService::poll_command`]: the next [`OutgoingCommand`].
+//!
+//! One I/O stays inside: the filer. Writing `topic.json` is each change's
+//! commit point and must happen before the change is answered or anything
+//! is sent, and the filer is local (or an object store the process already
+//! waits on for loading); so `filer.put`/`delete` and seal markers are
+//! direct synchronous calls here, not outputs.
+//!
+//! Carrying out an action (a *delivery*, `control/src/delivery.rs`):
 //! 1. persist the topic as it stood right after the action (the commit
 //!    point); a delete removes `topic.json` first, then the prefix;
 //! 2. for every sealed segment whose owner is gone, write the seal marker
 //!    `topics/<ns>/<name>/<segment>/sealed` (nobody else will);
-//! 3. send that topic JSON as `ApplyLayout` once to each sealing broker and
-//!    wait for each `Done`, then once to each opening broker that did not
-//!    already get it; a delete sends `DropTopic` to each broker.
+//! 3. queue that topic JSON as `ApplyLayout` to each sealing broker; when
+//!    every one has completed, to each sealer that also opens; then to each
+//!    opening broker not yet told; then to every other live broker if
+//!    anything was sealed. A delete queues `DropTopic` to every broker
+//!    that may hold the topic's layout (a broker ignores a layout with
+//!    fewer segments than the one it holds, even one of a topic created
+//!    again under the name); a drop not known done is resent by the
+//!    broker's resync, ahead of the name's layout.
 //!
-//! A command that fails marks its broker "needs resync": its next load
-//! report makes the driver send it the layout of every topic.
+//! Deliveries of one topic go one after another, in commit order: the next
+//! starts once the previous was *released* (its seals and opens completed;
+//! informing the other brokers may still be under way). An admin request
+//! that changes a layout is answered at its deliveries' release.
+//!
+//! Each broker has a queue (`control/src/broker_queue.rs`): at most one
+//! command in flight, at most [`COMMANDS_QUEUED_PER_BROKER_MAX`] queued. A command that fails, times out, or finds the queue full marks
+//! the broker "needs resync" (its queue is emptied; its waiting steps
+//! count as completed): its next load report makes the service send it
+//! every topic's layout, and that report is answered only once those
+//! commands have completed, so a broker that waits for the answer knows
+//! every layout reached its shards.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use filer::{Filer, FilerError};
 use wire::message::{BrokerStatus, SegmentInfo, SegmentLoadReport, ShardAddress, TopicInfo};
 use wire::{ErrorCode, Request, Response};
 
-use crate::broker_link::BrokerLink;
+use crate::broker_queue::{BrokerQueue, Origin, QueuedCommand, ResyncState, Snapshot};
+use crate::delivery::{Delivery, Step};
 use crate::filer_layout;
 use crate::topic_store::load_topics;
 use crate::{
     Action, BrokerCommand, BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig, ControlError,
     Rate, ScalingPolicy, SegmentId, SegmentLoad, SegmentState, Topic, TopicName,
 };
+
+pub use crate::broker_queue::{CommandId, CommandRequest, COMMANDS_QUEUED_PER_BROKER_MAX};
+
+/// Most deliveries (actions being carried out) at once. At the limit,
+/// admin requests that would change a layout are answered `Busy` and the
+/// core's tick is put off, so what waits on slow brokers stays bounded.
+pub const DELIVERIES_PENDING_MAX: usize = 4096;
 
 /// A request the control plane answers, decoded and owned so it can cross
 /// to the driver thread: a [`Request`] whose fields are all owned (every
@@ -83,57 +122,107 @@ fn not_served(request: &Request<'_>) -> (ErrorCode, String) {
     )
 }
 
-/// What handling a request produced: the answer, and actions to carry out
-/// only after the answer was sent (a registering broker must learn its id
-/// and filer before it is told to open segments).
+/// Who waits for an answer: chosen by the driver, handed back with the
+/// answer by [`ClusterService::poll_answer`].
+pub type AnswerToken = u64;
+
+/// A command for the driver to send to a broker and report on with
+/// [`ClusterService::handle_command_done`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingCommand {
+    /// The broker.
+    pub broker: BrokerId,
+    /// Its shard 0 TCP address.
+    pub address: String,
+    /// The command's id, to hand back with its result.
+    pub id: CommandId,
+    /// What to send.
+    pub request: CommandRequest,
+}
+
+/// The deliveries of one topic name.
+#[derive(Debug, Default)]
+struct TopicDeliveries {
+    /// Deliveries in commit order; the front one is being carried out
+    /// until it is released.
+    queue: VecDeque<u64>,
+    /// The latest layout safe to send any broker: every seal of the
+    /// changes up to it completed (done, or failed and resynced).
+    safe: Option<Snapshot>,
+    /// Versions below this belong to a deleted topic of the same name.
+    floor: u64,
+}
+
+/// What a forgotten broker was due, kept in case it registers again.
+#[derive(Debug, Default)]
+struct DepartedDue {
+    /// Its [`BrokerQueue::layouts_due`]: a resync never sends it an older
+    /// layout than one it may hold.
+    layouts: HashMap<TopicName, Snapshot>,
+    /// Its [`BrokerQueue::drops_due`], and the topics deleted since whose
+    /// layout it may hold: its resync drops them first.
+    drops: BTreeSet<TopicName>,
+}
+
+/// An answer waiting for deliveries to be released.
 #[derive(Debug)]
-pub struct Handled {
-    /// The answer.
-    pub answer: Response<'static>,
-    /// Actions to carry out after answering.
-    pub after: Vec<Action>,
+struct Gate {
+    token: AnswerToken,
+    /// Set once the request is handled (before any delivery can release).
+    answer: Option<Response<'static>>,
+    deliveries_left: usize,
 }
 
-impl From<Response<'static>> for Handled {
-    fn from(answer: Response<'static>) -> Handled {
-        Handled {
-            answer,
-            after: Vec::new(),
-        }
-    }
-}
-
-/// The driver (see the module docs).
+/// The state machine (see the module docs).
 #[derive(Debug)]
 pub struct ClusterService {
     cluster: Cluster,
     filer: Arc<dyn Filer>,
     /// What `Registered` tells brokers: the filer's absolute path.
     filer_location: String,
-    link: BrokerLink,
-    /// Each live broker's shard addresses as it registered them.
+    /// Each broker's shard addresses as it registered them (kept while its
+    /// queue is, so a leaving broker's seals still find it).
     addresses: BTreeMap<BrokerId, Vec<ShardAddress>>,
     /// Each segment's next offset and first append time, from the latest
     /// load report that named it (sealed segments keep their last).
     next_offsets: HashMap<(TopicName, SegmentId), (u64, Option<u64>, u64)>,
-    /// Brokers a command failed to reach (or that just registered): the
-    /// next load report sends them every topic's layout.
-    needs_resync: BTreeSet<BrokerId>,
     /// Topics changed in the core whose persisting failed; retried every
     /// tick, and not sent to brokers until persisted.
     unpersisted: BTreeSet<TopicName>,
     /// The highest broker id ever seen (registrations, topics).
     broker_id_max: Option<u32>,
+    /// A command with no result after this long has failed.
+    command_timeout_ms: u64,
+    /// The latest `now_ms` of any input (stamps commands sent).
+    now_ms: u64,
+    /// Ids of deliveries, gates, commands and snapshot versions.
+    next_id: u64,
+    queues: BTreeMap<BrokerId, BrokerQueue>,
+    /// What brokers forgotten (dead or left) were due: handed back if the
+    /// broker registers again, since one that was only stalled still holds
+    /// what it was sent. Kept while it names anything.
+    departed_due: BTreeMap<BrokerId, DepartedDue>,
+    /// Brokers whose queue may have a command to send now.
+    sendable: BTreeSet<BrokerId>,
+    deliveries: BTreeMap<u64, Delivery>,
+    topic_deliveries: HashMap<TopicName, TopicDeliveries>,
+    gates: HashMap<u64, Gate>,
+    /// Deliveries whose current step may have completed.
+    to_advance: VecDeque<u64>,
+    /// At most one per request handled, drained after every input.
+    answers: VecDeque<(AnswerToken, Response<'static>)>,
 }
 
 impl ClusterService {
     /// Load every topic in `filer` and build the core over them.
-    /// `filer_location` is what registering brokers are told to use.
+    /// `filer_location` is what registering brokers are told to use; a
+    /// command with no result after `command_timeout_ms` counts as failed
+    /// (the driver's link should time out first).
     pub fn open(
         filer: Arc<dyn Filer>,
         filer_location: String,
         config: ClusterConfig,
-        link: BrokerLink,
+        command_timeout_ms: u64,
     ) -> Result<ClusterService, ControlError> {
         let topics = load_topics(filer.as_ref())?;
         let broker_id_max = topics
@@ -142,17 +231,32 @@ impl ClusterService {
             .map(|b| b.0)
             .max();
         let cluster = Cluster::from_topics(config, topics)?;
-        Ok(ClusterService {
+        let mut service = ClusterService {
             cluster,
             filer,
             filer_location,
-            link,
             addresses: BTreeMap::new(),
             next_offsets: HashMap::new(),
-            needs_resync: BTreeSet::new(),
             unpersisted: BTreeSet::new(),
             broker_id_max,
-        })
+            command_timeout_ms: command_timeout_ms.max(1),
+            now_ms: 0,
+            next_id: 1,
+            queues: BTreeMap::new(),
+            departed_due: BTreeMap::new(),
+            sendable: BTreeSet::new(),
+            deliveries: BTreeMap::new(),
+            topic_deliveries: HashMap::new(),
+            gates: HashMap::new(),
+            to_advance: VecDeque::new(),
+            answers: VecDeque::new(),
+        };
+        let names: Vec<TopicName> = service.cluster.topics().map(|t| t.name().clone()).collect();
+        for name in names {
+            let snapshot = service.snapshot(&name);
+            service.topic_deliveries.entry(name).or_default().safe = Some(snapshot);
+        }
+        Ok(service)
     }
 
     /// The core, for read-only queries.
@@ -160,9 +264,112 @@ impl ClusterService {
         &self.cluster
     }
 
-    /// The periodic step: retry unpersisted topics, then the core's tick,
-    /// carrying out its actions.
-    pub fn tick(&mut self, now_ms: u64) {
+    /// Whether `broker` is due a resync (or in one).
+    pub fn needs_resync(&self, broker: BrokerId) -> bool {
+        self.queues
+            .get(&broker)
+            .is_some_and(BrokerQueue::needs_resync)
+    }
+
+    /// Whether commands may still go to `broker` (it is live, or has
+    /// commands queued or in flight): the driver keeps its sender while
+    /// this holds.
+    pub fn has_broker_queue(&self, broker: BrokerId) -> bool {
+        self.queues.contains_key(&broker)
+    }
+
+    /// Actions being carried out.
+    pub fn deliveries_pending(&self) -> usize {
+        self.deliveries.len()
+    }
+
+    /// The next answer to hand back.
+    pub fn poll_answer(&mut self) -> Option<(AnswerToken, Response<'static>)> {
+        self.answers.pop_front()
+    }
+
+    /// Handle one request; its answer comes out of
+    /// [`poll_answer`](Self::poll_answer) with `token`, at once or once the
+    /// commands it waits for completed.
+    pub fn handle_request(&mut self, now_ms: u64, token: AnswerToken, request: Request<'static>) {
+        self.now_ms = self.now_ms.max(now_ms);
+        match self.try_handle(now_ms, token, request) {
+            Ok(Some(answer)) => self.answers.push_back((token, answer)),
+            Ok(None) => {}
+            Err((code, message)) => self
+                .answers
+                .push_back((token, Response::Error { code, message })),
+        }
+        self.run_deliveries();
+    }
+
+    /// The result of command `id` sent to `broker`. One for a command no
+    /// longer in flight (already timed out, or the broker forgotten) is
+    /// ignored.
+    pub fn handle_command_done(
+        &mut self,
+        now_ms: u64,
+        broker: BrokerId,
+        id: CommandId,
+        result: Result<(), String>,
+    ) {
+        self.now_ms = self.now_ms.max(now_ms);
+        let Some(queue) = self.queues.get_mut(&broker) else {
+            return;
+        };
+        if !matches!(&queue.in_flight, Some((c, _)) if c.id == id) {
+            log::debug!("broker {broker}: result of command {} ignored", id.0);
+            return;
+        }
+        let Some((command, _)) = queue.in_flight.take() else {
+            return;
+        };
+        if let (Ok(()), CommandRequest::DropTopic { topic }) = (&result, &command.request) {
+            // Done: its layouts are gone from the broker, unless another
+            // drop of the name is still to go (the name was created and
+            // deleted again meanwhile).
+            if let Ok(name) = TopicName::parse(topic) {
+                if !queue.drop_queued(&name) {
+                    queue.drops_due.remove(&name);
+                }
+            }
+        }
+        self.complete(command.origin);
+        if let Err(e) = result {
+            log::warn!("command to broker {broker}: {e}; it is resynchronised");
+            self.fail_queue(broker);
+        }
+        self.check_resync(broker);
+        self.refresh_sendable(broker);
+        self.run_deliveries();
+    }
+
+    /// The periodic step: time out commands, retry unpersisted topics, the
+    /// core's tick (its actions carried out), and forget brokers gone
+    /// whose queues are empty.
+    pub fn handle_tick(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        let expired: Vec<(BrokerId, CommandId)> = self
+            .queues
+            .iter()
+            .filter_map(|(broker, q)| match &q.in_flight {
+                Some((c, sent_ms))
+                    if now_ms.saturating_sub(*sent_ms) >= self.command_timeout_ms =>
+                {
+                    Some((*broker, c.id))
+                }
+                _ => None,
+            })
+            .collect();
+        for (broker, id) in expired {
+            let timeout = self.command_timeout_ms;
+            self.handle_command_done(
+                now_ms,
+                broker,
+                id,
+                Err(format!("no result within {timeout} ms")),
+            );
+        }
         for name in std::mem::take(&mut self.unpersisted) {
             let Some(topic) = self.cluster.topic(&name).cloned() else {
                 continue;
@@ -170,13 +377,30 @@ impl ClusterService {
             if let Err(e) = self.persist(&topic) {
                 log::error!("persisting topic {name} again failed: {e}");
                 self.unpersisted.insert(name);
+                continue;
+            }
+            // Nothing of it was sent: resyncs carry it from now on, unless
+            // a later change of it is being delivered (that one will).
+            let idle = self
+                .topic_deliveries
+                .get(&name)
+                .is_none_or(|t| t.queue.is_empty());
+            if idle {
+                let snapshot = self.snapshot(&name);
+                self.topic_deliveries.entry(name).or_default().safe = Some(snapshot);
             }
         }
-        let actions = self.cluster.handle_tick(now_ms);
-        self.execute_all(&actions);
-        let live: BTreeSet<BrokerId> = self.live_brokers().into_iter().collect();
-        self.addresses.retain(|id, _| live.contains(id));
-        self.needs_resync.retain(|id| live.contains(id));
+        if self.deliveries.len() >= DELIVERIES_PENDING_MAX {
+            log::warn!(
+                "{} actions still being carried out: the core's tick is put off",
+                self.deliveries.len()
+            );
+        } else {
+            let actions = self.cluster.handle_tick(now_ms);
+            self.execute_all(&actions, None);
+        }
+        self.forget_departed();
+        self.prune_departed_due();
         let cluster = &self.cluster;
         self.next_offsets.retain(|(topic, segment), _| {
             cluster
@@ -184,23 +408,499 @@ impl ClusterService {
                 .and_then(|t| t.segment(*segment))
                 .is_some()
         });
+        self.topic_deliveries
+            .retain(|name, t| !t.queue.is_empty() || cluster.topic(name).is_some());
+        self.run_deliveries();
     }
 
-    /// Answer one request (carrying out what it changes, except
-    /// [`Handled::after`]).
-    pub fn handle(&mut self, now_ms: u64, request: Request<'static>) -> Handled {
-        match self.try_handle(now_ms, request) {
-            Ok(handled) => handled,
-            Err((code, message)) => Response::Error { code, message }.into(),
+    /// The next command to send. Its result must come back through
+    /// [`handle_command_done`](Self::handle_command_done); until it does
+    /// (or it times out), nothing else goes to that broker.
+    pub fn poll_command(&mut self) -> Option<OutgoingCommand> {
+        while let Some(broker) = self.sendable.pop_first() {
+            while let Some(command) = self.next_of(broker) {
+                let Some(address) = self.command_address(broker) else {
+                    log::warn!("no address for broker {broker}; it is resynchronised");
+                    self.complete(command.origin);
+                    self.fail_queue(broker);
+                    self.check_resync(broker);
+                    self.run_deliveries();
+                    continue;
+                };
+                let now_ms = self.now_ms;
+                if let Some(queue) = self.queues.get_mut(&broker) {
+                    queue.in_flight = Some((command.clone(), now_ms));
+                }
+                return Some(OutgoingCommand {
+                    broker,
+                    address,
+                    id: command.id,
+                    request: command.request,
+                });
+            }
+            self.check_resync(broker);
+            self.run_deliveries();
+        }
+        None
+    }
+
+    /// Take the next command of `broker`'s queue if none is in flight: a
+    /// resync's next topic first, then what is queued.
+    fn next_of(&mut self, broker: BrokerId) -> Option<QueuedCommand> {
+        loop {
+            let queue = self.queues.get_mut(&broker)?;
+            if queue.in_flight.is_some() {
+                return None;
+            }
+            let next = match &mut queue.resync {
+                ResyncState::Running { topics, .. } => topics.pop_front(),
+                _ => None,
+            };
+            let Some((name, drop_first)) = next else {
+                return queue.queued.pop_front();
+            };
+            if drop_first {
+                // The broker may hold a layout of the name from before a
+                // delete: drop it, then send the topic's layout.
+                let topic = name.to_string();
+                if let ResyncState::Running { topics, .. } = &mut queue.resync {
+                    topics.push_front((name, false));
+                }
+                return Some(QueuedCommand {
+                    id: CommandId(self.next_id()),
+                    request: CommandRequest::DropTopic { topic },
+                    origin: Origin::Resync,
+                });
+            }
+            if self.unpersisted.contains(&name) {
+                if let Some(ResyncState::Running { complete, .. }) =
+                    self.queues.get_mut(&broker).map(|q| &mut q.resync)
+                {
+                    *complete = false;
+                }
+                continue;
+            }
+            let Some(snapshot) = self.resync_snapshot(broker, &name) else {
+                continue;
+            };
+            let id = CommandId(self.next_id());
+            let queue = self.queues.get_mut(&broker)?;
+            queue.layouts_due.insert(name, snapshot.clone());
+            return Some(QueuedCommand {
+                id,
+                request: CommandRequest::ApplyLayout {
+                    topic_json: snapshot.json,
+                },
+                origin: Origin::Resync,
+            });
         }
     }
 
-    /// Carry out actions the core returned, in order (see the module docs).
-    /// Failures are logged; the brokers concerned are marked for resync.
-    pub fn execute_all(&mut self, actions: &[Action]) {
+    /// What a resync sends `broker` for topic `name`: the latest safe
+    /// layout, or the latest one due to this broker if newer (a step that
+    /// reached it, even one turned away; a broker's layouts never go back);
+    /// `None` if the topic is gone or neither exists yet.
+    fn resync_snapshot(&self, broker: BrokerId, name: &TopicName) -> Option<Snapshot> {
+        self.cluster.topic(name)?;
+        let deliveries = self.topic_deliveries.get(name)?;
+        let due = self
+            .queues
+            .get(&broker)
+            .and_then(|q| q.layouts_due.get(name))
+            .filter(|s| s.version >= deliveries.floor);
+        match (deliveries.safe.as_ref(), due) {
+            (Some(safe), Some(due)) if due.version > safe.version => Some(due.clone()),
+            (Some(safe), _) => Some(safe.clone()),
+            (None, due) => due.cloned(),
+        }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// `name` as the core has it now, with a fresh version.
+    fn snapshot(&mut self, name: &TopicName) -> Snapshot {
+        let json = self.topic_json(name);
+        Snapshot {
+            version: self.next_id(),
+            json: Arc::from(json),
+        }
+    }
+
+    fn refresh_sendable(&mut self, broker: BrokerId) {
+        if self
+            .queues
+            .get(&broker)
+            .is_some_and(BrokerQueue::has_sendable)
+        {
+            self.sendable.insert(broker);
+        }
+    }
+
+    /// Queue `request` for `broker`; false if it was not queued (no such
+    /// broker, or one turning commands away or overflowing: it is
+    /// resynchronised instead).
+    fn enqueue(
+        &mut self,
+        broker: BrokerId,
+        request: CommandRequest,
+        topic: &TopicName,
+        snapshot: &Snapshot,
+        origin: Origin,
+    ) -> bool {
+        let live = self.cluster.membership().is_live(broker);
+        let Some(queue) = self.queues.get_mut(&broker) else {
+            log::warn!("no queue for broker {broker}: not told of topic {topic}");
+            return false;
+        };
+        // Due even if turned away below: the resync then sends it.
+        match &request {
+            CommandRequest::ApplyLayout { .. } => {
+                queue.layouts_due.insert(topic.clone(), snapshot.clone());
+            }
+            CommandRequest::DropTopic { .. } => {
+                queue.layouts_due.remove(topic);
+                queue.drops_due.insert(topic.clone());
+            }
+        }
+        if live && queue.turns_commands_away() {
+            return false;
+        }
+        if queue.is_full() {
+            log::warn!(
+                "broker {broker}: {COMMANDS_QUEUED_PER_BROKER_MAX} commands queued; \
+                 it is resynchronised instead"
+            );
+            self.fail_queue(broker);
+            return false;
+        }
+        let id = CommandId(self.next_id);
+        self.next_id += 1;
+        queue.queued.push_back(QueuedCommand {
+            id,
+            request,
+            origin,
+        });
+        self.refresh_sendable(broker);
+        true
+    }
+
+    /// A command of `origin` completed (done or not).
+    fn complete(&mut self, origin: Origin) {
+        if let Origin::Delivery(id) = origin {
+            if let Some(delivery) = self.deliveries.get_mut(&id) {
+                delivery.commands_left = delivery.commands_left.saturating_sub(1);
+                if delivery.commands_left == 0 {
+                    self.to_advance.push_back(id);
+                }
+            }
+        }
+    }
+
+    /// `broker` missed a command: empty its queue (those commands count as
+    /// completed) and resynchronise it on its next report. A resync under
+    /// way ends (its waiting reports are answered).
+    fn fail_queue(&mut self, broker: BrokerId) {
+        let Some(queue) = self.queues.get_mut(&broker) else {
+            return;
+        };
+        let flushed: Vec<QueuedCommand> = queue.queued.drain(..).collect();
+        let before = std::mem::replace(
+            &mut queue.resync,
+            ResyncState::Awaited {
+                after_failure: true,
+            },
+        );
+        for command in flushed {
+            self.complete(command.origin);
+        }
+        if let ResyncState::Running { waiters, .. } = before {
+            for token in waiters {
+                self.answers.push_back((token, Response::Done));
+            }
+        }
+    }
+
+    /// If `broker`'s resync has sent everything and nothing of it is in
+    /// flight, end it and answer the reports waiting for it.
+    fn check_resync(&mut self, broker: BrokerId) {
+        let Some(queue) = self.queues.get_mut(&broker) else {
+            return;
+        };
+        if !queue.resync_finished() {
+            return;
+        }
+        let ResyncState::Running {
+            complete, waiters, ..
+        } = std::mem::replace(&mut queue.resync, ResyncState::Synced)
+        else {
+            return;
+        };
+        if complete {
+            log::info!("broker {broker} resynchronised");
+        } else {
+            queue.resync = ResyncState::Awaited {
+                after_failure: false,
+            };
+        }
+        for token in waiters {
+            self.answers.push_back((token, Response::Done));
+        }
+    }
+
+    /// Advance every delivery whose step may have completed.
+    fn run_deliveries(&mut self) {
+        while let Some(id) = self.to_advance.pop_front() {
+            self.advance(id);
+        }
+    }
+
+    /// Move delivery `id` on through its steps while they complete at once
+    /// (see [`crate::delivery`]).
+    fn advance(&mut self, id: u64) {
+        loop {
+            let Some(delivery) = self.deliveries.get_mut(&id) else {
+                return;
+            };
+            if delivery.commands_left > 0 {
+                return;
+            }
+            if !delivery.drop && !delivery.seals_pending() {
+                let (topic, snapshot) = (delivery.topic.clone(), delivery.snapshot.clone());
+                let t = self.topic_deliveries.entry(topic).or_default();
+                let newer = t.safe.as_ref().is_none_or(|s| s.version < snapshot.version);
+                if snapshot.version >= t.floor && newer {
+                    t.safe = Some(snapshot);
+                }
+            }
+            let Some(delivery) = self.deliveries.get_mut(&id) else {
+                return;
+            };
+            if !delivery.released && delivery.releasable() {
+                delivery.released = true;
+                let (topic, gate) = (delivery.topic.clone(), delivery.gate);
+                self.release(id, &topic, gate);
+            }
+            let Some(delivery) = self.deliveries.get_mut(&id) else {
+                return;
+            };
+            let Some(step) = delivery.steps.pop_front() else {
+                self.deliveries.remove(&id);
+                return;
+            };
+            let topic = delivery.topic.clone();
+            let snapshot = delivery.snapshot.clone();
+            let mut told = std::mem::take(&mut delivery.told);
+            let request = if delivery.drop {
+                CommandRequest::DropTopic {
+                    topic: topic.to_string(),
+                }
+            } else {
+                CommandRequest::ApplyLayout {
+                    topic_json: snapshot.json.clone(),
+                }
+            };
+            let brokers = match step {
+                Step::Seal(b) | Step::SealAndOpen(b) | Step::Open(b) => b,
+                Step::InformOthers => self.live_brokers(),
+                // Every broker that may hold a layout of it, not only the
+                // owners of its open segments: informed brokers hold one
+                // too, and one left in place could make a broker ignore the
+                // layouts of a topic created again under the name.
+                Step::Drop(mut b) => {
+                    b.extend(self.live_brokers());
+                    b.extend(
+                        self.queues
+                            .iter()
+                            .filter(|(_, q)| q.layouts_due.contains_key(&topic))
+                            .map(|(id, _)| *id),
+                    );
+                    b
+                }
+            };
+            let mut queued = 0;
+            for broker in brokers {
+                if told.contains(&broker) {
+                    continue;
+                }
+                told.push(broker);
+                if self.enqueue(
+                    broker,
+                    request.clone(),
+                    &topic,
+                    &snapshot,
+                    Origin::Delivery(id),
+                ) {
+                    queued += 1;
+                }
+            }
+            if let Some(delivery) = self.deliveries.get_mut(&id) {
+                delivery.told = told;
+                delivery.commands_left += queued;
+            }
+        }
+    }
+
+    /// Delivery `id` of `topic` is released: answer what waited for it and
+    /// start the topic's next delivery.
+    fn release(&mut self, id: u64, topic: &TopicName, gate: Option<u64>) {
+        if let Some(gate_id) = gate {
+            if let Some(g) = self.gates.get_mut(&gate_id) {
+                g.deliveries_left = g.deliveries_left.saturating_sub(1);
+                if g.deliveries_left == 0 {
+                    self.close_gate(gate_id);
+                }
+            }
+        }
+        if let Some(t) = self.topic_deliveries.get_mut(topic) {
+            t.queue.retain(|d| *d != id);
+            if let Some(next) = t.queue.front() {
+                self.to_advance.push_back(*next);
+            }
+        }
+    }
+
+    /// A gate for `token`'s answer, to be given with
+    /// [`set_gate_answer`](Self::set_gate_answer).
+    fn open_gate(&mut self, token: AnswerToken) -> u64 {
+        let id = self.next_id();
+        self.gates.insert(
+            id,
+            Gate {
+                token,
+                answer: None,
+                deliveries_left: 0,
+            },
+        );
+        id
+    }
+
+    /// The answer of gate `id`, sent once its deliveries are released (at
+    /// once if it has none).
+    fn set_gate_answer(&mut self, id: u64, answer: Response<'static>) {
+        if let Some(gate) = self.gates.get_mut(&id) {
+            gate.answer = Some(answer);
+        }
+        self.close_gate(id);
+    }
+
+    fn close_gate(&mut self, id: u64) {
+        let ready = self
+            .gates
+            .get(&id)
+            .is_some_and(|g| g.deliveries_left == 0 && g.answer.is_some());
+        if !ready {
+            return;
+        }
+        if let Some(Gate {
+            token,
+            answer: Some(answer),
+            ..
+        }) = self.gates.remove(&id)
+        {
+            self.answers.push_back((token, answer));
+        }
+    }
+
+    /// Queue the delivery of `action`, the topic standing as `snapshot`
+    /// right after it; `gate` waits for its release.
+    fn deliver(&mut self, action: &Action, snapshot: Snapshot, gate: Option<u64>) {
+        let id = self.next_id();
+        if let Some(g) = gate.and_then(|g| self.gates.get_mut(&g)) {
+            g.deliveries_left += 1;
+        }
+        let delivery = Delivery::new(action, snapshot, gate);
+        let t = self
+            .topic_deliveries
+            .entry(delivery.topic.clone())
+            .or_default();
+        t.queue.push_back(id);
+        if t.queue.len() == 1 {
+            self.to_advance.push_back(id);
+        }
+        self.deliveries.insert(id, delivery);
+    }
+
+    /// Forget brokers that are no longer members and have nothing queued
+    /// or in flight (a leaving broker's seals are sent first).
+    fn forget_departed(&mut self) {
+        let departed: Vec<BrokerId> = self
+            .queues
+            .iter()
+            .filter(|(id, q)| !self.cluster.membership().is_live(**id) && q.is_idle())
+            .map(|(id, _)| *id)
+            .collect();
+        for broker in departed {
+            if let Some(queue) = self.queues.remove(&broker) {
+                if !queue.layouts_due.is_empty() || !queue.drops_due.is_empty() {
+                    let due = DepartedDue {
+                        layouts: queue.layouts_due,
+                        drops: queue.drops_due,
+                    };
+                    self.departed_due.insert(broker, due);
+                }
+                if let ResyncState::Running { waiters, .. } = queue.resync {
+                    for token in waiters {
+                        self.answers.push_back((token, Response::Done));
+                    }
+                }
+            }
+            self.addresses.remove(&broker);
+            self.sendable.remove(&broker);
+        }
+    }
+
+    /// Keep what departed brokers were due consistent with the topics: a
+    /// layout of a topic gone (deleted, or one of a name deleted since)
+    /// becomes a drop due. A layout the topic's safe one caught up with is
+    /// kept too: the broker may still hold it, and a resync sends the newer
+    /// of the two anyway.
+    fn prune_departed_due(&mut self) {
+        let topic_deliveries = &self.topic_deliveries;
+        for due in self.departed_due.values_mut() {
+            let gone: Vec<TopicName> = due
+                .layouts
+                .iter()
+                .filter(|(name, snapshot)| {
+                    topic_deliveries
+                        .get(*name)
+                        .is_none_or(|t| snapshot.version < t.floor)
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in gone {
+                due.layouts.remove(&name);
+                due.drops.insert(name);
+            }
+        }
+        self.departed_due
+            .retain(|_, due| !due.layouts.is_empty() || !due.drops.is_empty());
+    }
+
+    /// Refuse a change while too many are being carried out.
+    fn room_for_a_change(&self) -> Result<(), (ErrorCode, String)> {
+        if self.deliveries.len() >= DELIVERIES_PENDING_MAX {
+            return Err((
+                ErrorCode::Busy,
+                format!(
+                    "{} changes are still being carried out on brokers; try again",
+                    self.deliveries.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Carry out actions the core returned, in order (see the module docs);
+    /// `gate` waits for them all. Failures are logged; the brokers
+    /// concerned are marked for resync.
+    fn execute_all(&mut self, actions: &[Action], gate: Option<u64>) {
         let states = states_after(&self.cluster, actions);
         for (action, state) in actions.iter().zip(states) {
-            if let Err(e) = self.execute(action, state.as_ref()) {
+            if let Err(e) = self.execute(action, state.as_ref(), gate) {
                 log::error!("carrying out {action:?}: {e}");
             }
         }
@@ -209,11 +909,13 @@ impl ClusterService {
     fn try_handle(
         &mut self,
         now_ms: u64,
+        token: AnswerToken,
         request: Request<'static>,
-    ) -> Result<Handled, (ErrorCode, String)> {
+    ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
         let answer = match request {
             Request::CreateTopic { topic, segments } => {
                 let name = parse_name(&topic)?;
+                self.room_for_a_change()?;
                 let action = self
                     .cluster
                     .create_topic(now_ms, &name, segments, None)
@@ -234,14 +936,19 @@ impl ClusterService {
                     let _ = self.cluster.delete_topic(now_ms, &name);
                     return Err(error_answer(e));
                 }
-                self.send_commands(&action, &self.topic_json(&name));
-                Response::Topic(self.describe(now_ms, &name)?)
+                let answer = Response::Topic(self.describe(now_ms, &name)?);
+                let gate = self.open_gate(token);
+                let snapshot = self.snapshot(&name);
+                self.deliver(&action, snapshot, Some(gate));
+                self.set_gate_answer(gate, answer);
+                return Ok(None);
             }
             Request::DeleteTopic { topic } => {
                 let name = parse_name(&topic)?;
                 if self.cluster.topic(&name).is_none() {
                     return Err(error_answer(ControlError::TopicNotFound(name.to_string())));
                 }
+                self.room_for_a_change()?;
                 let prefix = filer_layout::topic_prefix(&name);
                 let commit = filer_layout::topic_file(&name);
                 self.filer.delete(&commit).map_err(filer_answer)?;
@@ -255,8 +962,11 @@ impl ClusterService {
                     // created again.
                     log::warn!("clearing the files of deleted topic {name}: {e}");
                 }
-                self.send_commands(&action, &[]);
-                Response::Done
+                let gate = self.open_gate(token);
+                // A delete has nothing to persist: this cannot fail.
+                let _ = self.execute(&action, None, Some(gate));
+                self.set_gate_answer(gate, Response::Done);
+                return Ok(None);
             }
             Request::ListTopics => Response::TopicList {
                 topics: self
@@ -274,27 +984,30 @@ impl ClusterService {
                 pieces,
             } => {
                 let name = parse_name(&topic)?;
+                self.room_for_a_change()?;
                 let action = self
                     .cluster
                     .split_segment(now_ms, &name, SegmentId(segment), pieces)
                     .map_err(error_answer)?;
-                self.change_answer(now_ms, &name, &action)?
+                return self.change_answer(now_ms, token, &name, &action);
             }
             Request::MergeSegments { topic, a, b } => {
                 let name = parse_name(&topic)?;
+                self.room_for_a_change()?;
                 let action = self
                     .cluster
                     .merge_segments(now_ms, &name, SegmentId(a), SegmentId(b))
                     .map_err(error_answer)?;
-                self.change_answer(now_ms, &name, &action)?
+                return self.change_answer(now_ms, token, &name, &action);
             }
             Request::MoveSegment { topic, segment, to } => {
                 let name = parse_name(&topic)?;
+                self.room_for_a_change()?;
                 let action = self
                     .cluster
                     .move_segment(now_ms, &name, SegmentId(segment), to.map(BrokerId))
                     .map_err(error_answer)?;
-                self.change_answer(now_ms, &name, &action)?
+                return self.change_answer(now_ms, token, &name, &action);
             }
             Request::SetPolicy { topic, policy } => {
                 let name = parse_name(&topic)?;
@@ -328,6 +1041,7 @@ impl ClusterService {
             } => {
                 return self.register(
                     now_ms,
+                    token,
                     id,
                     shards,
                     capacity_bytes_per_s,
@@ -335,8 +1049,7 @@ impl ClusterService {
                 )
             }
             Request::LoadReport { broker, segments } => {
-                self.load_report(now_ms, BrokerId(broker), &segments)?;
-                Response::Done
+                return self.load_report(now_ms, token, BrokerId(broker), &segments)
             }
             Request::LeaveBroker { broker } => {
                 let id = BrokerId(broker);
@@ -344,24 +1057,27 @@ impl ClusterService {
                     ControlError::BrokerNotFound(_) => not_registered(id),
                     e => error_answer(e),
                 })?;
-                self.execute_all(&actions);
-                self.addresses.remove(&id);
-                self.needs_resync.remove(&id);
-                Response::Done
+                // Answered once its seals (and the successors' opens) are
+                // done; its queue and address go when they are sent.
+                let gate = self.open_gate(token);
+                self.execute_all(&actions, Some(gate));
+                self.set_gate_answer(gate, Response::Done);
+                return Ok(None);
             }
             other => return Err(not_served(&other)),
         };
-        Ok(answer.into())
+        Ok(Some(answer))
     }
 
     fn register(
         &mut self,
         now_ms: u64,
+        token: AnswerToken,
         id: Option<u32>,
         shards: Vec<ShardAddress>,
         capacity_bytes_per_s: u64,
         capacity_records_per_s: u64,
-    ) -> Result<Handled, (ErrorCode, String)> {
+    ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
         let id = match id {
             Some(id) => id,
             None => {
@@ -386,25 +1102,49 @@ impl ClusterService {
             .cluster
             .handle_register(now_ms, info)
             .map_err(error_answer)?;
+        let broker = BrokerId(id);
         self.broker_id_max = self.broker_id_max.max(Some(id));
-        self.addresses.insert(BrokerId(id), shards);
-        self.needs_resync.insert(BrokerId(id));
+        self.addresses.insert(broker, shards);
+        let departed_due = self.departed_due.remove(&broker);
+        let queue = self.queues.entry(broker).or_insert_with(|| {
+            let mut queue = BrokerQueue::registered();
+            let due = departed_due.unwrap_or_default();
+            queue.layouts_due = due.layouts;
+            queue.drops_due = due.drops;
+            queue
+        });
+        let before = std::mem::replace(
+            &mut queue.resync,
+            ResyncState::Awaited {
+                after_failure: false,
+            },
+        );
+        if let ResyncState::Running { waiters, .. } = before {
+            for waiter in waiters {
+                self.answers.push_back((waiter, Response::Done));
+            }
+        }
         log::info!("broker {id} registered");
-        Ok(Handled {
-            answer: Response::Registered {
+        // The broker learns its id and filer before it is told to open
+        // anything: the answer goes out ahead of the commands below.
+        self.answers.push_back((
+            token,
+            Response::Registered {
                 id,
                 filer: self.filer_location.clone(),
             },
-            after: actions,
-        })
+        ));
+        self.execute_all(&actions, None);
+        Ok(None)
     }
 
     fn load_report(
         &mut self,
         now_ms: u64,
+        token: AnswerToken,
         broker: BrokerId,
         segments: &[SegmentLoadReport],
-    ) -> Result<(), (ErrorCode, String)> {
+    ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
         let mut loads = Vec::with_capacity(segments.len());
         for report in segments {
             // A name that does not parse names no topic: nothing to record.
@@ -434,130 +1174,124 @@ impl ClusterService {
                 ControlError::BrokerNotFound(_) => not_registered(broker),
                 e => error_answer(e),
             })?;
-        if self.needs_resync.contains(&broker) {
-            self.resync(broker);
-        }
-        Ok(())
-    }
-
-    /// Send `broker` the layout of every topic, in name order; clear its
-    /// flag if every one was done.
-    fn resync(&mut self, broker: BrokerId) {
-        let Some(address) = self.command_address(broker) else {
-            return;
+        let Some(queue) = self.queues.get_mut(&broker) else {
+            return Ok(Some(Response::Done));
         };
-        let mut all_done = true;
-        for topic in self.cluster.topics() {
-            if self.unpersisted.contains(topic.name()) {
-                all_done = false;
-                continue;
-            }
-            let json = topic.to_json_bytes();
-            if let Err(e) = self
-                .link
-                .command(&address, &Request::ApplyLayout { topic_json: &json })
-            {
-                log::warn!("resync of broker {broker}: topic {}: {e}", topic.name());
-                all_done = false;
-                break;
+        let names: BTreeSet<TopicName> = self
+            .cluster
+            .topics()
+            .map(|t| t.name().clone())
+            .chain(queue.drops_due.iter().cloned())
+            .collect();
+        let topics: VecDeque<(TopicName, bool)> = names
+            .into_iter()
+            .map(|name| {
+                let drop_first = queue.drops_due.contains(&name);
+                (name, drop_first)
+            })
+            .collect();
+        match &mut queue.resync {
+            ResyncState::Synced => return Ok(Some(Response::Done)),
+            ResyncState::Running { waiters, .. } => waiters.push(token),
+            ResyncState::Awaited { .. } => {
+                // Answered once every topic's layout was sent and done (or
+                // a command failed).
+                queue.resync = ResyncState::Running {
+                    topics,
+                    complete: true,
+                    waiters: vec![token],
+                };
             }
         }
-        if all_done {
-            self.needs_resync.remove(&broker);
-            log::info!("broker {broker} resynchronised");
-        }
+        self.refresh_sendable(broker);
+        self.check_resync(broker);
+        Ok(None)
     }
 
-    /// Persist the change an admin request made and tell brokers, then
-    /// describe the topic.
+    /// Persist the change an admin request made, queue its delivery, and
+    /// answer with the topic once it is released.
     fn change_answer(
         &mut self,
         now_ms: u64,
+        token: AnswerToken,
         name: &TopicName,
         action: &Action,
-    ) -> Result<Response<'static>, (ErrorCode, String)> {
+    ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
         let state = self.cluster.topic(name).cloned();
-        self.execute(action, state.as_ref()).map_err(error_answer)?;
-        Ok(Response::Topic(self.describe(now_ms, name)?))
+        let gate = self.open_gate(token);
+        if let Err(e) = self.execute(action, state.as_ref(), Some(gate)) {
+            self.gates.remove(&gate);
+            return Err(error_answer(e));
+        }
+        let answer = match self.describe(now_ms, name) {
+            Ok(info) => Response::Topic(info),
+            Err((code, message)) => Response::Error { code, message },
+        };
+        self.set_gate_answer(gate, answer);
+        Ok(None)
     }
 
     /// Carry out one action with `state` the topic as it stood right after
-    /// it (`None` for a delete).
-    fn execute(&mut self, action: &Action, state: Option<&Topic>) -> Result<(), ControlError> {
+    /// it (`None` for a delete): persist it, write seal markers, queue its
+    /// delivery.
+    fn execute(
+        &mut self,
+        action: &Action,
+        state: Option<&Topic>,
+        gate: Option<u64>,
+    ) -> Result<(), ControlError> {
         let Some(topic) = state else {
-            self.send_commands(action, &[]);
+            let version = self.next_id();
+            let snapshot = Snapshot {
+                version,
+                json: Arc::from(&[][..]),
+            };
+            if matches!(action, Action::DeleteTopic { .. }) {
+                let t = self
+                    .topic_deliveries
+                    .entry(action.topic().clone())
+                    .or_default();
+                t.safe = None;
+                t.floor = version;
+                let name = action.topic();
+                for due in self.departed_due.values_mut() {
+                    if due.layouts.remove(name).is_some() {
+                        due.drops.insert(name.clone());
+                    }
+                }
+            }
+            self.deliver(action, snapshot, gate);
             return Ok(());
         };
         if let Err(e) = self.persist(topic) {
             // Not committed: brokers are not told until it is; they learn
             // the layout by resync once it is persisted.
             self.unpersisted.insert(topic.name().clone());
-            for command in action.commands() {
-                if let Some(broker) = command_broker(&command) {
-                    self.needs_resync.insert(broker);
-                }
+            for broker in action_brokers(action) {
+                self.mark_behind(broker);
             }
             return Err(e);
         }
         for sealed in action.sealed() {
             if sealed.broker.is_none() {
-                self.write_seal_marker(topic.name(), sealed.segment, sealed.epoch)?;
+                if let Err(e) = self.write_seal_marker(topic.name(), sealed.segment, sealed.epoch) {
+                    // Readers wait for the marker; the layout still goes.
+                    log::error!("seal marker of {}/{}: {e}", topic.name(), sealed.segment.0);
+                }
             }
         }
-        self.send_commands(action, &topic.to_json_bytes());
+        let snapshot = Snapshot {
+            version: self.next_id(),
+            json: Arc::from(topic.to_json_bytes()),
+        };
+        self.deliver(action, snapshot, gate);
         Ok(())
     }
 
-    /// Send an action's commands: the layout once to each sealing broker,
-    /// waiting for each, then once to each opening broker not yet told;
-    /// `DropTopic` to each broker of a delete.
-    fn send_commands(&mut self, action: &Action, topic_json: &[u8]) {
-        let mut told: Vec<BrokerId> = Vec::new();
-        for command in action.commands() {
-            let Some(broker) = command_broker(&command) else {
-                continue;
-            };
-            if told.contains(&broker) {
-                continue;
-            }
-            told.push(broker);
-            let request = match &command {
-                BrokerCommand::DropTopic { topic, .. } => Request::DropTopic {
-                    topic: topic.to_string(),
-                },
-                _ => Request::ApplyLayout { topic_json },
-            };
-            self.tell(broker, &request, action.topic());
-        }
-        // Reads of a sealed segment go to any live broker (spread by id),
-        // so every other broker learns of a seal too: one with a stale
-        // layout would refuse the read as another broker's open segment.
-        let deleting = action
-            .commands()
-            .iter()
-            .any(|c| matches!(c, BrokerCommand::DropTopic { .. }));
-        if action.sealed().is_empty() || deleting {
-            return;
-        }
-        let layout = Request::ApplyLayout { topic_json };
-        for broker in self.live_brokers() {
-            if !told.contains(&broker) {
-                self.tell(broker, &layout, action.topic());
-            }
-        }
-    }
-
-    /// Send `request` about `topic` to `broker`; one that cannot be
-    /// reached is resynchronised when it next reports.
-    fn tell(&mut self, broker: BrokerId, request: &Request<'_>, topic: &TopicName) {
-        let Some(address) = self.command_address(broker) else {
-            log::warn!("no address for broker {broker}; it is resynchronised when it reports");
-            self.needs_resync.insert(broker);
-            return;
-        };
-        if let Err(e) = self.link.command(&address, request) {
-            log::warn!("command to broker {broker} for topic {topic}: {e}");
-            self.needs_resync.insert(broker);
+    /// `broker` missed a change: resynchronise it on its next report.
+    fn mark_behind(&mut self, broker: BrokerId) {
+        if self.queues.contains_key(&broker) {
+            self.fail_queue(broker);
         }
     }
 
@@ -763,13 +1497,16 @@ fn undo(topic: &mut Topic, action: &Action) {
     }
 }
 
-fn command_broker(command: &BrokerCommand) -> Option<BrokerId> {
-    match command {
-        BrokerCommand::Seal { broker, .. } | BrokerCommand::DropTopic { broker, .. } => {
-            Some(*broker)
-        }
-        BrokerCommand::Open { segment, .. } => Some(segment.broker),
-    }
+/// Every broker an action's commands go to.
+fn action_brokers(action: &Action) -> Vec<BrokerId> {
+    action
+        .commands()
+        .iter()
+        .map(|command| match command {
+            BrokerCommand::Seal { broker, .. } | BrokerCommand::DropTopic { broker, .. } => *broker,
+            BrokerCommand::Open { segment, .. } => segment.broker,
+        })
+        .collect()
 }
 
 fn permille(utilization: f64) -> u32 {
@@ -870,6 +1607,164 @@ mod tests {
         let mut undone = after_split;
         undo(&mut undone, &split);
         assert_eq!(undone, before);
+    }
+
+    /// A service over a fresh filer with brokers 0 and 1 registered, and
+    /// what its commands were (all answered done until `fail` says no).
+    struct Harness {
+        _dir: tempfile::TempDir,
+        service: ClusterService,
+        now_ms: u64,
+        token: AnswerToken,
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            let dir = tempfile::tempdir().unwrap();
+            let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
+            let service =
+                ClusterService::open(filer, "file:///t".into(), ClusterConfig::default(), 5_000)
+                    .unwrap();
+            let mut h = Harness {
+                _dir: dir,
+                service,
+                now_ms: 1_000,
+                token: 0,
+            };
+            for id in 0..2 {
+                h.ask(Request::RegisterBroker {
+                    id: Some(id),
+                    shards: vec![ShardAddress {
+                        tcp: format!("b{id}:0"),
+                        quic: String::new(),
+                    }],
+                    capacity_bytes_per_s: 1_000,
+                    capacity_records_per_s: 1_000,
+                });
+            }
+            h
+        }
+
+        fn ask(&mut self, request: Request<'static>) -> Vec<(BrokerId, CommandRequest)> {
+            self.token += 1;
+            self.service
+                .handle_request(self.now_ms, self.token, request);
+            self.run(|_, _| true)
+        }
+
+        /// Send every command, each done if `ok` says so; what was sent.
+        fn run(
+            &mut self,
+            mut ok: impl FnMut(BrokerId, &CommandRequest) -> bool,
+        ) -> Vec<(BrokerId, CommandRequest)> {
+            let mut sent = Vec::new();
+            while let Some(command) = self.service.poll_command() {
+                let result = if ok(command.broker, &command.request) {
+                    Ok(())
+                } else {
+                    Err("lost".to_owned())
+                };
+                self.service
+                    .handle_command_done(self.now_ms, command.broker, command.id, result);
+                sent.push((command.broker, command.request));
+            }
+            while self.service.poll_answer().is_some() {}
+            sent
+        }
+    }
+
+    fn drops(sent: &[(BrokerId, CommandRequest)]) -> Vec<BrokerId> {
+        sent.iter()
+            .filter(|(_, c)| matches!(c, CommandRequest::DropTopic { .. }))
+            .map(|(b, _)| *b)
+            .collect()
+    }
+
+    /// A broker ignores a layout with fewer segments than the one it holds,
+    /// whatever its creation time: one that kept the layout of a deleted
+    /// topic would ignore every layout of the topic created again, so the
+    /// delete must reach every broker that holds one, not only the owners
+    /// of its open segments.
+    #[test]
+    fn a_delete_drops_the_topic_on_brokers_that_only_hold_its_layout() {
+        let mut h = Harness::new();
+        h.ask(Request::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 1,
+        });
+        let owner = h
+            .service
+            .cluster()
+            .topic(&TopicName::parse("ns/t").unwrap())
+            .unwrap()
+            .segments()[0]
+            .broker
+            .unwrap();
+        let sent = h.ask(Request::MoveSegment {
+            topic: "ns/t".into(),
+            segment: 0,
+            to: None,
+        });
+        assert!(sent.iter().any(|(b, _)| *b == owner), "{sent:?}");
+        // The former owner holds the layout, with no open segment of it.
+        let sent = h.ask(Request::DeleteTopic {
+            topic: "ns/t".into(),
+        });
+        let mut dropped = drops(&sent);
+        dropped.sort();
+        assert_eq!(dropped, [BrokerId(0), BrokerId(1)]);
+    }
+
+    /// A drop that failed is sent again by the broker's resync, before the
+    /// layout of a topic created again under the name.
+    #[test]
+    fn a_resync_sends_a_failed_drop_before_the_layout() {
+        let mut h = Harness::new();
+        h.ask(Request::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 2,
+        });
+        h.token += 1;
+        h.service.handle_request(
+            h.now_ms,
+            h.token,
+            Request::DeleteTopic {
+                topic: "ns/t".into(),
+            },
+        );
+        let sent = h.run(|b, _| b != BrokerId(0));
+        assert!(drops(&sent).contains(&BrokerId(0)));
+        assert!(h.service.needs_resync(BrokerId(0)));
+        h.ask(Request::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 1,
+        });
+        let sent = h.ask(Request::LoadReport {
+            broker: 0,
+            segments: Vec::new(),
+        });
+        let to_b0: Vec<&CommandRequest> = sent
+            .iter()
+            .filter(|(b, _)| *b == BrokerId(0))
+            .map(|(_, c)| c)
+            .collect();
+        assert!(
+            matches!(
+                to_b0.as_slice(),
+                [
+                    CommandRequest::DropTopic { .. },
+                    CommandRequest::ApplyLayout { .. }
+                ]
+            ),
+            "{to_b0:?}"
+        );
+        assert!(!h.service.needs_resync(BrokerId(0)));
+        // Done: the next resync has nothing to drop.
+        assert!(h
+            .service
+            .queues
+            .get(&BrokerId(0))
+            .is_some_and(|q| q.drops_due.is_empty()));
     }
 
     #[test]

@@ -1,8 +1,20 @@
 //! [`ControlServer`]: the control-plane process. A TCP listener, one
-//! thread per connection, and one driver thread that owns the
-//! [`ClusterService`] (and so the [`Cluster`](crate::Cluster)); connection
-//! threads hand it requests over a bounded channel and wait for the answer.
-//! The driver also ticks the core every `tick_ms`.
+//! thread per connection, one driver thread that owns the
+//! [`ClusterService`] state machine (and so the
+//! [`Cluster`](crate::Cluster)), and one sender thread per broker with
+//! commands to take.
+//!
+//! The driver waits on one bounded channel ([`REQUESTS_QUEUED_MAX`]) of
+//! inputs: requests from connection threads (each waits for its answer),
+//! command results from sender threads, and stop; it wakes at the next tick
+//! (every `tick_ms`) if nothing comes. After each input it hands out the
+//! answers the state machine has, then its commands, each to its broker's
+//! sender thread. A sender thread makes the blocking [`BrokerLink`] call
+//! and posts the result back; the state machine keeps at most one command
+//! in flight per broker, so a sender's channel (room for one) never fills
+//! and the driver never blocks on a broker. A sender is started when its
+//! broker first has a command and ends once the state machine has
+//! forgotten the broker (it left or died and its queue drained).
 //!
 //! Connection threads decode and check every frame before anything uses
 //! it: a frame whose payload fails its checksum or does not decode gets an
@@ -23,14 +35,25 @@ use filer::{Filer, FilerUrl, LocalFiler};
 use wire::{ErrorCode, Request, Response};
 
 use crate::broker_link::BrokerLink;
-use crate::cluster_service::{control_request, ClusterService, Handled};
+use crate::cluster_service::{
+    control_request, AnswerToken, ClusterService, CommandId, OutgoingCommand,
+};
 use crate::frame_stream::{read_frame, FrameReadError};
-use crate::{ClusterConfig, ControlError, RebalancePolicy};
+use crate::{BrokerId, ClusterConfig, ControlError, RebalancePolicy, BROKERS_MAX};
 
 /// Most connections served at once; more are answered `Busy` and closed.
 pub const CONNECTIONS_MAX: usize = 1024;
-/// Most requests waiting for the driver; connection threads wait beyond it.
+/// Most inputs (requests, command results) waiting for the driver;
+/// connection and sender threads wait beyond it.
 pub const REQUESTS_QUEUED_MAX: usize = 1024;
+/// Most sender threads at once: one per broker the state machine has a
+/// queue for (live brokers, and departed ones whose last commands are
+/// still going out). A command for one more broker fails (that broker is
+/// resynchronised).
+pub const SENDERS_MAX: usize = BROKERS_MAX + 1024;
+/// How much longer than the link's own limit the state machine waits for a
+/// command's result before it counts it as failed.
+const COMMAND_RESULT_SLACK_MS: u64 = 1_000;
 
 /// How to run the control plane.
 #[derive(Debug, Clone)]
@@ -113,12 +136,17 @@ pub enum ControlServerError {
     },
 }
 
-/// What connection threads (and `stop`) send the driver.
+/// What connection threads, sender threads and `stop` send the driver.
 #[derive(Debug)]
 enum DriverInput {
     Request {
         request: Request<'static>,
         reply: SyncSender<Response<'static>>,
+    },
+    CommandDone {
+        broker: BrokerId,
+        id: CommandId,
+        result: Result<(), String>,
     },
     Stop,
 }
@@ -163,6 +191,9 @@ impl ControlServer {
                 }
             }
         };
+        let link = config.link;
+        let command_time_max_ms =
+            u64::try_from(link.command_time_max().as_millis()).unwrap_or(u64::MAX);
         let service = ClusterService::open(
             filer,
             url.to_string(),
@@ -170,7 +201,7 @@ impl ControlServer {
                 broker_silence_ms: config.broker_silence_ms,
                 rebalance: config.rebalance,
             },
-            config.link,
+            command_time_max_ms.saturating_add(COMMAND_RESULT_SLACK_MS),
         )?;
         let listener =
             TcpListener::bind(config.listen).map_err(io("listen on", config.listen.to_string()))?;
@@ -180,9 +211,18 @@ impl ControlServer {
 
         let (driver, inputs) = sync_channel(REQUESTS_QUEUED_MAX);
         let tick = Duration::from_millis(config.tick_ms);
+        let driver_loop = Driver {
+            service,
+            inputs,
+            results: driver.clone(),
+            link,
+            waiting: HashMap::new(),
+            next_token: 0,
+            senders: HashMap::new(),
+        };
         let driver_thread = std::thread::Builder::new()
             .name("kelp-control-driver".to_owned())
-            .spawn(move || drive(service, inputs, tick))
+            .spawn(move || driver_loop.run(tick))
             .map_err(|source| ControlServerError::Thread {
                 name: "driver",
                 source,
@@ -270,26 +310,120 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The driver loop: requests as they come, a tick every `tick`.
-fn drive(mut service: ClusterService, inputs: Receiver<DriverInput>, tick: Duration) {
-    let mut next_tick = Instant::now() + tick;
-    loop {
-        let wait = next_tick.saturating_duration_since(Instant::now());
-        match inputs.recv_timeout(wait) {
-            Ok(DriverInput::Request { request, reply }) => {
-                let Handled { answer, after } = service.handle(now_ms(), request);
-                // The asker may have gone; the change stands regardless.
-                let _ = reply.send(answer);
-                service.execute_all(&after);
+/// The driver thread's state (see the module docs).
+struct Driver {
+    service: ClusterService,
+    inputs: Receiver<DriverInput>,
+    /// Where sender threads post results (the same channel as `inputs`).
+    results: SyncSender<DriverInput>,
+    link: BrokerLink,
+    /// Connection threads waiting for an answer, by token.
+    waiting: HashMap<AnswerToken, SyncSender<Response<'static>>>,
+    next_token: AnswerToken,
+    /// Each broker's sender thread, by the channel that feeds it.
+    senders: HashMap<BrokerId, SyncSender<OutgoingCommand>>,
+}
+
+impl Driver {
+    /// Inputs as they come, a tick every `tick`, outputs after each.
+    fn run(mut self, tick: Duration) {
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match self.inputs.recv_timeout(wait) {
+                Ok(DriverInput::Request { request, reply }) => {
+                    let token = self.next_token;
+                    self.next_token = self.next_token.wrapping_add(1);
+                    self.waiting.insert(token, reply);
+                    self.service.handle_request(now_ms(), token, request);
+                }
+                Ok(DriverInput::CommandDone { broker, id, result }) => {
+                    self.service
+                        .handle_command_done(now_ms(), broker, id, result);
+                }
+                Ok(DriverInput::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {}
             }
-            Ok(DriverInput::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-            Err(RecvTimeoutError::Timeout) => {}
-        }
-        if Instant::now() >= next_tick {
-            service.tick(now_ms());
-            next_tick = Instant::now() + tick;
+            if Instant::now() >= next_tick {
+                self.service.handle_tick(now_ms());
+                next_tick = Instant::now() + tick;
+            }
+            self.transmit();
         }
     }
+
+    /// Hand out every answer, then every command (a command that cannot be
+    /// handed to a sender fails at once, which may answer more).
+    fn transmit(&mut self) {
+        loop {
+            while let Some((token, answer)) = self.service.poll_answer() {
+                if let Some(reply) = self.waiting.remove(&token) {
+                    // Room for one, and only this answer goes there; the
+                    // asker may have gone: the change stands regardless.
+                    let _ = reply.try_send(answer);
+                }
+            }
+            let Some(command) = self.service.poll_command() else {
+                break;
+            };
+            let (broker, id) = (command.broker, command.id);
+            if let Err(e) = self.hand_to_sender(command) {
+                self.senders.remove(&broker);
+                self.service
+                    .handle_command_done(now_ms(), broker, id, Err(e));
+            }
+        }
+        let service = &self.service;
+        self.senders
+            .retain(|broker, _| service.has_broker_queue(*broker));
+    }
+
+    fn hand_to_sender(&mut self, command: OutgoingCommand) -> Result<(), String> {
+        let broker = command.broker;
+        if !self.senders.contains_key(&broker) {
+            if self.senders.len() >= SENDERS_MAX {
+                return Err(format!("{SENDERS_MAX} sender threads already"));
+            }
+            let sender = spawn_sender(broker, self.link, self.results.clone())
+                .map_err(|e| format!("starting a sender thread: {e}"))?;
+            self.senders.insert(broker, sender);
+        }
+        let Some(sender) = self.senders.get(&broker) else {
+            return Err("no sender thread".to_owned());
+        };
+        sender
+            .try_send(command)
+            .map_err(|e| format!("the sender thread did not take the command: {e}"))
+    }
+}
+
+/// A thread that sends `broker` the commands it is handed, one at a time,
+/// and posts each result to `results`; it ends when its channel closes.
+fn spawn_sender(
+    broker: BrokerId,
+    link: BrokerLink,
+    results: SyncSender<DriverInput>,
+) -> std::io::Result<SyncSender<OutgoingCommand>> {
+    // One in flight per broker: room for one is all it ever needs.
+    let (sender, commands) = sync_channel::<OutgoingCommand>(1);
+    std::thread::Builder::new()
+        .name(format!("kelp-control-send-{}", broker.0))
+        .spawn(move || {
+            for command in commands {
+                let result = link
+                    .command(&command.address, &command.request.to_request())
+                    .map_err(|e| e.to_string());
+                let done = DriverInput::CommandDone {
+                    broker,
+                    id: command.id,
+                    result,
+                };
+                if results.send(done).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(sender)
 }
 
 struct Acceptor {

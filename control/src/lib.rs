@@ -18,20 +18,24 @@
 //! The control-plane process around [`Cluster`] (`kelp control`, and the
 //! one a lone `kelp serve` runs in-process) is
 //! [`ControlServer`]: a TCP listener with a thread per connection
-//! ([`control_server`]), one driver thread owning the core
-//! ([`cluster_service`]: persistence, command delivery, resync), and a
-//! blocking client for commands to brokers ([`broker_link`]). These use
-//! `std::net` and threads; the core modules above do no I/O. Nothing in
-//! this crate depends on glommio, quinn or tokio.
+//! ([`control_server`]), one driver thread owning [`ClusterService`]
+//! ([`cluster_service`]: a sans-IO state machine around the core that
+//! persists topics, orders and queues commands for brokers, and resyncs
+//! them), one sender thread per broker, and a blocking client for commands
+//! to brokers ([`broker_link`]). Only `control_server` and `broker_link`
+//! use `std::net` and threads; `cluster_service` calls the filer and
+//! nothing else. Nothing in this crate depends on glommio, quinn or tokio.
 //!
 //! The policies and the actions are described in `docs/control-plane.md`.
 
 mod action;
 mod broker;
 pub mod broker_link;
+mod broker_queue;
 mod cluster;
 pub mod cluster_service;
 pub mod control_server;
+mod delivery;
 mod error;
 pub mod filer_layout;
 pub mod frame_stream;

@@ -609,3 +609,673 @@ fn the_same_seed_gives_the_same_run() {
     assert_eq!(trace(7), trace(7));
     assert_ne!(trace(7).0, trace(8).0);
 }
+
+/// The state machine around the core, [`kelp_control::ClusterService`],
+/// driven on a simulated clock against simulated brokers over a network
+/// that delays command results, loses commands (a lost command times out:
+/// its result is an error) and loses answers (applied, but the result is
+/// an error), while brokers stall (silent, every command to them lost),
+/// die of it and come back. Admin requests come all along. Checked after
+/// every input:
+///
+/// - no broker has a segment of its own open whose predecessor is still
+///   open on the broker that owned it, unless that broker missed a command
+///   (it is due a resync) or is gone;
+/// - no broker goes back to an older layout of a topic that it then holds
+///   (a segment it saw sealed is never open again, and a topic deleted and
+///   created again never makes it take the older creation's layout back).
+///   Like a real broker (`layout_age` in `engine/src/shard.rs`), a
+///   simulated one ignores a layout with fewer segments, or as many with
+///   fewer sealed, than the one it holds: an older layout may still arrive
+///   after a newer one (a resync sends the newest ahead of what is queued),
+///   and is harmless;
+/// - every request gets exactly one answer, and read-only ones at once.
+///
+/// After a final quiet period (no losses, nobody stalled): every request
+/// was answered, nothing is being carried out, no broker is due a resync,
+/// and every broker that holds a topic holds its current layout.
+mod service_sim {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Arc;
+
+    use kelp_control::cluster_service::{AnswerToken, CommandId, CommandRequest};
+    use kelp_control::{
+        BrokerId, ClusterConfig, ClusterService, SegmentId, SegmentState, Topic, TopicName,
+    };
+    use wire::message::ShardAddress;
+    use wire::{ErrorCode, Request, Response};
+
+    const STEP_MS: u64 = 100;
+    const TICK_MS: u64 = 1_000;
+    const REPORT_MS: u64 = 1_000;
+    const SILENCE_MS: u64 = 4_000;
+    /// The state machine's own limit on a command's result.
+    const COMMAND_TIMEOUT_MS: u64 = 5_000;
+    /// When a lost command's error comes back: mostly within the state
+    /// machine's limit, sometimes past it.
+    const LOST_AFTER_MS: std::ops::RangeInclusive<u64> = 500..=7_000;
+    const BROKERS: u32 = 4;
+    const NAMES: [&str; 4] = ["ns/a", "ns/b", "ns/c", "ns/d"];
+    /// After the faults end, how long the cluster has to settle: this,
+    /// plus [`SETTLE_PER_DELIVERY_MS`] per delivery still pending then
+    /// (at most three steps before its release, each result within 600 ms),
+    /// plus [`SETTLE_TAIL_MS`], which must also pass with nothing to do
+    /// before the checks.
+    const SETTLE_MS: u64 = 20_000;
+    const SETTLE_PER_DELIVERY_MS: u64 = 2_000;
+    const SETTLE_TAIL_MS: u64 = 10_000;
+
+    /// How a broker orders layouts of one topic, as `layout_age` in
+    /// `engine/src/shard.rs` does: segments are only ever added and sealed,
+    /// so a later layout has more of either; one that is less (fewer
+    /// segments, or as many with fewer sealed) is ignored.
+    fn layout_age(topic: &Topic) -> (usize, usize) {
+        let sealed = topic.segments().iter().filter(|s| !s.is_open()).count();
+        (topic.segments().len(), sealed)
+    }
+
+    #[derive(Debug)]
+    struct SimBroker {
+        applied: BTreeMap<TopicName, Topic>,
+        stalled: bool,
+        registered: bool,
+        /// The token of its registration or report waiting for an answer.
+        asking: Option<AnswerToken>,
+        next_report_ms: u64,
+        /// What happened to it lately, for a failure's message.
+        log: std::collections::VecDeque<String>,
+    }
+
+    fn describe(request: &CommandRequest) -> String {
+        match request {
+            CommandRequest::DropTopic { topic } => format!("drop {topic}"),
+            CommandRequest::ApplyLayout { topic_json } => {
+                let t = Topic::from_json_bytes(topic_json).unwrap();
+                let sealed: Vec<u32> = t
+                    .segments()
+                    .iter()
+                    .filter(|s| !s.is_open())
+                    .map(|s| s.id.0)
+                    .collect();
+                format!("layout {} sealed {sealed:?}", t.name())
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    struct Result_ {
+        at_ms: u64,
+        broker: BrokerId,
+        id: CommandId,
+        request: CommandRequest,
+        applied: bool,
+        ok: bool,
+    }
+
+    pub(super) struct ServiceSim {
+        rng: fastrand::Rng,
+        now_ms: u64,
+        service: ClusterService,
+        _dir: tempfile::TempDir,
+        brokers: BTreeMap<BrokerId, SimBroker>,
+        network: Vec<Result_>,
+        /// Requests asked and not answered: which broker asked (if one).
+        pending: BTreeMap<AnswerToken, Option<BrokerId>>,
+        next_token: AnswerToken,
+        /// When each broker was not a member (from, until): a segment
+        /// sealed then was sealed with nobody to tell.
+        away: BTreeMap<BrokerId, Vec<(u64, Option<u64>)>>,
+        losses: bool,
+        pub(super) answered_changes: u64,
+        pub(super) failed_commands: u64,
+        pub(super) resyncs: u64,
+        /// Layouts a broker ignored as older than the one it held.
+        pub(super) ignored_layouts: u64,
+    }
+
+    impl ServiceSim {
+        pub(super) fn new(seed: u64) -> ServiceSim {
+            let dir = tempfile::tempdir().unwrap();
+            let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
+            let config = ClusterConfig {
+                broker_silence_ms: SILENCE_MS,
+                rebalance: None,
+            };
+            let service =
+                ClusterService::open(filer, "file:///sim".into(), config, COMMAND_TIMEOUT_MS)
+                    .unwrap();
+            let brokers = (0..BROKERS)
+                .map(|id| {
+                    (
+                        BrokerId(id),
+                        SimBroker {
+                            applied: BTreeMap::new(),
+                            stalled: false,
+                            registered: false,
+                            asking: None,
+                            next_report_ms: 0,
+                            log: Default::default(),
+                        },
+                    )
+                })
+                .collect();
+            ServiceSim {
+                rng: fastrand::Rng::with_seed(seed),
+                now_ms: 1_000_000,
+                service,
+                _dir: dir,
+                brokers,
+                network: Vec::new(),
+                pending: BTreeMap::new(),
+                next_token: 0,
+                away: (0..BROKERS)
+                    .map(|id| (BrokerId(id), vec![(0, None)]))
+                    .collect(),
+                losses: true,
+                answered_changes: 0,
+                failed_commands: 0,
+                resyncs: 0,
+                ignored_layouts: 0,
+            }
+        }
+
+        fn ask(&mut self, from: Option<BrokerId>, request: Request<'static>) -> AnswerToken {
+            let token = self.next_token;
+            self.next_token += 1;
+            self.pending.insert(token, from);
+            let read_only = matches!(
+                request,
+                Request::DescribeTopic { .. } | Request::ListBrokers | Request::ListTopics
+            );
+            self.service.handle_request(self.now_ms, token, request);
+            self.outputs();
+            if read_only {
+                assert!(
+                    !self.pending.contains_key(&token),
+                    "a read-only request was not answered at once"
+                );
+            }
+            token
+        }
+
+        /// Drain answers and commands after an input; check the layouts.
+        fn outputs(&mut self) {
+            while let Some((token, answer)) = self.service.poll_answer() {
+                let from = self
+                    .pending
+                    .remove(&token)
+                    .unwrap_or_else(|| panic!("answer to {token}, not asked or answered twice"));
+                let Some(broker) = from else {
+                    if matches!(answer, Response::Topic(_) | Response::Done) {
+                        self.answered_changes += 1;
+                    }
+                    continue;
+                };
+                self.note(broker, format!("answered {:?}", answer.frame_type()));
+                let b = self.brokers.get_mut(&broker).unwrap();
+                b.asking = None;
+                match answer {
+                    Response::Registered { .. } => b.registered = true,
+                    Response::Error {
+                        code: ErrorCode::NotOwner,
+                        ..
+                    } => b.registered = false,
+                    _ => {}
+                }
+            }
+            while let Some(command) = self.service.poll_command() {
+                self.note(
+                    command.broker,
+                    format!("sent {} {}", command.id.0, describe(&command.request)),
+                );
+                let stalled = self.brokers[&command.broker].stalled;
+                let roll = self.rng.u32(0..100);
+                let (applied, ok, at_ms) = if stalled || (self.losses && roll < 8) {
+                    (false, false, self.now_ms + self.rng.u64(LOST_AFTER_MS))
+                } else if self.losses && roll < 14 {
+                    // Applied, the answer lost: its error comes before the
+                    // state machine gives up (the link's timeout is
+                    // shorter), so nothing it gave up on is applied later.
+                    let within = 500..=COMMAND_TIMEOUT_MS - 1;
+                    (true, false, self.now_ms + self.rng.u64(within))
+                } else {
+                    (true, true, self.now_ms + self.rng.u64(0..=600))
+                };
+                self.network.push(Result_ {
+                    at_ms,
+                    broker: command.broker,
+                    id: command.id,
+                    request: command.request,
+                    applied,
+                    ok,
+                });
+            }
+            self.note_membership();
+            self.check_layouts();
+        }
+
+        fn note(&mut self, broker: BrokerId, event: String) {
+            let now = self.now_ms;
+            let log = &mut self.brokers.get_mut(&broker).unwrap().log;
+            log.push_back(format!("{now}: {event}"));
+            if log.len() > 30 {
+                log.pop_front();
+            }
+        }
+
+        fn note_membership(&mut self) {
+            for (id, intervals) in &mut self.away {
+                let live = self.service.cluster().membership().is_live(*id);
+                match intervals.last_mut() {
+                    Some((_, until @ None)) if live => *until = Some(self.now_ms),
+                    Some((_, Some(_))) | None if !live => intervals.push((self.now_ms, None)),
+                    _ => {}
+                }
+            }
+        }
+
+        fn was_away(&self, broker: BrokerId, at_ms: u64) -> bool {
+            self.away.get(&broker).is_some_and(|intervals| {
+                intervals
+                    .iter()
+                    .any(|(from, until)| *from <= at_ms && until.is_none_or(|u| at_ms <= u))
+            })
+        }
+
+        fn apply(&mut self, broker: BrokerId, request: &CommandRequest) {
+            let b = self.brokers.get_mut(&broker).unwrap();
+            match request {
+                CommandRequest::DropTopic { topic } => {
+                    b.applied.remove(&TopicName::parse(topic).unwrap());
+                }
+                CommandRequest::ApplyLayout { topic_json } => {
+                    let topic = Topic::from_json_bytes(topic_json).unwrap();
+                    if let Some(old) = b.applied.get(topic.name()) {
+                        // The broker's own rule: an older layout is ignored,
+                        // so what it holds is what it acts on.
+                        if layout_age(&topic) < layout_age(old) {
+                            self.ignored_layouts += 1;
+                            b.log
+                                .push_back(format!("{}: ignored as older", self.now_ms));
+                            return;
+                        }
+                        assert!(
+                            topic.created_ms() >= old.created_ms(),
+                            "broker {broker}: took a layout of {} created at {} over one \
+                             created at {}",
+                            topic.name(),
+                            topic.created_ms(),
+                            old.created_ms()
+                        );
+                        if old.created_ms() == topic.created_ms() {
+                            for s in old.segments() {
+                                let now = topic.segment(s.id).map(|n| n.state);
+                                assert!(
+                                    s.state == SegmentState::Open
+                                        || now == Some(SegmentState::Sealed),
+                                    "broker {broker}: layout of {} went back: segment {} \
+                                     sealed, then {now:?}",
+                                    topic.name(),
+                                    s.id.0
+                                );
+                            }
+                        }
+                    }
+                    b.applied.insert(topic.name().clone(), topic);
+                }
+            }
+        }
+
+        fn check_layouts(&self) {
+            let membership = self.service.cluster().membership();
+            for (x, broker) in &self.brokers {
+                for (name, layout) in &broker.applied {
+                    // A deleted topic's layout is left where its drop did
+                    // not arrive (a resync sends only live topics): no
+                    // producer is routed to it.
+                    let current = self.service.cluster().topic(name);
+                    if current.is_none_or(|t| t.created_ms() != layout.created_ms()) {
+                        continue;
+                    }
+                    for s in layout.open_segments() {
+                        if s.broker != Some(*x) {
+                            continue;
+                        }
+                        for p in layout
+                            .segments()
+                            .iter()
+                            .filter(|p| p.successors.contains(&s.id))
+                        {
+                            let Some(y) = p.broker.filter(|y| y != x) else {
+                                continue;
+                            };
+                            let sealed_on_y = self.brokers.get(&y).and_then(|b| {
+                                b.applied
+                                    .get(name)
+                                    .filter(|t| t.created_ms() == layout.created_ms())
+                                    .and_then(|t| t.segment(p.id))
+                                    .map(|q| q.state == SegmentState::Sealed)
+                            });
+                            let excused = self.service.needs_resync(y)
+                                || !membership.is_live(y)
+                                || p.sealed_ms.is_some_and(|at| self.was_away(y, at));
+                            if !(sealed_on_y == Some(true) || excused) {
+                                eprintln!("broker {y} lately: {:#?}", self.brokers[&y].log);
+                            }
+                            assert!(
+                                sealed_on_y == Some(true) || excused,
+                                "broker {x} has {name}/{} open, but its predecessor {} is \
+                                 not sealed on broker {y} ({sealed_on_y:?}; it holds {:?}, \
+                                 created {})",
+                                s.id.0,
+                                p.id.0,
+                                self.brokers
+                                    .get(&y)
+                                    .and_then(|b| b.applied.get(name))
+                                    .map(|t| (
+                                        t.created_ms(),
+                                        t.segments()
+                                            .iter()
+                                            .map(|q| (q.id.0, q.state == SegmentState::Sealed))
+                                            .collect::<Vec<_>>()
+                                    )),
+                                layout.created_ms(),
+                            );
+                            let _ = &self.brokers[&y].log;
+                        }
+                    }
+                }
+            }
+        }
+
+        fn random_open_segment(&mut self) -> Option<(TopicName, SegmentId)> {
+            let topics: Vec<&Topic> = self.service.cluster().topics().collect();
+            let topic = *topics.get(self.rng.usize(..topics.len().max(1)))?;
+            let open: Vec<SegmentId> = topic.open_segments().map(|s| s.id).collect();
+            let id = *open.get(self.rng.usize(..open.len().max(1)))?;
+            Some((topic.name().clone(), id))
+        }
+
+        fn admin(&mut self) {
+            let name = NAMES[self.rng.usize(..NAMES.len())].to_owned();
+            let request = match self.rng.u32(0..10) {
+                0 | 1 => Request::CreateTopic {
+                    topic: name,
+                    segments: self.rng.u32(1..=4),
+                },
+                2 => Request::DeleteTopic { topic: name },
+                3 | 4 => match self.random_open_segment() {
+                    Some((topic, segment)) => Request::SplitSegment {
+                        topic: topic.to_string(),
+                        segment: segment.0,
+                        pieces: 2,
+                    },
+                    None => return,
+                },
+                5 => {
+                    let Some((topic, segment)) = self.random_open_segment() else {
+                        return;
+                    };
+                    let t = self.service.cluster().topic(&topic).unwrap();
+                    let a = t.segment(segment).unwrap();
+                    let Some(b) = t
+                        .open_segments()
+                        .find(|b| u64::from(b.range.start()) == a.range.end())
+                    else {
+                        return;
+                    };
+                    Request::MergeSegments {
+                        topic: topic.to_string(),
+                        a: a.id.0,
+                        b: b.id.0,
+                    }
+                }
+                6 | 7 => match self.random_open_segment() {
+                    Some((topic, segment)) => Request::MoveSegment {
+                        topic: topic.to_string(),
+                        segment: segment.0,
+                        to: None,
+                    },
+                    None => return,
+                },
+                8 => Request::DescribeTopic { topic: name },
+                _ => Request::ListBrokers,
+            };
+            self.ask(None, request);
+        }
+
+        fn brokers_act(&mut self) {
+            let ids: Vec<BrokerId> = self.brokers.keys().copied().collect();
+            for id in ids {
+                let b = &self.brokers[&id];
+                if b.stalled || b.asking.is_some() || self.now_ms < b.next_report_ms {
+                    continue;
+                }
+                let request = if b.registered {
+                    if self.service.needs_resync(id) {
+                        self.resyncs += 1;
+                    }
+                    Request::LoadReport {
+                        broker: id.0,
+                        segments: Vec::new(),
+                    }
+                } else {
+                    Request::RegisterBroker {
+                        id: Some(id.0),
+                        shards: (0..2)
+                            .map(|shard| ShardAddress {
+                                tcp: format!("broker-{}:{shard}", id.0),
+                                quic: String::new(),
+                            })
+                            .collect(),
+                        capacity_bytes_per_s: 1 << 20,
+                        capacity_records_per_s: 1 << 14,
+                    }
+                };
+                self.note(
+                    id,
+                    format!(
+                        "asks {:?} resync {}",
+                        request.frame_type(),
+                        self.service.needs_resync(id)
+                    ),
+                );
+                let token = self.next_token;
+                let b = self.brokers.get_mut(&id).unwrap();
+                b.asking = Some(token);
+                b.next_report_ms = self.now_ms + REPORT_MS;
+                self.ask(Some(id), request);
+            }
+        }
+
+        fn deliver_results(&mut self) {
+            let now = self.now_ms;
+            let (mut due, later): (Vec<Result_>, Vec<Result_>) = std::mem::take(&mut self.network)
+                .into_iter()
+                .partition(|r| r.at_ms <= now);
+            self.network = later;
+            self.rng.shuffle(&mut due);
+            for result in due {
+                self.note(
+                    result.broker,
+                    format!(
+                        "result {} applied {} ok {}",
+                        result.id.0, result.applied, result.ok
+                    ),
+                );
+                if result.applied && !self.brokers[&result.broker].stalled {
+                    self.apply(result.broker, &result.request);
+                }
+                let outcome = if result.ok && !self.brokers[&result.broker].stalled {
+                    Ok(())
+                } else {
+                    self.failed_commands += 1;
+                    Err("lost".to_owned())
+                };
+                self.service
+                    .handle_command_done(now, result.broker, result.id, outcome);
+                self.outputs();
+            }
+        }
+
+        pub(super) fn step(&mut self, step: u64) {
+            self.now_ms += STEP_MS;
+            if self.losses {
+                if self.rng.u32(0..100) < 30 {
+                    self.admin();
+                }
+                if self.rng.u32(0..1000) < 15 {
+                    let id = BrokerId(self.rng.u32(0..BROKERS));
+                    let b = self.brokers.get_mut(&id).unwrap();
+                    b.stalled = !b.stalled;
+                }
+            }
+            self.brokers_act();
+            self.deliver_results();
+            if step % (TICK_MS / STEP_MS) == 0 {
+                self.service.handle_tick(self.now_ms);
+                self.outputs();
+            }
+        }
+
+        /// Whether nothing is left to do: every request answered, nothing
+        /// being carried out, every broker live and synced.
+        fn settled(&self) -> bool {
+            let membership = self.service.cluster().membership();
+            self.pending.is_empty()
+                && self.service.deliveries_pending() == 0
+                && self
+                    .brokers
+                    .keys()
+                    .all(|id| membership.is_live(*id) && !self.service.needs_resync(*id))
+        }
+
+        /// Heal everything, run quietly, and check the cluster converged.
+        pub(super) fn settle(&mut self) {
+            self.losses = false;
+            for b in self.brokers.values_mut() {
+                b.stalled = false;
+            }
+            // Deliveries of one topic go one after another, so the backlog
+            // left by the faulty period takes time in proportion to it
+            // (brokers coming back add some).
+            let mut backlog = 0;
+            let mut deadline_ms = SETTLE_MS;
+            let mut quiet_ms = 0;
+            let mut step = 0;
+            while quiet_ms < SETTLE_TAIL_MS && step * STEP_MS < deadline_ms {
+                self.step(step);
+                step += 1;
+                backlog = backlog.max(self.service.deliveries_pending() as u64);
+                deadline_ms = SETTLE_MS + SETTLE_PER_DELIVERY_MS * backlog + SETTLE_TAIL_MS;
+                if self.settled() {
+                    quiet_ms += STEP_MS;
+                } else {
+                    quiet_ms = 0;
+                }
+            }
+            assert!(
+                self.pending.is_empty(),
+                "unanswered {deadline_ms} ms after the faults ended (at most {backlog} \
+                 deliveries pending since): {:?}",
+                self.pending
+            );
+            assert_eq!(self.service.deliveries_pending(), 0);
+            let live: BTreeSet<BrokerId> = self
+                .service
+                .cluster()
+                .membership()
+                .brokers()
+                .map(|(id, _)| *id)
+                .collect();
+            assert_eq!(live.len(), BROKERS as usize, "every broker is back");
+            for (id, broker) in &self.brokers {
+                assert!(!self.service.needs_resync(*id), "broker {id} is not synced");
+                for topic in self.service.cluster().topics() {
+                    let owns = topic.open_segments().any(|s| s.broker == Some(*id));
+                    let held = broker.applied.get(topic.name());
+                    if owns || held.is_some() {
+                        assert_eq!(
+                            held.map(Topic::to_json_bytes),
+                            Some(topic.to_json_bytes()),
+                            "broker {id} does not hold the current layout of {}",
+                            topic.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What one service simulation run went through, to show it exercised
+/// what it is about.
+#[derive(Debug, Default, Clone, Copy)]
+struct ServiceTally {
+    answered_changes: u64,
+    failed_commands: u64,
+    resyncs: u64,
+    ignored_layouts: u64,
+}
+
+fn run_service(seed: u64, steps: u64) -> ServiceTally {
+    let step_reached = Cell::new(0);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let mut sim = service_sim::ServiceSim::new(seed);
+        for step in 0..steps {
+            step_reached.set(step);
+            sim.step(step);
+        }
+        step_reached.set(steps);
+        sim.settle();
+        ServiceTally {
+            answered_changes: sim.answered_changes,
+            failed_commands: sim.failed_commands,
+            resyncs: sim.resyncs,
+            ignored_layouts: sim.ignored_layouts,
+        }
+    }));
+    match outcome {
+        Ok(tally) => tally,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            panic!(
+                "service simulation failed at seed {seed}, step {}: {message}\n\
+                 replay with KELP_SIM_SEED={seed}",
+                step_reached.get()
+            );
+        }
+    }
+}
+
+#[test]
+fn service_simulation_converges_through_lost_and_late_command_results() {
+    let steps = env_u64("KELP_SIM_STEPS").unwrap_or(3_000);
+    let seeds: Vec<u64> = match env_u64("KELP_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (100..106).collect(),
+    };
+    let mut totals = ServiceTally::default();
+    for seed in seeds {
+        eprintln!("service simulation seed {seed} (replay with KELP_SIM_SEED={seed})");
+        let tally = run_service(seed, steps);
+        eprintln!(
+            "seed {seed}: {} changes answered, {} commands failed, {} resyncs, \
+             {} layouts ignored as older",
+            tally.answered_changes, tally.failed_commands, tally.resyncs, tally.ignored_layouts
+        );
+        totals.answered_changes += tally.answered_changes;
+        totals.failed_commands += tally.failed_commands;
+        totals.resyncs += tally.resyncs;
+        totals.ignored_layouts += tally.ignored_layouts;
+    }
+    // The run exercised what it is about.
+    assert!(
+        totals.answered_changes > 0 && totals.failed_commands > 0 && totals.resyncs > 0,
+        "{totals:?}"
+    );
+}
