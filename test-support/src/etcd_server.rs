@@ -3,8 +3,6 @@
 //! free client and peer ports and a fresh data directory, and killed on drop
 //! (the directory goes with it).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -115,24 +113,7 @@ impl EtcdServer {
 
     /// One plain HTTP/1.1 GET on the client port.
     fn http_get(&self, path: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.client_port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
-            self.client_port
-        )?;
-        let mut reader = BufReader::new(stream);
-        let mut status_line = String::new();
-        reader.read_line(&mut status_line)?;
-        let status = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
-        let mut rest = String::new();
-        reader.read_to_string(&mut rest)?;
-        Ok((status, rest))
+        crate::http::request(self.client_port, "GET", path, Duration::from_secs(5))
     }
 
     /// Stop etcd (SIGKILL) and remove its data directory.

@@ -30,6 +30,7 @@ use std::time::Duration;
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 
 mod etcd_server;
+mod http;
 mod s3_server;
 pub use etcd_server::EtcdServer;
 pub use s3_server::{S3Server, S3_ACCESS_KEY_ID, S3_REGION, S3_SECRET_ACCESS_KEY};

@@ -2,8 +2,6 @@
 //! PyPI, installed by `scripts/setup.sh` into `interop/.venv`) started on
 //! 127.0.0.1 for one test, with one fresh bucket, and stopped on drop.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -151,28 +149,7 @@ impl S3Server {
 
     /// One unsigned HTTP/1.1 request (moto does not check signatures).
     fn exchange(&self, method: &str, path: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\n\
-             Connection: close\r\n\r\n",
-            self.port
-        )?;
-        let mut reader = BufReader::new(stream);
-        let mut status_line = String::new();
-        reader.read_line(&mut status_line)?;
-        let status = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
-        let mut rest = String::new();
-        reader.read_to_string(&mut rest)?;
-        let body = rest
-            .split_once("\r\n\r\n")
-            .map_or(String::new(), |(_, b)| b.to_owned());
-        Ok((status, body))
+        crate::http::request(self.port, method, path, Duration::from_secs(10))
     }
 
     /// Stop the server (SIGKILL). moto keeps objects in memory: they go
