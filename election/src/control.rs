@@ -14,7 +14,8 @@ pub(crate) enum Signal {
     /// Resign (revoke the lease) and stop.
     Stop,
     /// Fault injection: stop without resigning, as a kill -9 would; the
-    /// lease is left to expire.
+    /// lease is left to expire. Sent only by the `fault-injection` hook.
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
     Abandon,
 }
 

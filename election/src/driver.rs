@@ -210,10 +210,6 @@ async fn serve(
     timeout: Duration,
 ) {
     while let Some(request) = requests.recv().await {
-        let late = RequestError::Timeout {
-            operation: "queued request",
-            timeout,
-        };
         // A reply nobody waits for any more is dropped: the caller gave up.
         match request {
             Request::Write {
@@ -222,38 +218,43 @@ async fn serve(
                 expires,
                 reply,
             } => {
-                let result = if Instant::now() >= expires {
-                    Err(late.into())
-                } else {
-                    guarded_write::write(&mut client, keys, term, &batch, timeout).await
-                };
-                let _ = reply.try_send(result);
+                let work = guarded_write::write(&mut client, keys, term, &batch, timeout);
+                let _ = reply.try_send(unless_late(expires, timeout, work).await);
             }
             Request::Get {
                 key,
                 expires,
                 reply,
             } => {
-                let result = if Instant::now() >= expires {
-                    Err(late.into())
-                } else {
-                    state_read::get(&mut client, keys, &key, timeout).await
-                };
-                let _ = reply.try_send(result);
+                let work = state_read::get(&mut client, keys, &key, timeout);
+                let _ = reply.try_send(unless_late(expires, timeout, work).await);
             }
             Request::GetPrefix {
                 prefix,
                 expires,
                 reply,
             } => {
-                let result = if Instant::now() >= expires {
-                    Err(late.into())
-                } else {
-                    state_read::get_prefix(&mut client, keys, &prefix, timeout).await
-                };
-                let _ = reply.try_send(result);
+                let work = state_read::get_prefix(&mut client, keys, &prefix, timeout);
+                let _ = reply.try_send(unless_late(expires, timeout, work).await);
             }
         }
     }
     std::future::pending::<()>().await
+}
+
+/// Run `work` unless the request waited in the queue past `expires`: a
+/// caller that gave up must not have it carried out after all.
+async fn unless_late<T, E: From<RequestError>>(
+    expires: Instant,
+    timeout: Duration,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    if Instant::now() >= expires {
+        return Err(RequestError::Timeout {
+            operation: "queued request",
+            timeout,
+        }
+        .into());
+    }
+    work.await
 }
