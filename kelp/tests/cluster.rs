@@ -128,9 +128,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
             started.elapsed() < RAMP_UP_LIMIT,
             "the policy did not split the topic into 4 segments (at most {most_open} open)"
         );
-        for _ in 0..FAST_RECORDS_PER_STEP {
-            publisher.send_one().await;
-        }
+        publisher.send(FAST_RECORDS_PER_STEP).await;
         tokio::time::sleep(STEP).await;
         if last_look.elapsed() >= Duration::from_millis(250) {
             last_look = Instant::now();
@@ -148,9 +146,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     // Broker 2 leaves gracefully under load; its segments move first.
     let leaving = tokio::task::spawn_blocking(move || b2.stop());
     while !leaving.is_finished() {
-        for _ in 0..FAST_RECORDS_PER_STEP {
-            publisher.send_one().await;
-        }
+        publisher.send(FAST_RECORDS_PER_STEP).await;
         tokio::time::sleep(STEP).await;
     }
     leaving.await.unwrap();
@@ -169,9 +165,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     let before_restart = describe(&client).await.expect("describe before restart");
     control.stop();
     for _ in 0..100 {
-        for _ in 0..FAST_RECORDS_PER_STEP / 4 {
-            publisher.send_one().await;
-        }
+        publisher.send(FAST_RECORDS_PER_STEP / 4).await;
         tokio::time::sleep(STEP).await;
     }
     control = ControlPlane::start(&control_dir, control_port, &["--broker-silence-ms", "5000"]);
@@ -210,7 +204,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
             slowing.elapsed() < RAMP_DOWN_LIMIT,
             "the policy did not merge the topic back into one segment ({open} open)"
         );
-        publisher.send_one().await;
+        publisher.send(1).await;
         tokio::time::sleep(SLOW_STEP).await;
         if last_look.elapsed() >= Duration::from_millis(500) {
             last_look = Instant::now();
@@ -337,9 +331,7 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
         ..ProducerConfig::default()
     };
     let mut before = Publisher::new(client.producer(TOPIC, config).await.unwrap(), KEYS);
-    for _ in 0..2_000 {
-        before.send_one().await;
-    }
+    before.send(2_000).await;
     before.producer.flush().await.unwrap();
     let mut subscriber = client
         .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
@@ -393,9 +385,7 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     .await
     .unwrap();
     let mut after = Publisher::after(fresh.producer(TOPIC, config).await.unwrap(), &before);
-    for _ in 0..2_000 {
-        after.send_one().await;
-    }
+    after.send(2_000).await;
     after.producer.flush().await.unwrap();
 
     // The subscriber rode through: everything, once, each key in order.
@@ -456,9 +446,7 @@ async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
         ..ProducerConfig::default()
     };
     let mut before = Publisher::new(client.producer(S3_TOPIC, config).await.unwrap(), KEYS);
-    for _ in 0..2_000 {
-        before.send_one().await;
-    }
+    before.send(2_000).await;
     before.producer.flush().await.unwrap();
     b2.kill9();
 
@@ -488,9 +476,7 @@ async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
         through_new.producer(S3_TOPIC, config).await.unwrap(),
         &before,
     );
-    for _ in 0..1_000 {
-        after.send_one().await;
-    }
+    after.send(1_000).await;
     after.producer.flush().await.unwrap();
 
     // Read through the new broker: everything, once, each key in order.

@@ -48,9 +48,7 @@ fn open_ids(info: &TopicInfo) -> Vec<u32> {
 
 /// Send `n` records and wait until all are acknowledged.
 async fn publish(publisher: &mut Publisher, n: u64) {
-    for _ in 0..n {
-        publisher.send_one().await;
-    }
+    publisher.send(n).await;
     publisher.producer.flush().await.expect("acknowledged");
 }
 
@@ -118,9 +116,7 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
             started.elapsed() < SPLIT_LIMIT,
             "the policy did not split the hot segment"
         );
-        for _ in 0..RECORDS_PER_STEP {
-            publisher.send_one().await;
-        }
+        publisher.send(RECORDS_PER_STEP).await;
         tokio::time::sleep(STEP).await;
         if last_look.elapsed() >= Duration::from_millis(250) {
             last_look = Instant::now();
@@ -145,9 +141,7 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
     assert_eq!(parent.successors.len(), 2, "{split:?}");
     // The pieces take writes.
     for _ in 0..50 {
-        for _ in 0..RECORDS_PER_STEP {
-            publisher.send_one().await;
-        }
+        publisher.send(RECORDS_PER_STEP).await;
         tokio::time::sleep(STEP).await;
     }
     publisher

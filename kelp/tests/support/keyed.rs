@@ -41,7 +41,14 @@ impl Publisher {
         }
     }
 
-    pub async fn send_one(&mut self) {
+    /// Send `n` records, each key in turn.
+    pub async fn send(&mut self, n: u64) {
+        for _ in 0..n {
+            self.send_one().await;
+        }
+    }
+
+    async fn send_one(&mut self) {
         let k = self.turn % self.keys;
         self.turn += 1;
         let seq = self.next_seq.entry(k).or_insert(0);
