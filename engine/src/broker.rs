@@ -303,7 +303,7 @@ impl Broker {
             command_txs,
             local,
         );
-        agent.report_first();
+        agent.report();
         let control_thread = std::thread::Builder::new()
             .name("kelp-control-agent".into())
             .spawn(move || agent.run(control_rx))

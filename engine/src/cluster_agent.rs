@@ -389,14 +389,6 @@ impl ClusterAgent {
         }
     }
 
-    /// The first load report, before the broker serves anyone: it is what
-    /// makes the control plane send this broker every topic's layout, and
-    /// its answer comes once those were applied (the shards recovered and
-    /// opened their segments).
-    pub(crate) fn report_first(&mut self) {
-        self.report();
-    }
-
     /// Serve the shards' requests and report load until shutdown.
     pub(crate) fn run(mut self, requests: flume::Receiver<ControlRequest>) {
         let interval = Duration::from_millis(self.config.load_report_ms);
@@ -567,8 +559,11 @@ impl ClusterAgent {
         Ok(())
     }
 
-    /// Every open segment's rates since the previous report.
-    fn report(&mut self) {
+    /// Every open segment's rates since the previous report. The first
+    /// one, before the broker serves anyone, is what makes the control
+    /// plane send this broker every topic's layout; its answer comes once
+    /// those were applied (the shards recovered and opened their segments).
+    pub(crate) fn report(&mut self) {
         let figures = self.collect(false);
         let now = Instant::now();
         let elapsed_ms = now.duration_since(self.last_at).as_millis().max(1) as u64;
