@@ -15,15 +15,19 @@
 //! - [`ClusterService::poll_answer`]: `(token, response)`;
 //! - [`ClusterService::poll_command`]: the next [`OutgoingCommand`].
 //!
-//! One I/O stays inside: the filer. Writing `topic.json` is each change's
-//! commit point and must happen before the change is answered or anything
-//! is sent, and the filer is local (or an object store the process already
-//! waits on for loading); so `filer.put`/`delete` and seal markers are
-//! direct synchronous calls here, not outputs.
+//! Two I/Os stay inside: the [`StateStore`] and the filer. Storing the
+//! topic (its `topic.json` in the filer, or its etcd key in an HA control
+//! plane: `control/src/state_store.rs`) is each change's commit point and
+//! must happen before the change is answered or anything is sent, and the
+//! store is local or one the process already waits on for loading; so
+//! store writes, seal markers and prefix deletes are direct synchronous
+//! calls here, not outputs. A store write that fails because this instance
+//! no longer leads is answered `NotLeader`; the driver then drops the
+//! state machine.
 //!
 //! Carrying out an action (a *delivery*, `control/src/delivery.rs`):
 //! 1. persist the topic as it stood right after the action (the commit
-//!    point); a delete removes `topic.json` first, then the prefix;
+//!    point); a delete removes the stored topic first, then the prefix;
 //! 2. for every sealed segment whose owner is gone, write the seal marker
 //!    `topics/<ns>/<name>/<segment>/sealed` (nobody else will);
 //! 3. queue that topic JSON as `ApplyLayout` to each sealing broker; when
@@ -51,14 +55,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use filer::{Filer, FilerError};
+use filer::Filer;
 use wire::message::{BrokerStatus, SegmentInfo, SegmentLoadReport, ShardAddress, TopicInfo};
 use wire::{ErrorCode, Request, Response};
 
 use crate::broker_queue::{BrokerQueue, Origin, QueuedCommand, ResyncState, Snapshot};
 use crate::delivery::{Delivery, Step};
 use crate::filer_layout;
-use crate::topic_store::load_topics;
+use crate::state_store::StateStore;
 use crate::{
     Action, BrokerCommand, BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig, ControlError,
     Rate, ScalingPolicy, SegmentId, SegmentLoad, SegmentState, Topic, TopicName,
@@ -177,9 +181,14 @@ struct Gate {
 #[derive(Debug)]
 pub struct ClusterService {
     cluster: Cluster,
+    /// Where changes are committed.
+    store: Box<dyn StateStore>,
+    /// Where chunk files and seal markers are.
     filer: Arc<dyn Filer>,
     /// What `Registered` tells brokers: the filer's absolute path.
     filer_location: String,
+    /// The broker records in the store, as last written or loaded.
+    recorded: BTreeMap<BrokerId, BrokerInfo>,
     /// Each broker's shard addresses as it registered them (kept while its
     /// queue is, so a leaving broker's seals still find it).
     addresses: BTreeMap<BrokerId, Vec<ShardAddress>>,
@@ -214,27 +223,34 @@ pub struct ClusterService {
 }
 
 impl ClusterService {
-    /// Load every topic in `filer` and build the core over them.
-    /// `filer_location` is what registering brokers are told to use; a
-    /// command with no result after `command_timeout_ms` counts as failed
-    /// (the driver's link should time out first).
+    /// Load every topic and broker record in `store` and build the core
+    /// over them; `filer` is where the topics' data is. `filer_location`
+    /// is what registering brokers are told to use; a command with no
+    /// result after `command_timeout_ms` counts as failed (the driver's
+    /// link should time out first).
     pub fn open(
+        store: Box<dyn StateStore>,
         filer: Arc<dyn Filer>,
         filer_location: String,
         config: ClusterConfig,
         command_timeout_ms: u64,
     ) -> Result<ClusterService, ControlError> {
-        let topics = load_topics(filer.as_ref())?;
-        let broker_id_max = topics
+        let stored = store.load()?;
+        let owners = stored
+            .topics
             .iter()
-            .flat_map(|t| t.segments().iter().filter_map(|s| s.broker))
+            .flat_map(|t| t.segments().iter().filter_map(|s| s.broker));
+        let broker_id_max = owners
+            .chain(stored.brokers.iter().map(|b| b.id))
             .map(|b| b.0)
             .max();
-        let cluster = Cluster::from_topics(config, topics)?;
+        let cluster = Cluster::from_topics(config, stored.topics)?;
         let mut service = ClusterService {
             cluster,
+            store,
             filer,
             filer_location,
+            recorded: stored.brokers.into_iter().map(|b| (b.id, b)).collect(),
             addresses: BTreeMap::new(),
             next_offsets: HashMap::new(),
             unpersisted: BTreeSet::new(),
@@ -928,7 +944,7 @@ impl ClusterService {
                         .filer
                         .delete(&filer_layout::topic_prefix(&name))
                         .map_err(ControlError::from)
-                        .and_then(|()| self.persist(&topic)),
+                        .and_then(|()| self.store.put_topic(&topic)),
                     None => Err(ControlError::TopicNotFound(name.to_string())),
                 };
                 if let Err(e) = persisted {
@@ -950,8 +966,7 @@ impl ClusterService {
                 }
                 self.room_for_a_change()?;
                 let prefix = filer_layout::topic_prefix(&name);
-                let commit = filer_layout::topic_file(&name);
-                self.filer.delete(&commit).map_err(filer_answer)?;
+                self.store.delete_topic(&name).map_err(error_answer)?;
                 let action = self
                     .cluster
                     .delete_topic(now_ms, &name)
@@ -1057,6 +1072,12 @@ impl ClusterService {
                     ControlError::BrokerNotFound(_) => not_registered(id),
                     e => error_answer(e),
                 })?;
+                if self.recorded.remove(&id).is_some() {
+                    if let Err(e) = self.store.delete_broker(id) {
+                        // Its id stays taken; nothing else depends on it.
+                        log::warn!("forgetting the record of broker {id}: {e}");
+                    }
+                }
                 // Answered once its seals (and the successors' opens) are
                 // done; its queue and address go when they are sent.
                 let gate = self.open_gate(token);
@@ -1098,6 +1119,14 @@ impl ClusterService {
                 records_per_s: capacity_records_per_s,
             },
         };
+        // The id is taken before the broker hears it (a new leader must not
+        // give it to another); a record as stored is not written again.
+        info.validate()
+            .map_err(|e| error_answer(ControlError::InvalidBroker(e)))?;
+        if self.recorded.get(&info.id) != Some(&info) {
+            self.store.put_broker(&info).map_err(error_answer)?;
+            self.recorded.insert(info.id, info.clone());
+        }
         let actions = self
             .cluster
             .handle_register(now_ms, info)
@@ -1296,9 +1325,7 @@ impl ClusterService {
     }
 
     fn persist(&self, topic: &Topic) -> Result<(), ControlError> {
-        let path = filer_layout::topic_file(topic.name());
-        self.filer.put(&path, &topic.to_json_bytes())?;
-        Ok(())
+        self.store.put_topic(topic)
     }
 
     /// The marker a broker writes after flushing a sealed segment; written
@@ -1551,10 +1578,6 @@ fn not_registered(broker: BrokerId) -> (ErrorCode, String) {
     )
 }
 
-fn filer_answer(e: FilerError) -> (ErrorCode, String) {
-    error_answer(ControlError::Filer(e))
-}
-
 /// The wire error for a core error.
 pub fn error_answer(e: ControlError) -> (ErrorCode, String) {
     let code = match &e {
@@ -1572,7 +1595,11 @@ pub fn error_answer(e: ControlError) -> (ErrorCode, String) {
         | ControlError::TooManyBrokers { .. }
         | ControlError::NoLiveBroker => ErrorCode::Busy,
         ControlError::Corrupt { .. } => ErrorCode::Internal,
-        ControlError::Filer(_) => ErrorCode::Storage,
+        ControlError::Filer(_) | ControlError::State(_) => ErrorCode::Storage,
+        ControlError::NotLeader { leader } => {
+            // The message is the address to go to (docs/wire-format.md).
+            return (ErrorCode::NotLeader, leader.clone().unwrap_or_default());
+        }
     };
     (code, e.to_string())
 }
@@ -1622,9 +1649,14 @@ mod tests {
         fn new() -> Harness {
             let dir = tempfile::tempdir().unwrap();
             let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
-            let service =
-                ClusterService::open(filer, "file:///t".into(), ClusterConfig::default(), 5_000)
-                    .unwrap();
+            let service = ClusterService::open(
+                Box::new(crate::state_store::FilerStateStore::new(filer.clone())),
+                filer,
+                "file:///t".into(),
+                ClusterConfig::default(),
+                5_000,
+            )
+            .unwrap();
             let mut h = Harness {
                 _dir: dir,
                 service,

@@ -16,6 +16,16 @@
 //! broker first has a command and ends once the state machine has
 //! forgotten the broker (it left or died and its queue drained).
 //!
+//! One instance alone (no `election` in its configuration) always leads
+//! and keeps its state in the filer. One of several (`kelp control --etcd`)
+//! runs an [`election::Candidate`]: the driver checks it before every input
+//! and every [`LEADERSHIP_POLL_MS`]; when it becomes leader it loads the
+//! state from etcd and builds a fresh state machine over an
+//! [`EtcdStateStore`] guarded by its term, and when the term ends it drops
+//! that state machine (answering whoever waits with `NotLeader`). A
+//! follower answers every request `NotLeader`, naming the leader's
+//! address: brokers go there.
+//!
 //! Connection threads decode and check every frame before anything uses
 //! it: a frame whose payload fails its checksum or does not decode gets an
 //! error answer and the connection goes on; a bad header (magic, version,
@@ -31,6 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use election::{Candidate, CandidateConfig, Leadership, Term};
 use filer::{Filer, FilerUrl, LocalFiler};
 use wire::{ErrorCode, Request, Response};
 
@@ -39,6 +50,7 @@ use crate::cluster_service::{
     control_request, AnswerToken, ClusterService, CommandId, OutgoingCommand,
 };
 use crate::frame_stream::{read_frame, FrameReadError};
+use crate::state_store::{EtcdStateStore, FilerStateStore};
 use crate::{BrokerId, ClusterConfig, ControlError, RebalancePolicy, BROKERS_MAX};
 
 /// Most connections served at once; more are answered `Busy` and closed.
@@ -54,6 +66,10 @@ pub const SENDERS_MAX: usize = BROKERS_MAX + 1024;
 /// How much longer than the link's own limit the state machine waits for a
 /// command's result before it counts it as failed.
 const COMMAND_RESULT_SLACK_MS: u64 = 1_000;
+/// How often the driver of an elected instance looks at its candidate when
+/// nothing else wakes it: a new leader serves at most this long after its
+/// campaign won, and a deposed one stops as soon.
+pub const LEADERSHIP_POLL_MS: u64 = 100;
 
 /// How to run the control plane.
 #[derive(Debug, Clone)]
@@ -79,6 +95,10 @@ pub struct ControlServerConfig {
     pub link: BrokerLink,
     /// Most connections at once.
     pub connections_max: usize,
+    /// Run as one of several instances elected through etcd (state in
+    /// etcd); `None`: alone, state in the filer. The filer must then be one
+    /// every instance shares (`filer` set).
+    pub election: Option<CandidateConfig>,
 }
 
 /// The filer a cluster shares, and the URL brokers are handed to reach it.
@@ -102,6 +122,7 @@ impl Default for ControlServerConfig {
             rebalance: ClusterConfig::default().rebalance,
             link: BrokerLink::default(),
             connections_max: CONNECTIONS_MAX,
+            election: None,
         }
     }
 }
@@ -126,6 +147,9 @@ pub enum ControlServerError {
     /// Loading the topics failed.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// Joining the election failed (etcd unreachable, bad settings).
+    #[error("joining the control-plane election through etcd: {0}")]
+    Election(#[from] election::StartError),
     /// A thread could not be started.
     #[error("starting thread {name}: {source}")]
     Thread {
@@ -144,6 +168,8 @@ enum DriverInput {
         reply: SyncSender<Response<'static>>,
     },
     CommandDone {
+        /// The state machine that sent it ([`Driver::generation`]).
+        generation: u64,
         broker: BrokerId,
         id: CommandId,
         result: Result<(), String>,
@@ -191,18 +217,33 @@ impl ControlServer {
                 }
             }
         };
+        if config.election.is_some() && config.filer.is_none() {
+            return Err(ControlServerError::Config(
+                "an elected control plane needs a filer every instance shares".to_owned(),
+            ));
+        }
         let link = config.link;
         let command_time_max_ms =
             u64::try_from(link.command_time_max().as_millis()).unwrap_or(u64::MAX);
-        let service = ClusterService::open(
-            filer,
-            url.to_string(),
-            ClusterConfig {
-                broker_silence_ms: config.broker_silence_ms,
-                rebalance: config.rebalance,
-            },
-            command_time_max_ms.saturating_add(COMMAND_RESULT_SLACK_MS),
-        )?;
+        let cluster_config = ClusterConfig {
+            broker_silence_ms: config.broker_silence_ms,
+            rebalance: config.rebalance,
+        };
+        let command_timeout_ms = command_time_max_ms.saturating_add(COMMAND_RESULT_SLACK_MS);
+        let (service, candidate) = match config.election.clone() {
+            None => {
+                let store = Box::new(FilerStateStore::new(filer.clone()));
+                let service = ClusterService::open(
+                    store,
+                    filer.clone(),
+                    url.to_string(),
+                    cluster_config,
+                    command_timeout_ms,
+                )?;
+                (Some(service), None)
+            }
+            Some(election) => (None, Some(Arc::new(Candidate::start(election)?))),
+        };
         let listener =
             TcpListener::bind(config.listen).map_err(io("listen on", config.listen.to_string()))?;
         let address = listener
@@ -213,6 +254,14 @@ impl ControlServer {
         let tick = Duration::from_millis(config.tick_ms);
         let driver_loop = Driver {
             service,
+            generation: 0,
+            candidate,
+            serving: None,
+            takeover_failed_at: None,
+            filer,
+            filer_location: url.to_string(),
+            cluster_config,
+            command_timeout_ms,
             inputs,
             results: driver.clone(),
             link,
@@ -244,7 +293,16 @@ impl ControlServer {
                 name: "acceptor",
                 source,
             })?;
-        log::info!("control plane listening on {address}, filer {url}");
+        match &config.election {
+            None => log::info!("control plane listening on {address}, filer {url}"),
+            Some(e) => log::info!(
+                "control plane listening on {address} (advertised as {}), filer {url}; \
+                 standing for leader of cluster {} through etcd {}",
+                e.advertised_address,
+                e.cluster,
+                e.endpoints.join(",")
+            ),
+        }
         Ok(ControlServer {
             address,
             stopping,
@@ -312,7 +370,22 @@ fn now_ms() -> u64 {
 
 /// The driver thread's state (see the module docs).
 struct Driver {
-    service: ClusterService,
+    /// The state machine, while this instance leads.
+    service: Option<ClusterService>,
+    /// Counts state machines built; a command result is for the one that
+    /// sent it only (a deposed one's ids mean nothing to the next).
+    generation: u64,
+    /// This instance's candidacy, when it is one of several.
+    candidate: Option<Arc<Candidate>>,
+    /// The term `service` was built in (elected instances).
+    serving: Option<Term>,
+    /// When loading the state for a term last failed: tried again a tick
+    /// later, not on every input.
+    takeover_failed_at: Option<(Term, Instant)>,
+    filer: Arc<dyn Filer>,
+    filer_location: String,
+    cluster_config: ClusterConfig,
+    command_timeout_ms: u64,
     inputs: Receiver<DriverInput>,
     /// Where sender threads post results (the same channel as `inputs`).
     results: SyncSender<DriverInput>,
@@ -328,73 +401,207 @@ impl Driver {
     /// Inputs as they come, a tick every `tick`, outputs after each.
     fn run(mut self, tick: Duration) {
         let mut next_tick = Instant::now() + tick;
+        let poll = Duration::from_millis(LEADERSHIP_POLL_MS);
         loop {
-            let wait = next_tick.saturating_duration_since(Instant::now());
-            match self.inputs.recv_timeout(wait) {
-                Ok(DriverInput::Request { request, reply }) => {
-                    let token = self.next_token;
-                    self.next_token = self.next_token.wrapping_add(1);
-                    self.waiting.insert(token, reply);
-                    self.service.handle_request(now_ms(), token, request);
-                }
-                Ok(DriverInput::CommandDone { broker, id, result }) => {
-                    self.service
-                        .handle_command_done(now_ms(), broker, id, result);
+            let mut wait = next_tick.saturating_duration_since(Instant::now());
+            if self.candidate.is_some() {
+                wait = wait.min(poll);
+            }
+            let input = self.inputs.recv_timeout(wait);
+            // Whatever came, it is handled by who leads now.
+            self.follow_leadership(tick);
+            match input {
+                Ok(DriverInput::Request { request, reply }) => match self.service.as_mut() {
+                    Some(service) => {
+                        let token = self.next_token;
+                        self.next_token = self.next_token.wrapping_add(1);
+                        self.waiting.insert(token, reply);
+                        service.handle_request(now_ms(), token, request);
+                    }
+                    None => {
+                        let _ = reply.try_send(self.not_serving());
+                    }
+                },
+                Ok(DriverInput::CommandDone {
+                    generation,
+                    broker,
+                    id,
+                    result,
+                }) => {
+                    if let Some(service) = self.service.as_mut() {
+                        if generation == self.generation {
+                            service.handle_command_done(now_ms(), broker, id, result);
+                        }
+                    }
                 }
                 Ok(DriverInput::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => {}
             }
             if Instant::now() >= next_tick {
-                self.service.handle_tick(now_ms());
+                if let Some(service) = self.service.as_mut() {
+                    service.handle_tick(now_ms());
+                }
                 next_tick = Instant::now() + tick;
             }
             self.transmit();
         }
     }
 
+    /// Take over when the candidate leads in a term not served yet; drop
+    /// the state machine when the term it serves is over.
+    fn follow_leadership(&mut self, retry_after: Duration) {
+        let Some(candidate) = self.candidate.clone() else {
+            return;
+        };
+        let state = candidate.state();
+        let term = state.term();
+        if self.serving.is_some() && self.serving != term {
+            self.step_down(&state);
+        }
+        let Some(term) = term else {
+            return;
+        };
+        if self.serving == Some(term) {
+            return;
+        }
+        if let Some((failed, at)) = self.takeover_failed_at {
+            if failed == term && at.elapsed() < retry_after {
+                return;
+            }
+        }
+        let started = Instant::now();
+        let store = Box::new(EtcdStateStore::new(candidate.clone(), term));
+        let opened = ClusterService::open(
+            store,
+            self.filer.clone(),
+            self.filer_location.clone(),
+            self.cluster_config,
+            self.command_timeout_ms,
+        );
+        match opened {
+            Ok(service) => {
+                log::info!(
+                    "control plane {}: became leader in term {term}; serving {} topic(s) \
+                     loaded from etcd in {} ms",
+                    candidate.advertised_address(),
+                    service.cluster().topics().count(),
+                    started.elapsed().as_millis()
+                );
+                self.generation += 1;
+                self.service = Some(service);
+                self.serving = Some(term);
+                self.takeover_failed_at = None;
+            }
+            Err(e) => {
+                log::error!(
+                    "control plane {}: leader in term {term}, but loading the state failed \
+                     (trying again in {} ms): {e}",
+                    candidate.advertised_address(),
+                    retry_after.as_millis()
+                );
+                self.takeover_failed_at = Some((term, Instant::now()));
+            }
+        }
+    }
+
+    /// The term served is over: forget its state machine, its senders and
+    /// whoever waits on it.
+    fn step_down(&mut self, now: &Leadership) {
+        let Some(term) = self.serving.take() else {
+            return;
+        };
+        self.service = None;
+        self.generation += 1;
+        // Closing a sender's channel ends its thread after the command it
+        // may be making.
+        self.senders.clear();
+        let answer = self.not_serving();
+        for (_, reply) in self.waiting.drain() {
+            let _ = reply.try_send(answer.clone());
+        }
+        let leader = match now {
+            Leadership::Follower {
+                leader: Some(leader),
+            } => leader.as_str(),
+            Leadership::Follower { leader: None } => "none elected yet",
+            Leadership::Leader { .. } => "this instance, in a new term",
+        };
+        log::warn!(
+            "control plane {}: stepped down: term {term} is over (leader now: {leader})",
+            self.candidate
+                .as_ref()
+                .map_or("", |c| c.advertised_address())
+        );
+    }
+
+    /// The answer of an instance with no state machine.
+    fn not_serving(&self) -> Response<'static> {
+        let leader = match self.candidate.as_ref().map(|c| c.state()) {
+            Some(Leadership::Follower { leader }) => leader.unwrap_or_default(),
+            // Leads, but could not load the state yet: nobody to send to.
+            _ => String::new(),
+        };
+        error_response(ErrorCode::NotLeader, leader)
+    }
+
     /// Hand out every answer, then every command (a command that cannot be
     /// handed to a sender fails at once, which may answer more).
     fn transmit(&mut self) {
+        let Some(service) = self.service.as_mut() else {
+            return;
+        };
         loop {
-            while let Some((token, answer)) = self.service.poll_answer() {
+            while let Some((token, answer)) = service.poll_answer() {
                 if let Some(reply) = self.waiting.remove(&token) {
                     // Room for one, and only this answer goes there; the
                     // asker may have gone: the change stands regardless.
                     let _ = reply.try_send(answer);
                 }
             }
-            let Some(command) = self.service.poll_command() else {
+            let Some(command) = service.poll_command() else {
                 break;
             };
             let (broker, id) = (command.broker, command.id);
-            if let Err(e) = self.hand_to_sender(command) {
+            let handed = hand_to_sender(
+                &mut self.senders,
+                command,
+                self.link,
+                self.generation,
+                &self.results,
+            );
+            if let Err(e) = handed {
                 self.senders.remove(&broker);
-                self.service
-                    .handle_command_done(now_ms(), broker, id, Err(e));
+                service.handle_command_done(now_ms(), broker, id, Err(e));
             }
         }
-        let service = &self.service;
         self.senders
             .retain(|broker, _| service.has_broker_queue(*broker));
     }
+}
 
-    fn hand_to_sender(&mut self, command: OutgoingCommand) -> Result<(), String> {
-        let broker = command.broker;
-        if !self.senders.contains_key(&broker) {
-            if self.senders.len() >= SENDERS_MAX {
-                return Err(format!("{SENDERS_MAX} sender threads already"));
-            }
-            let sender = spawn_sender(broker, self.link, self.results.clone())
-                .map_err(|e| format!("starting a sender thread: {e}"))?;
-            self.senders.insert(broker, sender);
+/// Give `command` to its broker's sender thread, starting one if needed.
+fn hand_to_sender(
+    senders: &mut HashMap<BrokerId, SyncSender<OutgoingCommand>>,
+    command: OutgoingCommand,
+    link: BrokerLink,
+    generation: u64,
+    results: &SyncSender<DriverInput>,
+) -> Result<(), String> {
+    let broker = command.broker;
+    if !senders.contains_key(&broker) {
+        if senders.len() >= SENDERS_MAX {
+            return Err(format!("{SENDERS_MAX} sender threads already"));
         }
-        let Some(sender) = self.senders.get(&broker) else {
-            return Err("no sender thread".to_owned());
-        };
-        sender
-            .try_send(command)
-            .map_err(|e| format!("the sender thread did not take the command: {e}"))
+        let sender = spawn_sender(broker, link, generation, results.clone())
+            .map_err(|e| format!("starting a sender thread: {e}"))?;
+        senders.insert(broker, sender);
     }
+    let Some(sender) = senders.get(&broker) else {
+        return Err("no sender thread".to_owned());
+    };
+    sender
+        .try_send(command)
+        .map_err(|e| format!("the sender thread did not take the command: {e}"))
 }
 
 /// A thread that sends `broker` the commands it is handed, one at a time,
@@ -402,6 +609,7 @@ impl Driver {
 fn spawn_sender(
     broker: BrokerId,
     link: BrokerLink,
+    generation: u64,
     results: SyncSender<DriverInput>,
 ) -> std::io::Result<SyncSender<OutgoingCommand>> {
     // One in flight per broker: room for one is all it ever needs.
@@ -414,6 +622,7 @@ fn spawn_sender(
                     .command(&command.address, &command.request.to_request())
                     .map_err(|e| e.to_string());
                 let done = DriverInput::CommandDone {
+                    generation,
                     broker,
                     id: command.id,
                     result,

@@ -73,4 +73,16 @@ pub enum ControlError {
     /// The filer failed.
     #[error(transparent)]
     Filer(#[from] filer::FilerError),
+    /// This instance no longer leads the control plane: its term is over
+    /// and the write was not applied. `leader` is the new leader's address
+    /// when one is known.
+    #[error("this control-plane instance does not lead (leader: {})", leader.as_deref().unwrap_or("none elected"))]
+    NotLeader {
+        /// The leader's advertised address, if one holds the leader key.
+        leader: Option<String>,
+    },
+    /// The state store (etcd) failed; the string says how. After a timeout
+    /// the write may or may not have been applied.
+    #[error("{0}")]
+    State(String),
 }

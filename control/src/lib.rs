@@ -46,6 +46,7 @@ mod rate;
 mod rebalancer;
 mod scaling_policy;
 mod segment;
+pub mod state_store;
 mod topic;
 mod topic_name;
 pub mod topic_store;

@@ -741,9 +741,14 @@ mod service_sim {
                 broker_silence_ms: SILENCE_MS,
                 rebalance: None,
             };
-            let service =
-                ClusterService::open(filer, "file:///sim".into(), config, COMMAND_TIMEOUT_MS)
-                    .unwrap();
+            let service = ClusterService::open(
+                Box::new(kelp_control::state_store::FilerStateStore::new(filer.clone())),
+                filer,
+                "file:///sim".into(),
+                config,
+                COMMAND_TIMEOUT_MS,
+            )
+            .unwrap();
             let brokers = (0..BROKERS)
                 .map(|id| {
                     (

@@ -21,7 +21,12 @@
 //! One blocking TCP connection carries every call, in order. A broken
 //! connection is reopened on the next call, and the broker registers again
 //! with the id it has: a control plane that restarted takes it back
-//! without moving anything.
+//! without moving anything. An HA control plane is several addresses
+//! (`--control A,B,C`): a call that cannot connect tries the next one, and
+//! one answered `NotLeader` goes to the leader the answer names (or, while
+//! none is elected, to the next address after a pause), so the broker
+//! follows whoever leads; the new leader does not know it and it registers
+//! again.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -50,6 +55,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the control plane may take to answer. Leaving and splitting
 /// wait for segments to be sealed and flushed.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a call waits for the first byte of its answer before it probes
+/// the control plane on a second connection (see [`wait_for_answer`]).
+const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// How long that probe may take: the control plane answers a list of
+/// topics without waiting on any broker, so only a frozen or cut-off
+/// instance takes longer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a starting broker keeps trying to reach the control plane.
 const JOIN_PATIENCE: Duration = Duration::from_secs(30);
 /// How long a shard may take to report its counters.
@@ -69,24 +81,75 @@ const LONE_CONTROL_TICK_MS: u64 = 1_000;
 /// spares for a reconnect.
 const LONE_CONTROL_CONNECTIONS_MAX: usize = 8;
 
+/// Most control-plane addresses `--control` may list.
+pub const CONTROL_ADDRESSES_MAX: usize = 16;
+/// How long a call waits before asking again when no control-plane
+/// instance leads (an election is under way).
+const NO_LEADER_PAUSE: Duration = Duration::from_millis(200);
+
 /// A frame answered by the control plane: its type and payload.
 pub(crate) type Answer = (FrameType, Vec<u8>);
 
-/// One blocking connection to the control plane, reopened when it breaks.
+/// One blocking connection to the control plane, reopened when it breaks,
+/// to whichever of its instances leads.
 #[derive(Debug)]
 pub(crate) struct ControlLink {
+    /// The instances as configured, in order.
+    addresses: Vec<String>,
+    /// The configured one to try next when no leader is known.
+    next: usize,
+    /// Where calls go now: a configured address, or the leader a follower
+    /// named.
     address: String,
     stream: Option<TcpStream>,
     next_request_id: u32,
 }
 
+/// The addresses of `--control A,B,C`: 1 to [`CONTROL_ADDRESSES_MAX`],
+/// none empty.
+pub fn parse_control_addresses(list: &str) -> Result<Vec<String>, String> {
+    let addresses: Vec<String> = list.split(',').map(|a| a.trim().to_owned()).collect();
+    if addresses.iter().any(String::is_empty) {
+        return Err(format!(
+            "control-plane addresses {list:?}: an empty address (write A,B,C)"
+        ));
+    }
+    if addresses.len() > CONTROL_ADDRESSES_MAX {
+        return Err(format!(
+            "{} control-plane addresses: at most {CONTROL_ADDRESSES_MAX}",
+            addresses.len()
+        ));
+    }
+    Ok(addresses)
+}
+
 impl ControlLink {
-    pub(crate) fn new(address: &str) -> ControlLink {
+    /// A link to the control plane at `addresses` (checked by
+    /// [`parse_control_addresses`]; an empty list is one empty address
+    /// that fails every call).
+    pub(crate) fn new(addresses: Vec<String>) -> ControlLink {
+        let address = addresses.first().cloned().unwrap_or_default();
         ControlLink {
-            address: address.to_owned(),
+            next: 1 % addresses.len().max(1),
+            addresses,
+            address,
             stream: None,
             next_request_id: 1,
         }
+    }
+
+    /// Where calls go now.
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Go to the next configured address.
+    fn rotate(&mut self) {
+        self.stream = None;
+        if let Some(address) = self.addresses.get(self.next) {
+            self.address.clone_from(address);
+        }
+        self.next = (self.next + 1) % self.addresses.len().max(1);
     }
 
     /// Whether the last call left a usable connection.
@@ -142,20 +205,57 @@ impl ControlLink {
         id
     }
 
+    /// Send `frame` to the instance that leads: on one that cannot be
+    /// reached, or that does not lead, try the next (see the module docs),
+    /// at most twice round the list plus once per redirect.
     fn exchange(&mut self, id: u32, frame: &[u8]) -> Result<Answer, String> {
-        let result = self.try_exchange(id, frame);
-        if result.is_err() {
-            // Whatever the failure, the stream's position is unknown.
-            self.stream = None;
+        let attempts = 2 * self.addresses.len() + 2;
+        let mut last = String::new();
+        for _ in 0..attempts {
+            let connected = self.stream.is_some();
+            match self.try_exchange(id, frame) {
+                Ok(answer) => match not_leader(&answer) {
+                    None => return Ok(answer),
+                    Some(leader) => {
+                        self.stream = None;
+                        last = format!("control plane {} does not lead", self.address);
+                        match leader {
+                            Some(leader) if leader != self.address => self.address = leader,
+                            _ => {
+                                std::thread::sleep(NO_LEADER_PAUSE);
+                                self.rotate();
+                            }
+                        }
+                    }
+                },
+                Err(e) => {
+                    // Whatever the failure, the stream's position is unknown.
+                    self.stream = None;
+                    if self.addresses.len() == 1 {
+                        return Err(e.message);
+                    }
+                    // A connection that broke mid-call may be to an instance
+                    // that still leads: once more there, else the next.
+                    if !connected || e.move_on {
+                        self.rotate();
+                    }
+                    last = e.message;
+                }
+            }
         }
-        result
+        Err(format!("no control-plane instance leads: {last}"))
     }
 
-    fn try_exchange(&mut self, id: u32, frame: &[u8]) -> Result<Answer, String> {
+    fn try_exchange(&mut self, id: u32, frame: &[u8]) -> Result<Answer, CallFailed> {
         let address = self.address.clone();
-        let stream = self.connect()?;
-        let failed = |e: &dyn std::fmt::Display| format!("control plane {address}: {e}");
+        let stream = self.connect().map_err(CallFailed::retry)?;
+        let failed =
+            |e: &dyn std::fmt::Display| CallFailed::retry(format!("control plane {address}: {e}"));
         stream.write_all(frame).map_err(|e| failed(&e))?;
+        wait_for_answer(stream, &address).map_err(|message| CallFailed {
+            message,
+            move_on: true,
+        })?;
         let mut payload = Vec::new();
         let header = read_frame(stream, &mut payload)
             .map_err(|e| failed(&e))?
@@ -167,6 +267,108 @@ impl ControlLink {
             )));
         }
         Ok((header.frame_type, payload))
+    }
+}
+
+/// Why one call to one instance failed.
+struct CallFailed {
+    message: String,
+    /// The instance stopped answering or no longer leads: go to the next,
+    /// not once more to it.
+    move_on: bool,
+}
+
+impl CallFailed {
+    fn retry(message: String) -> CallFailed {
+        CallFailed {
+            message,
+            move_on: false,
+        }
+    }
+}
+
+/// Wait until the answer on `stream` starts to arrive, at most
+/// [`ANSWER_TIMEOUT`]. Every [`PROBE_AFTER`] without a byte, a probe on a
+/// second connection asks `address` whether it still answers and leads: a
+/// frozen instance (SIGSTOP, a hung host) accepts connections but never
+/// answers, and one that lost the lead will not finish the call, so the
+/// call fails then rather than at the timeout, and the link moves on.
+fn wait_for_answer(stream: &mut TcpStream, address: &str) -> Result<(), String> {
+    let failed = |e: &dyn std::fmt::Display| format!("control plane {address}: {e}");
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    stream
+        .set_read_timeout(Some(PROBE_AFTER))
+        .map_err(|e| failed(&e))?;
+    let arrived = loop {
+        match stream.peek(&mut [0u8; 1]) {
+            Ok(_) => break Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if Instant::now() >= deadline {
+                    break Err(failed(&format!("no answer in {ANSWER_TIMEOUT:?}")));
+                }
+                if let Err(why) = probe(address) {
+                    break Err(failed(&why));
+                }
+            }
+            Err(e) => break Err(failed(&e)),
+        }
+    };
+    stream
+        .set_read_timeout(Some(ANSWER_TIMEOUT))
+        .map_err(|e| failed(&e))?;
+    arrived
+}
+
+/// Whether the control-plane instance at `address` answers a list of
+/// topics within [`PROBE_TIMEOUT`] as leader.
+fn probe(address: &str) -> Result<(), String> {
+    let addr = address
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve: {e}"))?
+        .next()
+        .ok_or_else(|| "resolves to nothing".to_owned())?;
+    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)
+        .map_err(|e| format!("a probe could not connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(PROBE_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(PROBE_TIMEOUT)))
+        .map_err(|e| format!("configure a probe: {e}"))?;
+    let mut frame = Vec::new();
+    Request::ListTopics.encode(1, &mut frame);
+    stream
+        .write_all(&frame)
+        .map_err(|e| format!("a probe could not be sent: {e}"))?;
+    let mut payload = Vec::new();
+    let header = read_frame(&mut stream, &mut payload)
+        .map_err(|e| {
+            format!("stopped answering (a probe got no answer in {PROBE_TIMEOUT:?}: {e})")
+        })?
+        .ok_or_else(|| "closed a probe without answering".to_owned())?;
+    match not_leader(&(header.frame_type, payload)) {
+        Some(_) => Err("no longer leads".to_owned()),
+        None => Ok(()),
+    }
+}
+
+/// `Some(leader)` if `answer` is a `NotLeader` error: the leader's address
+/// when the answer names one.
+fn not_leader(answer: &Answer) -> Option<Option<String>> {
+    let (frame_type, payload) = answer;
+    if *frame_type != FrameType::ErrorResponse {
+        return None;
+    }
+    match Response::decode(*frame_type, payload) {
+        Ok(Response::Error {
+            code: ErrorCode::NotLeader,
+            message,
+        }) => Some((!message.is_empty()).then_some(message)),
+        _ => None,
     }
 }
 
@@ -201,7 +403,8 @@ fn join_as(
     known: Option<u32>,
 ) -> Result<Joined, EngineError> {
     let id_path = config.data_dir.join(BROKER_ID_FILE);
-    let mut link = ControlLink::new(control);
+    let addresses = parse_control_addresses(control).map_err(EngineError::Config)?;
+    let mut link = ControlLink::new(addresses);
     let deadline = Instant::now() + JOIN_PATIENCE;
     let (id, filer) = loop {
         match register(&mut link, config, known, shards) {
@@ -217,7 +420,10 @@ fn join_as(
         std::fs::write(&id_path, format!("{id}\n"))
             .map_err(|e| EngineError::io("write broker id", &id_path, e))?;
     }
-    log::info!("joined the control plane at {control} as broker {id}; filer {filer}");
+    log::info!(
+        "joined the control plane at {} as broker {id}; filer {filer}",
+        link.address()
+    );
     Ok(Joined { link, id, filer })
 }
 
@@ -255,6 +461,7 @@ impl LocalControl {
             rebalance: None,
             link: control::broker_link::BrokerLink::default(),
             connections_max: LONE_CONTROL_CONNECTIONS_MAX,
+            election: None,
         })
         .map_err(|e| EngineError::Start(format!("start the control plane: {e}")))?;
         let joined = join_as(config, &server.address().to_string(), shards, Some(id))?;

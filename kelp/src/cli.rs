@@ -81,6 +81,31 @@ pub struct ControlArgs {
     pub tick_ms: u64,
     #[command(flatten)]
     pub filer: FilerArgs,
+    /// Run as one of several instances for high availability: etcd's
+    /// client URLs (e.g. http://10.0.0.1:2379,http://10.0.0.2:2379). One
+    /// instance leads, elected through etcd, and keeps topics and broker
+    /// records there; the others answer brokers with the leader's address
+    /// and take over when it dies. Needs --filer, shared by every instance.
+    #[arg(
+        long,
+        value_name = "URL[,URL...]",
+        value_delimiter = ',',
+        requires = "filer"
+    )]
+    pub etcd: Vec<String>,
+    /// The cluster's name in etcd: every key lives under /kelp/<cluster>/.
+    #[arg(long, default_value = "kelp", requires = "etcd")]
+    pub cluster: String,
+    /// The address brokers and the other instances reach this one on
+    /// (default: --listen; set it when listening on 0.0.0.0).
+    #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
+    pub advertise: Option<String>,
+    /// The etcd lease of this instance's candidacy, in seconds: a leader
+    /// that dies is replaced about this long after its last keepalive.
+    #[arg(long, value_name = "S", default_value_t = election::LEASE_TTL_S_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(i64::from(election::LEASE_TTL_S_MIN)..=i64::from(election::LEASE_TTL_S_MAX)),
+          requires = "etcd")]
+    pub lease_ttl_s: u32,
 }
 
 /// Where the filer is, and how to reach an S3-compatible one.
@@ -166,8 +191,9 @@ pub struct ServeArgs {
     /// instead of running the control plane inside this broker (as a
     /// cluster of one whose shards take the pieces of its splits). The
     /// broker then stores in the cluster's filer and keeps its id in
-    /// `<data-dir>/broker-id`.
-    #[arg(long, value_name = "ADDR")]
+    /// `<data-dir>/broker-id`. An HA control plane is every instance's
+    /// address, A,B,C: the broker follows whichever leads.
+    #[arg(long, value_name = "ADDR[,ADDR...]")]
     pub control: Option<String>,
     /// Leave shard threads to the OS scheduler instead of pinning shard i
     /// to CPU i (for several brokers on one host).

@@ -55,12 +55,21 @@ pub fn control(args: ControlArgs) -> anyhow::Result<()> {
         None => None,
         Some(url) => Some(open_cluster_filer(url, &args.filer.s3_settings())?),
     };
+    let election = (!args.etcd.is_empty()).then(|| {
+        let advertised = args
+            .advertise
+            .clone()
+            .unwrap_or_else(|| args.listen.to_string());
+        election::CandidateConfig::new(args.etcd.clone(), args.cluster.clone(), advertised)
+            .with_lease_ttl_s(args.lease_ttl_s)
+    });
     let config = control::ControlServerConfig {
         filer,
         listen: args.listen,
         data_dir: args.data_dir,
         broker_silence_ms: args.broker_silence_ms,
         tick_ms: args.tick_ms,
+        election,
         ..control::ControlServerConfig::default()
     };
     control::ControlServer::run_until(config, || {

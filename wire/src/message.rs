@@ -127,6 +127,10 @@ pub enum ErrorCode {
     /// offsets and the next readable offset. Fetch with
     /// `FetchChecks::SkipDamaged` to read on past them.
     Corrupt,
+    /// This control-plane instance does not lead: the message is the
+    /// leader's address (empty while none is elected). Send the request
+    /// there (docs/wire-format.md).
+    NotLeader,
     Other(u16),
 }
 
@@ -152,6 +156,7 @@ impl ErrorCode {
             ErrorCode::PayloadMismatch => 17,
             ErrorCode::ShuttingDown => 18,
             ErrorCode::Corrupt => 19,
+            ErrorCode::NotLeader => 20,
             ErrorCode::Other(v) => v,
         }
     }
@@ -177,6 +182,7 @@ impl ErrorCode {
             17 => ErrorCode::PayloadMismatch,
             18 => ErrorCode::ShuttingDown,
             19 => ErrorCode::Corrupt,
+            20 => ErrorCode::NotLeader,
             v => ErrorCode::Other(v),
         }
     }

@@ -219,6 +219,27 @@ impl ControlPlane {
         extra: &[&str],
         env: &[(&str, String)],
     ) -> ControlPlane {
+        ControlPlane::spawn(data_dir, port, extra, env, Stdio::inherit())
+    }
+
+    /// [`ControlPlane::start`], its log (stderr) appended to `log`, for
+    /// tests that read what it said.
+    pub fn start_logged(data_dir: &Path, port: u16, extra: &[&str], log: &Path) -> ControlPlane {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open control plane log");
+        ControlPlane::spawn(data_dir, port, extra, &[], Stdio::from(file))
+    }
+
+    fn spawn(
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+        stderr: Stdio,
+    ) -> ControlPlane {
         let child = Command::new(kelp_bin())
             .arg("control")
             .args(extra)
@@ -229,7 +250,7 @@ impl ControlPlane {
             .arg(data_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start kelp control");
         let mut child = child;
@@ -260,6 +281,20 @@ impl ControlPlane {
     /// SIGTERM, and the process must exit cleanly.
     pub fn stop(mut self) {
         terminate(&mut self.child, "control plane");
+    }
+
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+    }
+
+    /// Send the process `signal` (`STOP`, `CONT`).
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} failed");
     }
 }
 
