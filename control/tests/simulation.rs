@@ -742,7 +742,9 @@ mod service_sim {
                 rebalance: None,
             };
             let service = ClusterService::open(
-                Box::new(kelp_control::state_store::FilerStateStore::new(filer.clone())),
+                Box::new(kelp_control::state_store::FilerStateStore::new(
+                    filer.clone(),
+                )),
                 filer,
                 "file:///sim".into(),
                 config,

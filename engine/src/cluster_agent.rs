@@ -870,7 +870,7 @@ impl ClusterAgent {
 
 fn unreachable(e: String) -> ServeError {
     ServeError::new(
-        ErrorCode::Storage,
+        ErrorCode::ControlUnavailable,
         format!("the control plane is unreachable: {e}"),
     )
 }

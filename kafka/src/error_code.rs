@@ -11,6 +11,8 @@ pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 /// The topic or partition does not exist.
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// The partition has no leader right now (a retriable error).
+pub const LEADER_NOT_AVAILABLE: i16 = 5;
 /// The broker is not the partition's leader.
 pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 /// The request timed out.

@@ -131,6 +131,10 @@ pub enum ErrorCode {
     /// leader's address (empty while none is elected). Send the request
     /// there (docs/wire-format.md).
     NotLeader,
+    /// The broker cannot reach the control plane (it is down, or a new
+    /// leader is being elected), so it cannot say or change the layout:
+    /// refresh the layout and retry after a backoff.
+    ControlUnavailable,
     Other(u16),
 }
 
@@ -157,6 +161,7 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => 18,
             ErrorCode::Corrupt => 19,
             ErrorCode::NotLeader => 20,
+            ErrorCode::ControlUnavailable => 21,
             ErrorCode::Other(v) => v,
         }
     }
@@ -183,6 +188,7 @@ impl ErrorCode {
             18 => ErrorCode::ShuttingDown,
             19 => ErrorCode::Corrupt,
             20 => ErrorCode::NotLeader,
+            21 => ErrorCode::ControlUnavailable,
             v => ErrorCode::Other(v),
         }
     }
@@ -191,7 +197,10 @@ impl ErrorCode {
     pub fn is_stale_layout(self) -> bool {
         matches!(
             self,
-            ErrorCode::NotOwner | ErrorCode::SegmentSealed | ErrorCode::ShuttingDown
+            ErrorCode::NotOwner
+                | ErrorCode::SegmentSealed
+                | ErrorCode::ShuttingDown
+                | ErrorCode::ControlUnavailable
         )
     }
 }

@@ -156,6 +156,7 @@ pub(crate) fn kafka_error(e: &ServeError) -> i16 {
         ErrorCode::Malformed | ErrorCode::Checksum | ErrorCode::Corrupt => k::CORRUPT_MESSAGE,
         ErrorCode::InvalidArgument => k::INVALID_REQUEST,
         ErrorCode::Busy => k::REQUEST_TIMED_OUT,
+        ErrorCode::ControlUnavailable => k::LEADER_NOT_AVAILABLE,
         _ => k::UNKNOWN_SERVER_ERROR,
     }
 }
