@@ -93,7 +93,7 @@ pub struct ControlArgs {
         requires = "filer"
     )]
     pub etcd: Vec<String>,
-    /// The cluster's name in etcd: every key lives under /kelp/<cluster>/.
+    /// The cluster's name in etcd: every key lives under /kelp/NAME/.
     #[arg(long, default_value = "kelp", requires = "etcd")]
     pub cluster: String,
     /// The address brokers and the other instances reach this one on

@@ -243,8 +243,9 @@ fn open_count(info: &TopicInfo) -> usize {
     info.segments.iter().filter(|s| !s.sealed).count()
 }
 
-/// Publish until the topic has at least `open` open segments.
-async fn publish_until_open(client: &Client, publisher: &mut Publisher, open: usize) {
+/// Publish until the topic has at least `open` open segments; how many it
+/// has then.
+async fn publish_until_open(client: &Client, publisher: &mut Publisher, open: usize) -> usize {
     let started = Instant::now();
     let mut most = 0;
     let mut last_look = Instant::now();
@@ -267,6 +268,7 @@ async fn publish_until_open(client: &Client, publisher: &mut Publisher, open: us
         started.elapsed(),
         publisher.sent
     );
+    most
 }
 
 /// Publish while waiting for an instance other than `old` to lead.
@@ -331,20 +333,20 @@ async fn three_elected_control_planes_survive_two_leader_kills_under_durable_loa
     let mut publisher = Publisher::new(producer, KEYS);
 
     // The first leader splits the topic, then dies.
-    publish_until_open(&client, &mut publisher, 2).await;
+    let open = publish_until_open(&client, &mut publisher, 2).await;
     planes.kill9(planes.index_of(first));
     let (second, took) = publish_through_takeover(&sampler, &mut publisher, first).await;
     eprintln!("kill -9 of leader {first}: {second} leads {took:?} later");
     planes.restart(planes.index_of(first));
 
     // The second leader goes on splitting, then dies too.
-    publish_until_open(&client, &mut publisher, 3).await;
+    let open = publish_until_open(&client, &mut publisher, open + 1).await;
     planes.kill9(planes.index_of(second));
     let (third, took) = publish_through_takeover(&sampler, &mut publisher, second).await;
     eprintln!("kill -9 of leader {second}: {third} leads {took:?} later");
 
     // The third leader splits further.
-    publish_until_open(&client, &mut publisher, 4).await;
+    publish_until_open(&client, &mut publisher, open + 1).await;
     publisher
         .producer
         .flush()
@@ -361,6 +363,13 @@ async fn three_elected_control_planes_survive_two_leader_kills_under_durable_loa
         doubles.is_empty(),
         "two instances answered as leader at once: {doubles:?}"
     );
+    for i in 0..3 {
+        for line in log_of(&planes, i).lines() {
+            if line.contains("leader") || line.contains("stepped down") {
+                eprintln!("control {i} ({}): {line}", planes.ports[i]);
+            }
+        }
+    }
     // Each leader said so in one line; the history is in etcd's terms.
     for leader in [first, second, third] {
         let log = log_of(&planes, planes.index_of(leader));
