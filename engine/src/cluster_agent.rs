@@ -60,7 +60,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 const PROBE_AFTER: Duration = Duration::from_secs(1);
 /// How long that probe may take: the control plane answers a list of
 /// topics without waiting on any broker, so only a frozen or cut-off
-/// instance takes longer.
+/// instance takes longer (or one whose store, etcd, stalls a write that
+/// long: the call is then tried elsewhere, and answered by the leader).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a starting broker keeps trying to reach the control plane.
 const JOIN_PATIENCE: Duration = Duration::from_secs(30);
@@ -248,11 +249,13 @@ impl ControlLink {
 
     fn try_exchange(&mut self, id: u32, frame: &[u8]) -> Result<Answer, CallFailed> {
         let address = self.address.clone();
+        // With one instance there is nowhere else to go: wait for it.
+        let probe_after = (self.addresses.len() > 1).then_some(PROBE_AFTER);
         let stream = self.connect().map_err(CallFailed::retry)?;
         let failed =
             |e: &dyn std::fmt::Display| CallFailed::retry(format!("control plane {address}: {e}"));
         stream.write_all(frame).map_err(|e| failed(&e))?;
-        wait_for_answer(stream, &address).map_err(|message| CallFailed {
+        wait_for_answer(stream, &address, probe_after).map_err(|message| CallFailed {
             message,
             move_on: true,
         })?;
@@ -288,16 +291,24 @@ impl CallFailed {
 }
 
 /// Wait until the answer on `stream` starts to arrive, at most
-/// [`ANSWER_TIMEOUT`]. Every [`PROBE_AFTER`] without a byte, a probe on a
+/// [`ANSWER_TIMEOUT`]; at once with no `probe_after` (one instance only:
+/// the read that follows waits). Every `probe_after` without a byte, a probe on a
 /// second connection asks `address` whether it still answers and leads: a
 /// frozen instance (SIGSTOP, a hung host) accepts connections but never
 /// answers, and one that lost the lead will not finish the call, so the
 /// call fails then rather than at the timeout, and the link moves on.
-fn wait_for_answer(stream: &mut TcpStream, address: &str) -> Result<(), String> {
+fn wait_for_answer(
+    stream: &mut TcpStream,
+    address: &str,
+    probe_after: Option<Duration>,
+) -> Result<(), String> {
+    let Some(probe_after) = probe_after else {
+        return Ok(());
+    };
     let failed = |e: &dyn std::fmt::Display| format!("control plane {address}: {e}");
     let deadline = Instant::now() + ANSWER_TIMEOUT;
     stream
-        .set_read_timeout(Some(PROBE_AFTER))
+        .set_read_timeout(Some(probe_after))
         .map_err(|e| failed(&e))?;
     let arrived = loop {
         match stream.peek(&mut [0u8; 1]) {
