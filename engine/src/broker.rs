@@ -302,7 +302,7 @@ impl Broker {
             addresses.clone(),
             command_txs,
             local,
-        );
+        )?;
         agent.report();
         let control_thread = std::thread::Builder::new()
             .name("kelp-control-agent".into())

@@ -1,9 +1,17 @@
-//! The broker's side of the control plane: a thread that registers the
-//! broker with the control plane, reports each open segment's load every
-//! second, passes on the admin requests clients send to any shard, and
-//! leaves gracefully when the broker stops (the control plane seals the
-//! broker's segments here and opens successors elsewhere before the broker
-//! flushes and exits).
+//! The broker's side of the control plane, on threads of their own:
+//!
+//! - the agent registers the broker with the control plane, reports each
+//!   open segment's load every second, hands admin requests on, sweeps a
+//!   lone broker's orphan payloads, and leaves gracefully when the broker
+//!   stops (the control plane seals the broker's segments here and opens
+//!   successors elsewhere before the broker flushes and exits);
+//! - [`ADMIN_CALLERS`] admin callers pass on the admin requests clients
+//!   send to any shard, one call each at a time, taken from one bounded
+//!   queue (full, a request is answered `Busy` at once).
+//!
+//! Each has its own connection, so a call that waits (a move that must
+//! seal on a stopped broker) holds up neither the load reports, which keep
+//! the broker alive in the control plane's eyes, nor the other admin calls.
 //!
 //! There is one control plane. In a cluster (`kelp serve --control ADDR`)
 //! it is another process; a lone broker runs the same one in-process
@@ -15,18 +23,18 @@
 //!
 //! The control plane talks back through the shards: it sends each layout
 //! change to shard 0 as an `ApplyLayout` request, which reaches every shard
-//! over their command channels without passing through this thread, so a
-//! request this thread forwards can never wait for itself.
+//! over their command channels without passing through these threads, so a
+//! request they pass on can never wait for them.
 //!
-//! One blocking TCP connection carries every call, in order. A broken
-//! connection is reopened on the next call, and the broker registers again
+//! Each connection is blocking and carries its thread's calls in order. A
+//! broken one is reopened on the next call, and the agent registers again
 //! with the id it has: a control plane that restarted takes it back
 //! without moving anything. An HA control plane is several addresses
 //! (`--control A,B,C`): a call that cannot connect tries the next one, and
 //! one answered `NotLeader` goes to the leader the answer names (or, while
 //! none is elected, to the next address after a pause), so the broker
-//! follows whoever leads; the new leader does not know it and it registers
-//! again.
+//! follows whoever leads; the new leader does not know it and the agent
+//! registers again.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -73,14 +81,21 @@ const BROKER_ID_FILE: &str = "broker-id";
 const LONE_BROKER_ID: u32 = 0;
 /// How long a lone broker's own control plane waits for a load report
 /// before it declares the broker dead. The two share a process, so silence
-/// means a stalled agent (a long admin call), not a dead broker: far longer
-/// than a cluster's.
+/// means a stalled agent (a shard slow to report), not a dead broker: far
+/// longer than a cluster's.
 const LONE_BROKER_SILENCE_MS: u64 = 120_000;
 /// How often a lone broker's control plane ticks (policy splits, merges).
 const LONE_CONTROL_TICK_MS: u64 = 1_000;
-/// Connections a lone broker's control plane accepts: its agent's, and
-/// spares for a reconnect.
-const LONE_CONTROL_CONNECTIONS_MAX: usize = 8;
+/// Connections a lone broker's control plane accepts: its agent's and each
+/// admin caller's, a probe beside each, and spares for a reconnect.
+const LONE_CONTROL_CONNECTIONS_MAX: usize = 2 * (1 + ADMIN_CALLERS) + 2;
+/// Threads that pass admin requests to the control plane, each on its own
+/// connection: how many admin calls can wait at once (a move waiting on a
+/// stopped broker) before the next ones queue.
+const ADMIN_CALLERS: usize = 4;
+/// Admin requests queued for a free admin caller; more are answered `Busy`.
+const ADMIN_REQUESTS_QUEUED_MAX: usize = 64;
+const _: () = assert!(ADMIN_CALLERS >= 1 && ADMIN_REQUESTS_QUEUED_MAX >= ADMIN_CALLERS);
 
 /// Most control-plane addresses `--control` may list.
 pub const CONTROL_ADDRESSES_MAX: usize = 16;
@@ -134,6 +149,18 @@ impl ControlLink {
             next: 1 % addresses.len().max(1),
             addresses,
             address,
+            stream: None,
+            next_request_id: 1,
+        }
+    }
+
+    /// A link of its own to the same control plane, starting where this
+    /// one goes now (the leader, if it followed a redirect).
+    fn sibling(&self) -> ControlLink {
+        ControlLink {
+            addresses: self.addresses.clone(),
+            next: self.next,
+            address: self.address.clone(),
             stream: None,
             next_request_id: 1,
         }
@@ -584,6 +611,8 @@ pub(crate) struct ClusterAgent {
     last_at: Instant,
     /// A lone broker's own control plane.
     local: Option<LocalControl>,
+    /// Where admin requests go.
+    admin: AdminCallers,
 }
 
 impl ClusterAgent {
@@ -593,8 +622,14 @@ impl ClusterAgent {
         shard_addresses: Vec<ShardAddress>,
         shards: Vec<flume::Sender<ShardCommand>>,
         local: Option<LocalControl>,
-    ) -> ClusterAgent {
-        ClusterAgent {
+    ) -> Result<ClusterAgent, EngineError> {
+        let admin = AdminCallers::start(AdminCaller {
+            link: joined.link.sibling(),
+            broker: joined.id,
+            lone: local.is_some(),
+            shards: shards.clone(),
+        })?;
+        Ok(ClusterAgent {
             link: joined.link,
             id: joined.id,
             config,
@@ -604,10 +639,11 @@ impl ClusterAgent {
             last: HashMap::new(),
             last_at: Instant::now(),
             local,
-        }
+            admin,
+        })
     }
 
-    /// Serve the shards' requests and report load until shutdown.
+    /// Hand the shards' admin requests on and report load until shutdown.
     pub(crate) fn run(mut self, requests: flume::Receiver<ControlRequest>) {
         let interval = Duration::from_millis(self.config.load_report_ms);
         let sweep_interval = Duration::from_millis(self.config.payload_sweep_interval_ms);
@@ -638,7 +674,7 @@ impl ClusterAgent {
                     let _ = reply.send(flushed);
                     return;
                 }
-                Ok(request) => self.answer(request),
+                Ok(request) => self.admin.pass_on(request),
                 Err(flume::RecvTimeoutError::Timeout) => {}
                 Err(flume::RecvTimeoutError::Disconnected) => return,
             }
@@ -655,111 +691,6 @@ impl ClusterAgent {
                 next_sweep = Instant::now() + sweep_interval;
             }
         }
-    }
-
-    /// Answer one request of the shards (or the Kafka gateway) through the
-    /// control plane.
-    fn answer(&mut self, request: ControlRequest) {
-        match request {
-            ControlRequest::Forward {
-                frame_type,
-                payload,
-                reply,
-            } => {
-                let _ = reply.send(self.forward(frame_type, &payload));
-            }
-            ControlRequest::CreateTopic {
-                topic,
-                segments,
-                reply,
-            } => {
-                let answer = self.ask(&Request::CreateTopic { topic, segments });
-                let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
-            }
-            ControlRequest::DescribeTopic { topic, reply } => {
-                let answer = self.ask(&Request::DescribeTopic { topic });
-                let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
-            }
-            ControlRequest::DeleteTopic { topic, reply } => {
-                let answer = self.ask(&Request::DeleteTopic { topic });
-                let _ = reply.send(answer.and_then(|r| match r {
-                    Response::Done => Ok(()),
-                    other => Err(unexpected(&other)),
-                }));
-            }
-            ControlRequest::ListTopics { reply } => {
-                let answer = self.ask(&Request::ListTopics);
-                let _ = reply.send(answer.and_then(|r| match r {
-                    Response::TopicList { topics } => Ok(topics),
-                    other => Err(unexpected(&other)),
-                }));
-            }
-            ControlRequest::Shutdown { reply } => {
-                let _ = reply.send(Err("the broker is already stopping".into()));
-            }
-        }
-    }
-
-    /// Ask the control plane; its error answers become errors.
-    fn ask(&mut self, request: &Request<'_>) -> Result<Response<'static>, ServeError> {
-        self.ensure_registered().map_err(unreachable)?;
-        let answer = self.link.call(request).map_err(unreachable);
-        let (frame_type, payload) = answer.inspect_err(|_| self.registered = false)?;
-        let response = Response::decode(frame_type, &payload).map_err(|e| {
-            ServeError::new(
-                ErrorCode::Internal,
-                format!("the control plane's answer does not decode: {e}"),
-            )
-        })?;
-        match response {
-            Response::Error { code, message } => Err(ServeError::new(code, message)),
-            Response::Topic(info) => Ok(Response::Topic(info)),
-            Response::TopicList { topics } => Ok(Response::TopicList { topics }),
-            Response::Done => Ok(Response::Done),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    /// A topic's description from the control plane, completed with the
-    /// live figures of this broker's own segments (the control plane knows
-    /// them as of the last load report).
-    fn topic_info(&self, response: Response<'_>) -> Result<TopicInfo, ServeError> {
-        let Response::Topic(mut info) = response else {
-            return Err(unexpected(&response));
-        };
-        let figures: HashMap<u32, SegmentLoadFigures> = self
-            .collect(true)
-            .into_iter()
-            .filter(|f| f.topic == info.name)
-            .map(|f| (f.segment, f))
-            .collect();
-        for segment in &mut info.segments {
-            if segment.broker != Some(self.id) {
-                continue;
-            }
-            if let Some(f) = figures.get(&segment.id) {
-                segment.next_offset = f.next_offset;
-                segment.appended_bytes = f.appended_bytes;
-                segment.first_append_ms = f.first_append_ms;
-                segment.lost_records = f.lost_records;
-            }
-            // A lone broker's segments are on the shards of the broker the
-            // client asked.
-            if self.local.is_some() {
-                segment.address = None;
-            }
-        }
-        Ok(info)
-    }
-
-    /// Pass a client's admin request to the control plane, answer and all.
-    fn forward(&mut self, frame_type: FrameType, payload: &[u8]) -> Result<Answer, ServeError> {
-        self.ensure_registered().map_err(unreachable)?;
-        let answer = self.link.call_raw(frame_type, payload).map_err(unreachable);
-        if answer.is_err() {
-            self.registered = false;
-        }
-        answer
     }
 
     fn ensure_registered(&mut self) -> Result<(), String> {
@@ -782,7 +713,7 @@ impl ClusterAgent {
     /// plane send this broker every topic's layout; its answer comes once
     /// those were applied (the shards recovered and opened their segments).
     pub(crate) fn report(&mut self) {
-        let figures = self.collect(false);
+        let figures = collect(&self.shards, false);
         let now = Instant::now();
         let elapsed_ms = now.duration_since(self.last_at).as_millis().max(1) as u64;
         self.last_at = now;
@@ -839,26 +770,6 @@ impl ClusterAgent {
         }
     }
 
-    /// Every shard's open segments' counters (and with `sealed` those of
-    /// the sealed segments they hold).
-    fn collect(&self, sealed: bool) -> Vec<SegmentLoadFigures> {
-        let mut waiting = Vec::with_capacity(self.shards.len());
-        for shard in &self.shards {
-            let (tx, rx) = flume::bounded(1);
-            if shard
-                .send(ShardCommand::ReportLoad { sealed, reply: tx })
-                .is_ok()
-            {
-                waiting.push(rx);
-            }
-        }
-        waiting
-            .into_iter()
-            .filter_map(|rx| rx.recv_timeout(SHARD_REPORT_TIMEOUT).ok())
-            .flatten()
-            .collect()
-    }
-
     /// Tell the control plane this broker goes: it seals the broker's
     /// segments (here, through shard 0) and opens them elsewhere, then
     /// answers. If it cannot be reached the broker still stops; the control
@@ -877,6 +788,215 @@ impl ClusterAgent {
             Err(e) => log::warn!("leaving the cluster: {e}"),
         }
     }
+}
+
+/// The admin callers, fed through one bounded queue. Dropping this closes
+/// the queue: each caller ends once the requests queued before are
+/// answered. They are not joined: a call in flight when the broker stops
+/// is abandoned, and its thread ends with it (within [`ANSWER_TIMEOUT`]).
+struct AdminCallers {
+    queue: flume::Sender<ControlRequest>,
+}
+
+impl AdminCallers {
+    /// Start [`ADMIN_CALLERS`] threads, each with a link like `caller`'s.
+    fn start(caller: AdminCaller) -> Result<AdminCallers, EngineError> {
+        let (queue, requests) = flume::bounded(ADMIN_REQUESTS_QUEUED_MAX);
+        for index in 0..ADMIN_CALLERS {
+            let caller = AdminCaller {
+                link: caller.link.sibling(),
+                shards: caller.shards.clone(),
+                ..caller
+            };
+            let requests = requests.clone();
+            std::thread::Builder::new()
+                .name(format!("kelp-control-admin-{index}"))
+                .spawn(move || caller.run(requests))
+                .map_err(|e| EngineError::io("spawn control admin thread", "", e))?;
+        }
+        Ok(AdminCallers { queue })
+    }
+
+    /// Hand an admin request to a caller; with every caller busy and the
+    /// queue full, answer it at once rather than hold up the agent.
+    fn pass_on(&self, request: ControlRequest) {
+        match self.queue.try_send(request) {
+            Ok(()) => {}
+            Err(flume::TrySendError::Full(request)) => refuse(
+                request,
+                ServeError::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "{ADMIN_CALLERS} admin requests wait for the control plane and \
+                         {ADMIN_REQUESTS_QUEUED_MAX} more are queued: try again later"
+                    ),
+                ),
+            ),
+            Err(flume::TrySendError::Disconnected(request)) => refuse(
+                request,
+                ServeError::new(ErrorCode::Internal, "the broker's admin callers are gone"),
+            ),
+        }
+    }
+}
+
+/// One thread that passes admin requests to the control plane on a
+/// connection of its own. It needs the broker registered no more than any
+/// client does: the control plane answers admin requests from anyone.
+struct AdminCaller {
+    link: ControlLink,
+    broker: u32,
+    /// A lone broker's topic descriptions name no shard addresses.
+    lone: bool,
+    /// The shards' command channels, for the live figures of a describe.
+    shards: Vec<flume::Sender<ShardCommand>>,
+}
+
+impl AdminCaller {
+    fn run(mut self, requests: flume::Receiver<ControlRequest>) {
+        while let Ok(request) = requests.recv() {
+            self.answer(request);
+        }
+    }
+
+    /// Answer one request of the shards (or the Kafka gateway) through the
+    /// control plane.
+    fn answer(&mut self, request: ControlRequest) {
+        match request {
+            ControlRequest::Forward {
+                frame_type,
+                payload,
+                reply,
+            } => {
+                let _ = reply.send(self.forward(frame_type, &payload));
+            }
+            ControlRequest::CreateTopic {
+                topic,
+                segments,
+                reply,
+            } => {
+                let answer = self.ask(&Request::CreateTopic { topic, segments });
+                let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
+            }
+            ControlRequest::DescribeTopic { topic, reply } => {
+                let answer = self.ask(&Request::DescribeTopic { topic });
+                let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
+            }
+            ControlRequest::DeleteTopic { topic, reply } => {
+                let answer = self.ask(&Request::DeleteTopic { topic });
+                let _ = reply.send(answer.and_then(|r| match r {
+                    Response::Done => Ok(()),
+                    other => Err(unexpected(&other)),
+                }));
+            }
+            ControlRequest::ListTopics { reply } => {
+                let answer = self.ask(&Request::ListTopics);
+                let _ = reply.send(answer.and_then(|r| match r {
+                    Response::TopicList { topics } => Ok(topics),
+                    other => Err(unexpected(&other)),
+                }));
+            }
+            // The agent keeps it.
+            ControlRequest::Shutdown { reply } => {
+                let _ = reply.send(Err("the broker is already stopping".into()));
+            }
+        }
+    }
+
+    /// Ask the control plane; its error answers become errors.
+    fn ask(&mut self, request: &Request<'_>) -> Result<Response<'static>, ServeError> {
+        let (frame_type, payload) = self.link.call(request).map_err(unreachable)?;
+        let response = Response::decode(frame_type, &payload).map_err(|e| {
+            ServeError::new(
+                ErrorCode::Internal,
+                format!("the control plane's answer does not decode: {e}"),
+            )
+        })?;
+        match response {
+            Response::Error { code, message } => Err(ServeError::new(code, message)),
+            Response::Topic(info) => Ok(Response::Topic(info)),
+            Response::TopicList { topics } => Ok(Response::TopicList { topics }),
+            Response::Done => Ok(Response::Done),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A topic's description from the control plane, completed with the
+    /// live figures of this broker's own segments (the control plane knows
+    /// them as of the last load report).
+    fn topic_info(&self, response: Response<'_>) -> Result<TopicInfo, ServeError> {
+        let Response::Topic(mut info) = response else {
+            return Err(unexpected(&response));
+        };
+        let figures: HashMap<u32, SegmentLoadFigures> = collect(&self.shards, true)
+            .into_iter()
+            .filter(|f| f.topic == info.name)
+            .map(|f| (f.segment, f))
+            .collect();
+        for segment in &mut info.segments {
+            if segment.broker != Some(self.broker) {
+                continue;
+            }
+            if let Some(f) = figures.get(&segment.id) {
+                segment.next_offset = f.next_offset;
+                segment.appended_bytes = f.appended_bytes;
+                segment.first_append_ms = f.first_append_ms;
+                segment.lost_records = f.lost_records;
+            }
+            // A lone broker's segments are on the shards of the broker the
+            // client asked.
+            if self.lone {
+                segment.address = None;
+            }
+        }
+        Ok(info)
+    }
+
+    /// Pass a client's admin request to the control plane, answer and all.
+    fn forward(&mut self, frame_type: FrameType, payload: &[u8]) -> Result<Answer, ServeError> {
+        self.link.call_raw(frame_type, payload).map_err(unreachable)
+    }
+}
+
+/// Answer `request` with `error`.
+fn refuse(request: ControlRequest, error: ServeError) {
+    match request {
+        ControlRequest::Forward { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        ControlRequest::CreateTopic { reply, .. } | ControlRequest::DescribeTopic { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        ControlRequest::DeleteTopic { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        ControlRequest::ListTopics { reply } => {
+            let _ = reply.send(Err(error));
+        }
+        ControlRequest::Shutdown { reply } => {
+            let _ = reply.send(Err(error.message));
+        }
+    }
+}
+
+/// Every shard's open segments' counters (and with `sealed` those of the
+/// sealed segments they hold).
+fn collect(shards: &[flume::Sender<ShardCommand>], sealed: bool) -> Vec<SegmentLoadFigures> {
+    let mut waiting = Vec::with_capacity(shards.len());
+    for shard in shards {
+        let (tx, rx) = flume::bounded(1);
+        if shard
+            .send(ShardCommand::ReportLoad { sealed, reply: tx })
+            .is_ok()
+        {
+            waiting.push(rx);
+        }
+    }
+    waiting
+        .into_iter()
+        .filter_map(|rx| rx.recv_timeout(SHARD_REPORT_TIMEOUT).ok())
+        .flatten()
+        .collect()
 }
 
 fn unreachable(e: String) -> ServeError {

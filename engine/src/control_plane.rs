@@ -1,8 +1,8 @@
-//! What shards ask of the broker's control-plane thread (the cluster agent,
-//! which speaks to the control plane: the cluster's, or the one a lone
-//! broker runs in-process) and what that thread and the layouts the control
-//! plane sends tell shards. Requests and commands travel over bounded
-//! channels; no lock is shared with the shards.
+//! What shards ask of the broker's control-plane threads (the cluster agent
+//! and its admin callers, which speak to the control plane: the cluster's,
+//! or the one a lone broker runs in-process) and what the agent and the
+//! layouts the control plane sends tell shards. Requests and commands
+//! travel over bounded channels; no lock is shared with the shards.
 
 use std::time::Duration;
 
@@ -11,7 +11,8 @@ use wire::message::TopicInfo;
 
 use crate::serve_error::ServeError;
 
-/// Admin requests waiting for the control plane.
+/// Requests waiting for the cluster agent (which hands admin requests on
+/// to its admin callers).
 pub(crate) const CONTROL_REQUESTS_QUEUED_MAX: usize = 1024;
 /// Commands waiting for one shard.
 pub(crate) const SHARD_COMMANDS_QUEUED_MAX: usize = 64;
