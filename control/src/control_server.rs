@@ -18,10 +18,10 @@
 //!
 //! One instance alone (no `election` in its configuration) always leads
 //! and keeps its state in the filer. One of several (`kelp control --etcd`)
-//! runs an [`election::Candidate`]: the driver checks it before every input
-//! and every [`LEADERSHIP_POLL_MS`]; when it becomes leader it loads the
-//! state from etcd and builds a fresh state machine over an
-//! [`EtcdStateStore`] guarded by its term, and when the term ends it drops
+//! is handed an [`Election`] (`kelp_election`'s candidate): the driver
+//! checks it before every input and every [`LEADERSHIP_POLL_MS`]; when it
+//! becomes leader it loads the state from the store its election hands the
+//! term (etcd) and builds a fresh state machine over it, and when the term ends it drops
 //! that state machine (answering whoever waits with `NotLeader`). A
 //! follower answers every request `NotLeader`, naming the leader's
 //! address: brokers go there.
@@ -41,7 +41,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use election::{Candidate, CandidateConfig, Leadership, Term};
 use filer::{Filer, FilerUrl, LocalFiler};
 use wire::{ErrorCode, Request, Response};
 
@@ -49,8 +48,9 @@ use crate::broker_link::BrokerLink;
 use crate::cluster_service::{
     control_request, AnswerToken, ClusterService, CommandId, OutgoingCommand,
 };
+use crate::election::{ElectedTerm, Election, ElectionState};
 use crate::frame_stream::{read_frame, FrameReadError};
-use crate::state_store::{EtcdStateStore, FilerStateStore};
+use crate::state_store::FilerStateStore;
 use crate::{BrokerId, ClusterConfig, ControlError, RebalancePolicy, BROKERS_MAX};
 
 /// Most connections served at once; more are answered `Busy` and closed.
@@ -98,7 +98,7 @@ pub struct ControlServerConfig {
     /// Run as one of several instances elected through etcd (state in
     /// etcd); `None`: alone, state in the filer. The filer must then be one
     /// every instance shares (`filer` set).
-    pub election: Option<CandidateConfig>,
+    pub election: Option<Arc<dyn Election>>,
 }
 
 /// The filer a cluster shares, and the URL brokers are handed to reach it.
@@ -147,9 +147,6 @@ pub enum ControlServerError {
     /// Loading the topics failed.
     #[error(transparent)]
     Control(#[from] ControlError),
-    /// Joining the election failed (etcd unreachable, bad settings).
-    #[error("joining the control-plane election through etcd: {0}")]
-    Election(#[from] election::StartError),
     /// A thread could not be started.
     #[error("starting thread {name}: {source}")]
     Thread {
@@ -242,7 +239,7 @@ impl ControlServer {
                 )?;
                 (Some(service), None)
             }
-            Some(election) => (None, Some(Arc::new(Candidate::start(election)?))),
+            Some(election) => (None, Some(election)),
         };
         let listener =
             TcpListener::bind(config.listen).map_err(io("listen on", config.listen.to_string()))?;
@@ -297,10 +294,8 @@ impl ControlServer {
             None => log::info!("control plane listening on {address}, filer {url}"),
             Some(e) => log::info!(
                 "control plane listening on {address} (advertised as {}), filer {url}; \
-                 standing for leader of cluster {} through etcd {}",
-                e.advertised_address,
-                e.cluster,
-                e.endpoints.join(",")
+                 standing for leader",
+                e.advertised_address()
             ),
         }
         Ok(ControlServer {
@@ -376,12 +371,12 @@ struct Driver {
     /// sent it only (a deposed one's ids mean nothing to the next).
     generation: u64,
     /// This instance's candidacy, when it is one of several.
-    candidate: Option<Arc<Candidate>>,
+    candidate: Option<Arc<dyn Election>>,
     /// The term `service` was built in (elected instances).
-    serving: Option<Term>,
+    serving: Option<ElectedTerm>,
     /// When loading the state for a term last failed: tried again a tick
     /// later, not on every input.
-    takeover_failed_at: Option<(Term, Instant)>,
+    takeover_failed_at: Option<(ElectedTerm, Instant)>,
     filer: Arc<dyn Filer>,
     filer_location: String,
     cluster_config: ClusterConfig,
@@ -470,7 +465,7 @@ impl Driver {
             }
         }
         let started = Instant::now();
-        let store = Box::new(EtcdStateStore::new(candidate.clone(), term));
+        let store = candidate.clone().store(term);
         let opened = ClusterService::open(
             store,
             self.filer.clone(),
@@ -506,7 +501,7 @@ impl Driver {
 
     /// The term served is over: forget its state machine, its senders and
     /// whoever waits on it.
-    fn step_down(&mut self, now: &Leadership) {
+    fn step_down(&mut self, now: &ElectionState) {
         let Some(term) = self.serving.take() else {
             return;
         };
@@ -520,11 +515,11 @@ impl Driver {
             let _ = reply.try_send(answer.clone());
         }
         let leader = match now {
-            Leadership::Follower {
+            ElectionState::Follower {
                 leader: Some(leader),
             } => leader.as_str(),
-            Leadership::Follower { leader: None } => "none elected yet",
-            Leadership::Leader { .. } => "this instance, in a new term",
+            ElectionState::Follower { leader: None } => "none elected yet",
+            ElectionState::Leader { .. } => "this instance, in a new term",
         };
         log::warn!(
             "control plane {}: stepped down: term {term} is over (leader now: {leader})",
@@ -537,7 +532,7 @@ impl Driver {
     /// The answer of an instance with no state machine.
     fn not_serving(&self) -> Response<'static> {
         let leader = match self.candidate.as_ref().map(|c| c.state()) {
-            Some(Leadership::Follower { leader }) => leader.unwrap_or_default(),
+            Some(ElectionState::Follower { leader }) => leader.unwrap_or_default(),
             // Leads, but could not load the state yet: nobody to send to.
             _ => String::new(),
         };

@@ -36,6 +36,7 @@ mod cluster;
 pub mod cluster_service;
 pub mod control_server;
 mod delivery;
+pub mod election;
 mod error;
 pub mod filer_layout;
 pub mod frame_stream;

@@ -6,11 +6,13 @@
 //!   `topics/<ns>/<name>/topic.json` in the filer ([`crate::topic_store`]);
 //!   membership is not kept (brokers register again after a restart, and a
 //!   new broker's id is one past the highest any topic names).
-//! - [`EtcdStateStore`]: one of several `kelp control --etcd` instances,
-//!   while it leads. Topics and broker records are etcd keys, written by
-//!   guarded txns in the leader's [`Term`]: a deposed leader's write fails
-//!   with [`ControlError::NotLeader`] and applies nothing. The keys are in
-//!   `docs/etcd.md`.
+//! - `kelp_election::EtcdStateStore`: one of several `kelp control --etcd`
+//!   instances, while it leads (handed out by its
+//!   [`Election`](crate::election::Election)). Topics and broker records are
+//!   etcd keys under [`ETCD_TOPICS_PREFIX`] and [`ETCD_BROKERS_PREFIX`],
+//!   written by guarded txns in the leader's term: a deposed leader's write
+//!   fails with [`ControlError::NotLeader`] and applies nothing. The keys
+//!   are in `docs/etcd.md`.
 //!
 //! Either way a write is the commit point of a change: it happens before
 //! the change is answered or any broker hears of it. Chunk files, seal
@@ -18,14 +20,15 @@
 
 use std::sync::Arc;
 
-use election::{Candidate, ReadError, StateSnapshot, Term, WriteError};
 use filer::Filer;
 
 use crate::{filer_layout, topic_store, BrokerId, BrokerInfo, ControlError, Topic, TopicName};
 
-/// Relative etcd state prefix of the topics: `topics/<ns>/<name>`.
+/// Relative etcd state prefix of the topics: `topics/<ns>/<name>`
+/// ([`etcd_topic_key`]).
 pub const ETCD_TOPICS_PREFIX: &str = "topics/";
-/// Relative etcd state prefix of the broker records: `brokers/<id>`.
+/// Relative etcd state prefix of the broker records: `brokers/<id>`
+/// ([`etcd_broker_key`]).
 pub const ETCD_BROKERS_PREFIX: &str = "brokers/";
 
 /// Everything a control plane loads when it starts or takes over.
@@ -89,34 +92,6 @@ impl StateStore for FilerStateStore {
     }
 }
 
-/// The state of an HA control plane, in etcd, written in one term.
-#[derive(Debug)]
-pub struct EtcdStateStore {
-    candidate: Arc<Candidate>,
-    term: Term,
-}
-
-impl EtcdStateStore {
-    /// The store of the leader of `term`: every write is guarded by it.
-    pub fn new(candidate: Arc<Candidate>, term: Term) -> EtcdStateStore {
-        EtcdStateStore { candidate, term }
-    }
-
-    fn write(&self, what: &str, result: Result<i64, WriteError>) -> Result<(), ControlError> {
-        match result {
-            Ok(_revision) => Ok(()),
-            Err(WriteError::NotLeader { leader, .. }) => Err(ControlError::NotLeader { leader }),
-            Err(e) => Err(ControlError::State(format!("writing {what} to etcd: {e}"))),
-        }
-    }
-
-    fn read(&self, prefix: &str) -> Result<StateSnapshot, ControlError> {
-        self.candidate
-            .get_prefix(prefix)
-            .map_err(|e: ReadError| ControlError::State(format!("reading etcd {prefix}: {e}")))
-    }
-}
-
 /// `topics/<ns>/<name>`.
 pub fn etcd_topic_key(name: &TopicName) -> String {
     format!("{ETCD_TOPICS_PREFIX}{name}")
@@ -127,68 +102,38 @@ pub fn etcd_broker_key(id: BrokerId) -> String {
     format!("{ETCD_BROKERS_PREFIX}{}", id.0)
 }
 
-impl StateStore for EtcdStateStore {
-    fn load(&self) -> Result<StoredState, ControlError> {
-        let mut state = StoredState::default();
-        for entry in self.read(ETCD_TOPICS_PREFIX)?.entries {
-            let at = format!("etcd {}", entry.key);
-            let topic = Topic::from_json_bytes_at(&entry.value, &at)?;
-            if etcd_topic_key(topic.name()) != entry.key {
-                return Err(ControlError::Corrupt {
-                    path: at,
-                    reason: format!("holds topic {}", topic.name()),
-                });
-            }
-            state.topics.push(topic);
-        }
-        state.topics.sort_by(|a, b| a.name().cmp(b.name()));
-        for entry in self.read(ETCD_BROKERS_PREFIX)?.entries {
-            let at = format!("etcd {}", entry.key);
-            let broker: BrokerInfo =
-                serde_json::from_slice(&entry.value).map_err(|e| ControlError::Corrupt {
-                    path: at.clone(),
-                    reason: e.to_string(),
-                })?;
-            broker.validate().map_err(|reason| ControlError::Corrupt {
-                path: at.clone(),
-                reason,
-            })?;
-            if etcd_broker_key(broker.id) != entry.key {
-                return Err(ControlError::Corrupt {
-                    path: at,
-                    reason: format!("holds broker {}", broker.id.0),
-                });
-            }
-            state.brokers.push(broker);
-        }
-        Ok(state)
+/// The topic stored at etcd state key `key`: decoded, validated, and stored
+/// under its own name, else [`ControlError::Corrupt`].
+pub fn decode_etcd_topic(key: &str, value: &[u8]) -> Result<Topic, ControlError> {
+    let at = format!("etcd {key}");
+    let topic = Topic::from_json_bytes_at(value, &at)?;
+    if etcd_topic_key(topic.name()) != key {
+        return Err(ControlError::Corrupt {
+            path: at,
+            reason: format!("holds topic {}", topic.name()),
+        });
     }
+    Ok(topic)
+}
 
-    fn put_topic(&self, topic: &Topic) -> Result<(), ControlError> {
-        let key = etcd_topic_key(topic.name());
-        let result = self
-            .candidate
-            .put_if_leader(self.term, &key, topic.to_json_bytes());
-        self.write(&key, result)
-    }
+/// A broker record's value: [`BrokerInfo`] as JSON.
+pub fn encode_etcd_broker(broker: &BrokerInfo) -> Result<Vec<u8>, ControlError> {
+    serde_json::to_vec(broker)
+        .map_err(|e| ControlError::State(format!("encoding broker {}: {e}", broker.id.0)))
+}
 
-    fn delete_topic(&self, name: &TopicName) -> Result<(), ControlError> {
-        let key = etcd_topic_key(name);
-        let result = self.candidate.delete_if_leader(self.term, &key);
-        self.write(&key, result)
+/// The broker record at etcd state key `key`: decoded, validated, and
+/// stored under its own id, else [`ControlError::Corrupt`].
+pub fn decode_etcd_broker(key: &str, value: &[u8]) -> Result<BrokerInfo, ControlError> {
+    let at = format!("etcd {key}");
+    let corrupt = |reason: String| ControlError::Corrupt {
+        path: at.clone(),
+        reason,
+    };
+    let broker: BrokerInfo = serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+    broker.validate().map_err(corrupt)?;
+    if etcd_broker_key(broker.id) != key {
+        return Err(corrupt(format!("holds broker {}", broker.id.0)));
     }
-
-    fn put_broker(&self, broker: &BrokerInfo) -> Result<(), ControlError> {
-        let key = etcd_broker_key(broker.id);
-        let json = serde_json::to_vec(broker)
-            .map_err(|e| ControlError::State(format!("encoding broker {}: {e}", broker.id.0)))?;
-        let result = self.candidate.put_if_leader(self.term, &key, json);
-        self.write(&key, result)
-    }
-
-    fn delete_broker(&self, id: BrokerId) -> Result<(), ControlError> {
-        let key = etcd_broker_key(id);
-        let result = self.candidate.delete_if_leader(self.term, &key);
-        self.write(&key, result)
-    }
+    Ok(broker)
 }

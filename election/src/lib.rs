@@ -25,12 +25,16 @@
 //!
 //! Every key, value and compare is in `docs/etcd.md`. This crate never
 //! decides what the state means: the control plane's state machine does,
-//! and hands it writes tagged with the term it decided them in.
+//! and hands it writes tagged with the term it decided them in. A
+//! [`Candidate`] is the control plane's `Election`, and the store it hands
+//! a leader is an [`EtcdStateStore`] (`control_store`): the control plane
+//! itself stays free of tokio and the etcd client.
 
 mod campaign;
 mod candidate;
 mod config;
 mod control;
+mod control_store;
 mod driver;
 mod guarded_write;
 mod keys;
@@ -47,6 +51,7 @@ pub use config::{
     LEASE_TTL_S_DEFAULT, LEASE_TTL_S_MAX, LEASE_TTL_S_MIN, REQUEST_TIMEOUT_MS_DEFAULT,
     REQUEST_TIMEOUT_MS_MAX, REQUEST_TIMEOUT_MS_MIN,
 };
+pub use control_store::EtcdStateStore;
 pub use driver::{GRANT_RETRY_DELAY_MS_MAX, REQUESTS_QUEUED_MAX};
 pub use guarded_write::{
     GuardedBatch, WriteError, BATCH_BYTES_MAX, BATCH_EXPECTATIONS_MAX, BATCH_OPS_MAX,

@@ -2,6 +2,7 @@
 
 use std::io::{ErrorKind, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use client::{Client, ClientError, ClientOptions, ProducerConfig, SubscribeOptions, ValueSource};
@@ -55,14 +56,31 @@ pub fn control(args: ControlArgs) -> anyhow::Result<()> {
         None => None,
         Some(url) => Some(open_cluster_filer(url, &args.filer.s3_settings())?),
     };
-    let election = (!args.etcd.is_empty()).then(|| {
+    let election: Option<Arc<dyn control::election::Election>> = if args.etcd.is_empty() {
+        None
+    } else {
         let advertised = args
             .advertise
             .clone()
             .unwrap_or_else(|| args.listen.to_string());
-        election::CandidateConfig::new(args.etcd.clone(), args.cluster.clone(), advertised)
-            .with_lease_ttl_s(args.lease_ttl_s)
-    });
+        let candidacy =
+            election::CandidateConfig::new(args.etcd.clone(), args.cluster.clone(), advertised)
+                .with_lease_ttl_s(args.lease_ttl_s);
+        let candidate = election::Candidate::start(candidacy).with_context(|| {
+            format!(
+                "joining the election of cluster {} through etcd {}",
+                args.cluster,
+                args.etcd.join(",")
+            )
+        })?;
+        log::info!(
+            "standing for leader of cluster {} through etcd {} (lease {} s)",
+            args.cluster,
+            args.etcd.join(","),
+            args.lease_ttl_s
+        );
+        Some(Arc::new(candidate))
+    };
     let config = control::ControlServerConfig {
         filer,
         listen: args.listen,

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use election::{Candidate, CandidateConfig, Leadership, Term};
-use kelp_control::state_store::{EtcdStateStore, StateStore};
-use kelp_control::{
+use control::state_store::StateStore;
+use control::{
     BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig, ControlError, Topic, TopicName,
 };
+use kelp_election::{Candidate, CandidateConfig, EtcdStateStore, Leadership, Term};
 use test_support::EtcdServer;
 
 fn candidate(etcd: &EtcdServer, address: &str) -> Arc<Candidate> {
