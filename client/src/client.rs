@@ -34,6 +34,8 @@ pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// this the least useful one (a failed one, else any) is forgotten, and
 /// closes once its last user is done with it.
 pub const PEER_CONNECTIONS_MAX: usize = 256;
+/// Most brokers a bootstrap list (`A,B,C`) may name.
+pub const BOOTSTRAP_BROKERS_MAX: usize = 64;
 
 /// Settings of a [`Client`].
 #[derive(Debug, Clone)]
@@ -87,9 +89,14 @@ pub struct Client {
 pub(crate) struct ClientInner {
     options: ClientOptions,
     dialer: Dialer,
+    /// The broker the client bootstrapped from: its shards are `shards`.
     bootstrap: SocketAddr,
-    /// Connection for admin requests (any shard answers them).
-    admin: Mutex<Option<Arc<Connection>>>,
+    /// Every broker of the bootstrap list, as given.
+    brokers: Vec<String>,
+    /// Connection for admin requests (any shard of any broker answers
+    /// them), and where it goes: the bootstrap broker until it cannot be
+    /// reached, then the next of `brokers` that can.
+    admin: Mutex<AdminSlot>,
     pub(crate) shards: Vec<SocketAddr>,
     /// One slot per shard, filled on first use and refilled after a
     /// connection fails.
@@ -101,6 +108,21 @@ pub(crate) struct ClientInner {
 }
 
 type PeerSlot = Arc<Mutex<Option<Arc<Connection>>>>;
+
+/// A bootstrap broker reached: its address, the dialer, the connection
+/// and the shards it listed.
+struct Bootstrapped {
+    bootstrap: SocketAddr,
+    dialer: Dialer,
+    admin: Arc<Connection>,
+    listed: Vec<wire::message::ShardAddress>,
+}
+
+/// The admin connection and the address it is (or was last) open to.
+struct AdminSlot {
+    conn: Option<Arc<Connection>>,
+    addr: SocketAddr,
+}
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,7 +151,11 @@ impl Client {
 
     /// Connect to the broker at `broker` (`host:port`), ask it for its
     /// shards, and return a client that opens a connection per shard when
-    /// it first needs one.
+    /// it first needs one. `broker` may list several brokers of one
+    /// cluster, `A,B,C` (at most [`BOOTSTRAP_BROKERS_MAX`]): the first that
+    /// answers is the bootstrap broker, and admin requests (layouts, topic
+    /// changes) fall back to the others, in order, when the one they go to
+    /// cannot be reached.
     pub async fn connect(
         broker: &str,
         transport: Transport,
@@ -139,9 +165,36 @@ impl Client {
             options.payload_dir.as_deref(),
             options.payload_filer.as_deref(),
         )?;
+        let brokers = bootstrap_list(broker)?;
+        let mut last = None;
+        for candidate in &brokers {
+            match Client::bootstrap(candidate, transport, &options).await {
+                Ok(reached) => {
+                    return Client::assemble(options, transport, brokers, reached, payloads).await;
+                }
+                Err(e) => {
+                    if brokers.len() > 1 {
+                        log::warn!("bootstrap broker {candidate}: {e}");
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::Connect {
+            addr: broker.to_owned(),
+            reason: "no broker to connect to".into(),
+        }))
+    }
+
+    /// Reach `broker` and ask it for its shards.
+    async fn bootstrap(
+        broker: &str,
+        transport: Transport,
+        options: &ClientOptions,
+    ) -> Result<Bootstrapped, ClientError> {
         let bootstrap = resolve(broker).await?;
         let dialer = Dialer::new(transport, bootstrap, options.tls_ca_file.as_deref())?;
-        let limits = limits(&options);
+        let limits = limits(options);
         let connect_timeout = Duration::from_millis(options.connect_timeout_ms);
         let admin = Arc::new(dialer.dial(bootstrap, limits, connect_timeout).await?);
         let frame = admin
@@ -170,6 +223,28 @@ impl Client {
         if listed.is_empty() {
             return Err(ClientError::Layout("the broker lists no shards".into()));
         }
+        Ok(Bootstrapped {
+            bootstrap,
+            dialer,
+            admin,
+            listed,
+        })
+    }
+
+    /// The client over the bootstrap broker's connection and shards.
+    async fn assemble(
+        options: ClientOptions,
+        transport: Transport,
+        brokers: Vec<String>,
+        reached: Bootstrapped,
+        payloads: PayloadRoute,
+    ) -> Result<Client, ClientError> {
+        let Bootstrapped {
+            bootstrap,
+            dialer,
+            admin,
+            listed,
+        } = reached;
         let mut shards = Vec::with_capacity(listed.len());
         for shard in &listed {
             let advertised = match transport {
@@ -193,7 +268,11 @@ impl Client {
                 options,
                 dialer,
                 bootstrap,
-                admin: Mutex::new(Some(admin)),
+                brokers,
+                admin: Mutex::new(AdminSlot {
+                    conn: Some(admin),
+                    addr: bootstrap,
+                }),
                 shards,
                 connections,
                 peers: std::sync::Mutex::new(HashMap::new()),
@@ -413,9 +492,36 @@ impl Client {
     ) -> Result<ResponseFrame, ClientError> {
         let conn = {
             let mut slot = self.inner.admin.lock().await;
-            self.fresh(&mut slot, self.inner.bootstrap).await?
+            self.admin_connection(&mut slot).await?
         };
         conn.call(request, operation, self.request_timeout()).await
+    }
+
+    /// The admin connection, reopened if it failed: to where it went, else
+    /// to the first broker of the bootstrap list that can be reached.
+    async fn admin_connection(&self, slot: &mut AdminSlot) -> Result<Arc<Connection>, ClientError> {
+        let addr = slot.addr;
+        let first = match self.fresh(&mut slot.conn, addr).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) => e,
+        };
+        if self.inner.brokers.len() < 2 {
+            return Err(first);
+        }
+        for broker in &self.inner.brokers {
+            let Ok(other) = resolve(broker).await else {
+                continue;
+            };
+            if other == addr {
+                continue;
+            }
+            if let Ok(conn) = self.fresh(&mut slot.conn, other).await {
+                log::info!("admin requests go to {other}: {addr} cannot be reached ({first})");
+                slot.addr = other;
+                return Ok(conn);
+            }
+        }
+        Err(first)
     }
 
     /// Where a segment's traffic goes: its `address` if it names one (a
@@ -552,6 +658,26 @@ pub(crate) fn unexpected(frame: &ResponseFrame, expected: &'static str) -> Clien
 }
 
 /// Resolve `host:port` to its first address.
+/// The brokers of `list` (`A` or `A,B,C`): 1 to [`BOOTSTRAP_BROKERS_MAX`],
+/// none empty.
+fn bootstrap_list(list: &str) -> Result<Vec<String>, ClientError> {
+    let brokers: Vec<String> = list.split(',').map(|b| b.trim().to_owned()).collect();
+    let refuse = |reason: String| ClientError::Connect {
+        addr: list.to_owned(),
+        reason,
+    };
+    if brokers.iter().any(String::is_empty) {
+        return Err(refuse("an empty broker address (write A or A,B,C)".into()));
+    }
+    if brokers.len() > BOOTSTRAP_BROKERS_MAX {
+        return Err(refuse(format!(
+            "{} brokers listed: at most {BOOTSTRAP_BROKERS_MAX}",
+            brokers.len()
+        )));
+    }
+    Ok(brokers)
+}
+
 async fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
     let connect_error = |reason: String| ClientError::Connect {
         addr: addr.to_owned(),
@@ -579,7 +705,11 @@ mod tests {
                 options: ClientOptions::default(),
                 dialer: Dialer::Tcp,
                 bootstrap,
-                admin: Mutex::new(None),
+                brokers: vec![bootstrap.to_string()],
+                admin: Mutex::new(AdminSlot {
+                    conn: None,
+                    addr: bootstrap,
+                }),
                 connections: shards.iter().map(|_| Mutex::new(None)).collect(),
                 shards,
                 peers: std::sync::Mutex::new(HashMap::new()),
@@ -639,5 +769,112 @@ mod tests {
         // The newest address always has its slot.
         let last = addr(PEER_CONNECTIONS_MAX + 49);
         assert!(client.inner.peers.lock().unwrap().contains_key(&last));
+    }
+
+    #[test]
+    fn bootstrap_lists_are_checked() {
+        assert_eq!(bootstrap_list("a:1").unwrap(), vec!["a:1"]);
+        assert_eq!(bootstrap_list("a:1, b:2").unwrap(), vec!["a:1", "b:2"]);
+        assert!(bootstrap_list("a:1,,b:2").is_err());
+        assert!(bootstrap_list("").is_err());
+        let many = vec!["a:1"; BOOTSTRAP_BROKERS_MAX + 1].join(",");
+        assert!(bootstrap_list(&many).is_err());
+    }
+
+    /// A stand-in broker on loopback (a test double: it answers only what
+    /// the bootstrap and admin paths ask) naming `topic` in its topic list;
+    /// its listener and connections stop when the task is aborted.
+    async fn fake_broker(topic: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            // Owned here: aborting the task drops every connection too.
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                connections.spawn(async move {
+                    let mut h = [0u8; wire::frame::FRAME_HEADER_BYTES];
+                    while stream.read_exact(&mut h).await.is_ok() {
+                        let header = wire::frame::FrameHeader::decode(&h).unwrap();
+                        let mut payload = vec![0u8; header.payload_bytes as usize];
+                        stream.read_exact(&mut payload).await.unwrap();
+                        let answer = match Request::decode(header.frame_type, &payload).unwrap() {
+                            Request::Shards => Response::Shards {
+                                shards: vec![ShardAddress {
+                                    tcp: addr.to_string(),
+                                    quic: addr.to_string(),
+                                }],
+                            },
+                            _ => Response::TopicList {
+                                topics: vec![topic.to_owned()],
+                            },
+                        };
+                        let mut out = Vec::new();
+                        answer.encode(header.request_id, &mut out);
+                        if stream.write_all(&out).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, task)
+    }
+
+    /// A loopback address nothing listens on.
+    fn closed_port() -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_first_broker_of_the_list_that_answers_is_the_bootstrap() {
+        let (live, _task) = fake_broker("a/one").await;
+        let list = format!("{},{live}", closed_port());
+        let client = Client::connect(&list, Transport::Tcp, ClientOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(client.inner.bootstrap, live);
+        assert_eq!(client.list_topics().await.unwrap(), vec!["a/one"]);
+        // Alone, an unreachable broker is the error it always was.
+        let alone = Client::connect(
+            &closed_port().to_string(),
+            Transport::Tcp,
+            ClientOptions::default(),
+        )
+        .await;
+        assert!(
+            matches!(alone, Err(ClientError::Connect { .. })),
+            "{alone:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn admin_requests_fall_back_to_the_next_broker_when_the_bootstrap_dies() {
+        let (first, first_task) = fake_broker("from/first").await;
+        let (second, _second_task) = fake_broker("from/second").await;
+        let client = Client::connect(
+            &format!("{first},{second}"),
+            Transport::Tcp,
+            ClientOptions::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(client.list_topics().await.unwrap(), vec!["from/first"]);
+        // The bootstrap broker dies: its listener and connections go.
+        first_task.abort();
+        let _ = first_task.await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let topics = loop {
+            match client.list_topics().await {
+                Ok(topics) => break topics,
+                // The call in flight on the dying connection fails once.
+                Err(e) => assert!(std::time::Instant::now() < deadline, "{e}"),
+            }
+        };
+        assert_eq!(topics, vec!["from/second"]);
     }
 }

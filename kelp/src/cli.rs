@@ -242,8 +242,10 @@ pub struct ServeArgs {
 /// How to reach the broker; every client command takes these.
 #[derive(Debug, Args)]
 pub struct BrokerArgs {
-    /// Any shard address of the broker, HOST:PORT.
-    #[arg(long, env = "KELP_BROKER", default_value = "127.0.0.1:7420", value_parser = parse_host_port)]
+    /// Any shard address of the broker, HOST:PORT; in a cluster, several
+    /// brokers' as HOST:PORT,HOST:PORT,...: the first that answers is used,
+    /// and admin requests fall back to the others.
+    #[arg(long, env = "KELP_BROKER", default_value = "127.0.0.1:7420", value_parser = parse_broker_list)]
     pub broker: String,
     /// Transport to the broker.
     #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
@@ -557,6 +559,14 @@ pub fn parse_host_port(s: &str) -> anyhow::Result<String> {
     Ok(s.to_owned())
 }
 
+/// Parse `--broker`: one HOST:PORT, or several separated by commas.
+pub fn parse_broker_list(s: &str) -> anyhow::Result<String> {
+    for one in s.split(',') {
+        parse_host_port(one.trim())?;
+    }
+    Ok(s.to_owned())
+}
+
 /// Parse a `--header` value: `NAME=VALUE`, split at the first `=`.
 pub fn parse_header(s: &str) -> anyhow::Result<(String, String)> {
     match s.split_once('=') {
@@ -767,6 +777,9 @@ mod tests {
         ] {
             assert_eq!(parse_host_port(good).unwrap(), good);
         }
+        assert!(parse_broker_list("10.0.0.1:7420,10.0.0.2:7420").is_ok());
+        assert!(parse_broker_list("10.0.0.1:7420,").is_err());
+        assert!(parse_broker_list("10.0.0.1:7420,host").is_err());
         for bad in ["127.0.0.1", ":7420", "host:", "host:70000", "host:port", ""] {
             let e = parse_host_port(bad).unwrap_err().to_string();
             assert!(e.contains("is not HOST:PORT"), "{bad}: {e}");
