@@ -310,11 +310,14 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     );
     let b1 = start_broker(&dir.path().join("b1"), &control);
     let b2 = start_broker(&dir.path().join("b2"), &control);
-    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
+    // Clients bootstrap from both, broker 2 first: it is the one that dies,
+    // and their admin requests (layouts after the move) fall back to 1.
+    let both = format!("{},{}", b2.broker_arg(), b1.broker_arg());
+    let client = Client::connect(&both, Transport::Tcp, ClientOptions::default())
         .await
         .unwrap();
     let created = client.create_topic(TOPIC, 4).await.unwrap();
-    // Broker 2 dies; broker 1, which clients bootstrap through, survives.
+    // Broker 2 dies; broker 1 survives.
     let victim = broker_id(&client, &b2).await;
     let (victim_broker, survivor) = (b2, b1);
     let on_victim: Vec<u32> = created
@@ -375,15 +378,17 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     let brokers = client.list_brokers().await.unwrap();
     assert_eq!(brokers.len(), 1, "{brokers:?}");
 
-    // A producer that starts now reaches the successors; keys go on from
-    // where they were.
-    let fresh = Client::connect(
-        &survivor.broker_arg(),
-        Transport::Tcp,
-        ClientOptions::default(),
-    )
-    .await
-    .unwrap();
+    // A producer that starts now, from the same list, bootstraps through
+    // the survivor and reaches the successors; keys go on from where they
+    // were.
+    let fresh = Client::connect(&both, Transport::Tcp, ClientOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        fresh.shard_addresses()[0].to_string(),
+        survivor.broker_arg(),
+        "the dead broker cannot be the bootstrap"
+    );
     let mut after = Publisher::after(fresh.producer(TOPIC, config).await.unwrap(), &before);
     after.send(2_000).await;
     after.producer.flush().await.unwrap();
