@@ -114,14 +114,9 @@ impl Shared {
                 // answer that came after its request timed out.
                 let error = match result {
                     Err(e) => Some(e),
+                    // A refusal (plain or naming successors) or bad bytes.
                     Ok(frame) if frame.header.frame_type == FrameType::ErrorResponse => {
-                        match Response::decode(frame.header.frame_type, &frame.payload) {
-                            Ok(Response::Error { code, message }) => {
-                                Some(ClientError::Broker { code, message })
-                            }
-                            Ok(_) => None,
-                            Err(e) => Some(ClientError::Decode(e)),
-                        }
+                        frame.response().err()
                     }
                     Ok(_) => None,
                 };

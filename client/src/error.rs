@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use wire::frame::FrameType;
+use wire::message::Successors;
 use wire::{DecodeError, ErrorCode};
 
 /// Why a client operation failed.
@@ -27,6 +28,16 @@ pub enum ClientError {
         code: ErrorCode,
         /// The broker's explanation.
         message: String,
+    },
+    /// The broker refused a write to a sealed segment and named where its
+    /// range went ([`ClientError::broker_code`] is `SegmentSealed`): the
+    /// producer routes there at once, asking no control plane.
+    #[error("broker refused the request: {message} (SegmentSealed)")]
+    Sealed {
+        /// The broker's explanation.
+        message: String,
+        /// The open segments that took over the range, with their owners.
+        successors: Arc<Successors>,
     },
     /// Reading from or writing to a connection failed.
     #[error("{operation} failed: {source}")]
@@ -107,6 +118,7 @@ impl ClientError {
     pub fn broker_code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Broker { code, .. } => Some(*code),
+            ClientError::Sealed { .. } => Some(ErrorCode::SegmentSealed),
             ClientError::Payload { error, .. } => error.broker_code(),
             _ => None,
         }

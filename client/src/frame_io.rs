@@ -4,6 +4,8 @@
 //! one pass for the frame's checksum and every batch's), every other one
 //! here.
 
+use std::sync::Arc;
+
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 use wire::frame::{FrameHeader, FrameType};
 use wire::message::VerifiedResponse;
@@ -41,6 +43,13 @@ impl ResponseFrame {
         };
         match v.response {
             Response::Error { code, message } => Err(ClientError::Broker { code, message }),
+            Response::Sealed {
+                message,
+                successors,
+            } => Err(ClientError::Sealed {
+                message,
+                successors: Arc::new(successors),
+            }),
             _ => Ok(v),
         }
     }

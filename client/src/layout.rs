@@ -13,7 +13,7 @@
 use std::net::SocketAddr;
 
 use wire::key_hash;
-use wire::message::TopicInfo;
+use wire::message::{Successors, TopicInfo};
 
 use crate::error::ClientError;
 
@@ -88,6 +88,54 @@ impl Layout {
             )));
         }
         Ok(Layout { routes })
+    }
+
+    /// The highest segment id routed. Every change of a topic opens
+    /// segments with ids above all before, and the newest segment of a
+    /// layout is always open (a sealed one has newer successors), so this
+    /// grows with every change: the scale [`Successors::layout_version`]
+    /// is on.
+    pub(crate) fn version(&self) -> u32 {
+        self.routes.iter().map(|r| r.segment).max().unwrap_or(0)
+    }
+
+    /// This layout with the open segments a sealed refusal named
+    /// (`placed`, each with its target) in place of the routes whose
+    /// ranges they overlap; `None` if the notice is not newer than this
+    /// layout (a late refusal must not undo a later change) or does not
+    /// fit (overlapping ranges).
+    pub(crate) fn with_successors(
+        &self,
+        successors: &Successors,
+        targets: &[Target],
+    ) -> Option<Layout> {
+        if successors.layout_version <= self.version()
+            || successors.segments.is_empty()
+            || successors.segments.len() != targets.len()
+        {
+            return None;
+        }
+        let named = || successors.segments.iter().zip(targets);
+        let overlapped = |r: &Route| {
+            named().any(|(s, _)| u64::from(r.start) < s.end && u64::from(s.start) < r.end)
+        };
+        let mut routes: Vec<Route> = self
+            .routes
+            .iter()
+            .copied()
+            .filter(|r| !overlapped(r))
+            .collect();
+        routes.extend(named().map(|(s, target)| Route {
+            segment: s.id,
+            target: *target,
+            start: s.start,
+            end: s.end,
+        }));
+        routes.sort_by_key(|r| r.start);
+        if routes.windows(2).any(|w| w[0].end > u64::from(w[1].start)) {
+            return None;
+        }
+        Some(Layout { routes })
     }
 
     /// The open segments, by range start.
@@ -228,5 +276,68 @@ mod tests {
             let h = u64::from(key_hash(&key));
             assert!(u64::from(r.start) <= h && h < r.end);
         }
+    }
+
+    #[test]
+    fn a_sealed_refusal_patches_the_layout_only_when_newer() {
+        let half = 1u64 << 31;
+        let quarter = 1u64 << 30;
+        // Segments 1 and 2 halve the ring.
+        let layout = Layout::new(&topic(vec![
+            segment(1, 0, half, false),
+            segment(2, half as u32, 1 << 32, false),
+        ]))
+        .unwrap();
+        assert_eq!(layout.version(), 2);
+        // Segment 1 split into 3 and 4, on shards 1 and 0.
+        let split = Successors {
+            layout_version: 4,
+            segments: vec![
+                segment(3, 0, quarter, false),
+                segment(4, quarter as u32, half, false),
+            ],
+        };
+        let patched = layout
+            .with_successors(&split, &[Target::Shard(1), Target::Shard(0)])
+            .unwrap();
+        let routed: Vec<(u32, Target)> = patched
+            .routes()
+            .iter()
+            .map(|r| (r.segment, r.target))
+            .collect();
+        assert_eq!(
+            routed,
+            vec![
+                (3, Target::Shard(1)),
+                (4, Target::Shard(0)),
+                (2, Target::Shard(0))
+            ]
+        );
+        assert_eq!(patched.version(), 4);
+        // Every key still routes, each to the segment covering its hash.
+        for k in 0..2_000u32 {
+            let key = k.to_le_bytes();
+            let r = patched.routes()[patched.route_key(&key).unwrap()];
+            let h = u64::from(key_hash(&key));
+            assert!(u64::from(r.start) <= h && h < r.end);
+        }
+        // The same notice again, or an older one, changes nothing.
+        assert!(patched
+            .with_successors(&split, &[Target::Shard(1), Target::Shard(0)])
+            .is_none());
+        // A merge of 4 and 2 into 5 replaces both.
+        let merge = Successors {
+            layout_version: 5,
+            segments: vec![segment(5, quarter as u32, 1 << 32, false)],
+        };
+        let merged = patched
+            .with_successors(&merge, &[Target::Shard(1)])
+            .unwrap();
+        let ids: Vec<u32> = merged.routes().iter().map(|r| r.segment).collect();
+        assert_eq!(ids, vec![3, 5]);
+        // Targets that do not match the segments are refused.
+        assert!(layout
+            .with_successors(&split, &[Target::Shard(1)])
+            .is_none());
     }
 }

@@ -10,8 +10,13 @@
 //! layout changed (`NotOwner`, `SegmentSealed`, or `SegmentNotFound` /
 //! `TopicNotFound` from a broker that has not opened the successor yet)
 //! was not appended; it is re-routed on a fresh layout, split by key if
-//! needed, and resent after a short backoff, with bounded attempts and
-//! time, then a clear error. Per-key order holds through it: refused
+//! needed, and resent, with bounded attempts and time, then a clear error.
+//! A `SegmentSealed` refusal names the open segments that took over the
+//! range and their owners ([`ClientError::Sealed`]): the producer patches
+//! its layout with them and resends at once, asking no control plane; a
+//! successor its owner has not opened yet is tried again after a pause of
+//! a millisecond or so; any other refusal gets a describe after a short
+//! backoff. Per-key order holds through it: refused
 //! batches are resent one at a time in the order they were first sent,
 //! each only after every earlier batch settled ([`crate::in_flight`]);
 //! batches built on a new layout leave only once every batch of the old
@@ -34,7 +39,8 @@ use bytes::Bytes;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use wire::batch::{BatchView, RecordHeader};
-use wire::{AckMode, BatchBuilder, PayloadRef, Request, Response};
+use wire::message::Successors;
+use wire::{AckMode, BatchBuilder, ErrorCode, PayloadRef, Request, Response};
 
 use crate::client::{unexpected, Client};
 use crate::connection::{is_stale_layout, PendingResponse};
@@ -51,13 +57,23 @@ pub const LINGER_MS_DEFAULT: u64 = 5;
 pub const BY_REF_OVER_DEFAULT: usize = 1 << 20;
 /// Default for [`ProducerConfig::in_flight_batches_max`].
 pub const IN_FLIGHT_BATCHES_MAX_DEFAULT: usize = 64;
-/// Times a batch refused for a stale layout is re-routed and resent.
+/// Times a batch refused for a stale layout is resent on a layout asked
+/// for afresh (a describe).
 pub const RESEND_ATTEMPTS_MAX: u32 = 10;
 /// Wait before a resend on a layout asked for afresh, doubled for each
 /// later one up to [`RESEND_BACKOFF_MS_MAX`], so the control plane has
-/// time to open the successors. (The first resend of a batch goes at once
-/// when a newer layout than the one it was sent on is already known.)
+/// time to open the successors. A resend goes at once, with no describe,
+/// when a newer layout than the one it was tried on is known (a sealed
+/// refusal names the successors: `ClientError::Sealed`).
 const RESEND_BACKOFF_MS: u64 = 20;
+/// First pause before trying a successor again that its owner has not
+/// opened yet, doubled each time, at most [`NOT_OPEN_PAUSES_MAX`] times
+/// in a row (0.5 + 1 + ... + 16 ms) before the layout is asked afresh.
+const NOT_OPEN_PAUSE_US: u64 = 500;
+const NOT_OPEN_PAUSES_MAX: u32 = 6;
+/// Tries of one resend in all (at once, after a pause, or on a fresh
+/// layout): a bound even for a layout that changes at every try.
+const RESEND_TRIES_MAX: u32 = 64;
 const RESEND_BACKOFF_MS_MAX: u64 = 1_000;
 /// How long one batch may keep being refused before the producer fails.
 const RESEND_TIME_MS_MAX: u64 = 30_000;
@@ -161,6 +177,9 @@ struct Refused {
     batch: Bytes,
     /// The layout version it was built on.
     layout_version: u64,
+    /// Whether its refusal said its segment is not open yet (a successor
+    /// its owner has not opened): worth a short pause, not a new layout.
+    not_open_yet: bool,
     /// Its in-flight slot, held until it is settled.
     _permit: OwnedSemaphorePermit,
 }
@@ -526,6 +545,7 @@ impl Shared {
                 let refused = Refused {
                     batch,
                     layout_version: acc.layout_version,
+                    not_open_yet: false,
                     _permit: permit,
                 };
                 let resend_now = {
@@ -564,6 +584,7 @@ impl Shared {
                 let refused = Refused {
                     batch,
                     layout_version: acc.layout_version,
+                    not_open_yet: false,
                     _permit: permit,
                 };
                 tokio::spawn(Arc::clone(self).settle(seq, pending, refused));
@@ -614,7 +635,14 @@ impl Shared {
                     .fetch_add(u64::from(n), Ordering::Relaxed);
                 self.order().settled(seq)
             }
-            Err(e) if is_stale_layout(&e) => self.order().refused(seq, sent),
+            Err(e) if is_stale_layout(&e) => {
+                if let ClientError::Sealed { successors, .. } = &e {
+                    self.adopt_successors(successors).await;
+                }
+                let mut sent = sent;
+                sent.not_open_yet = is_not_open_yet(&e);
+                self.order().refused(seq, sent)
+            }
             Err(e) => {
                 self.fail(e);
                 self.order().settled(seq)
@@ -636,7 +664,10 @@ impl Shared {
                 return;
             };
             if !self.failed.load(Ordering::Acquire) {
-                if let Err(e) = self.resend(refused.batch, refused.layout_version).await {
+                let resent = self
+                    .resend(refused.batch, refused.layout_version, refused.not_open_yet)
+                    .await;
+                if let Err(e) = resent {
                     self.fail(e);
                 }
             }
@@ -660,20 +691,45 @@ impl Shared {
     /// beats fast here. A piece the broker refuses for a stale layout again
     /// is retried after a backoff, within [`RESEND_ATTEMPTS_MAX`] attempts
     /// and [`RESEND_TIME_MS_MAX`].
-    async fn resend(self: &Arc<Self>, batch: Bytes, sent_on: u64) -> Result<(), ClientError> {
+    async fn resend(
+        self: &Arc<Self>,
+        batch: Bytes,
+        sent_on: u64,
+        not_open_yet: bool,
+    ) -> Result<(), ClientError> {
         let started = Instant::now();
         let mut work = vec![batch];
         let mut last_refusal: Option<ClientError> = None;
-        for attempt in 0..RESEND_ATTEMPTS_MAX {
+        let mut tried_on = sent_on;
+        let mut not_open_yet = not_open_yet;
+        let (mut refreshes, mut pauses) = (0u32, 0u32);
+        for _ in 0..RESEND_TRIES_MAX {
             let known = self.current_layout();
-            let layout = if attempt == 0 && known.0 > sent_on {
-                // A newer layout is known already: try it at once.
+            let layout = if known.0 > tried_on {
+                // A newer layout is known (a sealed refusal named the
+                // successors, or another resend asked): try it at once.
+                tried_on = known.0;
+                known.1
+            } else if not_open_yet && pauses < NOT_OPEN_PAUSES_MAX {
+                // The layout is right but a successor is not open on its
+                // owner yet (the control plane opens it right after the
+                // seal): look again shortly, on the same layout.
+                let pause = NOT_OPEN_PAUSE_US << pauses;
+                pauses += 1;
+                tokio::time::sleep(Duration::from_micros(pause)).await;
                 known.1
             } else {
-                let backoff = (RESEND_BACKOFF_MS << attempt.min(16)).min(RESEND_BACKOFF_MS_MAX);
+                if refreshes >= RESEND_ATTEMPTS_MAX {
+                    break;
+                }
+                let backoff = (RESEND_BACKOFF_MS << refreshes.min(16)).min(RESEND_BACKOFF_MS_MAX);
+                refreshes += 1;
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
                 match self.refresh_layout().await {
-                    Ok(layout) => layout,
+                    Ok((version, layout)) => {
+                        tried_on = version;
+                        layout
+                    }
                     // The layout may be caught mid-change (no open segment
                     // for a range for a moment); an unknown topic while
                     // the successor is opened also passes.
@@ -685,6 +741,7 @@ impl Shared {
                 }
             };
             let mut refused = Vec::new();
+            not_open_yet = false;
             for batch in work.drain(..) {
                 let pieces = match regroup(&layout, &batch) {
                     Ok(p) => p,
@@ -706,6 +763,10 @@ impl Shared {
                             refused.push(Bytes::from(piece));
                         }
                         Err((e, NeverSent::No)) if is_stale_layout(&e) => {
+                            if let ClientError::Sealed { successors, .. } = &e {
+                                self.adopt_successors(successors).await;
+                            }
+                            not_open_yet |= is_not_open_yet(&e);
                             last_refusal = Some(e);
                             refused.push(Bytes::from(piece));
                         }
@@ -724,7 +785,7 @@ impl Shared {
         let why = last_refusal.map_or_else(String::new, |e| format!(" (last: {e})"));
         Err(ClientError::Layout(format!(
             "the layout of {} kept changing: gave up resending a batch after {RESEND_ATTEMPTS_MAX} \
-             attempts or {RESEND_TIME_MS_MAX} ms{why}",
+             fresh layouts or {RESEND_TIME_MS_MAX} ms{why}",
             self.topic
         )))
     }
@@ -775,16 +836,52 @@ impl Shared {
     }
 
     /// Ask the broker for the topic's layout and publish it to the
-    /// accumulator (adopted on the next send or flush).
-    async fn refresh_layout(&self) -> Result<Arc<Layout>, ClientError> {
+    /// accumulator (adopted on the next send or flush); returns it with
+    /// its version.
+    async fn refresh_layout(&self) -> Result<(u64, Arc<Layout>), ClientError> {
         let info = self.client.describe_topic(&self.topic).await?;
         let layout = Arc::new(self.client.layout(&info).await?);
         let mut current = self.layout.lock().unwrap_or_else(|p| p.into_inner());
         let version = current.0 + 1;
         *current = (version, Arc::clone(&layout));
         self.layout_version.store(version, Ordering::Release);
-        Ok(layout)
+        Ok((version, layout))
     }
+
+    /// Publish the layout with the successors a sealed refusal named, if
+    /// the notice is newer than the layout held: batches are then routed
+    /// to them at once, with no describe and no back-off.
+    async fn adopt_successors(&self, successors: &Successors) {
+        if successors.layout_version <= self.current_layout().1.version() {
+            return;
+        }
+        let mut targets = Vec::with_capacity(successors.segments.len());
+        for segment in &successors.segments {
+            match self.client.target(segment).await {
+                Ok(t) => targets.push(t),
+                Err(e) => {
+                    log::debug!("{}: successor {} unreachable: {e}", self.topic, segment.id);
+                    return;
+                }
+            }
+        }
+        let mut current = self.layout.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(layout) = current.1.with_successors(successors, &targets) else {
+            return;
+        };
+        let version = current.0 + 1;
+        *current = (version, Arc::new(layout));
+        self.layout_version.store(version, Ordering::Release);
+    }
+}
+
+/// Whether a refusal says the segment asked for is not open yet where it
+/// was sent (a successor whose owner has not been told of it).
+fn is_not_open_yet(error: &ClientError) -> bool {
+    matches!(
+        error.broker_code(),
+        Some(ErrorCode::SegmentNotFound | ErrorCode::TopicNotFound)
+    )
 }
 
 /// Split a batch this producer built into one batch per segment of

@@ -11,6 +11,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
+use wire::message::BrokerShards;
 use wire::Request;
 
 use crate::TopicName;
@@ -34,6 +35,8 @@ pub enum CommandRequest {
     ApplyLayout {
         /// The layout.
         topic_json: Arc<[u8]>,
+        /// The shards of each broker owning one of its open segments.
+        owners: Arc<[BrokerShards]>,
     },
     /// Drop everything of this topic.
     DropTopic {
@@ -46,7 +49,10 @@ impl CommandRequest {
     /// The wire request to send.
     pub fn to_request(&self) -> Request<'_> {
         match self {
-            CommandRequest::ApplyLayout { topic_json } => Request::ApplyLayout { topic_json },
+            CommandRequest::ApplyLayout { topic_json, owners } => Request::ApplyLayout {
+                topic_json,
+                owners: owners.to_vec(),
+            },
             CommandRequest::DropTopic { topic } => Request::DropTopic {
                 topic: topic.clone(),
             },
@@ -61,6 +67,19 @@ impl CommandRequest {
 pub(crate) struct Snapshot {
     pub(crate) version: u64,
     pub(crate) json: Arc<[u8]>,
+    /// The shards of the brokers owning its open segments, as they
+    /// registered them at the change.
+    pub(crate) owners: Arc<[BrokerShards]>,
+}
+
+impl Snapshot {
+    /// The command that tells a broker this layout.
+    pub(crate) fn apply_layout(&self) -> CommandRequest {
+        CommandRequest::ApplyLayout {
+            topic_json: self.json.clone(),
+            owners: self.owners.clone(),
+        }
+    }
 }
 
 /// Who waits for a command's result.

@@ -56,7 +56,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use filer::Filer;
-use wire::message::{BrokerStatus, SegmentInfo, SegmentLoadReport, ShardAddress, TopicInfo};
+use wire::message::{
+    BrokerShards, BrokerStatus, SegmentInfo, SegmentLoadReport, ShardAddress, TopicInfo,
+};
 use wire::{ErrorCode, Request, Response};
 
 use crate::broker_queue::{BrokerQueue, Origin, QueuedCommand, ResyncState, Snapshot};
@@ -504,9 +506,7 @@ impl ClusterService {
             queue.layouts_due.insert(name, snapshot.clone());
             return Some(QueuedCommand {
                 id,
-                request: CommandRequest::ApplyLayout {
-                    topic_json: snapshot.json,
-                },
+                request: snapshot.apply_layout(),
                 origin: Origin::Resync,
             });
         }
@@ -540,10 +540,38 @@ impl ClusterService {
     /// `name` as the core has it now, with a fresh version.
     fn snapshot(&mut self, name: &TopicName) -> Snapshot {
         let json = self.topic_json(name);
+        let owners = self.owners(self.cluster.topic(name));
         Snapshot {
             version: self.next_id(),
             json: Arc::from(json),
+            owners,
         }
+    }
+
+    /// The shards of each broker owning an open segment of `topic`, as
+    /// they registered (a broker with no known addresses is left out).
+    fn owners(&self, topic: Option<&Topic>) -> Arc<[BrokerShards]> {
+        let mut brokers: Vec<BrokerId> = topic
+            .map(|t| {
+                t.segments()
+                    .iter()
+                    .filter(|s| s.is_open())
+                    .filter_map(|s| s.broker)
+                    .collect()
+            })
+            .unwrap_or_default();
+        brokers.sort_unstable();
+        brokers.dedup();
+        brokers
+            .into_iter()
+            .filter_map(|broker| {
+                let shards = self.addresses.get(&broker)?;
+                Some(BrokerShards {
+                    broker: broker.0,
+                    shards: shards.clone(),
+                })
+            })
+            .collect()
     }
 
     fn refresh_sendable(&mut self, broker: BrokerId) {
@@ -715,9 +743,7 @@ impl ClusterService {
                     topic: topic.to_string(),
                 }
             } else {
-                CommandRequest::ApplyLayout {
-                    topic_json: snapshot.json.clone(),
-                }
+                snapshot.apply_layout()
             };
             let brokers = match step {
                 Step::Seal(b) | Step::SealAndOpen(b) | Step::Open(b) => b,
@@ -1274,6 +1300,7 @@ impl ClusterService {
             let snapshot = Snapshot {
                 version,
                 json: Arc::from(&[][..]),
+                owners: Arc::from(Vec::new()),
             };
             if matches!(action, Action::DeleteTopic { .. }) {
                 let t = self
@@ -1312,6 +1339,7 @@ impl ClusterService {
         let snapshot = Snapshot {
             version: self.next_id(),
             json: Arc::from(topic.to_json_bytes()),
+            owners: self.owners(Some(topic)),
         };
         self.deliver(action, snapshot, gate);
         Ok(())

@@ -150,6 +150,7 @@ mod tests {
         Snapshot {
             version: 1,
             json: Arc::from(&b"{}"[..]),
+            owners: Arc::from(Vec::new()),
         }
     }
 

@@ -146,7 +146,7 @@ impl FakeBroker {
                             dropped: None,
                         };
                         match Request::decode(header.frame_type, &payload).unwrap() {
-                            Request::ApplyLayout { topic_json } => {
+                            Request::ApplyLayout { topic_json, .. } => {
                                 event.layout = Some(Topic::from_json_bytes(topic_json).unwrap());
                             }
                             Request::DropTopic { topic } => event.dropped = Some(topic),

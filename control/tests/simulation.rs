@@ -689,7 +689,7 @@ mod service_sim {
     fn describe(request: &CommandRequest) -> String {
         match request {
             CommandRequest::DropTopic { topic } => format!("drop {topic}"),
-            CommandRequest::ApplyLayout { topic_json } => {
+            CommandRequest::ApplyLayout { topic_json, .. } => {
                 let t = Topic::from_json_bytes(topic_json).unwrap();
                 let sealed: Vec<u32> = t
                     .segments()
@@ -895,7 +895,7 @@ mod service_sim {
                 CommandRequest::DropTopic { topic } => {
                     b.applied.remove(&TopicName::parse(topic).unwrap());
                 }
-                CommandRequest::ApplyLayout { topic_json } => {
+                CommandRequest::ApplyLayout { topic_json, .. } => {
                     let topic = Topic::from_json_bytes(topic_json).unwrap();
                     if let Some(old) = b.applied.get(topic.name()) {
                         // The broker's own rule: an older layout is ignored,

@@ -4,10 +4,11 @@
 //! layouts the control plane sends tell shards. Requests and commands
 //! travel over bounded channels; no lock is shared with the shards.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use control::Topic;
-use wire::message::TopicInfo;
+use wire::message::{BrokerShards, TopicInfo};
 
 use crate::serve_error::ServeError;
 
@@ -59,6 +60,9 @@ pub(crate) enum ShardCommand {
     /// Here is a topic's layout: open the segments placed on you.
     TopicLayout {
         topic: Topic,
+        /// The shards of the brokers owning its open segments (the
+        /// `ApplyLayout`'s), to name a sealed segment's successors.
+        owners: Arc<[BrokerShards]>,
         reply: flume::Sender<Result<(), String>>,
     },
     /// The topic is being deleted: drop its segments and local buffers.

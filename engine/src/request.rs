@@ -8,12 +8,15 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use wire::batch::BatchView;
 use wire::frame::{encode_frame, FrameHeader};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
-use wire::message::{Fetched, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES};
+use wire::message::{
+    BrokerShards, Fetched, Successors, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES,
+};
 use wire::{key_hash, AckMode, ErrorCode, Request, Response};
 
 use crate::control_plane::{ControlRequest, ShardCommand};
@@ -93,13 +96,22 @@ pub(crate) fn not_applied() -> ServeError {
 }
 
 pub(crate) fn error_frame(request_id: u32, error: &ServeError) -> Vec<u8> {
-    response_frame(
-        request_id,
-        &Response::Error {
-            code: error.code,
-            message: error.message.clone(),
-        },
-    )
+    match &error.successors {
+        Some(successors) => response_frame(
+            request_id,
+            &Response::Sealed {
+                message: error.message.clone(),
+                successors: Successors::clone(successors),
+            },
+        ),
+        None => response_frame(
+            request_id,
+            &Response::Error {
+                code: error.code,
+                message: error.message.clone(),
+            },
+        ),
+    }
 }
 
 fn answer<T>(
@@ -320,7 +332,7 @@ pub(crate) async fn handle_frame(
                 "brokers register with the control plane, not with another broker",
             ),
         )),
-        Request::ApplyLayout { topic_json } => {
+        Request::ApplyLayout { topic_json, owners } => {
             let topic = match control::Topic::from_json_bytes(topic_json) {
                 Ok(t) => t,
                 Err(e) => {
@@ -329,9 +341,11 @@ pub(crate) async fn handle_frame(
                 }
             };
             let commands = shard.shard_commands.clone();
+            let owners: Arc<[BrokerShards]> = Arc::from(owners);
             Reply::Later(Box::pin(async move {
                 let result = ask_every_shard(&commands, |reply| ShardCommand::TopicLayout {
                     topic: topic.clone(),
+                    owners: owners.clone(),
                     reply,
                 })
                 .await
@@ -468,9 +482,9 @@ fn local_segment(
             ErrorCode::NotOwner,
             format!("segment {segment} of {topic} is owned by shard {owner}"),
         )),
-        SegmentLookup::Sealed => Err(ServeError::new(
-            ErrorCode::SegmentSealed,
-            format!("segment {segment} of {topic} is sealed"),
+        SegmentLookup::Sealed => Err(ServeError::sealed(
+            segment,
+            shard.successors(topic, segment).map(Arc::new),
         )),
         SegmentLookup::NoSegment => Err(ServeError::new(
             ErrorCode::SegmentNotFound,

@@ -26,7 +26,7 @@ use wire::chunk::{
     decode_index, seek_offset, seek_timestamp, BatchWalk, ChunkHeader, ChunkIndexEntry,
     CHUNK_HEADER_BYTES,
 };
-use wire::message::FETCHED_FRAME_PREFIX_BYTES;
+use wire::message::{Successors, FETCHED_FRAME_PREFIX_BYTES};
 use wire::{ErrorCode, FetchChecks, FetchFrom};
 
 use crate::buffer::{ActiveBuffer, MappedFile, SealedBuffer, SpareBuffer};
@@ -339,6 +339,9 @@ pub(crate) struct SegmentCell {
     seal: Cell<SealState>,
     /// Serving, stopped with its broker, or deleted with its topic.
     closed: Cell<Closed>,
+    /// Once sealing, where its range went (named in refused writes), as
+    /// the latest layout says.
+    successors: RefCell<Option<Arc<Successors>>>,
     appended: Event,
     flushed: Event,
     space: Event,
@@ -582,6 +585,7 @@ impl SegmentCell {
             seal: Cell::new(SealState::Open),
             state: RefCell::new(state),
             closed: Cell::new(Closed::Serving),
+            successors: RefCell::new(None),
             appended: Event::new(),
             flushed: Event::new(),
             space: Event::new(),
@@ -644,6 +648,7 @@ impl SegmentCell {
             }),
             state: RefCell::new(state),
             closed: Cell::new(Closed::Serving),
+            successors: RefCell::new(None),
             appended: Event::new(),
             flushed: Event::new(),
             space: Event::new(),
@@ -666,7 +671,12 @@ impl SegmentCell {
     /// successors): refuse writes from now on, flush everything buffered,
     /// drop the local buffers, then store the seal marker so readers on
     /// any broker know the chunks are final. Idempotent.
-    pub(crate) async fn seal(self: &Rc<Self>, epoch: u32) -> Result<(), ServeError> {
+    pub(crate) async fn seal(
+        self: &Rc<Self>,
+        epoch: u32,
+        successors: Option<Arc<Successors>>,
+    ) -> Result<(), ServeError> {
+        self.set_successors(successors);
         if self.seal.get() == SealState::Sealed {
             return Ok(());
         }
@@ -715,6 +725,11 @@ impl SegmentCell {
         // Long-polling readers at the end learn that it is the end.
         self.appended.notify(usize::MAX);
         Ok(())
+    }
+
+    /// Where the range went, named from now on in refused writes.
+    pub(crate) fn set_successors(&self, successors: Option<Arc<Successors>>) {
+        *self.successors.borrow_mut() = successors;
     }
 
     /// For a view of a segment sealed elsewhere: look for the marker and
@@ -781,9 +796,9 @@ impl SegmentCell {
                 return Err(e);
             }
             if self.seal.get() != SealState::Open {
-                return Err(ServeError::new(
-                    ErrorCode::SegmentSealed,
-                    format!("segment {} is sealed", self.id),
+                return Err(ServeError::sealed(
+                    self.id,
+                    self.successors.borrow().clone(),
                 ));
             }
             let listener = {

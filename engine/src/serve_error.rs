@@ -1,6 +1,9 @@
 //! The error a request gets: a code for the client's logic and a message
 //! for its user. Sent to that client only; the broker carries on.
 
+use std::sync::Arc;
+
+use wire::message::Successors;
 use wire::ErrorCode;
 
 use crate::error::EngineError;
@@ -9,6 +12,9 @@ use crate::error::EngineError;
 pub(crate) struct ServeError {
     pub(crate) code: ErrorCode,
     pub(crate) message: String,
+    /// For a `SegmentSealed` refusal, where the segment's range went, if
+    /// this broker knows (the answer is then a `Response::Sealed`).
+    pub(crate) successors: Option<Arc<Successors>>,
 }
 
 impl ServeError {
@@ -16,6 +22,17 @@ impl ServeError {
         ServeError {
             code,
             message: message.into(),
+            successors: None,
+        }
+    }
+
+    /// A refused write to sealed segment `segment`, naming its successors
+    /// when they are known.
+    pub(crate) fn sealed(segment: u32, successors: Option<Arc<Successors>>) -> ServeError {
+        ServeError {
+            code: ErrorCode::SegmentSealed,
+            message: format!("segment {segment} is sealed"),
+            successors,
         }
     }
 

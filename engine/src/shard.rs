@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control::{BrokerId, SegmentId, Topic};
-use wire::message::ShardAddress;
+use wire::message::{BrokerShards, SegmentInfo, ShardAddress, Successors};
 
 use crate::config::BrokerConfig;
 use crate::control_plane::{ControlRequest, ShardCommand};
@@ -27,7 +27,59 @@ use crate::shard_filer::ShardFiler;
 #[derive(Debug)]
 pub(crate) struct ShardTopic {
     pub(crate) layout: Topic,
+    /// The shards of the other brokers owning its open segments, as the
+    /// layout came (empty on a lone broker).
+    pub(crate) owners: Arc<[BrokerShards]>,
     pub(crate) segments: HashMap<u32, Rc<SegmentCell>>,
+}
+
+/// What a refused write to sealed segment `sealed` of `layout` names: the
+/// open segments covering its range, each with the address of its shard
+/// (this broker's own `shard_addresses` when `me` owns it, else from
+/// `owners`). `None` if the layout has no such segment or an owner's
+/// address is not known: the producer then asks for the layout instead.
+fn successors_of(
+    layout: &Topic,
+    sealed: SegmentId,
+    owners: &[BrokerShards],
+    me: Option<BrokerId>,
+    shard_addresses: &[ShardAddress],
+) -> Option<Successors> {
+    let range = layout.segment(sealed)?.range;
+    let mut segments = Vec::new();
+    for s in layout.segments() {
+        let overlaps =
+            u64::from(s.range.start()) < range.end() && u64::from(range.start()) < s.range.end();
+        if !s.is_open() || !overlaps {
+            continue;
+        }
+        let shards = if s.broker == me {
+            shard_addresses
+        } else {
+            let broker = s.broker?;
+            &owners.iter().find(|o| o.broker == broker.0)?.shards
+        };
+        let address = shards.get(usize::from(s.shard))?.clone();
+        segments.push(SegmentInfo {
+            id: s.id.0,
+            epoch: s.epoch,
+            start: s.range.start(),
+            end: s.range.end(),
+            shard: s.shard,
+            broker: s.broker.map(|b| b.0),
+            address: Some(address),
+            created_ms: s.created_ms,
+            ..SegmentInfo::default()
+        });
+    }
+    if segments.is_empty() {
+        return None;
+    }
+    let layout_version = layout.segments().iter().map(|s| s.id.0).max().unwrap_or(0);
+    Some(Successors {
+        layout_version,
+        segments,
+    })
 }
 
 /// Orders layouts of one topic: segments are only ever added and sealed,
@@ -97,8 +149,15 @@ impl Shard {
     /// Apply one command from the control plane.
     pub(crate) async fn handle_command(self: &Rc<Self>, command: ShardCommand) {
         match command {
-            ShardCommand::TopicLayout { topic, reply } => {
-                let result = self.open_topic(topic).await.map_err(|e| e.to_string());
+            ShardCommand::TopicLayout {
+                topic,
+                owners,
+                reply,
+            } => {
+                let result = self
+                    .open_topic(topic, owners)
+                    .await
+                    .map_err(|e| e.to_string());
                 let _ = reply.send_async(result).await;
             }
             ShardCommand::ReportLoad { sealed, reply } => {
@@ -143,7 +202,11 @@ impl Shard {
     /// it places here (this shard, and this broker in a cluster), keep the
     /// sealed ones for reads. A layout older than the one held is ignored
     /// (layouts of one topic may reach shards out of order).
-    async fn open_topic(self: &Rc<Self>, topic: Topic) -> Result<(), EngineError> {
+    async fn open_topic(
+        self: &Rc<Self>,
+        topic: Topic,
+        owners: Arc<[BrokerShards]>,
+    ) -> Result<(), EngineError> {
         let name = topic.name().to_string();
         let topic_name = topic.name().clone();
         let buffers_root = self.config.data_dir.join("buffers").join(&name);
@@ -159,8 +222,14 @@ impl Shard {
         for segment in topic.segments() {
             let id = segment.id.0;
             if let Some(cell) = existing.get(&id) {
+                let successors = if segment.is_open() {
+                    None
+                } else {
+                    successors_of(&topic, segment.id, &owners, me, &self.shard_addresses)
+                        .map(Arc::new)
+                };
                 if !segment.is_open() && cell.seal_state() == SealState::Open {
-                    cell.seal(segment.epoch)
+                    cell.seal(segment.epoch, successors)
                         .await
                         .map_err(|e| EngineError::Shard {
                             shard: self.index,
@@ -168,6 +237,9 @@ impl Shard {
                         })?;
                     let end = cell.stats.next_offset.load(Relaxed);
                     log::info!("{name} segment {id}: sealed at offset {end}");
+                } else if !segment.is_open() {
+                    // Sealed before: its successors may have changed since.
+                    cell.set_successors(successors);
                 }
                 kept.insert(id, cell.clone());
                 continue;
@@ -198,10 +270,26 @@ impl Shard {
             name,
             ShardTopic {
                 layout: topic,
+                owners,
                 segments: kept,
             },
         );
         Ok(())
+    }
+
+    /// Where the range of sealed segment `segment` of `topic` went, as the
+    /// layout held says.
+    pub(crate) fn successors(&self, topic: &str, segment: u32) -> Option<Successors> {
+        let topics = self.topics.borrow();
+        let t = topics.get(topic)?;
+        let me = self.config.broker_id.map(BrokerId);
+        successors_of(
+            &t.layout,
+            SegmentId(segment),
+            &t.owners,
+            me,
+            &self.shard_addresses,
+        )
     }
 
     /// A read-only view of a segment sealed on another broker (or before

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
-use wire::message::{Fetched, SegmentLoadReport};
+use wire::message::{BrokerShards, Fetched, SegmentLoadReport, ShardAddress};
 use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
 
 use test_support::{read_frame, TestConn};
@@ -150,8 +150,15 @@ impl Conn {
     }
 
     fn apply(&mut self, layout: &str) {
+        self.apply_with(layout, Vec::new());
+    }
+
+    /// Apply `layout`, telling the broker the shards of the other brokers
+    /// owning its open segments.
+    fn apply_with(&mut self, layout: &str, owners: Vec<BrokerShards>) {
         match self.call(Request::ApplyLayout {
             topic_json: layout.as_bytes(),
+            owners,
         }) {
             Response::Done => {}
             other => panic!("layout not applied: {other:?}"),
@@ -162,6 +169,7 @@ impl Conn {
 fn code(response: &Response<'_>) -> Option<ErrorCode> {
     match response {
         Response::Error { code, .. } => Some(*code),
+        Response::Sealed { .. } => Some(ErrorCode::SegmentSealed),
         _ => None,
     }
 }
@@ -238,13 +246,39 @@ fn layouts_open_seal_and_hand_over_segments_between_brokers() {
     assert!(!sealed, "sealed before the owner flushed: {values:?}");
     assert!(values.is_empty());
 
-    // Broker a seals: flushes, marks, refuses writes.
-    to_a.apply(&split);
-    assert!(filer.join("topics/cluster/t/0/sealed").exists());
-    assert_eq!(
-        code(&to_a.produce(0, "k", "v")),
-        Some(ErrorCode::SegmentSealed)
+    // Broker a seals: flushes, marks, refuses writes, naming where the
+    // range went (1 on itself, 2 on b, told with the layout) so producers
+    // need not ask the control plane.
+    let b_shards = ShardAddress {
+        tcp: format!("127.0.0.1:{port_b}"),
+        quic: format!("127.0.0.1:{}", port_b + 1),
+    };
+    to_a.apply_with(
+        &split,
+        vec![BrokerShards {
+            broker: 2,
+            shards: vec![b_shards.clone()],
+        }],
     );
+    assert!(filer.join("topics/cluster/t/0/sealed").exists());
+    match to_a.produce(0, "k", "v") {
+        Response::Sealed { successors, .. } => {
+            assert_eq!(successors.layout_version, 2, "{successors:?}");
+            let named: Vec<(u32, Option<u32>, u32, u64)> = successors
+                .segments
+                .iter()
+                .map(|s| (s.id, s.broker, s.start, s.end))
+                .collect();
+            assert_eq!(
+                named,
+                vec![(1, Some(1), 0, HALF), (2, Some(2), HALF as u32, 1 << 32)]
+            );
+            let own = successors.segments[0].address.as_ref().unwrap();
+            assert!(own.tcp.ends_with(&format!(":{port_a}")), "{own:?}");
+            assert_eq!(successors.segments[1].address.as_ref(), Some(&b_shards));
+        }
+        other => panic!("a write to a sealed segment got {other:?}"),
+    }
     let all = vec!["v0".to_owned(), "v1".to_owned(), "v2".to_owned()];
     assert_eq!(to_a.read_all(0).unwrap(), (all.clone(), true));
     assert_eq!(to_b.read_all(0).unwrap(), (all, true));

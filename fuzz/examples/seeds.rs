@@ -157,6 +157,13 @@ fn main() -> AnyResult {
         },
         Request::ApplyLayout {
             topic_json: br#"{"version":1,"name":"ns/t","created_ms":1,"segments":[]}"#,
+            owners: vec![kelp_wire::message::BrokerShards {
+                broker: 1,
+                shards: vec![ShardAddress {
+                    tcp: "127.0.0.1:7420".into(),
+                    quic: "127.0.0.1:7421".into(),
+                }],
+            }],
         },
     ];
     let responses = [
@@ -206,6 +213,20 @@ fn main() -> AnyResult {
         Response::Error {
             code: ErrorCode::NotOwner,
             message: "not mine".into(),
+        },
+        Response::Sealed {
+            message: "segment 3 is sealed".into(),
+            successors: kelp_wire::message::Successors {
+                layout_version: 5,
+                segments: vec![SegmentInfo {
+                    id: 5,
+                    epoch: 1,
+                    start: 0,
+                    end: 1 << 31,
+                    shard: 1,
+                    ..SegmentInfo::default()
+                }],
+            },
         },
         Response::Topic(TopicInfo {
             name: "ns/t".into(),

@@ -86,6 +86,10 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
     pub(crate) fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.bytes)
     }

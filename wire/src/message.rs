@@ -225,6 +225,29 @@ pub struct ShardAddress {
     pub quic: String,
 }
 
+/// A broker's shards, by its id: what an `ApplyLayout` carries for each
+/// broker owning an open segment of the layout, so a broker that seals a
+/// segment can name where its successors are ([`Successors`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerShards {
+    pub broker: u32,
+    pub shards: Vec<ShardAddress>,
+}
+
+/// Where the range of a sealed segment went, as the broker that refused a
+/// write to it knows: the open segments of its layout that cover the
+/// sealed one's range, each with its owner (`broker`, `shard`) and the
+/// address of that shard. A producer routes to them at once, asking no
+/// control plane. `layout_version` is the highest segment id of that
+/// layout: it grows with every change of the topic (each change opens
+/// segments with new ids), so of two notices the one with the higher
+/// version is the newer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Successors {
+    pub layout_version: u32,
+    pub segments: Vec<SegmentInfo>,
+}
+
 /// One segment as the broker describes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SegmentInfo {
@@ -416,6 +439,9 @@ pub enum Request<'a> {
     /// seals and opens what it places on it.
     ApplyLayout {
         topic_json: &'a [u8],
+        /// The shards of each broker owning an open segment of the
+        /// layout (for a refusal's [`Successors`]).
+        owners: Vec<BrokerShards>,
     },
     /// The control plane tells a broker a topic is gone.
     DropTopic {
@@ -449,6 +475,13 @@ pub enum Response<'a> {
     Error {
         code: ErrorCode,
         message: String,
+    },
+    /// A `SegmentSealed` refusal that names where the segment's range
+    /// went: an `ErrorResponse` frame whose payload goes on past the
+    /// message (`docs/wire-format.md`).
+    Sealed {
+        message: String,
+        successors: Successors,
     },
     Brokers {
         brokers: Vec<BrokerStatus>,
@@ -797,7 +830,15 @@ impl<'a> Request<'a> {
                 }
             }
             Request::LeaveBroker { broker } => w.u32(*broker),
-            Request::ApplyLayout { topic_json } => w.bytes(topic_json),
+            Request::ApplyLayout { topic_json, owners } => {
+                w.u32(u32::try_from(topic_json.len()).unwrap_or(u32::MAX));
+                w.bytes(topic_json);
+                w.count(owners.len());
+                for owner in owners {
+                    w.u32(owner.broker);
+                    shard_addresses(&mut w, &owner.shards);
+                }
+            }
         }
         seal_frame(out, start, self.frame_type(), request_id);
     }
@@ -893,7 +934,22 @@ impl<'a> Request<'a> {
             }
             FrameType::LeaveBrokerRequest => Request::LeaveBroker { broker: r.u32()? },
             FrameType::ApplyLayoutRequest => Request::ApplyLayout {
-                topic_json: r.rest(),
+                topic_json: {
+                    // A byte length, bounded by the frame (`take`).
+                    let n = r.u32()? as usize;
+                    r.take(n)?
+                },
+                owners: {
+                    let n = r.count(8)?;
+                    let mut owners = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        owners.push(BrokerShards {
+                            broker: r.u32()?,
+                            shards: read_shard_addresses(&mut r)?,
+                        });
+                    }
+                    owners
+                },
             },
             FrameType::DropTopicRequest => Request::DropTopic { topic: r.string()? },
             FrameType::CreateTopicRequest => Request::CreateTopic {
@@ -1001,7 +1057,7 @@ impl<'a> Response<'a> {
             Response::Produced { .. } => FrameType::ProduceResponse,
             Response::Fetched(_) => FrameType::FetchResponse,
             Response::PayloadBytes { .. } => FrameType::PayloadReadResponse,
-            Response::Error { .. } => FrameType::ErrorResponse,
+            Response::Error { .. } | Response::Sealed { .. } => FrameType::ErrorResponse,
             Response::Brokers { .. } => FrameType::BrokersResponse,
             Response::Registered { .. } => FrameType::RegisteredResponse,
         }
@@ -1018,33 +1074,7 @@ impl<'a> Response<'a> {
                 w.string(&topic.name);
                 w.count(topic.segments.len());
                 for s in &topic.segments {
-                    w.u32(s.id);
-                    w.u32(s.epoch);
-                    w.u32(s.start);
-                    w.u64(s.end);
-                    w.u8(u8::from(s.sealed));
-                    w.u16(s.shard);
-                    w.u64(s.next_offset);
-                    w.u64(s.appended_bytes);
-                    w.count(s.successors.len());
-                    for id in &s.successors {
-                        w.u32(*id);
-                    }
-                    w.u32(s.broker.unwrap_or(NONE_U32));
-                    match &s.address {
-                        Some(a) => {
-                            w.u8(1);
-                            w.string(&a.tcp);
-                            w.string(&a.quic);
-                        }
-                        None => w.u8(0),
-                    }
-                    w.u64(s.bytes_per_s);
-                    w.u64(s.records_per_s);
-                    w.u64(s.created_ms);
-                    w.u64(s.sealed_ms.unwrap_or(NONE_U64));
-                    w.u64(s.first_append_ms.unwrap_or(NONE_U64));
-                    w.u64(s.lost_records);
+                    write_segment(&mut w, s);
                 }
             }
             Response::Brokers { brokers } => {
@@ -1097,6 +1127,18 @@ impl<'a> Response<'a> {
             Response::Error { code, message } => {
                 w.u16(code.to_u16());
                 w.string(message);
+            }
+            Response::Sealed {
+                message,
+                successors,
+            } => {
+                w.u16(ErrorCode::SegmentSealed.to_u16());
+                w.string(message);
+                w.u32(successors.layout_version);
+                w.count(successors.segments.len());
+                for s in &successors.segments {
+                    write_segment(&mut w, s);
+                }
             }
         }
         seal_frame(out, start, self.frame_type(), request_id);
@@ -1169,67 +1211,10 @@ impl<'a> Response<'a> {
             },
             FrameType::TopicResponse => {
                 let name = r.string()?;
-                let n = r.count(43 + 4 + 1 + 8 * 6)?;
+                let n = r.count(SEGMENT_INFO_BYTES_MIN)?;
                 let mut segments = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let id = r.u32()?;
-                    let epoch = r.u32()?;
-                    let start = r.u32()?;
-                    let end = r.u64()?;
-                    let sealed = r.u8()? != 0;
-                    let shard = r.u16()?;
-                    let next_offset = r.u64()?;
-                    let appended_bytes = r.u64()?;
-                    let k = r.count(4)?;
-                    let mut successors = Vec::with_capacity(k);
-                    for _ in 0..k {
-                        successors.push(r.u32()?);
-                    }
-                    let broker = some_u32(r.u32()?);
-                    let address = match r.u8()? {
-                        0 => None,
-                        1 => Some(ShardAddress {
-                            tcp: r.string()?,
-                            quic: r.string()?,
-                        }),
-                        _ => {
-                            return Err(DecodeError::Invalid {
-                                what: "topic response",
-                                reason: "address flag is neither 0 nor 1",
-                            })
-                        }
-                    };
-                    let bytes_per_s = r.u64()?;
-                    let records_per_s = r.u64()?;
-                    let created_ms = r.u64()?;
-                    let sealed_ms = some_u64(r.u64()?);
-                    let first_append_ms = some_u64(r.u64()?);
-                    let lost_records = r.u64()?;
-                    if u64::from(start) >= end || end > 1 << 32 {
-                        return Err(DecodeError::Invalid {
-                            what: "topic response",
-                            reason: "segment range is empty or beyond 2^32",
-                        });
-                    }
-                    segments.push(SegmentInfo {
-                        id,
-                        epoch,
-                        start,
-                        end,
-                        sealed,
-                        shard,
-                        next_offset,
-                        appended_bytes,
-                        successors,
-                        broker,
-                        address,
-                        bytes_per_s,
-                        records_per_s,
-                        created_ms,
-                        sealed_ms,
-                        first_append_ms,
-                        lost_records,
-                    });
+                    segments.push(read_segment(&mut r, "topic response")?);
                 }
                 Response::Topic(TopicInfo { name, segments })
             }
@@ -1260,10 +1245,27 @@ impl<'a> Response<'a> {
                 offset: r.u64()?,
                 bytes: r.rest(),
             },
-            FrameType::ErrorResponse => Response::Error {
-                code: ErrorCode::from_u16(r.u16()?),
-                message: r.string()?,
-            },
+            FrameType::ErrorResponse => {
+                let code = ErrorCode::from_u16(r.u16()?);
+                let message = r.string()?;
+                if code == ErrorCode::SegmentSealed && !r.is_empty() {
+                    let layout_version = r.u32()?;
+                    let n = r.count(SEGMENT_INFO_BYTES_MIN)?;
+                    let mut segments = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        segments.push(read_segment(&mut r, "sealed refusal")?);
+                    }
+                    Response::Sealed {
+                        message,
+                        successors: Successors {
+                            layout_version,
+                            segments,
+                        },
+                    }
+                } else {
+                    Response::Error { code, message }
+                }
+            }
             _ => {
                 return Err(DecodeError::Invalid {
                     what: "response",
@@ -1274,6 +1276,103 @@ impl<'a> Response<'a> {
         r.finish()?;
         Ok(response)
     }
+}
+
+/// Bytes of the smallest encoded [`SegmentInfo`] (no successors, no
+/// address): what a list count of them is checked against.
+const SEGMENT_INFO_BYTES_MIN: usize = 43 + 4 + 1 + 8 * 6;
+
+/// One [`SegmentInfo`], as a topic response and a sealed refusal carry it.
+fn write_segment(w: &mut Writer<'_>, s: &SegmentInfo) {
+    w.u32(s.id);
+    w.u32(s.epoch);
+    w.u32(s.start);
+    w.u64(s.end);
+    w.u8(u8::from(s.sealed));
+    w.u16(s.shard);
+    w.u64(s.next_offset);
+    w.u64(s.appended_bytes);
+    w.count(s.successors.len());
+    for id in &s.successors {
+        w.u32(*id);
+    }
+    w.u32(s.broker.unwrap_or(NONE_U32));
+    match &s.address {
+        Some(a) => {
+            w.u8(1);
+            w.string(&a.tcp);
+            w.string(&a.quic);
+        }
+        None => w.u8(0),
+    }
+    w.u64(s.bytes_per_s);
+    w.u64(s.records_per_s);
+    w.u64(s.created_ms);
+    w.u64(s.sealed_ms.unwrap_or(NONE_U64));
+    w.u64(s.first_append_ms.unwrap_or(NONE_U64));
+    w.u64(s.lost_records);
+}
+
+/// The twin of [`write_segment`]; `what` names the message in errors.
+fn read_segment(r: &mut Reader<'_>, what: &'static str) -> Result<SegmentInfo, DecodeError> {
+    let id = r.u32()?;
+    let epoch = r.u32()?;
+    let start = r.u32()?;
+    let end = r.u64()?;
+    let sealed = r.u8()? != 0;
+    let shard = r.u16()?;
+    let next_offset = r.u64()?;
+    let appended_bytes = r.u64()?;
+    let k = r.count(4)?;
+    let mut successors = Vec::with_capacity(k);
+    for _ in 0..k {
+        successors.push(r.u32()?);
+    }
+    let broker = some_u32(r.u32()?);
+    let address = match r.u8()? {
+        0 => None,
+        1 => Some(ShardAddress {
+            tcp: r.string()?,
+            quic: r.string()?,
+        }),
+        _ => {
+            return Err(DecodeError::Invalid {
+                what,
+                reason: "address flag is neither 0 nor 1",
+            })
+        }
+    };
+    let bytes_per_s = r.u64()?;
+    let records_per_s = r.u64()?;
+    let created_ms = r.u64()?;
+    let sealed_ms = some_u64(r.u64()?);
+    let first_append_ms = some_u64(r.u64()?);
+    let lost_records = r.u64()?;
+    if u64::from(start) >= end || end > 1 << 32 {
+        return Err(DecodeError::Invalid {
+            what,
+            reason: "segment range is empty or beyond 2^32",
+        });
+    }
+    Ok(SegmentInfo {
+        id,
+        epoch,
+        start,
+        end,
+        sealed,
+        shard,
+        next_offset,
+        appended_bytes,
+        successors,
+        broker,
+        address,
+        bytes_per_s,
+        records_per_s,
+        created_ms,
+        sealed_ms,
+        first_append_ms,
+        lost_records,
+    })
 }
 
 fn some_u32(v: u32) -> Option<u32> {
@@ -1498,6 +1597,19 @@ mod tests {
             Request::LeaveBroker { broker: 3 },
             Request::ApplyLayout {
                 topic_json: br#"{"name":"ns/t"}"#,
+                owners: vec![
+                    BrokerShards {
+                        broker: 2,
+                        shards: vec![ShardAddress {
+                            tcp: "127.0.0.2:9092".into(),
+                            quic: "127.0.0.2:9093".into(),
+                        }],
+                    },
+                    BrokerShards {
+                        broker: 7,
+                        shards: Vec::new(),
+                    },
+                ],
             },
             Request::DropTopic {
                 topic: "ns/t".into(),
@@ -1600,6 +1712,34 @@ mod tests {
                 code: ErrorCode::NotOwner,
                 message: "not mine".into(),
             },
+            Response::Sealed {
+                message: "segment 3 is sealed".into(),
+                successors: Successors {
+                    layout_version: 5,
+                    segments: vec![
+                        SegmentInfo {
+                            id: 4,
+                            epoch: 1,
+                            start: 0,
+                            end: 1 << 31,
+                            shard: 1,
+                            broker: Some(2),
+                            address: Some(ShardAddress {
+                                tcp: "127.0.0.2:9092".into(),
+                                quic: "127.0.0.2:9093".into(),
+                            }),
+                            ..SegmentInfo::default()
+                        },
+                        SegmentInfo {
+                            id: 5,
+                            epoch: 1,
+                            start: 1 << 31,
+                            end: 1 << 32,
+                            ..SegmentInfo::default()
+                        },
+                    ],
+                },
+            },
         ]
     }
 
@@ -1633,17 +1773,12 @@ mod tests {
             req.encode(1, &mut out);
             let payload = &out[FRAME_HEADER_BYTES..];
             for n in 0..payload.len() {
-                // The last field of Produce, PayloadWrite and ApplyLayout
-                // is "the rest", so any cut past the fixed part decodes;
+                // The last field of Produce and PayloadWrite is "the
+                // rest", so any cut past the fixed part decodes;
                 // everything else must refuse.
                 if let Ok(r) = Request::decode(req.frame_type(), &payload[..n]) {
                     assert!(
-                        matches!(
-                            r,
-                            Request::Produce { .. }
-                                | Request::PayloadWrite { .. }
-                                | Request::ApplyLayout { .. }
-                        ),
+                        matches!(r, Request::Produce { .. } | Request::PayloadWrite { .. }),
                         "{req:?} cut to {n} decoded"
                     );
                 }
@@ -1654,9 +1789,20 @@ mod tests {
             resp.encode(1, &mut out);
             let payload = &out[FRAME_HEADER_BYTES..];
             for n in 0..payload.len() {
+                // A sealed refusal cut right after its message is a plain
+                // `SegmentSealed` error (the successors are optional).
                 if let Ok(r) = Response::decode(resp.frame_type(), &payload[..n]) {
+                    let plain_sealed = matches!(resp, Response::Sealed { .. })
+                        && matches!(
+                            r,
+                            Response::Error {
+                                code: ErrorCode::SegmentSealed,
+                                ..
+                            }
+                        );
                     assert!(
-                        matches!(r, Response::Fetched(_) | Response::PayloadBytes { .. }),
+                        plain_sealed
+                            || matches!(r, Response::Fetched(_) | Response::PayloadBytes { .. }),
                         "{resp:?} cut to {n} decoded"
                     );
                 }
