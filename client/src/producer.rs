@@ -67,10 +67,13 @@ pub const RESEND_ATTEMPTS_MAX: u32 = 10;
 /// refusal names the successors: `ClientError::Sealed`).
 const RESEND_BACKOFF_MS: u64 = 20;
 /// First pause before trying a successor again that its owner has not
-/// opened yet, doubled each time, at most [`NOT_OPEN_PAUSES_MAX`] times
-/// in a row (0.5 + 1 + ... + 16 ms) before the layout is asked afresh.
+/// opened yet, doubled each time up to [`NOT_OPEN_PAUSE_US_MAX`], at most
+/// [`NOT_OPEN_PAUSES_MAX`] times in a row (about 80 ms in all: a merge
+/// across brokers opens its successor only after two seals) before the
+/// layout is asked afresh.
 const NOT_OPEN_PAUSE_US: u64 = 500;
-const NOT_OPEN_PAUSES_MAX: u32 = 6;
+const NOT_OPEN_PAUSE_US_MAX: u64 = 2_000;
+const NOT_OPEN_PAUSES_MAX: u32 = 40;
 /// Tries of one resend in all (at once, after a pause, or on a fresh
 /// layout): a bound even for a layout that changes at every try.
 const RESEND_TRIES_MAX: u32 = 64;
@@ -714,7 +717,7 @@ impl Shared {
                 // The layout is right but a successor is not open on its
                 // owner yet (the control plane opens it right after the
                 // seal): look again shortly, on the same layout.
-                let pause = NOT_OPEN_PAUSE_US << pauses;
+                let pause = (NOT_OPEN_PAUSE_US << pauses.min(8)).min(NOT_OPEN_PAUSE_US_MAX);
                 pauses += 1;
                 tokio::time::sleep(Duration::from_micros(pause)).await;
                 known.1
@@ -752,8 +755,19 @@ impl Shared {
                     }
                     Err(e) => return Err(e),
                 };
+                // The pieces go to different segments (no key is in two),
+                // so they may all be in flight at once.
+                let mut sent = Vec::with_capacity(pieces.len());
                 for (route, piece) in pieces {
-                    match self.send_piece(route, &piece).await {
+                    let pending = self.send_piece(route, &piece).await;
+                    sent.push((piece, pending));
+                }
+                for (piece, pending) in sent {
+                    let taken = match pending {
+                        Ok(p) => self.piece_taken(p).await,
+                        Err(e) => Err(e),
+                    };
+                    match taken {
                         Ok(n) => {
                             self.acked_records
                                 .fetch_add(u64::from(n), Ordering::Relaxed);
@@ -790,13 +804,14 @@ impl Shared {
         )))
     }
 
-    /// Send one re-routed piece and wait for its answer: the records the
-    /// broker took. An error says whether the piece was never sent.
+    /// Send one re-routed piece; its answer is waited for with
+    /// [`Shared::piece_taken`]. An error says whether the piece was never
+    /// sent.
     async fn send_piece(
         &self,
         route: Route,
         piece: &[u8],
-    ) -> Result<u32, (ClientError, NeverSent)> {
+    ) -> Result<PendingResponse, (ClientError, NeverSent)> {
         let conn = match self.client.connection_to(route.target).await {
             Ok(conn) => conn,
             Err(e) if is_stale_layout(&e) => return Err((e, NeverSent::Yes)),
@@ -814,16 +829,20 @@ impl Shared {
             )
             .await
             .map_err(|e| (e, NeverSent::Yes))?;
-        let result = match submitted.response {
-            Some(p) => {
-                p.wait(
-                    "waiting for a resend acknowledgement",
-                    self.client.request_timeout(),
-                )
-                .await
-            }
-            None => Err(ClientError::Closed),
-        };
+        submitted
+            .response
+            .ok_or((ClientError::Closed, NeverSent::No))
+    }
+
+    /// The records the broker took of a piece sent by
+    /// [`Shared::send_piece`].
+    async fn piece_taken(&self, pending: PendingResponse) -> Result<u32, (ClientError, NeverSent)> {
+        let result = pending
+            .wait(
+                "waiting for a resend acknowledgement",
+                self.client.request_timeout(),
+            )
+            .await;
         self.acknowledged(result).map_err(|e| (e, NeverSent::No))
     }
 

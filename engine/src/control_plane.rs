@@ -65,6 +65,15 @@ pub(crate) enum ShardCommand {
         owners: Arc<[BrokerShards]>,
         reply: flume::Sender<Result<(), String>>,
     },
+    /// The first half of a layout, sent to every shard before the layout
+    /// itself: refuse writes to the segments it seals (naming their
+    /// successors), so no shard opens a successor while another still
+    /// takes writes to its predecessor.
+    RefuseWrites {
+        topic: Topic,
+        owners: Arc<[BrokerShards]>,
+        reply: flume::Sender<()>,
+    },
     /// The topic is being deleted: drop its segments and local buffers.
     DropTopic {
         name: String,

@@ -343,6 +343,15 @@ pub(crate) async fn handle_frame(
             let commands = shard.shard_commands.clone();
             let owners: Arc<[BrokerShards]> = Arc::from(owners);
             Reply::Later(Box::pin(async move {
+                let refused = ask_every_shard(&commands, |reply| ShardCommand::RefuseWrites {
+                    topic: topic.clone(),
+                    owners: owners.clone(),
+                    reply,
+                })
+                .await;
+                if let Err(e) = refused {
+                    return error_frame(id, &e);
+                }
                 let result = ask_every_shard(&commands, |reply| ShardCommand::TopicLayout {
                     topic: topic.clone(),
                     owners: owners.clone(),

@@ -658,7 +658,7 @@ impl SegmentCell {
     /// Whether this is a read-only view of a segment sealed elsewhere
     /// ([`SegmentCell::open_sealed`]: the only cells without a buffers
     /// directory).
-    fn is_view(&self) -> bool {
+    pub(crate) fn is_view(&self) -> bool {
         self.buffers_dir.as_os_str().is_empty()
     }
 
@@ -671,18 +671,11 @@ impl SegmentCell {
     /// successors): refuse writes from now on, flush everything buffered,
     /// drop the local buffers, then store the seal marker so readers on
     /// any broker know the chunks are final. Idempotent.
-    pub(crate) async fn seal(
-        self: &Rc<Self>,
-        epoch: u32,
-        successors: Option<Arc<Successors>>,
-    ) -> Result<(), ServeError> {
-        self.set_successors(successors);
+    pub(crate) async fn seal(self: &Rc<Self>, epoch: u32) -> Result<(), ServeError> {
         if self.seal.get() == SealState::Sealed {
             return Ok(());
         }
-        self.seal.set(SealState::Sealing);
-        // Producers held back by a full flush queue see the seal.
-        self.space.notify(usize::MAX);
+        self.refuse_writes(None);
         let target = {
             let mut state = self.state.borrow_mut();
             self.seal_active(&mut state)?;
@@ -725,6 +718,19 @@ impl SegmentCell {
         // Long-polling readers at the end learn that it is the end.
         self.appended.notify(usize::MAX);
         Ok(())
+    }
+
+    /// The first step of [`SegmentCell::seal`], taken at once: refuse
+    /// writes from now on, naming `successors` (if given) in each refusal.
+    pub(crate) fn refuse_writes(&self, successors: Option<Arc<Successors>>) {
+        if successors.is_some() {
+            self.set_successors(successors);
+        }
+        if self.seal.get() == SealState::Open {
+            self.seal.set(SealState::Sealing);
+            // Producers held back by a full flush queue see the seal.
+            self.space.notify(usize::MAX);
+        }
     }
 
     /// Where the range went, named from now on in refused writes.

@@ -160,6 +160,14 @@ impl Shard {
                     .map_err(|e| e.to_string());
                 let _ = reply.send_async(result).await;
             }
+            ShardCommand::RefuseWrites {
+                topic,
+                owners,
+                reply,
+            } => {
+                self.refuse_sealed_writes(&topic, &owners);
+                let _ = reply.send_async(()).await;
+            }
             ShardCommand::ReportLoad { sealed, reply } => {
                 let _ = reply.send_async(self.load(sealed)).await;
             }
@@ -219,27 +227,28 @@ impl Shard {
         }
         let me = self.config.broker_id.map(BrokerId);
         let mut kept = HashMap::new();
+        // Segments it seals refuse writes at once (naming their
+        // successors); those it opens here open before the seals' flushes
+        // are awaited, so a producer turned away goes on at once.
+        let mut to_seal = Vec::new();
+        let mut opened = Ok(());
         for segment in topic.segments() {
             let id = segment.id.0;
             if let Some(cell) = existing.get(&id) {
-                let successors = if segment.is_open() {
-                    None
-                } else {
-                    successors_of(&topic, segment.id, &owners, me, &self.shard_addresses)
-                        .map(Arc::new)
-                };
-                if !segment.is_open() && cell.seal_state() == SealState::Open {
-                    cell.seal(segment.epoch, successors)
-                        .await
-                        .map_err(|e| EngineError::Shard {
-                            shard: self.index,
-                            reason: format!("seal {name} segment {id}: {}", e.message),
-                        })?;
-                    let end = cell.stats.next_offset.load(Relaxed);
-                    log::info!("{name} segment {id}: sealed at offset {end}");
-                } else if !segment.is_open() {
-                    // Sealed before: its successors may have changed since.
-                    cell.set_successors(successors);
+                if !segment.is_open() {
+                    let successors =
+                        successors_of(&topic, segment.id, &owners, me, &self.shard_addresses)
+                            .map(Arc::new);
+                    // Open, or refusing writes since `RefuseWrites`: this
+                    // shard's to seal. (A view of a segment sealed
+                    // elsewhere is not.)
+                    if !cell.is_view() && cell.seal_state() != SealState::Sealed {
+                        cell.refuse_writes(successors);
+                        to_seal.push((cell.clone(), segment.epoch));
+                    } else {
+                        // Sealed before: its successors may have changed.
+                        cell.set_successors(successors);
+                    }
                 }
                 kept.insert(id, cell.clone());
                 continue;
@@ -247,10 +256,11 @@ impl Shard {
             if !segment.is_open()
                 || usize::from(segment.shard) != self.index
                 || segment.broker != me
+                || opened.is_err()
             {
                 continue;
             }
-            let cell = SegmentCell::open(
+            match SegmentCell::open(
                 self.config.clone(),
                 self.store.clone(),
                 &topic_name,
@@ -260,21 +270,65 @@ impl Shard {
                 segment.range.end(),
             )
             .await
-            .map_err(|e| EngineError::Shard {
-                shard: self.index,
-                reason: format!("open {name} segment {id}: {e}"),
-            })?;
-            kept.insert(id, cell);
+            {
+                Ok(cell) => {
+                    kept.insert(id, cell);
+                }
+                Err(e) => {
+                    opened = Err(EngineError::Shard {
+                        shard: self.index,
+                        reason: format!("open {name} segment {id}: {e}"),
+                    });
+                }
+            }
         }
-        self.topics.borrow_mut().insert(
-            name,
-            ShardTopic {
-                layout: topic,
-                owners,
-                segments: kept,
-            },
-        );
-        Ok(())
+        // A layout this shard cannot carry out whole is not installed (the
+        // control plane resynchronises the broker); what it seals is
+        // flushed all the same, its writes being refused already.
+        if opened.is_ok() {
+            self.topics.borrow_mut().insert(
+                name.clone(),
+                ShardTopic {
+                    layout: topic,
+                    owners,
+                    segments: kept,
+                },
+            );
+        }
+        for (cell, epoch) in to_seal {
+            cell.seal(epoch).await.map_err(|e| EngineError::Shard {
+                shard: self.index,
+                reason: format!("seal {name} segment {}: {}", cell.id, e.message),
+            })?;
+            let end = cell.stats.next_offset.load(Relaxed);
+            log::info!("{name} segment {}: sealed at offset {end}", cell.id);
+        }
+        opened
+    }
+
+    /// Refuse writes to the segments here that `topic` seals, naming
+    /// their successors; the rest of the layout comes next
+    /// ([`ShardCommand::RefuseWrites`]). A layout older than the one held
+    /// changes nothing.
+    fn refuse_sealed_writes(&self, topic: &Topic, owners: &[BrokerShards]) {
+        let topics = self.topics.borrow();
+        let Some(held) = topics.get(&topic.name().to_string()) else {
+            return;
+        };
+        if layout_age(topic) < layout_age(&held.layout) {
+            return;
+        }
+        let me = self.config.broker_id.map(BrokerId);
+        for segment in topic.segments().iter().filter(|s| !s.is_open()) {
+            let Some(cell) = held.segments.get(&segment.id.0) else {
+                continue;
+            };
+            if !cell.is_view() && cell.seal_state() == SealState::Open {
+                let successors =
+                    successors_of(topic, segment.id, owners, me, &self.shard_addresses);
+                cell.refuse_writes(successors.map(Arc::new));
+            }
+        }
     }
 
     /// Where the range of sealed segment `segment` of `topic` went, as the

@@ -24,7 +24,9 @@ fn main() -> ExitCode {
         Command::Serve(_) | Command::Control(_) => "info",
         _ => "warn",
     };
+    // Milliseconds: a split's steps are milliseconds apart.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        .format_timestamp_millis()
         .init();
     let result = match cli.command {
         Command::Serve(args) => commands::serve(args),
