@@ -348,6 +348,30 @@ impl Client {
         }
     }
 
+    /// The layout of `topic` as the broker behind `target` holds it, asked
+    /// of that broker alone (no control plane): how a subscriber that read
+    /// a sealed segment to its end finds the successors.
+    pub(crate) async fn held_layout(
+        &self,
+        target: Target,
+        topic: &str,
+    ) -> Result<TopicInfo, ClientError> {
+        let conn = self.connection_to(target).await?;
+        let frame = conn
+            .call(
+                &Request::HeldLayout {
+                    topic: topic.to_owned(),
+                },
+                "asking a broker for its layout",
+                self.request_timeout(),
+            )
+            .await?;
+        match frame.response()? {
+            Response::Topic(info) => Ok(info),
+            _ => Err(unexpected(&frame, "topic")),
+        }
+    }
+
     /// Seal open segment `segment` of `topic` and open `pieces` successors
     /// over equal parts of its range (a cluster's control plane does it;
     /// any broker forwards the request). Returns the layout after.
@@ -490,6 +514,19 @@ impl Client {
         request: &Request<'_>,
         operation: &'static str,
     ) -> Result<ResponseFrame, ClientError> {
+        let conn = {
+            let mut slot = self.inner.admin.lock().await;
+            self.admin_connection(&mut slot).await?
+        };
+        let result = conn.call(request, operation, self.request_timeout()).await;
+        // A request that only reads is asked once more, of the next
+        // reachable broker, when its broker went away mid-call (it left
+        // or died). One that changes something is not: it may have been
+        // carried out, so the error is the caller's to judge.
+        let broker_gone = matches!(&result, Err(ClientError::Io { .. } | ClientError::Closed));
+        if !(broker_gone && only_reads(request) && self.inner.brokers.len() > 1) {
+            return result;
+        }
         let conn = {
             let mut slot = self.inner.admin.lock().await;
             self.admin_connection(&mut slot).await?
@@ -688,6 +725,18 @@ async fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
         .map_err(|e| connect_error(e.to_string()))?
         .next()
         .ok_or_else(|| connect_error("the name resolves to no address".into()))
+}
+
+/// Whether an admin request only reads, so asking it twice is harmless.
+fn only_reads(request: &Request<'_>) -> bool {
+    matches!(
+        request,
+        Request::Shards
+            | Request::ListTopics
+            | Request::DescribeTopic { .. }
+            | Request::HeldLayout { .. }
+            | Request::ListBrokers
+    )
 }
 
 #[cfg(test)]

@@ -554,35 +554,29 @@ impl SegmentFetch {
     }
 
     /// This segment was read to its end (its records are queued): start
-    /// the successors whose predecessors are all read, on a fresh
-    /// description (they may be newer than the one this loop started
-    /// with). Waits, a bounded number of times, for a description that
-    /// shows the segment sealed.
+    /// the successors whose predecessors are all read, on the layout the
+    /// broker that sealed it holds (newer than the one this loop started
+    /// with), or failing that a description from the control plane.
     async fn start_successors(&self) -> Result<(), ClientError> {
         if !self.follow.follow_successors {
             return Ok(());
         }
         self.follow.lock().lineage.finished(self.segment.id);
-        let mut retries = 0;
-        let info = loop {
-            let info = match self.client.describe_topic(&self.topic).await {
-                Ok(info) => info,
-                Err(e) if is_worth_retrying(&e) && self.may_retry(retries, &e) => {
-                    tokio::time::sleep(stale_backoff(retries)).await;
-                    retries = retries.saturating_add(1);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let sealed = info
-                .segments
+        // The broker that said "sealed" holds a layout that seals it, with
+        // the successors: ask it first, and the control plane only if
+        // that fails.
+        let sealed_in = |info: &TopicInfo| {
+            info.segments
                 .iter()
-                .any(|s| s.id == self.segment.id && s.sealed);
-            if sealed || retries >= STALE_RETRIES_MAX {
-                break info;
+                .any(|s| s.id == self.segment.id && s.sealed)
+        };
+        let info = match self.client.held_layout(self.target, &self.topic).await {
+            Ok(info) if sealed_in(&info) => info,
+            Ok(_) => self.described_sealed().await?,
+            Err(e) => {
+                log::debug!("{}: held layout: {e}; describing instead", self.topic);
+                self.described_sealed().await?
             }
-            tokio::time::sleep(stale_backoff(retries)).await;
-            retries += 1;
         };
         let ready = self
             .follow
@@ -614,6 +608,32 @@ impl SegmentFetch {
             state.loops.push(handle);
         }
         Ok(())
+    }
+
+    /// The topic as the control plane describes it, asked again (a
+    /// bounded number of times) until it shows this segment sealed.
+    async fn described_sealed(&self) -> Result<TopicInfo, ClientError> {
+        let mut retries = 0;
+        loop {
+            let info = match self.client.describe_topic(&self.topic).await {
+                Ok(info) => info,
+                Err(e) if is_worth_retrying(&e) && self.may_retry(retries, &e) => {
+                    tokio::time::sleep(stale_backoff(retries)).await;
+                    retries = retries.saturating_add(1);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let sealed = info
+                .segments
+                .iter()
+                .any(|s| s.id == self.segment.id && s.sealed);
+            if sealed || retries >= STALE_RETRIES_MAX {
+                return Ok(info);
+            }
+            tokio::time::sleep(stale_backoff(retries)).await;
+            retries += 1;
+        }
     }
 
     /// Whether a fetch that failed `retries` times in a row, the last time

@@ -383,6 +383,16 @@ pub(crate) async fn handle_frame(
                 answer(id, result, |_| response_frame(id, &Response::Done))
             }))
         }
+        Request::HeldLayout { topic } => Reply::Now(match shard.held_layout(&topic) {
+            Some(info) => response_frame(id, &Response::Topic(info)),
+            None => error_frame(
+                id,
+                &ServeError::new(
+                    ErrorCode::TopicNotFound,
+                    format!("topic {topic} does not exist"),
+                ),
+            ),
+        }),
         Request::DescribeTopic { topic } => {
             let control = shard.control.clone();
             Reply::Later(Box::pin(async move {

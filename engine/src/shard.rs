@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control::{BrokerId, SegmentId, Topic};
-use wire::message::{BrokerShards, SegmentInfo, ShardAddress, Successors};
+use wire::message::{BrokerShards, SegmentInfo, ShardAddress, Successors, TopicInfo};
 
 use crate::config::BrokerConfig;
 use crate::control_plane::{ControlRequest, ShardCommand};
@@ -53,13 +53,7 @@ fn successors_of(
         if !s.is_open() || !overlaps {
             continue;
         }
-        let shards = if s.broker == me {
-            shard_addresses
-        } else {
-            let broker = s.broker?;
-            &owners.iter().find(|o| o.broker == broker.0)?.shards
-        };
-        let address = shards.get(usize::from(s.shard))?.clone();
+        let address = shard_address(s, owners, me, shard_addresses)?;
         segments.push(SegmentInfo {
             id: s.id.0,
             epoch: s.epoch,
@@ -80,6 +74,23 @@ fn successors_of(
         layout_version,
         segments,
     })
+}
+
+/// The address of the shard owning open segment `s`: this broker's own
+/// (`shard_addresses`) when `me` owns it, else as `owners` names it.
+fn shard_address(
+    s: &control::Segment,
+    owners: &[BrokerShards],
+    me: Option<BrokerId>,
+    shard_addresses: &[ShardAddress],
+) -> Option<ShardAddress> {
+    let shards = if s.broker == me {
+        shard_addresses
+    } else {
+        let broker = s.broker?;
+        &owners.iter().find(|o| o.broker == broker.0)?.shards
+    };
+    shards.get(usize::from(s.shard)).cloned()
 }
 
 /// Orders layouts of one topic: segments are only ever added and sealed,
@@ -329,6 +340,47 @@ impl Shard {
                 cell.refuse_writes(successors.map(Arc::new));
             }
         }
+    }
+
+    /// Topic `topic` as this shard holds its layout, for a subscriber
+    /// that follows a split without asking the control plane: each open
+    /// segment with the address of its owner's shard (when known), each
+    /// sealed one with this broker's (any broker serves its reads). No
+    /// live figures.
+    pub(crate) fn held_layout(&self, topic: &str) -> Option<TopicInfo> {
+        let topics = self.topics.borrow();
+        let t = topics.get(topic)?;
+        let me = self.config.broker_id.map(BrokerId);
+        let segments = t
+            .layout
+            .segments()
+            .iter()
+            .map(|s| {
+                let address = if s.is_open() {
+                    shard_address(s, &t.owners, me, &self.shard_addresses)
+                } else {
+                    self.shard_addresses.get(self.index).cloned()
+                };
+                SegmentInfo {
+                    id: s.id.0,
+                    epoch: s.epoch,
+                    start: s.range.start(),
+                    end: s.range.end(),
+                    sealed: !s.is_open(),
+                    shard: s.shard,
+                    successors: s.successors.iter().map(|id| id.0).collect(),
+                    broker: s.broker.map(|b| b.0),
+                    address,
+                    created_ms: s.created_ms,
+                    sealed_ms: s.sealed_ms,
+                    ..SegmentInfo::default()
+                }
+            })
+            .collect();
+        Some(TopicInfo {
+            name: topic.to_owned(),
+            segments,
+        })
     }
 
     /// Where the range of sealed segment `segment` of `topic` went, as the

@@ -401,6 +401,59 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     drop(control);
 }
 
+/// After a split, producers and subscribers learn the successors from the
+/// brokers alone: the control plane is killed right after the split, so a
+/// describe (which brokers pass to it) cannot answer, and still every
+/// record published after it is acknowledged and read once, in key order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_and_subscribers_follow_a_split_with_the_control_plane_gone() {
+    const FOLLOWED: &str = "cluster/follow";
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start(&dir.path().join("control"), port(), &[]);
+    let b1 = start_broker(&dir.path().join("b1"), &control);
+    let b2 = start_broker(&dir.path().join("b2"), &control);
+    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
+        .await
+        .unwrap();
+    let created = client.create_topic(FOLLOWED, 1).await.unwrap();
+    let config = ProducerConfig {
+        ack: AckMode::Durable,
+        ..ProducerConfig::default()
+    };
+    let mut publisher = Publisher::new(client.producer(FOLLOWED, config).await.unwrap(), KEYS);
+    publisher.send(1_000).await;
+    publisher.producer.flush().await.unwrap();
+    let mut subscriber = client
+        .subscribe(FOLLOWED, FetchFrom::Earliest, SubscribeOptions::default())
+        .await
+        .unwrap();
+
+    // Split by hand; the answer comes once the pieces are open. Then the
+    // control plane is gone for good.
+    let split = client
+        .split_segment(FOLLOWED, created.segments[0].id, 2)
+        .await
+        .unwrap();
+    assert_eq!(open_count(&split), 2, "{split:?}");
+    control.kill9();
+    assert!(
+        client.describe_topic(FOLLOWED).await.is_err(),
+        "a describe needs the control plane"
+    );
+
+    // The producer's layout still has the sealed segment: its refusal
+    // names the pieces, and the records go there.
+    publisher.send(2_000).await;
+    publisher.producer.flush().await.unwrap();
+    assert_eq!(publisher.producer.acked_records(), publisher.sent);
+    // The subscriber read the sealed segment to its end and asked its
+    // broker for the pieces.
+    let got = read_records(&mut subscriber, publisher.sent, READ_LIMIT).await;
+    each_key_once_in_order(got, publisher.sent);
+    drop(b1);
+    drop(b2);
+}
+
 /// The id of the broker `broker` (by its shard 0 address).
 async fn broker_id(client: &Client, broker: &Broker) -> u32 {
     let brokers = client.list_brokers().await.unwrap();

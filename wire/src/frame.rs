@@ -54,6 +54,7 @@ pub enum FrameType {
     MoveSegmentRequest = 0x08,
     SetPolicyRequest = 0x09,
     ListBrokersRequest = 0x0A,
+    HeldLayoutRequest = 0x0B,
     RegisterBrokerRequest = 0x30,
     LoadReportRequest = 0x31,
     LeaveBrokerRequest = 0x32,
@@ -73,7 +74,7 @@ pub enum FrameType {
 
 impl FrameType {
     /// Every frame type, for exhaustive tests.
-    pub const ALL: [FrameType; 30] = [
+    pub const ALL: [FrameType; 31] = [
         FrameType::ShardsRequest,
         FrameType::CreateTopicRequest,
         FrameType::DeleteTopicRequest,
@@ -89,6 +90,7 @@ impl FrameType {
         FrameType::MoveSegmentRequest,
         FrameType::SetPolicyRequest,
         FrameType::ListBrokersRequest,
+        FrameType::HeldLayoutRequest,
         FrameType::RegisterBrokerRequest,
         FrameType::LoadReportRequest,
         FrameType::LeaveBrokerRequest,

@@ -350,6 +350,13 @@ pub enum Request<'a> {
     DescribeTopic {
         topic: String,
     },
+    /// The topic's layout as the broker asked holds it, answered by the
+    /// broker itself (no control plane): what a subscriber that read a
+    /// sealed segment to its end asks for its successors. A `Topic`
+    /// response without live figures.
+    HeldLayout {
+        topic: String,
+    },
     /// Append one batch to a segment.
     Produce {
         topic: &'a str,
@@ -691,6 +698,7 @@ impl<'a> Request<'a> {
             Request::DeleteTopic { .. } => FrameType::DeleteTopicRequest,
             Request::ListTopics => FrameType::ListTopicsRequest,
             Request::DescribeTopic { .. } => FrameType::DescribeTopicRequest,
+            Request::HeldLayout { .. } => FrameType::HeldLayoutRequest,
             Request::Produce { .. } => FrameType::ProduceRequest,
             Request::Fetch { .. } => FrameType::FetchRequest,
             Request::PayloadWrite { .. } => FrameType::PayloadWriteRequest,
@@ -722,6 +730,7 @@ impl<'a> Request<'a> {
             }
             Request::DeleteTopic { topic }
             | Request::DescribeTopic { topic }
+            | Request::HeldLayout { topic }
             | Request::DropTopic { topic } => w.string(topic),
             Request::Produce {
                 topic,
@@ -958,6 +967,7 @@ impl<'a> Request<'a> {
             },
             FrameType::DeleteTopicRequest => Request::DeleteTopic { topic: r.string()? },
             FrameType::DescribeTopicRequest => Request::DescribeTopic { topic: r.string()? },
+            FrameType::HeldLayoutRequest => Request::HeldLayout { topic: r.string()? },
             FrameType::ProduceRequest => {
                 let segment = r.u32()?;
                 let ack = AckMode::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
@@ -1492,6 +1502,9 @@ mod tests {
                 segments: 4,
             },
             Request::DeleteTopic {
+                topic: "ns/t".into(),
+            },
+            Request::HeldLayout {
                 topic: "ns/t".into(),
             },
             Request::DescribeTopic {
