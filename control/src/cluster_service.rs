@@ -1427,7 +1427,7 @@ impl ClusterService {
             .segments()
             .iter()
             .map(|s| {
-                let sealed = s.state == SegmentState::Sealed;
+                let sealed = !s.is_open();
                 let address = match s.broker {
                     Some(owner) if self.cluster.membership().is_live(owner) => {
                         self.shard_address(owner, s.shard)
@@ -1450,23 +1450,13 @@ impl ClusterService {
                     .copied()
                     .unwrap_or((0, None, 0));
                 SegmentInfo {
-                    id: s.id.0,
-                    epoch: s.epoch,
-                    start: s.range.start(),
-                    end: s.range.end(),
-                    sealed,
-                    shard: s.shard,
                     next_offset,
                     first_append_ms,
-                    appended_bytes: 0,
-                    successors: s.successors.iter().map(|id| id.0).collect(),
-                    broker: s.broker.map(|b| b.0),
                     address,
                     bytes_per_s: rate.bytes_per_s,
                     records_per_s: rate.records_per_s,
-                    created_ms: s.created_ms,
-                    sealed_ms: s.sealed_ms,
                     lost_records,
+                    ..s.info()
                 }
             })
             .collect();

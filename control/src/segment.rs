@@ -1,5 +1,7 @@
 //! [`Segment`]: one append-only log of a topic over a key range.
 
+use wire::message::SegmentInfo;
+
 use crate::{BrokerId, KeyRange};
 
 /// A segment's id, unique within its topic and never reused.
@@ -66,5 +68,24 @@ impl Segment {
     /// True if the segment still takes writes.
     pub fn is_open(&self) -> bool {
         self.state == SegmentState::Open
+    }
+
+    /// The segment as a description names it: its layout fields, with no
+    /// address and every live figure 0 (the caller fills in those it
+    /// knows).
+    pub fn info(&self) -> SegmentInfo {
+        SegmentInfo {
+            id: self.id.0,
+            epoch: self.epoch,
+            start: self.range.start(),
+            end: self.range.end(),
+            sealed: !self.is_open(),
+            shard: self.shard,
+            successors: self.successors.iter().map(|id| id.0).collect(),
+            broker: self.broker.map(|b| b.0),
+            created_ms: self.created_ms,
+            sealed_ms: self.sealed_ms,
+            ..SegmentInfo::default()
+        }
     }
 }

@@ -27,8 +27,8 @@ use crate::shard_filer::ShardFiler;
 #[derive(Debug)]
 pub(crate) struct ShardTopic {
     pub(crate) layout: Topic,
-    /// The shards of the other brokers owning its open segments, as the
-    /// layout came (empty on a lone broker).
+    /// The shards of the brokers owning its open segments, as the layout
+    /// came (this broker among them when it owns one).
     pub(crate) owners: Arc<[BrokerShards]>,
     pub(crate) segments: HashMap<u32, Rc<SegmentCell>>,
 }
@@ -55,15 +55,8 @@ fn successors_of(
         }
         let address = shard_address(s, owners, me, shard_addresses)?;
         segments.push(SegmentInfo {
-            id: s.id.0,
-            epoch: s.epoch,
-            start: s.range.start(),
-            end: s.range.end(),
-            shard: s.shard,
-            broker: s.broker.map(|b| b.0),
             address: Some(address),
-            created_ms: s.created_ms,
-            ..SegmentInfo::default()
+            ..s.info()
         });
     }
     if segments.is_empty() {
@@ -362,18 +355,8 @@ impl Shard {
                     self.shard_addresses.get(self.index).cloned()
                 };
                 SegmentInfo {
-                    id: s.id.0,
-                    epoch: s.epoch,
-                    start: s.range.start(),
-                    end: s.range.end(),
-                    sealed: !s.is_open(),
-                    shard: s.shard,
-                    successors: s.successors.iter().map(|id| id.0).collect(),
-                    broker: s.broker.map(|b| b.0),
                     address,
-                    created_ms: s.created_ms,
-                    sealed_ms: s.sealed_ms,
-                    ..SegmentInfo::default()
+                    ..s.info()
                 }
             })
             .collect();
