@@ -21,7 +21,7 @@ use wire::{key_hash, AckMode, ErrorCode, Request, Response};
 
 use crate::control_plane::{ControlRequest, ShardCommand};
 use crate::file_range::FileRanges;
-use crate::segment::{blocking, FetchBody, FetchResult, SegmentCell};
+use crate::segment::{blocking, FetchBody, FetchResult, Segment, SegmentCell};
 use crate::serve_error::ServeError;
 use crate::shard::{SegmentLookup, Shard};
 
@@ -490,11 +490,7 @@ async fn ask<T>(
     rx.recv_async().await.map_err(|_| gone())?
 }
 
-fn local_segment(
-    shard: &Shard,
-    topic: &str,
-    segment: u32,
-) -> Result<Rc<crate::segment::SegmentCell>, ServeError> {
+fn local_segment(shard: &Shard, topic: &str, segment: u32) -> Result<Segment, ServeError> {
     match shard.lookup(topic, segment) {
         SegmentLookup::Here(cell) => Ok(cell),
         SegmentLookup::Elsewhere { shard: owner } => Err(ServeError::new(
@@ -568,14 +564,24 @@ pub(crate) async fn append(
     view: &BatchView<'_>,
     origin: Origin,
 ) -> Result<Appended, ServeError> {
-    let cell = local_segment(shard, topic, segment)?;
+    let cell = match local_segment(shard, topic, segment)? {
+        Segment::Owned(cell) => cell,
+        // A view of a segment sealed elsewhere takes no writes.
+        Segment::View(_) => {
+            return Err(ServeError::sealed(
+                segment,
+                shard.successors(topic, segment).map(Arc::new),
+            ))
+        }
+    };
+    let core = &cell.core;
     // Keyless records may go to any segment; keyed ones must hash into it,
     // or per-key order would break when segments split. The Kafka gateway's
     // records went where the Kafka client's partitioner put them.
     let checked = origin == Origin::Network;
     if let Some(r) = view
         .records()
-        .find(|r| checked && !r.key.is_empty() && !cell.covers(key_hash(r.key)))
+        .find(|r| checked && !r.key.is_empty() && !core.covers(key_hash(r.key)))
     {
         return Err(ServeError::new(
             ErrorCode::KeyOutOfRange,
@@ -583,8 +589,8 @@ pub(crate) async fn append(
                 "record {} has key hash {:#010x}, outside segment {segment} [{:#x}, {:#x})",
                 r.offset_delta,
                 key_hash(r.key),
-                cell.range_start,
-                cell.range_end
+                core.range_start,
+                core.range_end
             ),
         ));
     }

@@ -18,7 +18,7 @@ use crate::control_plane::{ControlRequest, ShardCommand};
 use crate::error::EngineError;
 use crate::payload::PayloadStore;
 use crate::peer_limit::PeerLimit;
-use crate::segment::{SealState, SegmentCell};
+use crate::segment::{SealState, SealedView, Segment, SegmentCell};
 use crate::shard_filer::ShardFiler;
 
 /// What a shard knows of a topic: its whole layout (to tell a client which
@@ -30,7 +30,7 @@ pub(crate) struct ShardTopic {
     /// The shards of the brokers owning its open segments, as the layout
     /// came (this broker among them when it owns one).
     pub(crate) owners: Arc<[BrokerShards]>,
-    pub(crate) segments: HashMap<u32, Rc<SegmentCell>>,
+    pub(crate) segments: HashMap<u32, Segment>,
 }
 
 /// What a refused write to sealed segment `sealed` of `layout` names: the
@@ -122,7 +122,7 @@ pub(crate) struct Shard {
 
 /// Where a segment lives, from this shard's point of view.
 pub(crate) enum SegmentLookup {
-    Here(Rc<SegmentCell>),
+    Here(Segment),
     Elsewhere { shard: u16 },
     Sealed,
     NoSegment,
@@ -238,23 +238,24 @@ impl Shard {
         let mut opened = Ok(());
         for segment in topic.segments() {
             let id = segment.id.0;
-            if let Some(cell) = existing.get(&id) {
+            if let Some(held) = existing.get(&id) {
                 if !segment.is_open() {
                     let successors =
                         successors_of(&topic, segment.id, &owners, me, &self.shard_addresses)
                             .map(Arc::new);
-                    // Open, or refusing writes since `RefuseWrites`: this
-                    // shard's to seal. (A view of a segment sealed
-                    // elsewhere is not.)
-                    if !cell.is_view() && cell.seal_state() != SealState::Sealed {
-                        cell.refuse_writes(successors);
-                        to_seal.push((cell.clone(), segment.epoch));
-                    } else {
-                        // Sealed before: its successors may have changed.
-                        cell.set_successors(successors);
+                    match held {
+                        // Open, or refusing writes since `RefuseWrites`:
+                        // this shard's to seal.
+                        Segment::Owned(cell) if cell.core.seal_state() != SealState::Sealed => {
+                            cell.refuse_writes(successors);
+                            to_seal.push((cell.clone(), segment.epoch));
+                        }
+                        // Sealed before (or a view of a segment sealed
+                        // elsewhere): its successors may have changed.
+                        _ => held.core().set_successors(successors),
                     }
                 }
-                kept.insert(id, cell.clone());
+                kept.insert(id, held.clone());
                 continue;
             }
             if !segment.is_open()
@@ -276,7 +277,7 @@ impl Shard {
             .await
             {
                 Ok(cell) => {
-                    kept.insert(id, cell);
+                    kept.insert(id, Segment::Owned(cell));
                 }
                 Err(e) => {
                     opened = Err(EngineError::Shard {
@@ -302,10 +303,10 @@ impl Shard {
         for (cell, epoch) in to_seal {
             cell.seal(epoch).await.map_err(|e| EngineError::Shard {
                 shard: self.index,
-                reason: format!("seal {name} segment {}: {}", cell.id, e.message),
+                reason: format!("seal {name} segment {}: {}", cell.core.id, e.message),
             })?;
-            let end = cell.stats.next_offset.load(Relaxed);
-            log::info!("{name} segment {}: sealed at offset {end}", cell.id);
+            let end = cell.core.stats.next_offset.load(Relaxed);
+            log::info!("{name} segment {}: sealed at offset {end}", cell.core.id);
         }
         opened
     }
@@ -324,10 +325,10 @@ impl Shard {
         }
         let me = self.config.broker_id.map(BrokerId);
         for segment in topic.segments().iter().filter(|s| !s.is_open()) {
-            let Some(cell) = held.segments.get(&segment.id.0) else {
+            let Some(Segment::Owned(cell)) = held.segments.get(&segment.id.0) else {
                 continue;
             };
-            if !cell.is_view() && cell.seal_state() == SealState::Open {
+            if cell.core.seal_state() == SealState::Open {
                 let successors =
                     successors_of(topic, segment.id, owners, me, &self.shard_addresses);
                 cell.refuse_writes(successors.map(Arc::new));
@@ -387,7 +388,7 @@ impl Shard {
         &self,
         topic: &str,
         segment: u32,
-    ) -> Result<Rc<SegmentCell>, EngineError> {
+    ) -> Result<Segment, EngineError> {
         let (name, start, end) = {
             let topics = self.topics.borrow();
             let t = topics.get(topic).ok_or_else(|| EngineError::Shard {
@@ -406,7 +407,7 @@ impl Shard {
                 })?;
             (t.layout.name().clone(), s.range.start(), s.range.end())
         };
-        let cell = SegmentCell::open_sealed(
+        let view = SealedView::open(
             self.config.clone(),
             self.store.clone(),
             &name,
@@ -415,12 +416,13 @@ impl Shard {
             end,
         )
         .await?;
+        let view = Segment::View(view);
         let mut topics = self.topics.borrow_mut();
         let Some(t) = topics.get_mut(topic) else {
-            return Ok(cell);
+            return Ok(view);
         };
         // Another fetch may have opened it meanwhile: keep one.
-        Ok(t.segments.entry(segment).or_insert(cell).clone())
+        Ok(t.segments.entry(segment).or_insert(view).clone())
     }
 
     /// The figures of every open segment here, for the load report.
@@ -428,7 +430,8 @@ impl Shard {
         let topics = self.topics.borrow();
         let mut out = Vec::new();
         for (name, t) in topics.iter() {
-            for cell in t.segments.values() {
+            for held in t.segments.values() {
+                let cell = held.core();
                 if !sealed && cell.seal_state() != SealState::Open {
                     continue;
                 }
@@ -447,7 +450,7 @@ impl Shard {
         out
     }
 
-    fn all_segments(&self) -> Vec<Rc<SegmentCell>> {
+    fn all_segments(&self) -> Vec<Segment> {
         self.topics
             .borrow()
             .values()
@@ -460,7 +463,7 @@ impl Shard {
         let mut failures = Vec::new();
         for cell in self.all_segments() {
             if let Err(e) = cell.shut_down().await {
-                failures.push(format!("segment {}: {}", cell.id, e.message));
+                failures.push(format!("segment {}: {}", cell.core().id, e.message));
             }
         }
         if failures.is_empty() {
