@@ -380,6 +380,8 @@ def capture_client(client, args, out_dir, work_dir):
     if proxy.errors:
         raise SystemExit(f"{client}: proxy errors: {proxy.errors}")
     frames = proxy.frames
+    if args.all_frames:
+        write_all(frames, os.path.join(args.all_frames, client))
     chosen = select(frames)
     client_dir = os.path.join(out_dir, client)
     shutil.rmtree(client_dir, ignore_errors=True)
@@ -395,6 +397,16 @@ def capture_client(client, args, out_dir, work_dir):
             line += " (no response: the connection closed first)"
         kept.append(line)
     write_manifest(client, args, client_dir, ran, frames, kept)
+
+
+def write_all(frames, directory):
+    """Every frame recorded, `<seq>-<api>-v<version>.<direction>.bin`, for
+    checking the codec against more than the exchanges kept."""
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    for f in frames:
+        api = API_NAMES.get(f.api_key, f"key{f.api_key}")
+        write(os.path.join(directory, f"{f.seq:05}-{api}-v{f.version}.{f.direction}.bin"), f.data)
 
 
 def write(path, data):
@@ -452,6 +464,8 @@ def main():
                    help="the Python with confluent-kafka and kafka-python (default: this one)")
     p.add_argument("--node", default="node")
     p.add_argument("--work-dir", help="where the kelp and session logs go (default: a temp dir)")
+    p.add_argument("--all-frames", metavar="DIR",
+                   help="also write every frame recorded to DIR/<client>/ (not only those kept)")
     args = p.parse_args()
     args.kelp = os.path.abspath(args.kelp)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="kelp-capture-logs-")
