@@ -186,12 +186,25 @@ const FLUSH_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const FLUSH_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Why a chunk was not stored.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 enum FlushError {
     /// The filer failed: try again.
-    Failed(String),
+    #[error(transparent)]
+    Filer(#[from] filer::FilerError),
+    /// The chunk was found stored already but its buffer file could not be
+    /// removed: try again.
+    #[error("remove {}: {source}", path.display())]
+    RemoveBuffer {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// Another writer's chunk is at the path: never try again.
-    Fenced(String),
+    #[error(
+        "chunk {chunk} exists with other bytes: another writer stored this segment's offsets; \
+         this broker's are fenced off"
+    )]
+    Fenced { chunk: ObjectPath },
 }
 
 /// Whether the object at `path` holds exactly `expected`.
@@ -217,11 +230,14 @@ fn holds_exactly(
 
 /// A buffer whose chunk was found stored already: its file goes, as the
 /// hand-over would have taken it.
-fn remove_stored_buffer(local: &std::path::Path) -> Result<(), String> {
+fn remove_stored_buffer(local: &std::path::Path) -> Result<(), FlushError> {
     match std::fs::remove_file(local) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("remove {}: {e}", local.display())),
+        Err(source) => Err(FlushError::RemoveBuffer {
+            path: local.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -229,9 +245,9 @@ fn remove_stored_buffer(local: &std::path::Path) -> Result<(), String> {
 /// chunk the buffer sealed (header, every batch's checksum, the index).
 /// The copy is checked, not the mapping: pages the kernel dropped could
 /// read back differently a moment later.
-fn verified_chunk_copy(bytes: &[u8]) -> Result<Vec<u8>, String> {
+fn verified_chunk_copy(bytes: &[u8]) -> Result<Vec<u8>, wire::DecodeError> {
     let copy = bytes.to_vec();
-    wire::chunk::ChunkView::open(&copy).map_err(|e| e.to_string())?;
+    wire::chunk::ChunkView::open(&copy)?;
     Ok(copy)
 }
 
@@ -1065,16 +1081,12 @@ impl SegmentCell {
                         Err(e) if e.is_already_exists() => {
                             let ours = rewrite.as_deref().map_or(job_buffer.chunk_bytes(), |b| b);
                             match holds_exactly(filer, &job_path, ours) {
-                                Ok(true) => remove_stored_buffer(job_buffer.path())
-                                    .map_err(FlushError::Failed),
-                                Ok(false) => Err(FlushError::Fenced(format!(
-                                    "chunk {job_path} exists with other bytes: another writer \
-                                     stored this segment's offsets; this broker's are fenced off"
-                                ))),
-                                Err(e) => Err(FlushError::Failed(e.to_string())),
+                                Ok(true) => remove_stored_buffer(job_buffer.path()),
+                                Ok(false) => Err(FlushError::Fenced { chunk: job_path }),
+                                Err(e) => Err(FlushError::Filer(e)),
                             }
                         }
-                        other => other.map_err(|e| FlushError::Failed(e.to_string())),
+                        other => other.map_err(FlushError::Filer),
                     }
                 })
                 .await;
@@ -1123,11 +1135,11 @@ impl SegmentCell {
                     self.space.notify(usize::MAX);
                     continue;
                 }
-                Err(FlushError::Fenced(reason)) => {
-                    self.fail(reason);
+                Err(fenced @ FlushError::Fenced { .. }) => {
+                    self.fail(fenced.to_string());
                     break;
                 }
-                Err(FlushError::Failed(e)) if !rewriting => {
+                Err(e) if !rewriting => {
                     failures += 1;
                     if let Some(held_back) = self.store.admit_flush_error(Instant::now()) {
                         log::error!(
@@ -1151,7 +1163,7 @@ impl SegmentCell {
                         }
                     }
                 }
-                Err(FlushError::Failed(e)) => {
+                Err(e) => {
                     failures += 1;
                     if let Some(held_back) = self.store.admit_flush_error(Instant::now()) {
                         log::error!(
@@ -1998,6 +2010,36 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use wire::BatchBuilder;
+
+    /// A stored chunk's buffer file that is already gone is fine; one that
+    /// cannot be removed is a failure naming the file, to try again.
+    #[test]
+    fn a_stored_buffer_that_cannot_be_removed_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        remove_stored_buffer(&dir.path().join("gone.buf")).unwrap();
+        let err = remove_stored_buffer(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, FlushError::RemoveBuffer { path, .. } if path == dir.path()),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("remove {}: ", dir.path().display())),
+            "{err}"
+        );
+        let fenced = FlushError::Fenced {
+            chunk: ObjectPath::new("topics/ns/t/0/00000000000000000000.chunk").unwrap(),
+        };
+        assert_eq!(
+            fenced.to_string(),
+            "chunk topics/ns/t/0/00000000000000000000.chunk exists with other bytes: another \
+             writer stored this segment's offsets; this broker's are fenced off"
+        );
+        assert_eq!(
+            verified_chunk_copy(b"not a chunk").unwrap_err(),
+            wire::chunk::ChunkView::open(b"not a chunk").unwrap_err()
+        );
+    }
 
     /// A batch of `records` records of `value_bytes` each, stamped at `base`.
     fn batch(base: u64, records: usize, value_bytes: usize) -> Vec<u8> {
