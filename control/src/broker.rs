@@ -53,28 +53,83 @@ impl BrokerInfo {
     /// Check what a broker sent before it is believed: at least one and at
     /// most [`SHARDS_PER_BROKER_MAX`] shard addresses, none empty or longer
     /// than [`SHARD_ADDRESS_BYTES_MAX`], and a non-zero capacity.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidRegistration> {
+        let broker = self.id;
         let count = self.shard_addresses.len();
         if count == 0 || count > SHARDS_PER_BROKER_MAX {
-            return Err(format!(
-                "broker {}: {count} shard addresses, need 1..={SHARDS_PER_BROKER_MAX}",
-                self.id
-            ));
+            return Err(InvalidRegistration::ShardCount {
+                broker,
+                count,
+                max: SHARDS_PER_BROKER_MAX,
+            });
         }
         for (shard, address) in self.shard_addresses.iter().enumerate() {
             if address.is_empty() || address.len() > SHARD_ADDRESS_BYTES_MAX {
-                return Err(format!(
-                    "broker {}: shard {shard} address is {} bytes, need 1..={SHARD_ADDRESS_BYTES_MAX}",
-                    self.id,
-                    address.len()
-                ));
+                return Err(InvalidRegistration::ShardAddress {
+                    broker,
+                    shard,
+                    bytes: address.len(),
+                    max: SHARD_ADDRESS_BYTES_MAX,
+                });
             }
         }
         if self.capacity.bytes_per_s == 0 || self.capacity.records_per_s == 0 {
-            return Err(format!("broker {}: capacity must be non-zero", self.id));
+            return Err(InvalidRegistration::ZeroCapacity { broker });
         }
         Ok(())
     }
+}
+
+/// Why a broker's registration is refused: what it says about itself
+/// ([`BrokerInfo::validate`]), or a change the control plane cannot take
+/// while it owns segments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidRegistration {
+    /// No shard addresses, or more than the limit.
+    #[error("broker {broker}: {count} shard addresses, need 1..={max}")]
+    ShardCount {
+        /// The broker.
+        broker: BrokerId,
+        /// The addresses it sent.
+        count: usize,
+        /// [`SHARDS_PER_BROKER_MAX`].
+        max: usize,
+    },
+    /// A shard address that is empty or too long.
+    #[error("broker {broker}: shard {shard} address is {bytes} bytes, need 1..={max}")]
+    ShardAddress {
+        /// The broker.
+        broker: BrokerId,
+        /// The shard whose address it is.
+        shard: usize,
+        /// The address's length.
+        bytes: usize,
+        /// [`SHARD_ADDRESS_BYTES_MAX`].
+        max: usize,
+    },
+    /// A capacity with a zero field.
+    #[error("broker {broker}: capacity must be non-zero")]
+    ZeroCapacity {
+        /// The broker.
+        broker: BrokerId,
+    },
+    /// A live broker that owns open segments registered again with another
+    /// shard count: it must leave first.
+    #[error(
+        "broker {broker} owns {segments} open segments on {shards} shards; it cannot \
+         re-register with {requested} shards without leaving first"
+    )]
+    ShardCountChanged {
+        /// The broker.
+        broker: BrokerId,
+        /// The open segments it owns.
+        segments: usize,
+        /// The shards it has now.
+        shards: usize,
+        /// The shards it registered with.
+        requested: usize,
+    },
 }
 
 #[cfg(test)]
@@ -95,18 +150,51 @@ mod tests {
 
     #[test]
     fn validate_checks_addresses_and_capacity() {
+        let broker = BrokerId(3);
         assert_eq!(info(&["a:1", "a:2"], 5).validate(), Ok(()));
         assert_eq!(info(&["a:1", "a:2"], 5).shard_count(), 2);
         let err = info(&[], 5).validate().unwrap_err();
-        assert!(err.contains("0 shard addresses"), "{err}");
+        assert_eq!(
+            err,
+            InvalidRegistration::ShardCount {
+                broker,
+                count: 0,
+                max: SHARDS_PER_BROKER_MAX
+            }
+        );
+        assert!(err.to_string().contains("0 shard addresses"), "{err}");
         let err = info(&["a:1", ""], 5).validate().unwrap_err();
-        assert!(err.contains("shard 1 address is 0 bytes"), "{err}");
+        assert_eq!(
+            err,
+            InvalidRegistration::ShardAddress {
+                broker,
+                shard: 1,
+                bytes: 0,
+                max: SHARD_ADDRESS_BYTES_MAX
+            }
+        );
+        assert!(
+            err.to_string().contains("shard 1 address is 0 bytes"),
+            "{err}"
+        );
         let long = "x".repeat(SHARD_ADDRESS_BYTES_MAX + 1);
-        assert!(info(&[&long], 5).validate().is_err());
+        assert_eq!(
+            info(&[&long], 5).validate(),
+            Err(InvalidRegistration::ShardAddress {
+                broker,
+                shard: 0,
+                bytes: SHARD_ADDRESS_BYTES_MAX + 1,
+                max: SHARD_ADDRESS_BYTES_MAX
+            })
+        );
         let err = info(&["a:1"], 0).validate().unwrap_err();
-        assert!(err.contains("capacity"), "{err}");
+        assert_eq!(err, InvalidRegistration::ZeroCapacity { broker });
+        assert_eq!(err.to_string(), "broker b3: capacity must be non-zero");
         let many: Vec<&str> = vec!["a:1"; SHARDS_PER_BROKER_MAX + 1];
-        assert!(info(&many, 5).validate().is_err());
+        assert!(matches!(
+            info(&many, 5).validate(),
+            Err(InvalidRegistration::ShardCount { count, .. }) if count == SHARDS_PER_BROKER_MAX + 1
+        ));
         assert_eq!(BrokerId(7).to_string(), "b7");
     }
 }

@@ -29,8 +29,9 @@ use crate::rate::{sum_windows, RateWindows, RATE_WINDOWS};
 use crate::rebalancer::{hot_and_cold, propose, Movable, RebalancePolicy};
 use crate::topic::NewSegment;
 use crate::{
-    BrokerId, BrokerInfo, ControlError, KeyRange, Membership, Rate, ScalingPolicy, Segment,
-    SegmentId, SegmentState, Topic, TopicName, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
+    BrokerId, BrokerInfo, ControlError, InvalidTopic, KeyRange, Membership, PolicyError, Rate,
+    ScalingPolicy, Segment, SegmentId, SegmentState, Topic, TopicName, SEGMENTS_PER_TOPIC_MAX,
+    TOPICS_MAX,
 };
 
 /// How the core treats brokers.
@@ -486,20 +487,25 @@ impl Cluster {
     /// one of its shards or an orphan whose owner is not live; membership
     /// records exactly those segments, with matching per-shard counts; and
     /// every policy's bounds admit its topic's open count.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let mut owned: BTreeMap<BrokerId, Vec<u32>> = BTreeMap::new();
         for (name, topic) in &self.topics {
             if name != topic.name() {
-                return Err(format!("topic {} stored under name {name}", topic.name()));
+                return Err(InvariantViolation::MisfiledTopic {
+                    name: name.clone(),
+                    holds: topic.name().clone(),
+                });
             }
             topic.validate()?;
             if let Some(policy) = topic.policy() {
                 let open = u32::try_from(topic.open_segment_count()).unwrap_or(u32::MAX);
                 if open < policy.segments_min || open > policy.segments_max {
-                    return Err(format!(
-                        "topic {name}: {open} open segments outside {}..={}",
-                        policy.segments_min, policy.segments_max
-                    ));
+                    return Err(InvariantViolation::OpenOutsidePolicy {
+                        topic: name.clone(),
+                        open,
+                        min: policy.segments_min,
+                        max: policy.segments_max,
+                    });
                 }
             }
             for segment in topic.open_segments() {
@@ -510,35 +516,38 @@ impl Cluster {
                 match live {
                     Some((broker, entry)) if !self.orphans.contains(&key) => {
                         if !entry.segments().contains(&key) {
-                            return Err(format!(
-                                "topic {name}: segment {} of live broker {broker} not in its records",
-                                segment.id
-                            ));
+                            return Err(InvariantViolation::UnrecordedSegment {
+                                topic: name.clone(),
+                                segment: segment.id,
+                                broker,
+                            });
                         }
                         let counts = owned
                             .entry(broker)
                             .or_insert_with(|| vec![0; entry.segments_per_shard().len()]);
                         let Some(count) = counts.get_mut(usize::from(segment.shard)) else {
-                            return Err(format!(
-                                "topic {name}: segment {} on shard {} of broker {broker} with {} shards",
-                                segment.id,
-                                segment.shard,
-                                counts.len()
-                            ));
+                            return Err(InvariantViolation::NoSuchShard {
+                                topic: name.clone(),
+                                segment: segment.id,
+                                shard: segment.shard,
+                                broker,
+                                shards: counts.len(),
+                            });
                         };
                         *count += 1;
                     }
                     Some((broker, _)) => {
-                        return Err(format!(
-                            "topic {name}: segment {} is an orphan but broker {broker} is live and owns it",
-                            segment.id
-                        ))
+                        return Err(InvariantViolation::LiveOrphan {
+                            topic: name.clone(),
+                            segment: segment.id,
+                            broker,
+                        })
                     }
                     None if !self.orphans.contains(&key) => {
-                        return Err(format!(
-                            "topic {name}: segment {} has no live owner and is not an orphan",
-                            segment.id
-                        ))
+                        return Err(InvariantViolation::Ownerless {
+                            topic: name.clone(),
+                            segment: segment.id,
+                        })
                     }
                     None => {}
                 }
@@ -547,20 +556,22 @@ impl Cluster {
         for (id, entry) in self.membership.brokers() {
             let counted: u32 = owned.get(id).map_or(0, |c| c.iter().sum());
             if entry.segments().len() != counted as usize {
-                return Err(format!(
-                    "broker {id} records {} open segments, the topics give it {counted}",
-                    entry.segments().len()
-                ));
+                return Err(InvariantViolation::SegmentCount {
+                    broker: *id,
+                    recorded: entry.segments().len(),
+                    counted,
+                });
             }
             let expected = owned
                 .get(id)
                 .cloned()
                 .unwrap_or_else(|| vec![0; entry.segments_per_shard().len()]);
             if entry.segments_per_shard() != expected.as_slice() {
-                return Err(format!(
-                    "broker {id} counts {:?} open segments per shard, the topics give {expected:?}",
-                    entry.segments_per_shard()
-                ));
+                return Err(InvariantViolation::ShardCounts {
+                    broker: *id,
+                    recorded: entry.segments_per_shard().to_vec(),
+                    counted: expected,
+                });
             }
         }
         for (topic, segment) in &self.orphans {
@@ -570,7 +581,10 @@ impl Cluster {
                 .and_then(|t| t.segment(*segment))
                 .is_some_and(Segment::is_open);
             if !open {
-                return Err(format!("orphan {topic}/{segment} is not an open segment"));
+                return Err(InvariantViolation::OrphanNotOpen {
+                    topic: topic.clone(),
+                    segment: *segment,
+                });
             }
         }
         Ok(())
@@ -1131,14 +1145,124 @@ fn bounds(topic: &Topic) -> (u32, u32) {
 }
 
 fn check_policy(policy: &ScalingPolicy, open: u32) -> Result<(), ControlError> {
-    policy.validate().map_err(ControlError::InvalidPolicy)?;
+    policy.validate()?;
     if open < policy.segments_min || open > policy.segments_max {
-        return Err(ControlError::InvalidPolicy(format!(
-            "the topic has {open} open segments, outside {}..={}",
-            policy.segments_min, policy.segments_max
-        )));
+        return Err(ControlError::InvalidPolicy(
+            PolicyError::OpenSegmentsOutside {
+                open,
+                min: policy.segments_min,
+                max: policy.segments_max,
+            },
+        ));
     }
     Ok(())
+}
+
+/// An invariant of the core that does not hold
+/// ([`Cluster::check_invariants`]): a bug, never an input error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvariantViolation {
+    /// A topic kept under another topic's name.
+    #[error("topic {holds} stored under name {name}")]
+    MisfiledTopic {
+        /// The name it is kept under.
+        name: TopicName,
+        /// The topic's own name.
+        holds: TopicName,
+    },
+    /// A topic breaks a topic invariant.
+    #[error(transparent)]
+    Topic(#[from] InvalidTopic),
+    /// A topic has more or fewer open segments than its policy admits.
+    #[error("topic {topic}: {open} open segments outside {min}..={max}")]
+    OpenOutsidePolicy {
+        /// The topic.
+        topic: TopicName,
+        /// Its open segments.
+        open: u32,
+        /// Its policy's `segments_min`.
+        min: u32,
+        /// Its policy's `segments_max`.
+        max: u32,
+    },
+    /// An open segment of a live broker that the broker's records lack.
+    #[error("topic {topic}: segment {segment} of live broker {broker} not in its records")]
+    UnrecordedSegment {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+        /// Its owner.
+        broker: BrokerId,
+    },
+    /// An open segment on a shard its broker does not have.
+    #[error(
+        "topic {topic}: segment {segment} on shard {shard} of broker {broker} with {shards} shards"
+    )]
+    NoSuchShard {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+        /// The shard it names.
+        shard: u16,
+        /// Its owner.
+        broker: BrokerId,
+        /// The shards the owner has.
+        shards: usize,
+    },
+    /// An orphan whose owner is live and owns it.
+    #[error(
+        "topic {topic}: segment {segment} is an orphan but broker {broker} is live and owns it"
+    )]
+    LiveOrphan {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+        /// Its live owner.
+        broker: BrokerId,
+    },
+    /// An open segment with no live owner that is not an orphan.
+    #[error("topic {topic}: segment {segment} has no live owner and is not an orphan")]
+    Ownerless {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+    },
+    /// A broker's records hold another number of open segments than the
+    /// topics give it.
+    #[error("broker {broker} records {recorded} open segments, the topics give it {counted}")]
+    SegmentCount {
+        /// The broker.
+        broker: BrokerId,
+        /// The open segments its records hold.
+        recorded: usize,
+        /// The open segments the topics give it.
+        counted: u32,
+    },
+    /// A broker's per-shard counts differ from the topics'.
+    #[error(
+        "broker {broker} counts {recorded:?} open segments per shard, the topics give {counted:?}"
+    )]
+    ShardCounts {
+        /// The broker.
+        broker: BrokerId,
+        /// Its recorded count per shard.
+        recorded: Vec<u32>,
+        /// The topics' count per shard.
+        counted: Vec<u32>,
+    },
+    /// An orphan that is not an open segment of its topic.
+    #[error("orphan {topic}/{segment} is not an open segment")]
+    OrphanNotOpen {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+    },
 }
 
 #[cfg(test)]
@@ -1298,11 +1422,107 @@ mod tests {
         let err = c
             .create_topic(10, &name("ns/u"), 5, Some(policy()))
             .unwrap_err();
-        assert!(matches!(err, ControlError::InvalidPolicy(_)), "{err}");
+        assert!(
+            matches!(
+                err,
+                ControlError::InvalidPolicy(PolicyError::OpenSegmentsOutside {
+                    open: 5,
+                    min: 1,
+                    max: 4
+                })
+            ),
+            "{err}"
+        );
+        let err = c
+            .create_topic(
+                10,
+                &name("ns/u"),
+                1,
+                Some(ScalingPolicy {
+                    split_pieces_max: 1,
+                    ..policy()
+                }),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ControlError::InvalidPolicy(PolicyError::SplitPieces {
+                    split_pieces_max: 1
+                })
+            ),
+            "{err}"
+        );
         let err = Cluster::new(ClusterConfig::default())
             .create_topic(0, &t, 1, None)
             .unwrap_err();
         assert!(matches!(err, ControlError::NoLiveBroker), "{err}");
+    }
+
+    /// Each broken invariant is named with what broke it.
+    #[test]
+    fn broken_invariants_are_named() {
+        let mut c = cluster(2);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 2, Some(policy())).unwrap();
+        c.check_invariants().unwrap();
+
+        let mut misfiled = c.clone();
+        let topic = misfiled.topics.remove(&t).unwrap();
+        misfiled.topics.insert(name("ns/u"), topic);
+        assert_eq!(
+            misfiled.check_invariants(),
+            Err(InvariantViolation::MisfiledTopic {
+                name: name("ns/u"),
+                holds: t.clone(),
+            })
+        );
+
+        let mut unsorted = c.clone();
+        unsorted.topics.get_mut(&t).unwrap().segments.swap(0, 1);
+        assert!(matches!(
+            unsorted.check_invariants(),
+            Err(InvariantViolation::Topic(
+                InvalidTopic::SegmentsOutOfOrder { .. }
+            ))
+        ));
+
+        let mut narrow = c.clone();
+        narrow.topics.get_mut(&t).unwrap().policy = Some(ScalingPolicy {
+            segments_max: 1,
+            ..policy()
+        });
+        assert_eq!(
+            narrow.check_invariants(),
+            Err(InvariantViolation::OpenOutsidePolicy {
+                topic: t.clone(),
+                open: 2,
+                min: 1,
+                max: 1,
+            })
+        );
+
+        let mut stray = c.clone();
+        stray.orphans.insert((t.clone(), SegmentId(9)));
+        let err = stray.check_invariants().unwrap_err();
+        assert_eq!(
+            err,
+            InvariantViolation::OrphanNotOpen {
+                topic: t.clone(),
+                segment: SegmentId(9),
+            }
+        );
+        assert_eq!(err.to_string(), "orphan ns/t/9 is not an open segment");
+
+        let mut lost = c.clone();
+        lost.topics.get_mut(&t).unwrap().segments[0].broker = Some(BrokerId(9));
+        assert_eq!(
+            lost.check_invariants(),
+            Err(InvariantViolation::Ownerless {
+                topic: t.clone(),
+                segment: SegmentId(0),
+            })
+        );
     }
 
     #[test]

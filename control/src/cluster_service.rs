@@ -128,6 +128,43 @@ fn not_served(request: &Request<'_>) -> (ErrorCode, String) {
     )
 }
 
+/// Why a command sent to a broker was not done, as
+/// [`ClusterService::handle_command_done`] takes it. Whatever the cause,
+/// the broker is resynchronised; the variants say what happened. The core
+/// names no I/O type: the driver maps its transport's errors (and its own
+/// failures to hand a command on) into the last two variants, keeping them
+/// as the source.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandFailed {
+    /// No result came within the command timeout (the state machine's own
+    /// verdict; a late result is then ignored).
+    #[error("no result within {timeout_ms} ms")]
+    TimedOut {
+        /// The timeout.
+        timeout_ms: u64,
+    },
+    /// The broker answered the command with an error.
+    #[error("broker {address} refused: {code:?}: {message}")]
+    Refused {
+        /// The address the command went to.
+        address: String,
+        /// The broker's error code.
+        code: ErrorCode,
+        /// The broker's message.
+        message: String,
+    },
+    /// The command or its answer was lost on the way (no connection, a
+    /// broken one, a bad answer): the broker may or may not have applied
+    /// it. The source is the driver's transport error.
+    #[error(transparent)]
+    Lost(Box<dyn std::error::Error + Send + Sync>),
+    /// The driver could not hand the command to what sends it: it never
+    /// left this process. The source is the driver's reason.
+    #[error(transparent)]
+    NotSent(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Who waits for an answer: chosen by the driver, handed back with the
 /// answer by [`ClusterService::poll_answer`].
 pub type AnswerToken = u64;
@@ -329,7 +366,7 @@ impl ClusterService {
         now_ms: u64,
         broker: BrokerId,
         id: CommandId,
-        result: Result<(), String>,
+        result: Result<(), CommandFailed>,
     ) {
         self.now_ms = self.now_ms.max(now_ms);
         let Some(queue) = self.queues.get_mut(&broker) else {
@@ -380,12 +417,12 @@ impl ClusterService {
             })
             .collect();
         for (broker, id) in expired {
-            let timeout = self.command_timeout_ms;
+            let timeout_ms = self.command_timeout_ms;
             self.handle_command_done(
                 now_ms,
                 broker,
                 id,
-                Err(format!("no result within {timeout} ms")),
+                Err(CommandFailed::TimedOut { timeout_ms }),
             );
         }
         for name in std::mem::take(&mut self.unpersisted) {
@@ -1712,7 +1749,7 @@ mod tests {
                 let result = if ok(command.broker, &command.request) {
                     Ok(())
                 } else {
-                    Err("lost".to_owned())
+                    Err(CommandFailed::Lost("the test lost it".into()))
                 };
                 self.service
                     .handle_command_done(self.now_ms, command.broker, command.id, result);
@@ -1815,6 +1852,96 @@ mod tests {
             .queues
             .get(&BrokerId(0))
             .is_some_and(|q| q.drops_due.is_empty()));
+    }
+
+    /// Whatever a command's failure, its broker is resynchronised; one
+    /// with no result within the timeout fails as `TimedOut`.
+    #[test]
+    fn every_command_failure_resyncs_the_broker() {
+        let failures: [fn() -> CommandFailed; 3] = [
+            || CommandFailed::Refused {
+                address: "b0:0".into(),
+                code: ErrorCode::Storage,
+                message: "disk full".into(),
+            },
+            || CommandFailed::Lost("connection reset".into()),
+            || CommandFailed::NotSent("no sender thread".into()),
+        ];
+        // Registered brokers are synced by their first load report.
+        let synced = || {
+            let mut h = Harness::new();
+            for broker in 0..2 {
+                h.ask(Request::LoadReport {
+                    broker,
+                    segments: Vec::new(),
+                });
+                assert!(!h.service.needs_resync(BrokerId(broker)));
+            }
+            h
+        };
+        for failure in failures {
+            let mut h = synced();
+            h.token += 1;
+            h.service.handle_request(
+                h.now_ms,
+                h.token,
+                Request::CreateTopic {
+                    topic: "ns/t".into(),
+                    segments: 2,
+                },
+            );
+            let command = h.service.poll_command().unwrap();
+            let broker = command.broker;
+            h.service
+                .handle_command_done(h.now_ms, broker, command.id, Err(failure()));
+            assert!(h.service.needs_resync(broker), "{}", failure());
+        }
+
+        let mut h = synced();
+        h.token += 1;
+        h.service.handle_request(
+            h.now_ms,
+            h.token,
+            Request::CreateTopic {
+                topic: "ns/t".into(),
+                segments: 2,
+            },
+        );
+        let command = h.service.poll_command().unwrap();
+        h.service.handle_tick(h.now_ms + 4_999);
+        assert!(!h.service.needs_resync(command.broker));
+        h.service.handle_tick(h.now_ms + 5_000);
+        assert!(h.service.needs_resync(command.broker));
+        // Its late result is ignored.
+        h.service
+            .handle_command_done(h.now_ms + 5_001, command.broker, command.id, Ok(()));
+        assert!(h.service.needs_resync(command.broker));
+    }
+
+    #[test]
+    fn command_failures_say_what_happened() {
+        assert_eq!(
+            CommandFailed::TimedOut { timeout_ms: 5_000 }.to_string(),
+            "no result within 5000 ms"
+        );
+        assert_eq!(
+            CommandFailed::Refused {
+                address: "b0:0".into(),
+                code: ErrorCode::Storage,
+                message: "disk full".into(),
+            }
+            .to_string(),
+            "broker b0:0 refused: Storage: disk full"
+        );
+        let lost = CommandFailed::Lost(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset by peer",
+        )));
+        assert_eq!(lost.to_string(), "reset by peer");
+        let CommandFailed::Lost(source) = lost else {
+            unreachable!()
+        };
+        assert!(source.downcast_ref::<std::io::Error>().is_some());
     }
 
     #[test]

@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -44,9 +44,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use filer::{Filer, FilerUrl, LocalFiler};
 use wire::{ErrorCode, Request, Response};
 
-use crate::broker_link::BrokerLink;
+use crate::broker_link::{BrokerLink, LinkError};
 use crate::cluster_service::{
-    control_request, AnswerToken, ClusterService, CommandId, OutgoingCommand,
+    control_request, AnswerToken, ClusterService, CommandFailed, CommandId, OutgoingCommand,
 };
 use crate::election::{ElectedTerm, Election, ElectionState};
 use crate::frame_stream::{read_frame, FrameReadError};
@@ -169,9 +169,36 @@ enum DriverInput {
         generation: u64,
         broker: BrokerId,
         id: CommandId,
-        result: Result<(), String>,
+        result: Result<(), CommandFailed>,
     },
     Stop,
+}
+
+/// Why the driver could not hand a command to its broker's sender thread
+/// (the command then fails as [`CommandFailed::NotSent`], and the broker is
+/// resynchronised).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandOffError {
+    /// [`SENDERS_MAX`] sender threads run already.
+    #[error("{max} sender threads already")]
+    SendersFull {
+        /// [`SENDERS_MAX`].
+        max: usize,
+    },
+    /// A new sender thread could not be started.
+    #[error("starting a sender thread: {source}")]
+    Spawn {
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The broker's sender thread is missing just after it was made sure of.
+    #[error("no sender thread")]
+    NoSender,
+    /// The sender thread's channel is full or closed; the command is handed
+    /// back inside.
+    #[error("the sender thread did not take the command: {0}")]
+    Rejected(#[source] TrySendError<OutgoingCommand>),
 }
 
 /// Connections being served, so `stop` can close them.
@@ -566,7 +593,8 @@ impl Driver {
             );
             if let Err(e) = handed {
                 self.senders.remove(&broker);
-                service.handle_command_done(now_ms(), broker, id, Err(e));
+                let failed = CommandFailed::NotSent(Box::new(e));
+                service.handle_command_done(now_ms(), broker, id, Err(failed));
             }
         }
         self.senders
@@ -581,22 +609,37 @@ fn hand_to_sender(
     link: BrokerLink,
     generation: u64,
     results: &SyncSender<DriverInput>,
-) -> Result<(), String> {
+) -> Result<(), HandOffError> {
     let broker = command.broker;
     if !senders.contains_key(&broker) {
         if senders.len() >= SENDERS_MAX {
-            return Err(format!("{SENDERS_MAX} sender threads already"));
+            return Err(HandOffError::SendersFull { max: SENDERS_MAX });
         }
         let sender = spawn_sender(broker, link, generation, results.clone())
-            .map_err(|e| format!("starting a sender thread: {e}"))?;
+            .map_err(|source| HandOffError::Spawn { source })?;
         senders.insert(broker, sender);
     }
     let Some(sender) = senders.get(&broker) else {
-        return Err("no sender thread".to_owned());
+        return Err(HandOffError::NoSender);
     };
-    sender
-        .try_send(command)
-        .map_err(|e| format!("the sender thread did not take the command: {e}"))
+    sender.try_send(command).map_err(HandOffError::Rejected)
+}
+
+/// A command's failure as the state machine takes it: a refusal is the
+/// broker's answer; anything else the link could not get through.
+fn command_failed(error: LinkError) -> CommandFailed {
+    match error {
+        LinkError::Refused {
+            address,
+            code,
+            message,
+        } => CommandFailed::Refused {
+            address,
+            code,
+            message,
+        },
+        other => CommandFailed::Lost(Box::new(other)),
+    }
 }
 
 /// A thread that sends `broker` the commands it is handed, one at a time,
@@ -615,7 +658,7 @@ fn spawn_sender(
             for command in commands {
                 let result = link
                     .command(&command.address, &command.request.to_request())
-                    .map_err(|e| e.to_string());
+                    .map_err(command_failed);
                 let done = DriverInput::CommandDone {
                     generation,
                     broker,
@@ -765,4 +808,75 @@ fn answer_error(stream: &mut TcpStream, request_id: u32, code: ErrorCode, messag
     let mut out = Vec::new();
     error_response(code, message).encode(request_id, &mut out);
     let _ = std::io::Write::write_all(stream, &out);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::cluster_service::CommandRequest;
+
+    fn command() -> OutgoingCommand {
+        OutgoingCommand {
+            broker: BrokerId(4),
+            address: "127.0.0.1:1".into(),
+            id: CommandId(7),
+            request: CommandRequest::DropTopic {
+                topic: "ns/t".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_refusal_stays_a_refusal_and_the_rest_is_lost() {
+        let refused = command_failed(LinkError::Refused {
+            address: "b:1".into(),
+            code: ErrorCode::Storage,
+            message: "disk full".into(),
+        });
+        assert!(
+            matches!(&refused, CommandFailed::Refused { address, code: ErrorCode::Storage, message }
+                if address == "b:1" && message == "disk full"),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "broker b:1 refused: Storage: disk full"
+        );
+
+        let lost = command_failed(LinkError::BadAnswer {
+            address: "b:1".into(),
+            reason: "short frame".into(),
+        });
+        assert_eq!(lost.to_string(), "broker b:1: bad answer: short frame");
+        let CommandFailed::Lost(source) = lost else {
+            panic!("expected Lost, got {lost:?}")
+        };
+        assert!(matches!(
+            source.downcast_ref::<LinkError>(),
+            Some(LinkError::BadAnswer { .. })
+        ));
+    }
+
+    #[test]
+    fn a_rejected_command_is_handed_back() {
+        let (sender, _commands) = sync_channel::<OutgoingCommand>(1);
+        sender.try_send(command()).unwrap();
+        let mut senders = HashMap::from([(BrokerId(4), sender)]);
+        let (results, _inputs) = sync_channel(1);
+        let err = hand_to_sender(&mut senders, command(), BrokerLink::default(), 0, &results)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the sender thread did not take the command: sending on a full channel"
+        );
+        let HandOffError::Rejected(TrySendError::Full(back)) = err else {
+            panic!("expected Rejected, got {err:?}")
+        };
+        assert_eq!(back, command());
+        assert_eq!(
+            HandOffError::SendersFull { max: SENDERS_MAX }.to_string(),
+            format!("{SENDERS_MAX} sender threads already")
+        );
+    }
 }

@@ -1,4 +1,7 @@
-//! The control plane's error type.
+//! The control plane's error type, and what [`ControlError::Corrupt`]
+//! says is wrong.
+
+use crate::{BrokerId, InvalidRegistration, PolicyError, TopicJsonError, TopicName};
 
 /// Why a control-plane operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,15 +36,17 @@ pub enum ControlError {
     /// Persisted layout data failed validation.
     #[error("corrupt layout data at {path}: {reason}")]
     Corrupt {
-        /// Where the data came from (an object path, or `<bytes>` when
-        /// decoded from memory).
+        /// Where the data came from (an object path, `etcd <key>`, or
+        /// `<bytes>` when decoded from memory).
         path: String,
-        /// What is wrong with it.
-        reason: String,
+        /// What is wrong with it (boxed: it can be large, and this error is
+        /// returned on every core call).
+        #[source]
+        reason: Box<CorruptLayout>,
     },
     /// A broker sent a registration that fails validation.
     #[error("invalid broker registration: {0}")]
-    InvalidBroker(String),
+    InvalidBroker(#[from] InvalidRegistration),
     /// No live broker has this id (never registered, left, or declared
     /// dead: it must register again).
     #[error("broker {0} is not registered")]
@@ -67,9 +72,10 @@ pub enum ControlError {
     /// why.
     #[error("{0}")]
     InvalidChange(String),
-    /// A scaling policy failed validation.
+    /// A scaling policy failed validation, or does not admit the topic's
+    /// open segments.
     #[error("invalid scaling policy: {0}")]
-    InvalidPolicy(String),
+    InvalidPolicy(#[from] PolicyError),
     /// The filer failed.
     #[error(transparent)]
     Filer(#[from] filer::FilerError),
@@ -85,4 +91,56 @@ pub enum ControlError {
     /// the write may or may not have been applied.
     #[error("{0}")]
     State(String),
+}
+
+impl ControlError {
+    /// [`ControlError::Corrupt`]: the data at `path` is corrupt for `reason`.
+    pub(crate) fn corrupt(
+        path: impl Into<String>,
+        reason: impl Into<CorruptLayout>,
+    ) -> ControlError {
+        ControlError::Corrupt {
+            path: path.into(),
+            reason: Box::new(reason.into()),
+        }
+    }
+}
+
+/// What is wrong with persisted layout data ([`ControlError::Corrupt`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorruptLayout {
+    /// A topic's JSON is too large, does not decode, or breaks a topic
+    /// invariant.
+    #[error(transparent)]
+    Topic(#[from] TopicJsonError),
+    /// A broker record is not a broker's JSON.
+    #[error(transparent)]
+    BrokerJson(serde_json::Error),
+    /// A broker record fails the checks a registration gets.
+    #[error(transparent)]
+    Broker(#[from] InvalidRegistration),
+    /// A `topic.json` holds another topic than its directories name.
+    #[error("holds topic {holds} but is stored as {stored_as}")]
+    TopicStoredAs {
+        /// The topic the object holds.
+        holds: TopicName,
+        /// The topic its path names.
+        stored_as: TopicName,
+    },
+    /// A topic record's etcd key is not the one of the topic it holds.
+    #[error("holds topic {holds}")]
+    TopicKey {
+        /// The topic the record holds.
+        holds: TopicName,
+    },
+    /// A broker record's etcd key is not the one of the broker it holds.
+    #[error("holds broker {}", .holds.0)]
+    BrokerKey {
+        /// The broker the record holds.
+        holds: BrokerId,
+    },
+    /// The directories above a `topic.json` are not a valid topic name.
+    #[error(transparent)]
+    TopicDirectory(Box<ControlError>),
 }

@@ -25,15 +25,22 @@ struct KeyRangeFields {
     end: u64,
 }
 
-impl TryFrom<KeyRangeFields> for KeyRange {
-    type Error = String;
+/// Persisted bounds that break `start < end <= 2^32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid key range [{start}, {end}): need start < end <= 2^32")]
+#[non_exhaustive]
+struct InvalidKeyRange {
+    start: u32,
+    end: u64,
+}
 
-    fn try_from(fields: KeyRangeFields) -> Result<KeyRange, String> {
-        KeyRange::new(fields.start, fields.end).ok_or_else(|| {
-            format!(
-                "invalid key range [{}, {}): need start < end <= 2^32",
-                fields.start, fields.end
-            )
+impl TryFrom<KeyRangeFields> for KeyRange {
+    type Error = InvalidKeyRange;
+
+    fn try_from(fields: KeyRangeFields) -> Result<KeyRange, InvalidKeyRange> {
+        KeyRange::new(fields.start, fields.end).ok_or(InvalidKeyRange {
+            start: fields.start,
+            end: fields.end,
         })
     }
 }
@@ -187,5 +194,21 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<KeyRange>(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn invalid_fields_say_the_bounds() {
+        let err = KeyRange::try_from(KeyRangeFields { start: 5, end: 5 }).unwrap_err();
+        assert_eq!(err, InvalidKeyRange { start: 5, end: 5 });
+        assert_eq!(
+            err.to_string(),
+            "invalid key range [5, 5): need start < end <= 2^32"
+        );
+        let err = serde_json::from_str::<KeyRange>(r#"{"start":0,"end":4294967297}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("invalid key range [0, 4294967297): need start < end <= 2^32"),
+            "{err}"
+        );
     }
 }

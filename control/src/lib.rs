@@ -53,18 +53,22 @@ mod topic_name;
 pub mod topic_store;
 
 pub use action::{Action, BrokerCommand, Cause, PlacedSegment, SealedSegment};
-pub use broker::{BrokerId, BrokerInfo, Capacity, SHARDS_PER_BROKER_MAX, SHARD_ADDRESS_BYTES_MAX};
-pub use cluster::{Cluster, ClusterConfig};
+pub use broker::{
+    BrokerId, BrokerInfo, Capacity, InvalidRegistration, SHARDS_PER_BROKER_MAX,
+    SHARD_ADDRESS_BYTES_MAX,
+};
+pub use cluster::{Cluster, ClusterConfig, InvariantViolation};
 pub use cluster_service::ClusterService;
 pub use control_server::{ClusterFiler, ControlServer, ControlServerConfig, ControlServerError};
-pub use error::ControlError;
+pub use error::{ControlError, CorruptLayout};
 pub use key_range::{KeyRange, RING_END};
 pub use membership::{BrokerEntry, Membership, SegmentLoad, BROKERS_MAX};
 pub use rate::{Rate, RateWindows, RATE_WINDOWS};
 pub use rebalancer::RebalancePolicy;
-pub use scaling_policy::{ScalingPolicy, MERGE_FACTOR_LONGEST, SPLIT_FACTORS};
+pub use scaling_policy::{PolicyError, ScalingPolicy, MERGE_FACTOR_LONGEST, SPLIT_FACTORS};
 pub use segment::{Segment, SegmentId, SegmentState};
 pub use topic::{
-    Topic, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX, TOPIC_JSON_BYTES_MAX, TOPIC_JSON_VERSION,
+    InvalidTopic, Topic, TopicJsonError, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX, TOPIC_JSON_BYTES_MAX,
+    TOPIC_JSON_VERSION,
 };
 pub use topic_name::{TopicName, TOPIC_NAME_BYTES_MAX};

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{BrokerId, BrokerInfo, ControlError, Rate, SegmentId, TopicName};
+use crate::{BrokerId, BrokerInfo, ControlError, InvalidRegistration, Rate, SegmentId, TopicName};
 
 /// Most brokers registered at once.
 pub const BROKERS_MAX: usize = 4096;
@@ -88,16 +88,18 @@ impl Membership {
     /// is kept). A live broker that owns open segments cannot change its
     /// shard count: it must leave first.
     pub(crate) fn join(&mut self, now_ms: u64, info: BrokerInfo) -> Result<(), ControlError> {
-        info.validate().map_err(ControlError::InvalidBroker)?;
+        info.validate()?;
         let shard_count = usize::from(info.shard_count());
         if let Some(entry) = self.brokers.get_mut(&info.id) {
             if entry.segments_per_shard.len() != shard_count && !entry.segments.is_empty() {
-                return Err(ControlError::InvalidBroker(format!(
-                    "broker {} owns {} open segments on {} shards; it cannot re-register with {shard_count} shards without leaving first",
-                    info.id,
-                    entry.segments.len(),
-                    entry.segments_per_shard.len()
-                )));
+                return Err(ControlError::InvalidBroker(
+                    InvalidRegistration::ShardCountChanged {
+                        broker: info.id,
+                        segments: entry.segments.len(),
+                        shards: entry.segments_per_shard.len(),
+                        requested: shard_count,
+                    },
+                ));
             }
             entry.segments_per_shard.resize(shard_count, 0);
             entry.info = info;
@@ -253,7 +255,13 @@ mod tests {
         assert!(m.remove(BrokerId(2)).is_some());
         assert!(!m.is_live(BrokerId(2)));
         let err = m.join(0, info(3, 0)).unwrap_err();
-        assert!(matches!(err, ControlError::InvalidBroker(_)), "{err}");
+        assert!(
+            matches!(
+                err,
+                ControlError::InvalidBroker(InvalidRegistration::ShardCount { count: 0, .. })
+            ),
+            "{err}"
+        );
 
         let mut full = Membership::new();
         for id in 0..BROKERS_MAX as u32 {
@@ -293,8 +301,20 @@ mod tests {
         assert_eq!(entry.least_loaded_shard(), 1);
         assert_eq!(entry.segments().len(), 2);
 
-        let err = m.join(5, info(1, 2)).unwrap_err().to_string();
-        assert!(err.contains("without leaving first"), "{err}");
+        let err = m.join(5, info(1, 2)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ControlError::InvalidBroker(InvalidRegistration::ShardCountChanged {
+                    broker: BrokerId(1),
+                    segments: 2,
+                    shards: 3,
+                    requested: 2,
+                })
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("without leaving first"), "{err}");
         m.join(5, info(1, 3)).unwrap();
         assert_eq!(m.broker(BrokerId(1)).unwrap().segments().len(), 2);
 

@@ -21,6 +21,46 @@ pub const SPLIT_FACTORS: [f64; 3] = [5.0, 2.0, 1.0];
 /// windows 0-2 under the target itself).
 pub const MERGE_FACTOR_LONGEST: f64 = 0.5;
 
+/// Why a [`ScalingPolicy`] cannot be used: its own fields
+/// ([`ScalingPolicy::validate`]), or bounds that do not admit the topic it
+/// is set on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A window of 0 ms.
+    #[error("windows_ms {windows_ms:?}: each must be >= 1")]
+    ZeroWindow {
+        /// The windows as given.
+        windows_ms: [u64; RATE_WINDOWS],
+    },
+    /// Segment bounds outside `1 <= min <= max <= limit`.
+    #[error("segment bounds {min}..={max}: need 1 <= min <= max <= {limit}")]
+    SegmentBounds {
+        /// `segments_min` as given.
+        min: u32,
+        /// `segments_max` as given.
+        max: u32,
+        /// [`SEGMENTS_PER_TOPIC_MAX`].
+        limit: u32,
+    },
+    /// A split into fewer than 2 pieces.
+    #[error("split_pieces_max {split_pieces_max}: must be >= 2")]
+    SplitPieces {
+        /// `split_pieces_max` as given.
+        split_pieces_max: u32,
+    },
+    /// A valid policy whose bounds do not admit the topic's open segments.
+    #[error("the topic has {open} open segments, outside {min}..={max}")]
+    OpenSegmentsOutside {
+        /// The topic's open segments.
+        open: u32,
+        /// `segments_min`.
+        min: u32,
+        /// `segments_max`.
+        max: u32,
+    },
+}
+
 /// A topic's split/merge policy. Persisted in the topic's JSON as `policy`;
 /// every field has a default, so a partial object is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -67,27 +107,26 @@ impl ScalingPolicy {
 
     /// Check the fields: windows at least 1 ms, `1 <= segments_min <=
     /// segments_max <= SEGMENTS_PER_TOPIC_MAX`, `split_pieces_max >= 2`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PolicyError> {
         if self.windows_ms.contains(&0) {
-            return Err(format!(
-                "windows_ms {:?}: each must be >= 1",
-                self.windows_ms
-            ));
+            return Err(PolicyError::ZeroWindow {
+                windows_ms: self.windows_ms,
+            });
         }
         if self.segments_min == 0
             || self.segments_min > self.segments_max
             || self.segments_max > SEGMENTS_PER_TOPIC_MAX
         {
-            return Err(format!(
-                "segment bounds {}..={}: need 1 <= min <= max <= {SEGMENTS_PER_TOPIC_MAX}",
-                self.segments_min, self.segments_max
-            ));
+            return Err(PolicyError::SegmentBounds {
+                min: self.segments_min,
+                max: self.segments_max,
+                limit: SEGMENTS_PER_TOPIC_MAX,
+            });
         }
         if self.split_pieces_max < 2 {
-            return Err(format!(
-                "split_pieces_max {}: must be >= 2",
-                self.split_pieces_max
-            ));
+            return Err(PolicyError::SplitPieces {
+                split_pieces_max: self.split_pieces_max,
+            });
         }
         Ok(())
     }
@@ -226,31 +265,96 @@ mod tests {
         assert!(!p.cooled_down(109, 100));
         assert!(p.cooled_down(110, 100));
         assert!(!p.cooled_down(5, 100), "a clock that went back waits");
-        for bad in [
-            ScalingPolicy {
-                windows_ms: [1, 0, 1, 1],
-                ..p
-            },
-            ScalingPolicy {
-                segments_min: 0,
-                ..p
-            },
-            ScalingPolicy {
-                segments_min: 5,
-                segments_max: 4,
-                ..p
-            },
-            ScalingPolicy {
-                segments_max: SEGMENTS_PER_TOPIC_MAX + 1,
-                ..p
-            },
-            ScalingPolicy {
-                split_pieces_max: 1,
-                ..p
-            },
-        ] {
-            assert!(bad.validate().is_err(), "{bad:?}");
+        let cases = [
+            (
+                ScalingPolicy {
+                    windows_ms: [1, 0, 1, 1],
+                    ..p
+                },
+                PolicyError::ZeroWindow {
+                    windows_ms: [1, 0, 1, 1],
+                },
+            ),
+            (
+                ScalingPolicy {
+                    segments_min: 0,
+                    ..p
+                },
+                PolicyError::SegmentBounds {
+                    min: 0,
+                    max: SEGMENTS_PER_TOPIC_MAX,
+                    limit: SEGMENTS_PER_TOPIC_MAX,
+                },
+            ),
+            (
+                ScalingPolicy {
+                    segments_min: 5,
+                    segments_max: 4,
+                    ..p
+                },
+                PolicyError::SegmentBounds {
+                    min: 5,
+                    max: 4,
+                    limit: SEGMENTS_PER_TOPIC_MAX,
+                },
+            ),
+            (
+                ScalingPolicy {
+                    segments_max: SEGMENTS_PER_TOPIC_MAX + 1,
+                    ..p
+                },
+                PolicyError::SegmentBounds {
+                    min: 1,
+                    max: SEGMENTS_PER_TOPIC_MAX + 1,
+                    limit: SEGMENTS_PER_TOPIC_MAX,
+                },
+            ),
+            (
+                ScalingPolicy {
+                    split_pieces_max: 1,
+                    ..p
+                },
+                PolicyError::SplitPieces {
+                    split_pieces_max: 1,
+                },
+            ),
+        ];
+        for (bad, expected) in cases {
+            assert_eq!(bad.validate(), Err(expected), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn policy_errors_say_the_numbers() {
+        let text = |e: PolicyError| e.to_string();
+        assert_eq!(
+            text(PolicyError::ZeroWindow {
+                windows_ms: [1, 0, 1, 1]
+            }),
+            "windows_ms [1, 0, 1, 1]: each must be >= 1"
+        );
+        assert_eq!(
+            text(PolicyError::SegmentBounds {
+                min: 5,
+                max: 4,
+                limit: 1024
+            }),
+            "segment bounds 5..=4: need 1 <= min <= max <= 1024"
+        );
+        assert_eq!(
+            text(PolicyError::SplitPieces {
+                split_pieces_max: 1
+            }),
+            "split_pieces_max 1: must be >= 2"
+        );
+        assert_eq!(
+            text(PolicyError::OpenSegmentsOutside {
+                open: 3,
+                min: 1,
+                max: 2
+            }),
+            "the topic has 3 open segments, outside 1..=2"
+        );
     }
 
     #[test]

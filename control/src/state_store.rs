@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use filer::Filer;
 
-use crate::{filer_layout, topic_store, BrokerId, BrokerInfo, ControlError, Topic, TopicName};
+use crate::{
+    filer_layout, topic_store, BrokerId, BrokerInfo, ControlError, CorruptLayout, Topic, TopicName,
+};
 
 /// Relative etcd state prefix of the topics: `topics/<ns>/<name>`
 /// ([`etcd_topic_key`]).
@@ -108,10 +110,12 @@ pub fn decode_etcd_topic(key: &str, value: &[u8]) -> Result<Topic, ControlError>
     let at = format!("etcd {key}");
     let topic = Topic::from_json_bytes_at(value, &at)?;
     if etcd_topic_key(topic.name()) != key {
-        return Err(ControlError::Corrupt {
-            path: at,
-            reason: format!("holds topic {}", topic.name()),
-        });
+        return Err(ControlError::corrupt(
+            at,
+            CorruptLayout::TopicKey {
+                holds: topic.name().clone(),
+            },
+        ));
     }
     Ok(topic)
 }
@@ -126,14 +130,83 @@ pub fn encode_etcd_broker(broker: &BrokerInfo) -> Result<Vec<u8>, ControlError> 
 /// stored under its own id, else [`ControlError::Corrupt`].
 pub fn decode_etcd_broker(key: &str, value: &[u8]) -> Result<BrokerInfo, ControlError> {
     let at = format!("etcd {key}");
-    let corrupt = |reason: String| ControlError::Corrupt {
-        path: at.clone(),
-        reason,
-    };
-    let broker: BrokerInfo = serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
-    broker.validate().map_err(corrupt)?;
+    let corrupt = |reason: CorruptLayout| ControlError::corrupt(at.clone(), reason);
+    let broker: BrokerInfo =
+        serde_json::from_slice(value).map_err(|e| corrupt(CorruptLayout::BrokerJson(e)))?;
+    broker
+        .validate()
+        .map_err(|e| corrupt(CorruptLayout::Broker(e)))?;
     if etcd_broker_key(broker.id) != key {
-        return Err(corrupt(format!("holds broker {}", broker.id.0)));
+        return Err(corrupt(CorruptLayout::BrokerKey { holds: broker.id }));
     }
     Ok(broker)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{Capacity, Cluster, ClusterConfig, InvalidRegistration};
+
+    fn broker(id: u32, shards: usize) -> BrokerInfo {
+        BrokerInfo {
+            id: BrokerId(id),
+            shard_addresses: vec!["127.0.0.1:1".to_owned(); shards],
+            capacity: Capacity {
+                bytes_per_s: 1,
+                records_per_s: 1,
+            },
+        }
+    }
+
+    fn corrupt<T: std::fmt::Debug>(result: Result<T, ControlError>) -> (String, CorruptLayout) {
+        match result {
+            Err(ControlError::Corrupt { path, reason }) => (path, *reason),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn etcd_records_must_be_what_their_keys_say() {
+        let b3 = broker(3, 1);
+        let value = encode_etcd_broker(&b3).unwrap();
+        assert_eq!(
+            decode_etcd_broker(&etcd_broker_key(BrokerId(3)), &value).unwrap(),
+            b3
+        );
+        let (path, reason) = corrupt(decode_etcd_broker(&etcd_broker_key(BrokerId(4)), &value));
+        assert_eq!(path, "etcd brokers/4");
+        assert!(
+            matches!(reason, CorruptLayout::BrokerKey { holds: BrokerId(3) }),
+            "{reason:?}"
+        );
+        assert_eq!(reason.to_string(), "holds broker 3");
+
+        let (_, reason) = corrupt(decode_etcd_broker("brokers/3", b"[1]"));
+        assert!(matches!(reason, CorruptLayout::BrokerJson(_)), "{reason:?}");
+        let none = encode_etcd_broker(&broker(3, 0)).unwrap();
+        let (_, reason) = corrupt(decode_etcd_broker("brokers/3", &none));
+        assert!(
+            matches!(
+                reason,
+                CorruptLayout::Broker(InvalidRegistration::ShardCount { count: 0, .. })
+            ),
+            "{reason:?}"
+        );
+
+        let mut cluster = Cluster::new(ClusterConfig::default());
+        cluster.handle_register(0, broker(0, 1)).unwrap();
+        let name = TopicName::parse("ns/t").unwrap();
+        cluster.create_topic(0, &name, 1, None).unwrap();
+        let value = cluster.topic(&name).unwrap().to_json_bytes();
+        assert!(decode_etcd_topic(&etcd_topic_key(&name), &value).is_ok());
+        let other = TopicName::parse("ns/u").unwrap();
+        let (path, reason) = corrupt(decode_etcd_topic(&etcd_topic_key(&other), &value));
+        assert_eq!(path, format!("etcd {}", etcd_topic_key(&other)));
+        assert!(
+            matches!(&reason, CorruptLayout::TopicKey { holds } if *holds == name),
+            "{reason:?}"
+        );
+        assert_eq!(reason.to_string(), "holds topic ns/t");
+    }
 }

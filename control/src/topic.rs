@@ -55,8 +55,8 @@
 //! add optional fields without a version bump.
 
 use crate::{
-    BrokerId, ControlError, KeyRange, ScalingPolicy, Segment, SegmentId, SegmentState, TopicName,
-    RING_END,
+    BrokerId, ControlError, KeyRange, PolicyError, ScalingPolicy, Segment, SegmentId, SegmentState,
+    TopicName, RING_END,
 };
 
 /// Most segments a topic can be created with.
@@ -287,51 +287,63 @@ impl Topic {
     }
 
     /// Decode and validate the persisted JSON form. Corrupt input gives
-    /// [`ControlError::Corrupt`] with path `<bytes>` and the reason; it never
-    /// panics.
+    /// [`ControlError::Corrupt`] with path `<bytes>` and the reason (a
+    /// [`TopicJsonError`]); it never panics.
     pub fn from_json_bytes(bytes: &[u8]) -> Result<Topic, ControlError> {
         Topic::from_json_bytes_at(bytes, UNNAMED_SOURCE)
     }
 
     /// [`Topic::from_json_bytes`], naming `path` in any error.
     pub(crate) fn from_json_bytes_at(bytes: &[u8], path: &str) -> Result<Topic, ControlError> {
-        decode(bytes).map_err(|reason| ControlError::Corrupt {
-            path: path.to_owned(),
-            reason,
-        })
+        decode(bytes).map_err(|reason| ControlError::corrupt(path, reason))
     }
 
     /// Check the invariants every topic holds: segments in strictly
     /// increasing id order (so ids are unique), open segments have no
     /// successors, successors exist and differ from the segment, and the
     /// open ranges tile the ring exactly.
-    pub(crate) fn validate(&self) -> Result<(), String> {
-        let name = &self.name;
+    pub(crate) fn validate(&self) -> Result<(), InvalidTopic> {
+        let topic = || self.name.clone();
         if self.segments.is_empty() {
-            return Err(format!("topic {name} has no segments"));
+            return Err(InvalidTopic::NoSegments { topic: topic() });
         }
         for pair in self.segments.windows(2) {
-            let (a, b) = (pair[0].id, pair[1].id);
-            if a == b {
-                return Err(format!("topic {name}: duplicate segment id {a}"));
+            let (earlier, later) = (pair[0].id, pair[1].id);
+            if earlier == later {
+                return Err(InvalidTopic::DuplicateSegment {
+                    topic: topic(),
+                    segment: earlier,
+                });
             }
-            if a > b {
-                return Err(format!("topic {name}: segment id {b} listed after {a}"));
+            if earlier > later {
+                return Err(InvalidTopic::SegmentsOutOfOrder {
+                    topic: topic(),
+                    earlier,
+                    later,
+                });
             }
         }
         for segment in &self.segments {
             let id = segment.id;
             if segment.state == SegmentState::Open && !segment.successors.is_empty() {
-                return Err(format!("topic {name}: open segment {id} has successors"));
+                return Err(InvalidTopic::OpenWithSuccessors {
+                    topic: topic(),
+                    segment: id,
+                });
             }
             for successor in &segment.successors {
                 if *successor == id {
-                    return Err(format!("topic {name}: segment {id} succeeds itself"));
+                    return Err(InvalidTopic::SucceedsItself {
+                        topic: topic(),
+                        segment: id,
+                    });
                 }
                 if self.segment(*successor).is_none() {
-                    return Err(format!(
-                        "topic {name}: segment {id} names missing successor {successor}"
-                    ));
+                    return Err(InvalidTopic::MissingSuccessor {
+                        topic: topic(),
+                        segment: id,
+                        successor: *successor,
+                    });
                 }
             }
         }
@@ -342,21 +354,27 @@ impl Topic {
         for (range, id) in &open {
             let start = u64::from(range.start());
             if start > next_start {
-                return Err(format!(
-                    "topic {name}: no open segment covers [{next_start:#x}, {start:#x})"
-                ));
+                return Err(InvalidTopic::Uncovered {
+                    topic: topic(),
+                    start: next_start,
+                    end: start,
+                });
             }
             if start < next_start {
-                return Err(format!(
-                    "topic {name}: open segment {id} {range} overlaps the one before it"
-                ));
+                return Err(InvalidTopic::Overlap {
+                    topic: topic(),
+                    segment: *id,
+                    range: *range,
+                });
             }
             next_start = range.end();
         }
         if next_start != RING_END {
-            return Err(format!(
-                "topic {name}: no open segment covers [{next_start:#x}, {RING_END:#x})"
-            ));
+            return Err(InvalidTopic::Uncovered {
+                topic: topic(),
+                start: next_start,
+                end: RING_END,
+            });
         }
         for segment in &self.segments {
             if !segment.successors.is_empty() {
@@ -364,12 +382,154 @@ impl Topic {
             }
         }
         if let Some(policy) = &self.policy {
-            policy
-                .validate()
-                .map_err(|e| format!("topic {name}: policy: {e}"))?;
+            policy.validate().map_err(|source| InvalidTopic::Policy {
+                topic: topic(),
+                source,
+            })?;
         }
         Ok(())
     }
+}
+
+/// Why a topic breaks an invariant every topic holds
+/// ([`Topic`]'s validation, on decoding and in the core's checks).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidTopic {
+    /// Not one segment.
+    #[error("topic {topic} has no segments")]
+    NoSegments {
+        /// The topic.
+        topic: TopicName,
+    },
+    /// Two segments with one id.
+    #[error("topic {topic}: duplicate segment id {segment}")]
+    DuplicateSegment {
+        /// The topic.
+        topic: TopicName,
+        /// The id listed twice.
+        segment: SegmentId,
+    },
+    /// Segments not in increasing id order.
+    #[error("topic {topic}: segment id {later} listed after {earlier}")]
+    SegmentsOutOfOrder {
+        /// The topic.
+        topic: TopicName,
+        /// The id listed first.
+        earlier: SegmentId,
+        /// The smaller id listed after it.
+        later: SegmentId,
+    },
+    /// An open segment that names successors.
+    #[error("topic {topic}: open segment {segment} has successors")]
+    OpenWithSuccessors {
+        /// The topic.
+        topic: TopicName,
+        /// The open segment.
+        segment: SegmentId,
+    },
+    /// A segment that names itself as its successor.
+    #[error("topic {topic}: segment {segment} succeeds itself")]
+    SucceedsItself {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+    },
+    /// A successor the topic does not have.
+    #[error("topic {topic}: segment {segment} names missing successor {successor}")]
+    MissingSuccessor {
+        /// The topic.
+        topic: TopicName,
+        /// The sealed segment.
+        segment: SegmentId,
+        /// The successor it names.
+        successor: SegmentId,
+    },
+    /// Hashes `[start, end)` that no open segment covers.
+    #[error("topic {topic}: no open segment covers [{start:#x}, {end:#x})")]
+    Uncovered {
+        /// The topic.
+        topic: TopicName,
+        /// The first hash not covered.
+        start: u64,
+        /// One past the last hash not covered.
+        end: u64,
+    },
+    /// Two open segments whose ranges overlap.
+    #[error("topic {topic}: open segment {segment} {range} overlaps the one before it")]
+    Overlap {
+        /// The topic.
+        topic: TopicName,
+        /// The later of the two (by range).
+        segment: SegmentId,
+        /// Its range.
+        range: KeyRange,
+    },
+    /// A sealed segment's successors leave a gap or overlap between them.
+    #[error("topic {topic}: the successors of segment {segment} leave a gap or overlap")]
+    SuccessorsNotContiguous {
+        /// The topic.
+        topic: TopicName,
+        /// The sealed segment.
+        segment: SegmentId,
+    },
+    /// A sealed segment's successors do not cover its range (exactly, for
+    /// a split).
+    #[error(
+        "topic {topic}: the successors of segment {segment} cover {covered}, not its range {range}"
+    )]
+    SuccessorsMiscover {
+        /// The topic.
+        topic: TopicName,
+        /// The sealed segment.
+        segment: SegmentId,
+        /// The union of its successors' ranges.
+        covered: KeyRange,
+        /// Its own range.
+        range: KeyRange,
+    },
+    /// The topic's scaling policy is invalid.
+    #[error("topic {topic}: policy: {source}")]
+    Policy {
+        /// The topic.
+        topic: TopicName,
+        /// What is wrong with the policy.
+        source: PolicyError,
+    },
+}
+
+/// Why bytes are not a topic's persisted JSON form
+/// ([`Topic::from_json_bytes`]); carried by [`ControlError::Corrupt`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TopicJsonError {
+    /// More bytes than any valid topic takes.
+    #[error("{bytes} bytes is over the {max}-byte limit")]
+    TooLarge {
+        /// The input's length.
+        bytes: u64,
+        /// [`TOPIC_JSON_BYTES_MAX`].
+        max: u64,
+    },
+    /// Not a JSON object with a numeric `version`.
+    #[error("not a topic JSON object: {0}")]
+    NotAnObject(#[source] serde_json::Error),
+    /// A version this build does not read.
+    #[error("unsupported version {version} (this build reads version {supported})")]
+    UnsupportedVersion {
+        /// The version found.
+        version: u32,
+        /// [`TOPIC_JSON_VERSION`].
+        supported: u32,
+    },
+    /// A field is missing or does not decode (names and ranges are
+    /// checked here).
+    #[error("invalid topic JSON: {0}")]
+    Fields(#[source] serde_json::Error),
+    /// The fields decode but break a topic invariant.
+    #[error(transparent)]
+    Invalid(#[from] InvalidTopic),
 }
 
 /// A segment [`Topic::replace`] is to open: its range and owner.
@@ -397,55 +557,61 @@ impl Topic {
     /// overlap and cover its range: exactly, when there are several (a
     /// split), or as part of a larger range, when there is one (a merge or
     /// a move).
-    fn check_successors_cover(&self, segment: &Segment) -> Result<(), String> {
-        let (name, id) = (&self.name, segment.id);
+    fn check_successors_cover(&self, segment: &Segment) -> Result<(), InvalidTopic> {
+        let topic = || self.name.clone();
+        let id = segment.id;
         let mut ranges = Vec::with_capacity(segment.successors.len());
         for successor in &segment.successors {
             match self.segment(*successor) {
                 Some(s) => ranges.push(s.range),
                 None => {
-                    return Err(format!(
-                        "topic {name}: segment {id} names missing successor {successor}"
-                    ))
+                    return Err(InvalidTopic::MissingSuccessor {
+                        topic: topic(),
+                        segment: id,
+                        successor: *successor,
+                    })
                 }
             }
         }
         ranges.sort();
-        let union = contiguous_union(&ranges).ok_or_else(|| {
-            format!("topic {name}: the successors of segment {id} leave a gap or overlap")
-        })?;
+        let union =
+            contiguous_union(&ranges).ok_or_else(|| InvalidTopic::SuccessorsNotContiguous {
+                topic: topic(),
+                segment: id,
+            })?;
         let covers = if ranges.len() > 1 {
             union == segment.range
         } else {
             union.start() <= segment.range.start() && segment.range.end() <= union.end()
         };
         if !covers {
-            return Err(format!(
-                "topic {name}: the successors of segment {id} cover {union}, not its range {}",
-                segment.range
-            ));
+            return Err(InvalidTopic::SuccessorsMiscover {
+                topic: topic(),
+                segment: id,
+                covered: union,
+                range: segment.range,
+            });
         }
         Ok(())
     }
 }
 
-fn decode(bytes: &[u8]) -> Result<Topic, String> {
+fn decode(bytes: &[u8]) -> Result<Topic, TopicJsonError> {
     if bytes.len() as u64 > TOPIC_JSON_BYTES_MAX {
-        return Err(format!(
-            "{} bytes is over the {TOPIC_JSON_BYTES_MAX}-byte limit",
-            bytes.len()
-        ));
+        return Err(TopicJsonError::TooLarge {
+            bytes: bytes.len() as u64,
+            max: TOPIC_JSON_BYTES_MAX,
+        });
     }
     let version: TopicJsonVersion =
-        serde_json::from_slice(bytes).map_err(|e| format!("not a topic JSON object: {e}"))?;
+        serde_json::from_slice(bytes).map_err(TopicJsonError::NotAnObject)?;
     if version.version != TOPIC_JSON_VERSION {
-        return Err(format!(
-            "unsupported version {} (this build reads version {TOPIC_JSON_VERSION})",
-            version.version
-        ));
+        return Err(TopicJsonError::UnsupportedVersion {
+            version: version.version,
+            supported: TOPIC_JSON_VERSION,
+        });
     }
-    let json: TopicJsonIn =
-        serde_json::from_slice(bytes).map_err(|e| format!("invalid topic JSON: {e}"))?;
+    let json: TopicJsonIn = serde_json::from_slice(bytes).map_err(TopicJsonError::Fields)?;
     let topic = Topic {
         name: json.name,
         segments: json.segments,
@@ -460,6 +626,7 @@ fn decode(bytes: &[u8]) -> Result<Topic, String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::CorruptLayout;
 
     fn segment(id: u32, start: u32, end: u64, state: SegmentState, successors: &[u32]) -> Segment {
         Segment {
@@ -490,13 +657,29 @@ mod tests {
         }
     }
 
-    fn corrupt_reason(bytes: &[u8]) -> String {
+    /// What decoding `bytes` refused them for.
+    fn corrupt(bytes: &[u8]) -> TopicJsonError {
         match Topic::from_json_bytes(bytes) {
             Err(ControlError::Corrupt { path, reason }) => {
                 assert_eq!(path, "<bytes>");
-                reason
+                match *reason {
+                    CorruptLayout::Topic(reason) => reason,
+                    other => panic!("expected a topic's reason, got {other:?}"),
+                }
             }
             other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    fn corrupt_reason(bytes: &[u8]) -> String {
+        corrupt(bytes).to_string()
+    }
+
+    /// The invariant `bytes` break, for input that decodes as JSON.
+    fn invalid(bytes: &[u8]) -> InvalidTopic {
+        match corrupt(bytes) {
+            TopicJsonError::Invalid(invalid) => invalid,
+            other => panic!("expected Invalid, got {other:?}"),
         }
     }
 
@@ -586,6 +769,126 @@ mod tests {
         }
         let too_big = vec![b' '; TOPIC_JSON_BYTES_MAX as usize + 1];
         assert!(corrupt_reason(&too_big).contains("limit"));
+    }
+
+    #[test]
+    fn corrupt_input_is_told_apart_by_variant() {
+        assert!(matches!(corrupt(b""), TopicJsonError::NotAnObject(_)));
+        assert!(matches!(
+            corrupt(br#"{"version": 2}"#),
+            TopicJsonError::UnsupportedVersion {
+                version: 2,
+                supported: TOPIC_JSON_VERSION
+            }
+        ));
+        assert!(matches!(
+            corrupt(br#"{"version": 1}"#),
+            TopicJsonError::Fields(_)
+        ));
+        let too_big = vec![b' '; TOPIC_JSON_BYTES_MAX as usize + 1];
+        assert!(matches!(
+            corrupt(&too_big),
+            TopicJsonError::TooLarge { bytes, max: TOPIC_JSON_BYTES_MAX }
+                if bytes == TOPIC_JSON_BYTES_MAX + 1
+        ));
+        let good = String::from_utf8(split_topic().to_json_bytes()).unwrap();
+        let t = TopicName::parse("ns/t").unwrap();
+        let cases = [
+            (
+                good.replace("\"id\": 2", "\"id\": 1"),
+                InvalidTopic::DuplicateSegment {
+                    topic: t.clone(),
+                    segment: SegmentId(1),
+                },
+            ),
+            (
+                good.replace("\"id\": 0", "\"id\": 9"),
+                InvalidTopic::SegmentsOutOfOrder {
+                    topic: t.clone(),
+                    earlier: SegmentId(9),
+                    later: SegmentId(1),
+                },
+            ),
+            (
+                good.replace("\"sealed\"", "\"open\""),
+                InvalidTopic::OpenWithSuccessors {
+                    topic: t.clone(),
+                    segment: SegmentId(0),
+                },
+            ),
+            (
+                good.replace("\n        2\n", "\n        7\n"),
+                InvalidTopic::MissingSuccessor {
+                    topic: t.clone(),
+                    segment: SegmentId(0),
+                    successor: SegmentId(7),
+                },
+            ),
+            (
+                good.replace("\n        1,\n", "\n        0,\n"),
+                InvalidTopic::SucceedsItself {
+                    topic: t.clone(),
+                    segment: SegmentId(0),
+                },
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_ne!(text, good, "case {expected:?} did not change the input");
+            assert_eq!(invalid(text.as_bytes()), expected);
+        }
+
+        let mut gap = split_topic();
+        gap.segments[2].range = KeyRange::new((1 << 31) + 1, RING_END).unwrap();
+        assert_eq!(
+            invalid(&gap.to_json_bytes()),
+            InvalidTopic::Uncovered {
+                topic: t.clone(),
+                start: 1 << 31,
+                end: (1 << 31) + 1
+            }
+        );
+        let mut overlap = split_topic();
+        let range = KeyRange::new((1 << 31) - 1, RING_END).unwrap();
+        overlap.segments[2].range = range;
+        assert_eq!(
+            invalid(&overlap.to_json_bytes()),
+            InvalidTopic::Overlap {
+                topic: t.clone(),
+                segment: SegmentId(2),
+                range
+            }
+        );
+        let mut empty = split_topic();
+        empty.segments.clear();
+        assert_eq!(
+            invalid(&empty.to_json_bytes()),
+            InvalidTopic::NoSegments { topic: t.clone() }
+        );
+        let mut one = split_topic();
+        one.segments[0].successors = vec![SegmentId(1)];
+        assert_eq!(
+            invalid(&one.to_json_bytes()),
+            InvalidTopic::SuccessorsMiscover {
+                topic: t.clone(),
+                segment: SegmentId(0),
+                covered: KeyRange::new(0, 1 << 31).unwrap(),
+                range: KeyRange::FULL
+            }
+        );
+        let mut bad_policy = split_topic();
+        bad_policy.policy = Some(ScalingPolicy {
+            split_pieces_max: 1,
+            ..ScalingPolicy::default()
+        });
+        assert_eq!(
+            invalid(&bad_policy.to_json_bytes()),
+            InvalidTopic::Policy {
+                topic: t,
+                source: PolicyError::SplitPieces {
+                    split_pieces_max: 1
+                }
+            }
+        );
     }
 
     #[test]
@@ -743,6 +1046,13 @@ mod tests {
             ..holey.segments[2].clone()
         });
         holey.segments[0].successors = vec![SegmentId(1), SegmentId(3)];
+        assert_eq!(
+            invalid(&holey.to_json_bytes()),
+            InvalidTopic::SuccessorsNotContiguous {
+                topic: TopicName::parse("ns/t").unwrap(),
+                segment: SegmentId(0)
+            }
+        );
         let reason = corrupt_reason(&holey.to_json_bytes());
         assert!(
             reason.contains("successors of segment 0 leave a gap"),

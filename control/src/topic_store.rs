@@ -12,7 +12,10 @@
 
 use filer::{Filer, FilerError, ObjectPath};
 
-use crate::{filer_layout, ControlError, Topic, TopicName, TOPIC_JSON_BYTES_MAX};
+use crate::{
+    filer_layout, ControlError, CorruptLayout, Topic, TopicJsonError, TopicName,
+    TOPIC_JSON_BYTES_MAX,
+};
 
 /// Every topic stored in `filer`, sorted by name: each
 /// `topics/<ns>/<name>/topic.json`, decoded and validated.
@@ -42,10 +45,13 @@ pub fn load_topics(filer: &dyn Filer) -> Result<Vec<Topic>, ControlError> {
             };
             let topic = Topic::from_json_bytes_at(&bytes, path.as_str())?;
             if topic.name() != &name {
-                return Err(ControlError::Corrupt {
-                    path: path.to_string(),
-                    reason: format!("holds topic {} but is stored as {name}", topic.name()),
-                });
+                return Err(ControlError::corrupt(
+                    path.as_str(),
+                    CorruptLayout::TopicStoredAs {
+                        holds: topic.name().clone(),
+                        stored_as: name,
+                    },
+                ));
             }
             loaded.push(topic);
         }
@@ -69,9 +75,8 @@ pub fn store_topic(filer: &dyn Filer, topic: &Topic) -> Result<(), ControlError>
 fn topic_name_of_layout_object(path: &ObjectPath) -> Result<Option<TopicName>, ControlError> {
     filer_layout::parse_topic_file(path)
         .transpose()
-        .map_err(|e| ControlError::Corrupt {
-            path: path.to_string(),
-            reason: e.to_string(),
+        .map_err(|e| {
+            ControlError::corrupt(path.as_str(), CorruptLayout::TopicDirectory(Box::new(e)))
         })
 }
 
@@ -79,10 +84,13 @@ fn topic_name_of_layout_object(path: &ObjectPath) -> Result<Option<TopicName>, C
 fn read_layout_object(filer: &dyn Filer, path: &ObjectPath) -> Result<Vec<u8>, ControlError> {
     let size = filer.size(path)?;
     if size > TOPIC_JSON_BYTES_MAX {
-        return Err(ControlError::Corrupt {
-            path: path.to_string(),
-            reason: format!("{size} bytes is over the {TOPIC_JSON_BYTES_MAX}-byte limit"),
-        });
+        return Err(ControlError::corrupt(
+            path.as_str(),
+            TopicJsonError::TooLarge {
+                bytes: size,
+                max: TOPIC_JSON_BYTES_MAX,
+            },
+        ));
     }
     let mut bytes =
         vec![0; usize::try_from(size).expect("size <= TOPIC_JSON_BYTES_MAX fits usize")];
@@ -99,7 +107,7 @@ mod tests {
     use filer::LocalFiler;
 
     use super::*;
-    use crate::{BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig};
+    use crate::{BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig, InvalidTopic};
 
     fn name(text: &str) -> TopicName {
         TopicName::parse(text).unwrap()
@@ -137,9 +145,9 @@ mod tests {
         cluster.topic(&name(text)).unwrap().clone()
     }
 
-    fn corrupt_path(result: Result<Vec<Topic>, ControlError>) -> (String, String) {
+    fn corrupt_path(result: Result<Vec<Topic>, ControlError>) -> (String, CorruptLayout) {
         match result {
-            Err(ControlError::Corrupt { path, reason }) => (path, reason),
+            Err(ControlError::Corrupt { path, reason }) => (path, *reason),
             other => panic!("expected Corrupt, got {other:?}"),
         }
     }
@@ -166,14 +174,29 @@ mod tests {
         filer.put(&bad, b"{ this is not json").unwrap();
         let (path, reason) = corrupt_path(load_topics(&filer));
         assert_eq!(path, "topics/ns/bad/topic.json");
-        assert!(reason.contains("not a topic JSON object"), "{reason}");
+        assert!(
+            matches!(reason, CorruptLayout::Topic(TopicJsonError::NotAnObject(_))),
+            "{reason:?}"
+        );
+        assert!(
+            reason.to_string().contains("not a topic JSON object"),
+            "{reason}"
+        );
 
         // Valid JSON, but stored under another topic's name.
         filer.put(&bad, &good_json).unwrap();
         let (path, reason) = corrupt_path(load_topics(&filer));
         assert_eq!(path, "topics/ns/bad/topic.json");
+        match &reason {
+            CorruptLayout::TopicStoredAs { holds, stored_as } => {
+                assert_eq!((holds, stored_as), (&name("ns/good"), &name("ns/bad")));
+            }
+            other => panic!("expected TopicStoredAs, got {other:?}"),
+        }
         assert!(
-            reason.contains("holds topic ns/good but is stored as ns/bad"),
+            reason
+                .to_string()
+                .contains("holds topic ns/good but is stored as ns/bad"),
             "{reason}"
         );
 
@@ -188,7 +211,20 @@ mod tests {
             .unwrap();
         let (_, reason) = corrupt_path(load_topics(&filer));
         assert!(
-            reason.contains("no open segment covers [0x0, 0x1)"),
+            matches!(
+                reason,
+                CorruptLayout::Topic(TopicJsonError::Invalid(InvalidTopic::Uncovered {
+                    start: 0,
+                    end: 1,
+                    ..
+                }))
+            ),
+            "{reason:?}"
+        );
+        assert!(
+            reason
+                .to_string()
+                .contains("no open segment covers [0x0, 0x1)"),
             "{reason}"
         );
 
@@ -197,7 +233,17 @@ mod tests {
             .put(&bad, &vec![b' '; TOPIC_JSON_BYTES_MAX as usize + 1])
             .unwrap();
         let (_, reason) = corrupt_path(load_topics(&filer));
-        assert!(reason.contains("limit"), "{reason}");
+        assert!(
+            matches!(
+                reason,
+                CorruptLayout::Topic(TopicJsonError::TooLarge {
+                    bytes,
+                    max: TOPIC_JSON_BYTES_MAX
+                }) if bytes == TOPIC_JSON_BYTES_MAX + 1
+            ),
+            "{reason:?}"
+        );
+        assert!(reason.to_string().contains("limit"), "{reason}");
         filer.delete(&p("topics/ns/bad")).unwrap();
 
         // A directory name that is not a valid topic name.
@@ -205,7 +251,15 @@ mod tests {
         filer.put(&odd, &good_json).unwrap();
         let (path, reason) = corrupt_path(load_topics(&filer));
         assert_eq!(path, "topics/ns/b@d/topic.json");
-        assert!(reason.contains("invalid character '@'"), "{reason}");
+        assert!(
+            matches!(&reason, CorruptLayout::TopicDirectory(e)
+                if matches!(**e, ControlError::InvalidTopicName(_))),
+            "{reason:?}"
+        );
+        assert!(
+            reason.to_string().contains("invalid character '@'"),
+            "{reason}"
+        );
         filer.delete(&p("topics/ns/b@d")).unwrap();
 
         assert_eq!(load_topics(&filer).unwrap(), vec![good]);

@@ -23,8 +23,9 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use kelp_control::{
-    Action, BrokerId, BrokerInfo, Capacity, Cause, Cluster, ClusterConfig, ControlError, KeyRange,
-    Rate, RebalancePolicy, ScalingPolicy, SegmentLoad, SegmentState, Topic, TopicName, RING_END,
+    Action, BrokerId, BrokerInfo, Capacity, Cause, Cluster, ClusterConfig, ControlError,
+    InvalidRegistration, KeyRange, Rate, RebalancePolicy, ScalingPolicy, SegmentLoad, SegmentState,
+    Topic, TopicName, RING_END,
 };
 
 const STEP_MS: u64 = 1_000;
@@ -270,9 +271,10 @@ impl Sim {
                     let info = self.hung.remove(&id).unwrap();
                     match self.cluster.handle_register(now, info.clone()) {
                         Ok(done) => actions.extend(done),
-                        Err(ControlError::InvalidBroker(reason)) => {
-                            assert!(reason.contains("without leaving first"), "{reason}")
-                        }
+                        Err(ControlError::InvalidBroker(reason)) => assert!(
+                            matches!(reason, InvalidRegistration::ShardCountChanged { .. }),
+                            "{reason}"
+                        ),
                         Err(e) => panic!("re-register: {e}"),
                     }
                     self.running.insert(id, info);
@@ -399,7 +401,7 @@ impl Sim {
 
     fn check(&self, actions: &[Action]) -> Result<(), String> {
         let now = self.now_ms;
-        self.cluster.check_invariants()?;
+        self.cluster.check_invariants().map_err(|e| e.to_string())?;
         let owners_required =
             !self.cluster.membership().is_empty() && now >= self.core_started_ms + SILENCE_MS;
         for topic in self.cluster.topics() {
@@ -638,7 +640,7 @@ mod service_sim {
     use std::collections::{BTreeMap, BTreeSet};
     use std::sync::Arc;
 
-    use kelp_control::cluster_service::{AnswerToken, CommandId, CommandRequest};
+    use kelp_control::cluster_service::{AnswerToken, CommandFailed, CommandId, CommandRequest};
     use kelp_control::{
         BrokerId, ClusterConfig, ClusterService, SegmentId, SegmentState, Topic, TopicName,
     };
@@ -1117,7 +1119,7 @@ mod service_sim {
                     Ok(())
                 } else {
                     self.failed_commands += 1;
-                    Err("lost".to_owned())
+                    Err(CommandFailed::Lost("the simulated network lost it".into()))
                 };
                 self.service
                     .handle_command_done(now, result.broker, result.id, outcome);

@@ -16,9 +16,10 @@ use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 use wire::message::ShardAddress;
 
 use crate::cluster_agent::{ClusterAgent, LocalControl};
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, ConfigError};
 use crate::control_plane::{
-    ControlRequest, ShardCommand, CONTROL_REQUESTS_QUEUED_MAX, SHARD_COMMANDS_QUEUED_MAX,
+    ControlRequest, ShardCommand, ShutdownError, CONTROL_REQUESTS_QUEUED_MAX,
+    SHARD_COMMANDS_QUEUED_MAX,
 };
 use crate::data_dir_lock::DataDirLock;
 use crate::error::EngineError;
@@ -71,17 +72,14 @@ fn open_filer(
 ) -> Result<(Arc<dyn Filer>, FilerUrl), EngineError> {
     let url = match (joined, &config.filer) {
         (Some(joined), own) => {
-            let cluster = FilerUrl::parse(&joined.filer).map_err(|e| {
-                EngineError::Config(format!(
-                    "the control plane named a filer kelp cannot use: {e}"
-                ))
-            })?;
-            if own.as_ref().is_some_and(|own| *own != cluster) {
-                return Err(EngineError::Config(format!(
-                    "this broker was given --filer {} but its cluster stores in {cluster}; \
-                     brokers of a cluster share the control plane's filer",
-                    own.as_ref().map_or_else(String::new, ToString::to_string)
-                )));
+            let cluster = FilerUrl::parse(&joined.filer)
+                .map_err(|source| ConfigError::ClusterFiler { source })?;
+            if let Some(given) = own.as_ref().filter(|own| **own != cluster) {
+                return Err(ConfigError::FilerMismatch {
+                    given: given.clone(),
+                    cluster,
+                }
+                .into());
             }
             cluster
         }
@@ -122,7 +120,7 @@ impl Broker {
         mut config: BrokerConfig,
         wrap: impl FnOnce(Arc<dyn Filer>) -> Arc<dyn Filer>,
     ) -> Result<Broker, EngineError> {
-        config.validate().map_err(EngineError::Config)?;
+        config.validate()?;
         let shard_count = config.shard_count();
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;
@@ -363,10 +361,9 @@ impl Broker {
             .send(ControlRequest::Shutdown { reply: tx })
             .is_ok()
         {
-            rx.recv()
-                .unwrap_or_else(|_| Err("control plane stopped".into()))
+            rx.recv().unwrap_or(Err(ShutdownError::AgentGone))
         } else {
-            Err("control plane stopped".into())
+            Err(ShutdownError::AgentGone)
         };
         if let Some(t) = self.control_thread.take() {
             let _ = t.join();

@@ -50,8 +50,8 @@ use wire::frame::{encode_frame, FRAME_HEADER_BYTES};
 use wire::message::{SegmentLoadReport, ShardAddress, TopicInfo};
 use wire::{ErrorCode, FrameType, Request, Response};
 
-use crate::config::BrokerConfig;
-use crate::control_plane::{shut_down_shards, ControlRequest, ShardCommand};
+use crate::config::{BrokerConfig, ConfigError};
+use crate::control_plane::{shut_down_shards, ControlRequest, ShardCommand, ShutdownError};
 use crate::error::EngineError;
 use crate::payload::PayloadStore;
 use crate::payload_sweep::PayloadSweeper;
@@ -123,20 +123,158 @@ pub(crate) struct ControlLink {
 
 /// The addresses of `--control A,B,C`: 1 to [`CONTROL_ADDRESSES_MAX`],
 /// none empty.
-pub fn parse_control_addresses(list: &str) -> Result<Vec<String>, String> {
+pub fn parse_control_addresses(list: &str) -> Result<Vec<String>, ConfigError> {
     let addresses: Vec<String> = list.split(',').map(|a| a.trim().to_owned()).collect();
     if addresses.iter().any(String::is_empty) {
-        return Err(format!(
-            "control-plane addresses {list:?}: an empty address (write A,B,C)"
-        ));
+        return Err(ConfigError::ControlAddressEmpty {
+            list: list.to_owned(),
+        });
     }
     if addresses.len() > CONTROL_ADDRESSES_MAX {
-        return Err(format!(
-            "{} control-plane addresses: at most {CONTROL_ADDRESSES_MAX}",
-            addresses.len()
-        ));
+        return Err(ConfigError::ControlAddressesTooMany {
+            count: addresses.len(),
+            max: CONTROL_ADDRESSES_MAX,
+        });
     }
     Ok(addresses)
+}
+
+/// Why a call to the control plane failed: on the one instance it went to
+/// (reaching it, or its answer), or on every instance of an HA control
+/// plane ([`NoLeader`](Self::NoLeader)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlLinkError {
+    /// The address does not resolve.
+    #[error("resolve control plane {address}: {source}")]
+    Resolve {
+        /// The address.
+        address: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The address resolves to no socket address.
+    #[error("control plane {address} resolves to nothing")]
+    NoSocketAddress {
+        /// The address.
+        address: String,
+    },
+    /// Connecting failed or timed out.
+    #[error("connect to control plane {address}: {source}")]
+    Connect {
+        /// The address.
+        address: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Setting the connection's timeouts or options failed.
+    #[error("configure control plane connection: {source}")]
+    Configure {
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Writing the request or waiting for the answer failed.
+    #[error("control plane {address}: {source}")]
+    Io {
+        /// The address.
+        address: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The answer's frame could not be read.
+    #[error("control plane {address}: {source}")]
+    Read {
+        /// The address.
+        address: String,
+        /// The error.
+        source: control::frame_stream::FrameReadError,
+    },
+    /// The instance closed the connection without answering.
+    #[error("control plane {address}: closed the connection without answering")]
+    Closed {
+        /// The address.
+        address: String,
+    },
+    /// The answer is not one to the request sent.
+    #[error(
+        "control plane {address}: answer {frame_type:?} to request {answered} does not match \
+         request {request}"
+    )]
+    Mismatched {
+        /// The address.
+        address: String,
+        /// The answer's frame type.
+        frame_type: FrameType,
+        /// The request id the answer carries.
+        answered: u32,
+        /// The request id sent.
+        request: u32,
+    },
+    /// No byte of the answer came within the answer timeout.
+    #[error("control plane {address}: no answer in {timeout:?}")]
+    NoAnswer {
+        /// The address.
+        address: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// While the answer was awaited, a probe found the instance frozen or
+    /// no longer leading.
+    #[error("control plane {address}: {source}")]
+    Probe {
+        /// The address.
+        address: String,
+        /// What the probe found.
+        source: ProbeError,
+    },
+    /// The instance answered that it does not lead.
+    #[error("control plane {address} does not lead")]
+    NotLeader {
+        /// The address.
+        address: String,
+    },
+    /// Every attempt round the instances failed; the last one's error.
+    #[error("no control-plane instance leads: {last}")]
+    NoLeader {
+        /// The last attempt's error.
+        last: Box<ControlLinkError>,
+    },
+}
+
+/// What a probe of a control-plane instance found while a call waited for
+/// its answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// The address does not resolve.
+    #[error("resolve: {0}")]
+    Resolve(#[source] std::io::Error),
+    /// The address resolves to no socket address.
+    #[error("resolves to nothing")]
+    NoSocketAddress,
+    /// Connecting failed or timed out.
+    #[error("a probe could not connect: {0}")]
+    Connect(#[source] std::io::Error),
+    /// Setting the probe's timeouts failed.
+    #[error("configure a probe: {0}")]
+    Configure(#[source] std::io::Error),
+    /// Writing the probe failed.
+    #[error("a probe could not be sent: {0}")]
+    Send(#[source] std::io::Error),
+    /// No answer within the probe timeout (or a bad one).
+    #[error("stopped answering (a probe got no answer in {timeout:?}: {source})")]
+    NoAnswer {
+        /// The probe timeout.
+        timeout: Duration,
+        /// The read's error.
+        source: control::frame_stream::FrameReadError,
+    },
+    /// The instance closed the probe's connection without answering.
+    #[error("closed a probe without answering")]
+    Closed,
+    /// The instance answered that it does not lead.
+    #[error("no longer leads")]
+    NotLeader,
 }
 
 impl ControlLink {
@@ -185,30 +323,41 @@ impl ControlLink {
         self.stream.is_some()
     }
 
-    fn connect(&mut self) -> Result<&mut TcpStream, String> {
-        if self.stream.is_none() {
-            let addr = self
-                .address
-                .to_socket_addrs()
-                .map_err(|e| format!("resolve control plane {}: {e}", self.address))?
-                .next()
-                .ok_or_else(|| format!("control plane {} resolves to nothing", self.address))?;
-            let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-                .map_err(|e| format!("connect to control plane {}: {e}", self.address))?;
-            stream
-                .set_read_timeout(Some(ANSWER_TIMEOUT))
-                .and_then(|()| stream.set_write_timeout(Some(ANSWER_TIMEOUT)))
-                .and_then(|()| stream.set_nodelay(true))
-                .map_err(|e| format!("configure control plane connection: {e}"))?;
-            self.stream = Some(stream);
-        }
-        self.stream
-            .as_mut()
-            .ok_or_else(|| "no control plane connection".to_owned())
+    fn connect(&mut self) -> Result<&mut TcpStream, ControlLinkError> {
+        let stream = match self.stream.take() {
+            Some(stream) => stream,
+            None => {
+                let address = &self.address;
+                let addr = address
+                    .to_socket_addrs()
+                    .map_err(|source| ControlLinkError::Resolve {
+                        address: address.clone(),
+                        source,
+                    })?
+                    .next()
+                    .ok_or_else(|| ControlLinkError::NoSocketAddress {
+                        address: address.clone(),
+                    })?;
+                let stream =
+                    TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
+                        ControlLinkError::Connect {
+                            address: address.clone(),
+                            source,
+                        }
+                    })?;
+                stream
+                    .set_read_timeout(Some(ANSWER_TIMEOUT))
+                    .and_then(|()| stream.set_write_timeout(Some(ANSWER_TIMEOUT)))
+                    .and_then(|()| stream.set_nodelay(true))
+                    .map_err(|source| ControlLinkError::Configure { source })?;
+                stream
+            }
+        };
+        Ok(self.stream.insert(stream))
     }
 
     /// Send one request and wait for its answer.
-    pub(crate) fn call(&mut self, request: &Request<'_>) -> Result<Answer, String> {
+    pub(crate) fn call(&mut self, request: &Request<'_>) -> Result<Answer, ControlLinkError> {
         let mut frame = Vec::new();
         let id = self.take_request_id();
         request.encode(id, &mut frame);
@@ -220,7 +369,7 @@ impl ControlLink {
         &mut self,
         frame_type: FrameType,
         payload: &[u8],
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, ControlLinkError> {
         let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
         let id = self.take_request_id();
         encode_frame(&mut frame, frame_type, id, payload);
@@ -236,17 +385,20 @@ impl ControlLink {
     /// Send `frame` to the instance that leads: on one that cannot be
     /// reached, or that does not lead, try the next (see the module docs),
     /// at most twice round the list plus once per redirect.
-    fn exchange(&mut self, id: u32, frame: &[u8]) -> Result<Answer, String> {
+    fn exchange(&mut self, id: u32, frame: &[u8]) -> Result<Answer, ControlLinkError> {
         let attempts = 2 * self.addresses.len() + 2;
-        let mut last = String::new();
-        for _ in 0..attempts {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             let connected = self.stream.is_some();
-            match self.try_exchange(id, frame) {
+            let failed = match self.try_exchange(id, frame) {
                 Ok(answer) => match not_leader(&answer) {
                     None => return Ok(answer),
                     Some(leader) => {
                         self.stream = None;
-                        last = format!("control plane {} does not lead", self.address);
+                        let failed = ControlLinkError::NotLeader {
+                            address: self.address.clone(),
+                        };
                         match leader {
                             Some(leader) if leader != self.address => self.address = leader,
                             _ => {
@@ -254,24 +406,29 @@ impl ControlLink {
                                 self.rotate();
                             }
                         }
+                        failed
                     }
                 },
                 Err(e) => {
                     // Whatever the failure, the stream's position is unknown.
                     self.stream = None;
                     if self.addresses.len() == 1 {
-                        return Err(e.message);
+                        return Err(e.error);
                     }
                     // A connection that broke mid-call may be to an instance
                     // that still leads: once more there, else the next.
                     if !connected || e.move_on {
                         self.rotate();
                     }
-                    last = e.message;
+                    e.error
                 }
+            };
+            if attempt >= attempts {
+                return Err(ControlLinkError::NoLeader {
+                    last: Box::new(failed),
+                });
             }
         }
-        Err(format!("no control-plane instance leads: {last}"))
     }
 
     fn try_exchange(&mut self, id: u32, frame: &[u8]) -> Result<Answer, CallFailed> {
@@ -279,22 +436,36 @@ impl ControlLink {
         // With one instance there is nowhere else to go: wait for it.
         let probe_after = (self.addresses.len() > 1).then_some(PROBE_AFTER);
         let stream = self.connect().map_err(CallFailed::retry)?;
-        let failed =
-            |e: &dyn std::fmt::Display| CallFailed::retry(format!("control plane {address}: {e}"));
-        stream.write_all(frame).map_err(|e| failed(&e))?;
-        wait_for_answer(stream, &address, probe_after).map_err(|message| CallFailed {
-            message,
+        stream.write_all(frame).map_err(|source| {
+            CallFailed::retry(ControlLinkError::Io {
+                address: address.clone(),
+                source,
+            })
+        })?;
+        wait_for_answer(stream, &address, probe_after).map_err(|error| CallFailed {
+            error,
             move_on: true,
         })?;
         let mut payload = Vec::new();
         let header = read_frame(stream, &mut payload)
-            .map_err(|e| failed(&e))?
-            .ok_or_else(|| failed(&"closed the connection without answering"))?;
+            .map_err(|source| {
+                CallFailed::retry(ControlLinkError::Read {
+                    address: address.clone(),
+                    source,
+                })
+            })?
+            .ok_or_else(|| {
+                CallFailed::retry(ControlLinkError::Closed {
+                    address: address.clone(),
+                })
+            })?;
         if header.request_id != id || header.frame_type.is_request() {
-            return Err(failed(&format!(
-                "answer {:?} to request {} does not match request {id}",
-                header.frame_type, header.request_id
-            )));
+            return Err(CallFailed::retry(ControlLinkError::Mismatched {
+                address,
+                frame_type: header.frame_type,
+                answered: header.request_id,
+                request: id,
+            }));
         }
         Ok((header.frame_type, payload))
     }
@@ -302,16 +473,16 @@ impl ControlLink {
 
 /// Why one call to one instance failed.
 struct CallFailed {
-    message: String,
+    error: ControlLinkError,
     /// The instance stopped answering or no longer leads: go to the next,
     /// not once more to it.
     move_on: bool,
 }
 
 impl CallFailed {
-    fn retry(message: String) -> CallFailed {
+    fn retry(error: ControlLinkError) -> CallFailed {
         CallFailed {
-            message,
+            error,
             move_on: false,
         }
     }
@@ -328,15 +499,16 @@ fn wait_for_answer(
     stream: &mut TcpStream,
     address: &str,
     probe_after: Option<Duration>,
-) -> Result<(), String> {
+) -> Result<(), ControlLinkError> {
     let Some(probe_after) = probe_after else {
         return Ok(());
     };
-    let failed = |e: &dyn std::fmt::Display| format!("control plane {address}: {e}");
+    let io = |source| ControlLinkError::Io {
+        address: address.to_owned(),
+        source,
+    };
     let deadline = Instant::now() + ANSWER_TIMEOUT;
-    stream
-        .set_read_timeout(Some(probe_after))
-        .map_err(|e| failed(&e))?;
+    stream.set_read_timeout(Some(probe_after)).map_err(io)?;
     let arrived = loop {
         match stream.peek(&mut [0u8; 1]) {
             Ok(_) => break Ok(()),
@@ -348,48 +520,51 @@ fn wait_for_answer(
                 ) =>
             {
                 if Instant::now() >= deadline {
-                    break Err(failed(&format!("no answer in {ANSWER_TIMEOUT:?}")));
+                    break Err(ControlLinkError::NoAnswer {
+                        address: address.to_owned(),
+                        timeout: ANSWER_TIMEOUT,
+                    });
                 }
-                if let Err(why) = probe(address) {
-                    break Err(failed(&why));
+                if let Err(source) = probe(address) {
+                    break Err(ControlLinkError::Probe {
+                        address: address.to_owned(),
+                        source,
+                    });
                 }
             }
-            Err(e) => break Err(failed(&e)),
+            Err(e) => break Err(io(e)),
         }
     };
-    stream
-        .set_read_timeout(Some(ANSWER_TIMEOUT))
-        .map_err(|e| failed(&e))?;
+    stream.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
     arrived
 }
 
 /// Whether the control-plane instance at `address` answers a list of
 /// topics within [`PROBE_TIMEOUT`] as leader.
-fn probe(address: &str) -> Result<(), String> {
+fn probe(address: &str) -> Result<(), ProbeError> {
     let addr = address
         .to_socket_addrs()
-        .map_err(|e| format!("resolve: {e}"))?
+        .map_err(ProbeError::Resolve)?
         .next()
-        .ok_or_else(|| "resolves to nothing".to_owned())?;
-    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)
-        .map_err(|e| format!("a probe could not connect: {e}"))?;
+        .ok_or(ProbeError::NoSocketAddress)?;
+    let mut stream =
+        TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).map_err(ProbeError::Connect)?;
     stream
         .set_read_timeout(Some(PROBE_TIMEOUT))
         .and_then(|()| stream.set_write_timeout(Some(PROBE_TIMEOUT)))
-        .map_err(|e| format!("configure a probe: {e}"))?;
+        .map_err(ProbeError::Configure)?;
     let mut frame = Vec::new();
     Request::ListTopics.encode(1, &mut frame);
-    stream
-        .write_all(&frame)
-        .map_err(|e| format!("a probe could not be sent: {e}"))?;
+    stream.write_all(&frame).map_err(ProbeError::Send)?;
     let mut payload = Vec::new();
     let header = read_frame(&mut stream, &mut payload)
-        .map_err(|e| {
-            format!("stopped answering (a probe got no answer in {PROBE_TIMEOUT:?}: {e})")
+        .map_err(|source| ProbeError::NoAnswer {
+            timeout: PROBE_TIMEOUT,
+            source,
         })?
-        .ok_or_else(|| "closed a probe without answering".to_owned())?;
+        .ok_or(ProbeError::Closed)?;
     match not_leader(&(header.frame_type, payload)) {
-        Some(_) => Err("no longer leads".to_owned()),
+        Some(_) => Err(ProbeError::NotLeader),
         None => Ok(()),
     }
 }
@@ -441,7 +616,7 @@ fn join_as(
     known: Option<u32>,
 ) -> Result<Joined, EngineError> {
     let id_path = config.data_dir.join(BROKER_ID_FILE);
-    let addresses = parse_control_addresses(control).map_err(EngineError::Config)?;
+    let addresses = parse_control_addresses(control)?;
     let mut link = ControlLink::new(addresses);
     let deadline = Instant::now() + JOIN_PATIENCE;
     let (id, filer) = loop {
@@ -451,7 +626,7 @@ fn join_as(
                 log::warn!("{e}; retrying");
                 std::thread::sleep(Duration::from_millis(250));
             }
-            Err(e) => return Err(EngineError::Config(format!("joining the cluster: {e}"))),
+            Err(source) => return Err(ConfigError::Join { source }.into()),
         }
     };
     if known != Some(id) {
@@ -557,11 +732,10 @@ fn now_ms() -> u64 {
 fn read_broker_id(path: &Path) -> Result<Option<u32>, EngineError> {
     match std::fs::read_to_string(path) {
         Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-            EngineError::Config(format!(
-                "{} holds {:?}, not a broker id",
-                path.display(),
-                text.trim()
-            ))
+            EngineError::from(ConfigError::BrokerIdFile {
+                path: path.to_owned(),
+                text: text.trim().to_owned(),
+            })
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(EngineError::io("read broker id", path, e)),
@@ -573,7 +747,7 @@ fn register(
     config: &BrokerConfig,
     id: Option<u32>,
     shards: &[ShardAddress],
-) -> Result<(u32, String), String> {
+) -> Result<(u32, String), RegisterError> {
     let count = shards.len() as u64;
     let (frame_type, payload) = link.call(&Request::RegisterBroker {
         id,
@@ -583,18 +757,105 @@ fn register(
             .capacity_records_per_s_per_shard
             .saturating_mul(count),
     })?;
-    match Response::decode(frame_type, &payload).map_err(|e| e.to_string())? {
+    match Response::decode(frame_type, &payload)? {
         Response::Registered { id: given, filer } => match id {
-            Some(kept) if kept != given => Err(format!(
-                "the control plane registered broker {kept} as {given}"
-            )),
+            Some(kept) if kept != given => Err(RegisterError::IdChanged { kept, given }),
             _ => Ok((given, filer)),
         },
-        Response::Error { code, message } => Err(format!(
-            "the control plane refused to register: {code:?}: {message}"
-        )),
-        other => Err(format!("unexpected answer to a registration: {other:?}")),
+        Response::Error { code, message } => Err(RegisterError::Refused { code, message }),
+        other => Err(RegisterError::Unexpected {
+            answer: other.frame_type(),
+        }),
     }
+}
+
+/// Why the control plane did not take the broker's registration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// The call did not get through.
+    #[error(transparent)]
+    Link(#[from] ControlLinkError),
+    /// The answer does not decode.
+    #[error(transparent)]
+    Decode(#[from] wire::DecodeError),
+    /// The control plane gave the broker another id than the one it keeps.
+    #[error("the control plane registered broker {kept} as {given}")]
+    IdChanged {
+        /// The id the broker asked to keep.
+        kept: u32,
+        /// The id it was given.
+        given: u32,
+    },
+    /// The control plane answered with an error.
+    #[error("the control plane refused to register: {code:?}: {message}")]
+    Refused {
+        /// Its error code.
+        code: ErrorCode,
+        /// Its message.
+        message: String,
+    },
+    /// The control plane answered with something else than a registration.
+    #[error("unexpected answer to a registration: {answer:?}")]
+    Unexpected {
+        /// The answer's frame type.
+        answer: FrameType,
+    },
+}
+
+/// Why a load report was not taken.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+enum ReportError {
+    /// Registering again (on a new connection, or when the control plane
+    /// did not know the broker) failed.
+    #[error(transparent)]
+    Register(#[from] RegisterError),
+    /// The call did not get through.
+    #[error(transparent)]
+    Link(#[from] ControlLinkError),
+    /// The answer does not decode.
+    #[error(transparent)]
+    Decode(#[from] wire::DecodeError),
+    /// The control plane answered with an error.
+    #[error("report refused: {code:?}: {message}")]
+    Refused { code: ErrorCode, message: String },
+    /// The control plane answered with something else than `Done`.
+    #[error("report refused: unexpected answer {answer:?}")]
+    Unexpected { answer: FrameType },
+}
+
+impl ReportError {
+    /// A report answered with `answer` instead of `Done`.
+    fn refused(answer: Response<'_>) -> ReportError {
+        match answer {
+            Response::Error { code, message } => ReportError::Refused { code, message },
+            other => ReportError::Unexpected {
+                answer: other.frame_type(),
+            },
+        }
+    }
+}
+
+/// Why leaving the cluster was not acknowledged.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+enum LeaveError {
+    /// Registering again on a new connection failed.
+    #[error(transparent)]
+    Register(#[from] RegisterError),
+    /// The call did not get through.
+    #[error(transparent)]
+    Link(#[from] ControlLinkError),
+    /// The answer does not decode.
+    #[error(transparent)]
+    Decode(#[from] wire::DecodeError),
+    /// The control plane answered with an error.
+    #[error("refused: {code:?}: {message}")]
+    Refused { code: ErrorCode, message: String },
+    /// The control plane answered with something else than `Done`.
+    #[error("unexpected answer {answer:?}")]
+    Unexpected { answer: FrameType },
 }
 
 /// The thread that speaks for the broker once it runs.
@@ -693,7 +954,7 @@ impl ClusterAgent {
         }
     }
 
-    fn ensure_registered(&mut self) -> Result<(), String> {
+    fn ensure_registered(&mut self) -> Result<(), RegisterError> {
         if self.registered && self.link.is_connected() {
             return Ok(());
         }
@@ -740,7 +1001,7 @@ impl ClusterAgent {
         }
     }
 
-    fn send_report(&mut self, segments: Vec<SegmentLoadReport>) -> Result<(), String> {
+    fn send_report(&mut self, segments: Vec<SegmentLoadReport>) -> Result<(), ReportError> {
         self.ensure_registered()?;
         let request = Request::LoadReport {
             broker: self.id,
@@ -749,7 +1010,7 @@ impl ClusterAgent {
         let (frame_type, payload) = self.link.call(&request).inspect_err(|_| {
             self.registered = false;
         })?;
-        match Response::decode(frame_type, &payload).map_err(|e| e.to_string())? {
+        match Response::decode(frame_type, &payload)? {
             Response::Done => Ok(()),
             Response::Error {
                 code: ErrorCode::NotOwner,
@@ -761,12 +1022,12 @@ impl ClusterAgent {
                 self.registered = false;
                 self.ensure_registered()?;
                 let (frame_type, payload) = self.link.call(&request)?;
-                match Response::decode(frame_type, &payload).map_err(|e| e.to_string())? {
+                match Response::decode(frame_type, &payload)? {
                     Response::Done => Ok(()),
-                    other => Err(format!("report refused: {other:?}")),
+                    other => Err(ReportError::refused(other)),
                 }
             }
-            other => Err(format!("report refused: {other:?}")),
+            other => Err(ReportError::refused(other)),
         }
     }
 
@@ -775,17 +1036,22 @@ impl ClusterAgent {
     /// answers. If it cannot be reached the broker still stops; the control
     /// plane declares it dead after its silence limit.
     fn leave(&mut self) {
-        let result = self.ensure_registered().and_then(|()| {
-            let (frame_type, payload) =
-                self.link.call(&Request::LeaveBroker { broker: self.id })?;
-            match Response::decode(frame_type, &payload).map_err(|e| e.to_string())? {
-                Response::Done => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        });
+        let result = self.leave_call();
         match result {
             Ok(()) => log::info!("left the cluster: segments moved to other brokers"),
             Err(e) => log::warn!("leaving the cluster: {e}"),
+        }
+    }
+
+    fn leave_call(&mut self) -> Result<(), LeaveError> {
+        self.ensure_registered()?;
+        let (frame_type, payload) = self.link.call(&Request::LeaveBroker { broker: self.id })?;
+        match Response::decode(frame_type, &payload)? {
+            Response::Done => Ok(()),
+            Response::Error { code, message } => Err(LeaveError::Refused { code, message }),
+            other => Err(LeaveError::Unexpected {
+                answer: other.frame_type(),
+            }),
         }
     }
 }
@@ -898,7 +1164,7 @@ impl AdminCaller {
             }
             // The agent keeps it.
             ControlRequest::Shutdown { reply } => {
-                let _ = reply.send(Err("the broker is already stopping".into()));
+                let _ = reply.send(Err(ShutdownError::AlreadyStopping));
             }
         }
     }
@@ -974,7 +1240,10 @@ fn refuse(request: ControlRequest, error: ServeError) {
             let _ = reply.send(Err(error));
         }
         ControlRequest::Shutdown { reply } => {
-            let _ = reply.send(Err(error.message));
+            let _ = reply.send(Err(ShutdownError::Refused {
+                code: error.code,
+                message: error.message,
+            }));
         }
     }
 }
@@ -999,7 +1268,7 @@ fn collect(shards: &[flume::Sender<ShardCommand>], sealed: bool) -> Vec<SegmentL
         .collect()
 }
 
-fn unreachable(e: String) -> ServeError {
+fn unreachable(e: ControlLinkError) -> ServeError {
     ServeError::new(
         ErrorCode::ControlUnavailable,
         format!("the control plane is unreachable: {e}"),
@@ -1014,4 +1283,167 @@ fn unexpected(response: &Response<'_>) -> ServeError {
             response.frame_type()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// An address nothing listens on.
+    fn closed_address() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    }
+
+    /// A control plane that answers its first request with `answer`.
+    fn answering(answer: Response<'static>) -> (String, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let served = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut payload = Vec::new();
+            let header = read_frame(&mut stream, &mut payload).unwrap().unwrap();
+            let mut frame = Vec::new();
+            answer.encode(header.request_id, &mut frame);
+            stream.write_all(&frame).unwrap();
+        });
+        (address, served)
+    }
+
+    fn register_with(answer: Response<'static>) -> Result<(u32, String), RegisterError> {
+        let (address, served) = answering(answer);
+        let mut link = ControlLink::new(vec![address]);
+        let shards = [ShardAddress {
+            tcp: "127.0.0.1:1".into(),
+            quic: "127.0.0.1:1".into(),
+        }];
+        let result = register(&mut link, &BrokerConfig::default(), Some(3), &shards);
+        served.join().unwrap();
+        result
+    }
+
+    #[test]
+    fn control_addresses_are_checked() {
+        assert_eq!(parse_control_addresses("a:1, b:2").unwrap(), ["a:1", "b:2"]);
+        let err = parse_control_addresses("a:1,,b:2").unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::ControlAddressEmpty { list } if list == "a:1,,b:2"),
+            "{err:?}"
+        );
+        let many = vec!["a:1"; CONTROL_ADDRESSES_MAX + 1].join(",");
+        let err = parse_control_addresses(&many).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::ControlAddressesTooMany { count, max: CONTROL_ADDRESSES_MAX }
+                    if count == CONTROL_ADDRESSES_MAX + 1
+            ),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "17 control-plane addresses: at most 16");
+    }
+
+    #[test]
+    fn a_call_that_cannot_get_through_says_where() {
+        let address = closed_address();
+        let err = ControlLink::new(vec![address.clone()])
+            .call(&Request::ListTopics)
+            .unwrap_err();
+        assert!(
+            matches!(&err, ControlLinkError::Connect { address: a, .. } if *a == address),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("connect to control plane {address}: ")),
+            "{err}"
+        );
+
+        let err = ControlLink::new(vec!["no port here".into()])
+            .call(&Request::ListTopics)
+            .unwrap_err();
+        assert!(matches!(err, ControlLinkError::Resolve { .. }), "{err:?}");
+
+        // Several instances, none reachable: every one is tried, and the
+        // last failure is kept.
+        let err = ControlLink::new(vec![closed_address(), closed_address()])
+            .call(&Request::ListTopics)
+            .unwrap_err();
+        let ControlLinkError::NoLeader { last } = &err else {
+            panic!("expected NoLeader, got {err:?}")
+        };
+        assert!(
+            matches!(**last, ControlLinkError::Connect { .. }),
+            "{last:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("no control-plane instance leads: connect to control plane "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_refused_registration_says_why() {
+        let err = register_with(Response::Error {
+            code: ErrorCode::InvalidArgument,
+            message: "no shards".into(),
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&err, RegisterError::Refused { code: ErrorCode::InvalidArgument, message }
+                if message == "no shards"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "the control plane refused to register: InvalidArgument: no shards"
+        );
+
+        let err = register_with(Response::Registered {
+            id: 4,
+            filer: "file:///f".into(),
+        })
+        .unwrap_err();
+        assert!(
+            matches!(err, RegisterError::IdChanged { kept: 3, given: 4 }),
+            "{err:?}"
+        );
+
+        let err = register_with(Response::Done).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RegisterError::Unexpected {
+                    answer: FrameType::DoneResponse
+                }
+            ),
+            "{err:?}"
+        );
+
+        let joined = ConfigError::Join {
+            source: RegisterError::IdChanged { kept: 3, given: 4 },
+        };
+        assert_eq!(
+            EngineError::from(joined).to_string(),
+            "invalid configuration: joining the cluster: the control plane registered broker 3 \
+             as 4"
+        );
+    }
+
+    #[test]
+    fn probe_errors_read_as_before() {
+        assert_eq!(ProbeError::NotLeader.to_string(), "no longer leads");
+        let err = ControlLinkError::Probe {
+            address: "c:1".into(),
+            source: ProbeError::Closed,
+        };
+        assert_eq!(
+            err.to_string(),
+            "control plane c:1: closed a probe without answering"
+        );
+    }
 }

@@ -193,64 +193,387 @@ impl BrokerConfig {
     }
 
     /// Refuse settings that cannot work, with the reason.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let shards = self.shard_count();
-        if shards == 0 || shards > 256 {
-            return Err(format!("--shards must be 1..=256, got {shards}"));
+        if shards == 0 || shards > SHARDS_MAX {
+            return Err(ConfigError::ShardCount {
+                shards,
+                max: SHARDS_MAX,
+            });
         }
         if u32::from(self.listen.port()) + shards as u32 > 65_536 {
-            return Err("listen port + shard count exceeds 65535".into());
+            return Err(ConfigError::PortsPastEnd {
+                port: self.listen.port(),
+                shards,
+            });
         }
         if self.listen.port() == 0 {
-            return Err("listen port 0 is not supported: shards need known ports".into());
+            return Err(ConfigError::PortZero);
         }
-        if self.buffer_bytes < 64 << 10 || self.buffer_bytes > 1 << 30 {
-            return Err("buffer bytes must be between 64 KiB and 1 GiB".into());
+        if self.buffer_bytes < BUFFER_BYTES_MIN || self.buffer_bytes > BUFFER_BYTES_MAX {
+            return Err(ConfigError::BufferBytes {
+                bytes: self.buffer_bytes,
+                min: BUFFER_BYTES_MIN,
+                max: BUFFER_BYTES_MAX,
+            });
         }
-        if self.unflushed_bytes_max == 0 || self.connection_requests_in_flight_max == 0 {
-            return Err("limits must be at least 1".into());
+        if self.unflushed_bytes_max == 0 {
+            return Err(ConfigError::ZeroLimit {
+                setting: "unflushed_bytes_max",
+            });
+        }
+        if self.connection_requests_in_flight_max == 0 {
+            return Err(ConfigError::ZeroLimit {
+                setting: "connection_requests_in_flight_max",
+            });
         }
         if self.inbox_requests_max == 0 {
-            return Err("the shard inbox must hold at least one request".into());
+            return Err(ConfigError::InboxEmpty);
         }
         if self.payload_sweep_interval_ms == 0 {
-            return Err("the payload sweep interval must be at least 1 ms".into());
+            return Err(ConfigError::SweepIntervalZero);
         }
-        if self.payload_upload_bytes_max < u64::from(wire::limits::FRAME_PAYLOAD_BYTES_MAX) {
-            return Err(
-                "the payload upload budget must hold at least one largest frame (8 MiB)".into(),
-            );
+        let frame_bytes_max = u64::from(wire::limits::FRAME_PAYLOAD_BYTES_MAX);
+        if self.payload_upload_bytes_max < frame_bytes_max {
+            return Err(ConfigError::PayloadUploadBudget {
+                bytes: self.payload_upload_bytes_max,
+                min: frame_bytes_max,
+            });
         }
-        if self.receive_bytes_max < u64::from(wire::limits::FRAME_PAYLOAD_BYTES_MAX) {
-            return Err("--receive-bytes-max must hold at least one largest frame (8 MiB)".into());
+        if self.receive_bytes_max < frame_bytes_max {
+            return Err(ConfigError::ReceiveBudget {
+                bytes: self.receive_bytes_max,
+                min: frame_bytes_max,
+            });
         }
         if self.connections_per_ip_max == 0 {
-            return Err("--connections-per-ip-max must be at least 1".into());
+            return Err(ConfigError::ConnectionsPerIpZero);
         }
-        if self.idle_timeout_ms == 0 || self.frame_timeout_ms == 0 {
-            return Err("the idle and frame timeouts must be at least 1 ms".into());
+        if self.idle_timeout_ms == 0 {
+            return Err(ConfigError::TimeoutZero {
+                setting: "idle_timeout_ms",
+            });
+        }
+        if self.frame_timeout_ms == 0 {
+            return Err(ConfigError::TimeoutZero {
+                setting: "frame_timeout_ms",
+            });
         }
         if self.tick_ms == 0 {
-            return Err("tick must be at least 1 ms".into());
+            return Err(ConfigError::TickZero);
         }
         if self.control.is_some() && self.kafka_listen.is_some() {
-            return Err(
-                "the Kafka gateway runs only on a single broker (no --control) for now".into(),
-            );
+            return Err(ConfigError::KafkaInCluster);
         }
         if self.capacity_bytes_per_s_per_shard == 0 || self.capacity_records_per_s_per_shard == 0 {
-            return Err("capacities must be at least 1".into());
+            return Err(ConfigError::CapacityZero);
         }
         let lane = 1..=crate::filer_lane::LANE_THREADS_MAX;
         if !lane.contains(&self.filer_uploads) || !lane.contains(&self.filer_reads) {
-            return Err(format!(
-                "--filer-uploads and --filer-reads must be 1..={}",
-                crate::filer_lane::LANE_THREADS_MAX
-            ));
+            return Err(ConfigError::FilerLanes {
+                uploads: self.filer_uploads,
+                reads: self.filer_reads,
+                max: crate::filer_lane::LANE_THREADS_MAX,
+            });
         }
         if self.load_report_ms == 0 {
-            return Err("the load report interval must be at least 1 ms".into());
+            return Err(ConfigError::LoadReportZero);
         }
         Ok(())
+    }
+}
+
+/// Most shards one broker runs.
+const SHARDS_MAX: usize = 256;
+/// Smallest `buffer_bytes`: 64 KiB.
+const BUFFER_BYTES_MIN: u64 = 64 << 10;
+/// Largest `buffer_bytes`: 1 GiB.
+const BUFFER_BYTES_MAX: u64 = 1 << 30;
+// The messages below name these limits in words.
+const _: () = assert!(wire::limits::FRAME_PAYLOAD_BYTES_MAX == 8 << 20);
+
+/// Why a broker cannot start with what it was given: a setting out of
+/// range ([`BrokerConfig::validate`]), or what a setting names (the
+/// control-plane addresses, the broker id kept in the data directory, the
+/// cluster's filer, the cluster to join). Shown as `invalid configuration:
+/// ..` ([`EngineError::Config`](crate::EngineError::Config)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A shard count outside `1..=max`.
+    #[error("--shards must be 1..={max}, got {shards}")]
+    ShardCount {
+        /// The shards asked for (or found).
+        shards: usize,
+        /// The most a broker runs.
+        max: usize,
+    },
+    /// Shard ports would run past 65535.
+    #[error("listen port + shard count exceeds 65535")]
+    PortsPastEnd {
+        /// Shard 0's port.
+        port: u16,
+        /// The shards, one port each.
+        shards: usize,
+    },
+    /// Listen port 0: shards need known ports.
+    #[error("listen port 0 is not supported: shards need known ports")]
+    PortZero,
+    /// A buffer size outside `min..=max`.
+    #[error("buffer bytes must be between 64 KiB and 1 GiB")]
+    BufferBytes {
+        /// The size given.
+        bytes: u64,
+        /// 64 KiB.
+        min: u64,
+        /// 1 GiB.
+        max: u64,
+    },
+    /// A limit of 0.
+    #[error("limits must be at least 1")]
+    ZeroLimit {
+        /// The setting that is 0.
+        setting: &'static str,
+    },
+    /// A shard inbox that holds no request.
+    #[error("the shard inbox must hold at least one request")]
+    InboxEmpty,
+    /// A payload sweep interval of 0.
+    #[error("the payload sweep interval must be at least 1 ms")]
+    SweepIntervalZero,
+    /// A payload upload budget smaller than one largest frame.
+    #[error("the payload upload budget must hold at least one largest frame (8 MiB)")]
+    PayloadUploadBudget {
+        /// The budget given.
+        bytes: u64,
+        /// One largest frame's payload.
+        min: u64,
+    },
+    /// A receive budget smaller than one largest frame.
+    #[error("--receive-bytes-max must hold at least one largest frame (8 MiB)")]
+    ReceiveBudget {
+        /// The budget given.
+        bytes: u64,
+        /// One largest frame's payload.
+        min: u64,
+    },
+    /// At most 0 connections per IP address.
+    #[error("--connections-per-ip-max must be at least 1")]
+    ConnectionsPerIpZero,
+    /// An idle or frame timeout of 0.
+    #[error("the idle and frame timeouts must be at least 1 ms")]
+    TimeoutZero {
+        /// The setting that is 0.
+        setting: &'static str,
+    },
+    /// A tick of 0.
+    #[error("tick must be at least 1 ms")]
+    TickZero,
+    /// A Kafka gateway on a broker of a cluster.
+    #[error("the Kafka gateway runs only on a single broker (no --control) for now")]
+    KafkaInCluster,
+    /// A capacity of 0.
+    #[error("capacities must be at least 1")]
+    CapacityZero,
+    /// Upload or read lanes outside `1..=max` threads.
+    #[error("--filer-uploads and --filer-reads must be 1..={max}")]
+    FilerLanes {
+        /// `filer_uploads` as given.
+        uploads: usize,
+        /// `filer_reads` as given.
+        reads: usize,
+        /// The most threads one lane runs.
+        max: usize,
+    },
+    /// A load report interval of 0.
+    #[error("the load report interval must be at least 1 ms")]
+    LoadReportZero,
+    /// An empty address in `--control A,B,C`.
+    #[error("control-plane addresses {list:?}: an empty address (write A,B,C)")]
+    ControlAddressEmpty {
+        /// The list as given.
+        list: String,
+    },
+    /// More control-plane addresses than a broker follows.
+    #[error("{count} control-plane addresses: at most {max}")]
+    ControlAddressesTooMany {
+        /// The addresses given.
+        count: usize,
+        /// The most a broker follows.
+        max: usize,
+    },
+    /// The data directory's broker id file holds something else.
+    #[error("{} holds {text:?}, not a broker id", path.display())]
+    BrokerIdFile {
+        /// The file.
+        path: PathBuf,
+        /// What it holds (trimmed).
+        text: String,
+    },
+    /// The control plane named a filer this build cannot open.
+    #[error("the control plane named a filer kelp cannot use: {source}")]
+    ClusterFiler {
+        /// Why its URL does not parse.
+        source: filer::FilerError,
+    },
+    /// The broker was given a filer other than its cluster's.
+    #[error(
+        "this broker was given --filer {given} but its cluster stores in {cluster}; \
+         brokers of a cluster share the control plane's filer"
+    )]
+    FilerMismatch {
+        /// The broker's own `--filer`.
+        given: filer::FilerUrl,
+        /// The filer the control plane named.
+        cluster: filer::FilerUrl,
+    },
+    /// The control plane the broker was pointed at did not take its
+    /// registration within the join patience.
+    #[error("joining the cluster: {source}")]
+    Join {
+        /// Why the last attempt failed.
+        source: crate::error::RegisterError,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn config() -> BrokerConfig {
+        BrokerConfig {
+            shards: 2,
+            ..BrokerConfig::default()
+        }
+    }
+
+    #[test]
+    fn validate_names_the_setting_and_the_numbers() {
+        config().validate().unwrap();
+        let err = BrokerConfig {
+            shards: 300,
+            ..config()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::ShardCount {
+                    shards: 300,
+                    max: 256
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "--shards must be 1..=256, got 300");
+        let err = BrokerConfig {
+            listen: "127.0.0.1:65535".parse().unwrap(),
+            ..config()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::PortsPastEnd {
+                    port: 65535,
+                    shards: 2
+                }
+            ),
+            "{err:?}"
+        );
+        let err = BrokerConfig {
+            buffer_bytes: 1,
+            ..config()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::BufferBytes {
+                    bytes: 1,
+                    min: 65_536,
+                    max: 1_073_741_824
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "buffer bytes must be between 64 KiB and 1 GiB"
+        );
+        let err = BrokerConfig {
+            connection_requests_in_flight_max: 0,
+            ..config()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::ZeroLimit {
+                    setting: "connection_requests_in_flight_max"
+                }
+            ),
+            "{err:?}"
+        );
+        let err = BrokerConfig {
+            frame_timeout_ms: 0,
+            ..config()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::TimeoutZero {
+                    setting: "frame_timeout_ms"
+                }
+            ),
+            "{err:?}"
+        );
+        let err = BrokerConfig {
+            receive_bytes_max: 1,
+            ..config()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::ReceiveBudget { bytes: 1, min } if min == 8 << 20),
+            "{err:?}"
+        );
+        let err = BrokerConfig {
+            filer_reads: 0,
+            ..config()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::FilerLanes { reads: 0, .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "--filer-uploads and --filer-reads must be 1..={}",
+                crate::filer_lane::LANE_THREADS_MAX
+            )
+        );
+        let err = BrokerConfig {
+            control: Some("127.0.0.1:7400".into()),
+            kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..config()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(matches!(err, ConfigError::KafkaInCluster), "{err:?}");
+        let err = crate::EngineError::from(ConfigError::PortZero);
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: listen port 0 is not supported: shards need known ports"
+        );
     }
 }

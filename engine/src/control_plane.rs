@@ -10,6 +10,7 @@ use std::time::Duration;
 use control::Topic;
 use wire::message::{BrokerShards, TopicInfo};
 
+use crate::error::EngineError;
 use crate::serve_error::ServeError;
 
 /// Requests waiting for the cluster agent (which hands admin requests on
@@ -50,7 +51,7 @@ pub(crate) enum ControlRequest {
         reply: Reply<crate::cluster_agent::Answer>,
     },
     Shutdown {
-        reply: flume::Sender<Result<(), String>>,
+        reply: flume::Sender<Result<(), ShutdownError>>,
     },
 }
 
@@ -63,7 +64,7 @@ pub(crate) enum ShardCommand {
         /// The shards of the brokers owning its open segments (the
         /// `ApplyLayout`'s), to name a sealed segment's successors.
         owners: Arc<[BrokerShards]>,
-        reply: flume::Sender<Result<(), String>>,
+        reply: flume::Sender<Result<(), EngineError>>,
     },
     /// The first half of a layout, sent to every shard before the layout
     /// itself: refuse writes to the segments it seals (naming their
@@ -88,12 +89,106 @@ pub(crate) enum ShardCommand {
     },
     /// Seal and flush everything, then report.
     Shutdown {
-        reply: flume::Sender<Result<(), String>>,
+        reply: flume::Sender<Result<(), UnflushedSegments>>,
     },
 }
 
+/// Why the broker's shards were not all sealed and flushed when it
+/// stopped ([`EngineError::Stop`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// Shards that failed to flush or did not answer in time, one entry
+    /// each (never empty).
+    #[error("{}", join(.failures))]
+    Shards {
+        /// Each shard that failed.
+        failures: Vec<ShardShutdownFailure>,
+    },
+    /// The control-plane thread was gone: nobody had the shards flush.
+    #[error("control plane stopped")]
+    AgentGone,
+    /// The request reached an admin caller, not the agent that stops the
+    /// broker.
+    #[error("the broker is already stopping")]
+    AlreadyStopping,
+    /// The request was turned away before the agent saw it (the admin
+    /// queue was full or closed): the code and message a client would get.
+    #[error("{message}")]
+    Refused {
+        /// The error code.
+        code: wire::ErrorCode,
+        /// The message.
+        message: String,
+    },
+}
+
+/// One shard that did not seal and flush everything on shutdown.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardShutdownFailure {
+    /// Some of its segments failed to flush.
+    #[error("shard {shard}: {source}")]
+    Unflushed {
+        /// The shard.
+        shard: usize,
+        /// Its segments that failed.
+        source: UnflushedSegments,
+    },
+    /// It did not answer within the shard command timeout.
+    #[error("shard {shard} did not finish flushing")]
+    NoAnswer {
+        /// The shard.
+        shard: usize,
+    },
+}
+
+/// The segments one shard could not seal and flush on shutdown, each with
+/// the error its flush got (never empty).
+#[derive(Debug, thiserror::Error)]
+#[error("{}", join(.segments))]
+#[non_exhaustive]
+pub struct UnflushedSegments {
+    /// Each segment that failed.
+    pub segments: Vec<UnflushedSegment>,
+}
+
+/// One segment that could not be sealed and flushed.
+#[derive(Debug, thiserror::Error)]
+#[error("segment {segment}: {message}")]
+#[non_exhaustive]
+pub struct UnflushedSegment {
+    /// The segment's id.
+    pub segment: u32,
+    /// The error code a client waiting on it gets.
+    pub code: wire::ErrorCode,
+    /// Why (the segment's failure, or the filer's).
+    pub message: String,
+}
+
+impl UnflushedSegment {
+    pub(crate) fn new(segment: u32, error: ServeError) -> UnflushedSegment {
+        UnflushedSegment {
+            segment,
+            code: error.code,
+            message: error.message,
+        }
+    }
+}
+
+/// `items` one after another, split by `; `.
+fn join<T: std::fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Have every shard seal and flush everything, and wait for them.
-pub(crate) fn shut_down_shards(shards: &[flume::Sender<ShardCommand>]) -> Result<(), String> {
+pub(crate) fn shut_down_shards(
+    shards: &[flume::Sender<ShardCommand>],
+) -> Result<(), ShutdownError> {
     let mut waiting = Vec::new();
     for (i, shard) in shards.iter().enumerate() {
         let (tx, rx) = flume::bounded(1);
@@ -105,13 +200,75 @@ pub(crate) fn shut_down_shards(shards: &[flume::Sender<ShardCommand>]) -> Result
     for (i, rx) in waiting {
         match rx.recv_timeout(SHARD_COMMAND_TIMEOUT) {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => failures.push(format!("shard {i}: {e}")),
-            Err(_) => failures.push(format!("shard {i} did not finish flushing")),
+            Ok(Err(source)) => {
+                failures.push(ShardShutdownFailure::Unflushed { shard: i, source });
+            }
+            Err(_) => failures.push(ShardShutdownFailure::NoAnswer { shard: i }),
         }
     }
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(failures.join("; "))
+        Err(ShutdownError::Shards { failures })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A shard that answers `answer` (or drops the reply, with `None`) to
+    /// its shutdown.
+    fn shard(answer: Option<Result<(), UnflushedSegments>>) -> flume::Sender<ShardCommand> {
+        let (commands, inbox) = flume::bounded(1);
+        std::thread::spawn(move || {
+            if let Ok(ShardCommand::Shutdown { reply }) = inbox.recv() {
+                if let Some(answer) = answer {
+                    let _ = reply.send(answer);
+                }
+            }
+        });
+        commands
+    }
+
+    #[test]
+    fn a_shutdown_names_each_shard_that_failed() {
+        shut_down_shards(&[shard(Some(Ok(()))), shard(Some(Ok(())))]).unwrap();
+        let unflushed = UnflushedSegments {
+            segments: vec![UnflushedSegment::new(
+                3,
+                ServeError::new(wire::ErrorCode::Storage, "disk full"),
+            )],
+        };
+        let err = shut_down_shards(&[
+            shard(Some(Ok(()))),
+            shard(Some(Err(unflushed))),
+            shard(None),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "shard 1: segment 3: disk full; shard 2 did not finish flushing"
+        );
+        let ShutdownError::Shards { failures } = &err else {
+            panic!("expected Shards, got {err:?}")
+        };
+        assert!(matches!(
+            failures.as_slice(),
+            [
+                ShardShutdownFailure::Unflushed { shard: 1, source },
+                ShardShutdownFailure::NoAnswer { shard: 2 },
+            ] if source.segments[0].segment == 3
+                && source.segments[0].code == wire::ErrorCode::Storage
+        ));
+        assert_eq!(
+            EngineError::from(err).to_string(),
+            "stopping: shard 1: segment 3: disk full; shard 2 did not finish flushing"
+        );
+        assert_eq!(
+            EngineError::from(ShutdownError::AgentGone).to_string(),
+            "stopping: control plane stopped"
+        );
     }
 }

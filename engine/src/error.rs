@@ -2,12 +2,18 @@
 
 use std::path::PathBuf;
 
+pub use crate::cluster_agent::{ControlLinkError, ProbeError, RegisterError};
+pub use crate::config::ConfigError;
+pub use crate::control_plane::{
+    ShardShutdownFailure, ShutdownError, UnflushedSegment, UnflushedSegments,
+};
+
 /// Why the broker could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
     #[error("{op} {path}: {source}")]
     Io {
         op: &'static str,
@@ -35,7 +41,7 @@ pub enum EngineError {
     Start(String),
     /// The broker stopped, but not cleanly: what could not be flushed.
     #[error("stopping: {0}")]
-    Stop(String),
+    Stop(#[from] ShutdownError),
     #[error("tls: {0}")]
     Tls(String),
 }

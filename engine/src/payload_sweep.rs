@@ -40,6 +40,31 @@ pub(crate) struct SweepReport {
     pub(crate) topics_skipped: usize,
 }
 
+/// Why a topic's sweep stopped before deleting anything of it (it is
+/// tried again at the next sweep).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum SweepError {
+    /// Listing or reading the filer failed.
+    #[error(transparent)]
+    Filer(#[from] filer::FilerError),
+    /// A chunk's header does not decode.
+    #[error("chunk {chunk}: {source}")]
+    ChunkHeader {
+        chunk: ObjectPath,
+        source: wire::DecodeError,
+    },
+    /// A chunk was shorter when read than its size said.
+    #[error("chunk {chunk} shrank while being read")]
+    ChunkShrank { chunk: ObjectPath },
+    /// A chunk with references does not verify.
+    #[error("chunk {chunk}: {source}")]
+    Chunk {
+        chunk: ObjectPath,
+        source: wire::DecodeError,
+    },
+}
+
 /// The sweep's memory of one topic incarnation.
 #[derive(Debug, Default)]
 struct TopicSweep {
@@ -98,12 +123,12 @@ impl PayloadSweeper {
         state: &mut TopicSweep,
         now_ms: u64,
         report: &mut SweepReport,
-    ) -> Result<(), String> {
+    ) -> Result<(), SweepError> {
         for segment in topic.segments() {
             let id = segment.id.0;
             let scanned = state.scanned_to.entry(id).or_insert(0);
             let chunk_dir = filer_layout::segment_prefix(topic.name(), id);
-            let chunks = self.filer.list(&chunk_dir).map_err(|e| e.to_string())?;
+            let chunks = self.filer.list(&chunk_dir)?;
             for chunk in chunks {
                 let Some(base) = filer_layout::parse_chunk_name(chunk.as_str()) else {
                     continue;
@@ -124,13 +149,12 @@ impl PayloadSweeper {
         let listed = match state.settled_bucket {
             None => self
                 .filer
-                .list(&filer_layout::payloads_prefix(topic.name()))
-                .map_err(|e| e.to_string())?,
+                .list(&filer_layout::payloads_prefix(topic.name()))?,
             Some(settled) => {
                 let mut all = Vec::new();
                 for bucket in settled..=now_ms / PAYLOAD_BUCKET_MS {
                     let dir = filer_layout::payload_bucket(topic.name(), bucket);
-                    all.extend(self.filer.list(&dir).map_err(|e| e.to_string())?);
+                    all.extend(self.filer.list(&dir)?);
                 }
                 all
             }
@@ -160,13 +184,13 @@ impl PayloadSweeper {
         Ok(())
     }
 
-    fn read_header(&self, chunk: &ObjectPath) -> Result<ChunkHeader, String> {
+    fn read_header(&self, chunk: &ObjectPath) -> Result<ChunkHeader, SweepError> {
         let mut buf = [0u8; CHUNK_HEADER_BYTES];
-        let n = self
-            .filer
-            .read_at(chunk, 0, &mut buf)
-            .map_err(|e| e.to_string())?;
-        ChunkHeader::decode(&buf[..n]).map_err(|e| format!("chunk {chunk}: {e}"))
+        let n = self.filer.read_at(chunk, 0, &mut buf)?;
+        ChunkHeader::decode(&buf[..n]).map_err(|source| SweepError::ChunkHeader {
+            chunk: chunk.clone(),
+            source,
+        })
     }
 
     fn collect_references(
@@ -174,18 +198,20 @@ impl PayloadSweeper {
         chunk: &ObjectPath,
         settled: Option<u64>,
         into: &mut HashSet<PayloadId>,
-    ) -> Result<(), String> {
-        let len = self.filer.size(chunk).map_err(|e| e.to_string())?;
+    ) -> Result<(), SweepError> {
+        let len = self.filer.size(chunk)?;
         let mut bytes = vec![0u8; len as usize];
         // `read_at` is short only at the object's end.
-        let n = self
-            .filer
-            .read_at(chunk, 0, &mut bytes)
-            .map_err(|e| e.to_string())?;
+        let n = self.filer.read_at(chunk, 0, &mut bytes)?;
         if n < bytes.len() {
-            return Err(format!("chunk {chunk} shrank while being read"));
+            return Err(SweepError::ChunkShrank {
+                chunk: chunk.clone(),
+            });
         }
-        let view = ChunkView::open(&bytes).map_err(|e| format!("chunk {chunk}: {e}"))?;
+        let view = ChunkView::open(&bytes).map_err(|source| SweepError::Chunk {
+            chunk: chunk.clone(),
+            source,
+        })?;
         for batch in view.batches().filter(|b| b.has_references()) {
             for record in batch.records() {
                 if let Some(reference) = record.reference() {
@@ -308,6 +334,30 @@ mod tests {
         let r = sweeper.sweep(std::slice::from_ref(&topic), 10 * HOUR);
         assert_eq!((r.deleted, r.topics_skipped), (0, 1));
         assert!(exists(&filer, &topic, &orphan));
+    }
+
+    #[test]
+    fn a_sweep_error_names_the_chunk() {
+        let (_dir, filer, topic) = setup();
+        let path = filer_layout::chunk(topic.name(), 0, 0);
+        filer.put(&path, b"not a chunk").unwrap();
+        let sweeper = PayloadSweeper::new(filer.clone(), 1_000);
+        let err = sweeper
+            .sweep_topic(
+                &topic,
+                &mut TopicSweep::default(),
+                10 * HOUR,
+                &mut SweepReport::default(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, SweepError::ChunkHeader { chunk, .. } if *chunk == path),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().starts_with(&format!("chunk {path}: ")),
+            "{err}"
+        );
     }
 
     #[test]

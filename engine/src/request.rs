@@ -361,7 +361,7 @@ pub(crate) async fn handle_frame(
                 .and_then(|answers| {
                     answers
                         .into_iter()
-                        .try_for_each(|a| a.map_err(|e| ServeError::new(ErrorCode::Storage, e)))
+                        .try_for_each(|a| a.map_err(|e| ServeError::storage(&e)))
                 });
                 answer(id, result, |()| response_frame(id, &Response::Done))
             }))

@@ -14,7 +14,7 @@ use control::{BrokerId, SegmentId, Topic};
 use wire::message::{BrokerShards, SegmentInfo, ShardAddress, Successors, TopicInfo};
 
 use crate::config::BrokerConfig;
-use crate::control_plane::{ControlRequest, ShardCommand};
+use crate::control_plane::{ControlRequest, ShardCommand, UnflushedSegment, UnflushedSegments};
 use crate::error::EngineError;
 use crate::payload::PayloadStore;
 use crate::peer_limit::PeerLimit;
@@ -158,10 +158,7 @@ impl Shard {
                 owners,
                 reply,
             } => {
-                let result = self
-                    .open_topic(topic, owners)
-                    .await
-                    .map_err(|e| e.to_string());
+                let result = self.open_topic(topic, owners).await;
                 let _ = reply.send_async(result).await;
             }
             ShardCommand::RefuseWrites {
@@ -459,17 +456,17 @@ impl Shard {
     }
 
     /// Seal and flush every buffer (graceful shutdown).
-    async fn flush_everything(&self) -> Result<(), String> {
-        let mut failures = Vec::new();
+    async fn flush_everything(&self) -> Result<(), UnflushedSegments> {
+        let mut segments = Vec::new();
         for cell in self.all_segments() {
             if let Err(e) = cell.shut_down().await {
-                failures.push(format!("segment {}: {}", cell.core().id, e.message));
+                segments.push(UnflushedSegment::new(cell.core().id, e));
             }
         }
-        if failures.is_empty() {
+        if segments.is_empty() {
             Ok(())
         } else {
-            Err(failures.join("; "))
+            Err(UnflushedSegments { segments })
         }
     }
 

@@ -34,6 +34,7 @@ const FLUSH_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Why a chunk was not stored.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 enum FlushError {
     /// The filer failed: try again (from memory, if it was the file's
     /// hand-over that failed).
@@ -300,6 +301,36 @@ fn held_back_note(held_back: u64, what: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A stored chunk's buffer file that is already gone is fine; one that
+    /// cannot be removed is a failure naming the file, to try again.
+    #[test]
+    fn a_stored_buffer_that_cannot_be_removed_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        remove_stored_buffer(&dir.path().join("gone.buf")).unwrap();
+        let err = remove_stored_buffer(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, FlushError::RemoveBuffer { path, .. } if path == dir.path()),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("remove {}: ", dir.path().display())),
+            "{err}"
+        );
+        let fenced = FlushError::Fenced {
+            path: ObjectPath::new("topics/ns/t/0/00000000000000000000.chunk").unwrap(),
+        };
+        assert_eq!(
+            fenced.to_string(),
+            "chunk topics/ns/t/0/00000000000000000000.chunk exists with other bytes: another \
+             writer stored this segment's offsets; this broker's are fenced off"
+        );
+        assert_eq!(
+            verified_chunk_copy(b"not a chunk").unwrap_err(),
+            ChunkView::open(b"not a chunk").unwrap_err()
+        );
+    }
 
     /// The pair check before a hand-over: a sealed buffer's header is
     /// stored only while its bytes still decode to the header it was
