@@ -110,12 +110,15 @@ async fn produce_partition(
         }
         batches += 1;
         if h.producer_id >= 0 && h.base_sequence >= 0 {
-            idempotent = Some(ProducerBatch {
-                producer_id: h.producer_id,
-                epoch: h.producer_epoch,
-                first: h.base_sequence,
-                last: h.base_sequence.wrapping_add(h.last_offset_delta),
-            });
+            // The batch decoder refuses a negative delta.
+            let last_offset_delta = u32::try_from(h.last_offset_delta)
+                .map_err(|_| corrupt("negative last offset delta".into()))?;
+            idempotent = Some(ProducerBatch::new(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                last_offset_delta,
+            ));
         }
         let mut headers: Vec<RecordHeader<'_>> = Vec::new();
         for record in batch

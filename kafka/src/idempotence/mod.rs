@@ -344,7 +344,7 @@ impl PartitionProducers {
         {
             return;
         }
-        state.next_sequence = ((i64::from(batch.last) + 1) % SEQUENCE_SPAN) as i32;
+        state.next_sequence = sequence_add(batch.last, 1);
         if state.recent.len() == RECENT_BATCHES_MAX {
             state.recent.pop_front();
         }

@@ -225,6 +225,30 @@ fn a_batch_across_the_wrap_read_from_the_log() {
 }
 
 #[test]
+fn a_batch_across_the_wrap_appended_live() {
+    // Records MAX-1, MAX, 0 as a Kafka header names them: base sequence
+    // and last offset delta.
+    let across = ProducerBatch::new(1, 0, SEQUENCE_MAX - 1, 2);
+    assert_eq!(across, batch(1, 0, SEQUENCE_MAX - 1, 0));
+    let mut p = PartitionProducers::new(40);
+    let append = p.begin(across);
+    p.end(append, stored(40, 43));
+    assert_eq!(p.check(&batch(1, 0, 1, 1)), Sequence::Fresh);
+    assert_eq!(p.check(&across), Sequence::Duplicate(40));
+    assert_eq!(p.check(&batch(1, 0, 2, 2)), Sequence::OutOfOrder);
+    // The same as a rebuild from the log finds.
+    let mut rebuild = Rebuild::from_log_start();
+    rebuild.replay(&fact(1, 0, SEQUENCE_MAX - 1, 3, 40));
+    assert_eq!(rebuild.finish(43).producers, p.producers);
+    // A last sequence given as the bit pattern of a wrapping i32 addition
+    // still leads to the right next sequence.
+    let mut p = PartitionProducers::new(0);
+    let append = p.begin(batch(2, 0, SEQUENCE_MAX, i32::MIN));
+    p.end(append, stored(0, 2));
+    assert_eq!(p.check(&batch(2, 0, 1, 1)), Sequence::Fresh);
+}
+
+#[test]
 fn past_the_limit_the_lowest_id_is_dropped() {
     let mut p = PartitionProducers::new(0);
     let max = PRODUCERS_PER_PARTITION_MAX as i64;
