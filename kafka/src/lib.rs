@@ -23,6 +23,7 @@ pub mod error;
 pub mod error_code;
 pub mod group;
 pub mod header;
+pub mod idempotence;
 pub mod message;
 pub mod record_batch;
 pub mod request;

@@ -4,15 +4,16 @@
 //! and timestamps are kept; null keys and values become empty ones.
 //!
 //! Idempotent producers: sequences are checked and resends answered with
-//! their first offset (`producer_state`), and the producer's id, epoch and
-//! base sequence are stored in the kelp batch header, so the check holds
-//! across restarts. As from Kafka 3, an idempotent partition's records
-//! are one batch.
+//! their first offset (`kafka::idempotence`, driven by `producer_state`),
+//! and the producer's id, epoch and base sequence are stored in the kelp
+//! batch header, so the check holds across restarts. As from Kafka 3, an
+//! idempotent partition's records are one batch.
 
 use kafka::api::produce::{
     ProducePartition, ProducePartitionResult, ProduceRequest, ProduceResponse, ProduceTopicResult,
 };
 use kafka::error_code as k;
+use kafka::idempotence::{AppendOutcome, ProducerBatch, Sequence};
 use kafka::record_batch::DECOMPRESSED_BYTES_MAX;
 use kafka::RecordBatches;
 use wire::batch::{BatchBuilder, RecordHeader};
@@ -20,7 +21,7 @@ use wire::AckMode;
 
 use crate::inbox::Produced;
 
-use super::producer_state::{ProducerBatch, Sequence};
+use super::producer_state::stamp;
 use super::topics::{is_stale, kafka_error, kelp_name};
 use super::Gateway;
 
@@ -109,12 +110,15 @@ async fn produce_partition(
         }
         batches += 1;
         if h.producer_id >= 0 && h.base_sequence >= 0 {
-            idempotent = Some(ProducerBatch {
-                producer_id: h.producer_id,
-                epoch: h.producer_epoch,
-                first: h.base_sequence,
-                last: h.base_sequence.wrapping_add(h.last_offset_delta),
-            });
+            // The batch decoder refuses a negative delta.
+            let last_offset_delta = u32::try_from(h.last_offset_delta)
+                .map_err(|_| corrupt("negative last offset delta".into()))?;
+            idempotent = Some(ProducerBatch::new(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                last_offset_delta,
+            ));
         }
         let mut headers: Vec<RecordHeader<'_>> = Vec::new();
         for record in batch
@@ -176,15 +180,15 @@ async fn produce_partition(
                     ))
                 }
             }
-            producers.borrow_mut().begin();
-            Some((producers, batch))
+            let append = producers.borrow_mut().begin(*batch);
+            Some((producers, append))
         }
         None => None,
     };
     let records_count = builder.len() as u64;
     let bytes = match idempotent {
         Some(batch) => {
-            let (id, epoch, first) = batch.stamp();
+            let (id, epoch, first) = stamp(&batch);
             builder.finish_with_epoch(id, epoch, first)
         }
         None => builder.finish(0, 0),
@@ -200,22 +204,25 @@ async fn produce_partition(
         )
         .await;
     // What was stored (for the producer state) and the partition's answer.
-    let (stored, result) = match answer {
+    let (outcome, result) = match answer {
         Ok(Some(Produced { base_offset, .. })) => (
-            Some((base_offset as i64, base_offset + records_count)),
+            AppendOutcome::Stored {
+                base_offset: base_offset as i64,
+                end_offset: base_offset + records_count,
+            },
             Ok(base_offset as i64),
         ),
         // acks 0: no answer, and no offset to give.
-        Ok(None) => (None, Ok(-1)),
+        Ok(None) => (AppendOutcome::Unknown, Ok(-1)),
         Err(e) => {
             if is_stale(&e) {
                 gateway.topics.forget(topic);
             }
-            (None, Err((kafka_error(&e), e.message)))
+            (AppendOutcome::Unknown, Err((kafka_error(&e), e.message)))
         }
     };
-    if let Some((producers, batch)) = producers {
-        producers.borrow_mut().end(batch, stored);
+    if let Some((producers, append)) = producers {
+        producers.borrow_mut().end(append, outcome);
     }
     result
 }
