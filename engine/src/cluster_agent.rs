@@ -803,45 +803,13 @@ pub enum RegisterError {
     },
 }
 
-/// Why a load report was not taken.
+/// Why a call the control plane answers with `Done` (a load report,
+/// leaving the cluster) was not taken.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-enum ReportError {
+enum NotDone {
     /// Registering again (on a new connection, or when the control plane
     /// did not know the broker) failed.
-    #[error(transparent)]
-    Register(#[from] RegisterError),
-    /// The call did not get through.
-    #[error(transparent)]
-    Link(#[from] ControlLinkError),
-    /// The answer does not decode.
-    #[error(transparent)]
-    Decode(#[from] wire::DecodeError),
-    /// The control plane answered with an error.
-    #[error("report refused: {code:?}: {message}")]
-    Refused { code: ErrorCode, message: String },
-    /// The control plane answered with something else than `Done`.
-    #[error("report refused: unexpected answer {answer:?}")]
-    Unexpected { answer: FrameType },
-}
-
-impl ReportError {
-    /// A report answered with `answer` instead of `Done`.
-    fn refused(answer: Response<'_>) -> ReportError {
-        match answer {
-            Response::Error { code, message } => ReportError::Refused { code, message },
-            other => ReportError::Unexpected {
-                answer: other.frame_type(),
-            },
-        }
-    }
-}
-
-/// Why leaving the cluster was not acknowledged.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-enum LeaveError {
-    /// Registering again on a new connection failed.
     #[error(transparent)]
     Register(#[from] RegisterError),
     /// The call did not get through.
@@ -856,6 +824,19 @@ enum LeaveError {
     /// The control plane answered with something else than `Done`.
     #[error("unexpected answer {answer:?}")]
     Unexpected { answer: FrameType },
+}
+
+impl NotDone {
+    /// `Ok` for `Done`, else why not.
+    fn check(answer: Response<'_>) -> Result<(), NotDone> {
+        match answer {
+            Response::Done => Ok(()),
+            Response::Error { code, message } => Err(NotDone::Refused { code, message }),
+            other => Err(NotDone::Unexpected {
+                answer: other.frame_type(),
+            }),
+        }
+    }
 }
 
 /// The thread that speaks for the broker once it runs.
@@ -997,11 +978,11 @@ impl ClusterAgent {
         }
         self.last = last;
         if let Err(e) = self.send_report(segments) {
-            log::warn!("load report: {e}");
+            log::warn!("load report: report {e}");
         }
     }
 
-    fn send_report(&mut self, segments: Vec<SegmentLoadReport>) -> Result<(), ReportError> {
+    fn send_report(&mut self, segments: Vec<SegmentLoadReport>) -> Result<(), NotDone> {
         self.ensure_registered()?;
         let request = Request::LoadReport {
             broker: self.id,
@@ -1022,12 +1003,9 @@ impl ClusterAgent {
                 self.registered = false;
                 self.ensure_registered()?;
                 let (frame_type, payload) = self.link.call(&request)?;
-                match Response::decode(frame_type, &payload)? {
-                    Response::Done => Ok(()),
-                    other => Err(ReportError::refused(other)),
-                }
+                NotDone::check(Response::decode(frame_type, &payload)?)
             }
-            other => Err(ReportError::refused(other)),
+            other => NotDone::check(other),
         }
     }
 
@@ -1043,16 +1021,10 @@ impl ClusterAgent {
         }
     }
 
-    fn leave_call(&mut self) -> Result<(), LeaveError> {
+    fn leave_call(&mut self) -> Result<(), NotDone> {
         self.ensure_registered()?;
         let (frame_type, payload) = self.link.call(&Request::LeaveBroker { broker: self.id })?;
-        match Response::decode(frame_type, &payload)? {
-            Response::Done => Ok(()),
-            Response::Error { code, message } => Err(LeaveError::Refused { code, message }),
-            other => Err(LeaveError::Unexpected {
-                answer: other.frame_type(),
-            }),
-        }
+        NotDone::check(Response::decode(frame_type, &payload)?)
     }
 }
 

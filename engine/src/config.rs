@@ -441,6 +441,11 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// What `validate` says of `config`, which must be refused.
+    fn refused(config: BrokerConfig) -> ConfigError {
+        config.validate().unwrap_err()
+    }
+
     fn config() -> BrokerConfig {
         BrokerConfig {
             shards: 2,
@@ -451,12 +456,10 @@ mod tests {
     #[test]
     fn validate_names_the_setting_and_the_numbers() {
         config().validate().unwrap();
-        let err = BrokerConfig {
+        let err = refused(BrokerConfig {
             shards: 300,
             ..config()
-        }
-        .validate()
-        .unwrap_err();
+        });
         assert!(
             matches!(
                 err,
@@ -468,12 +471,10 @@ mod tests {
             "{err:?}"
         );
         assert_eq!(err.to_string(), "--shards must be 1..=256, got 300");
-        let err = BrokerConfig {
+        let err = refused(BrokerConfig {
             listen: "127.0.0.1:65535".parse().unwrap(),
             ..config()
-        }
-        .validate()
-        .unwrap_err();
+        });
         assert!(
             matches!(
                 err,
@@ -484,12 +485,10 @@ mod tests {
             ),
             "{err:?}"
         );
-        let err = BrokerConfig {
+        let err = refused(BrokerConfig {
             buffer_bytes: 1,
             ..config()
-        }
-        .validate()
-        .unwrap_err();
+        });
         assert!(
             matches!(
                 err,
@@ -505,12 +504,10 @@ mod tests {
             err.to_string(),
             "buffer bytes must be between 64 KiB and 1 GiB"
         );
-        let err = BrokerConfig {
+        let err = refused(BrokerConfig {
             connection_requests_in_flight_max: 0,
             ..config()
-        }
-        .validate()
-        .unwrap_err();
+        });
         assert!(
             matches!(
                 err,
@@ -520,12 +517,10 @@ mod tests {
             ),
             "{err:?}"
         );
-        let err = BrokerConfig {
+        let err = refused(BrokerConfig {
             frame_timeout_ms: 0,
             ..config()
-        }
-        .validate()
-        .unwrap_err();
+        });
         assert!(
             matches!(
                 err,
@@ -535,22 +530,18 @@ mod tests {
             ),
             "{err:?}"
         );
-        let err = BrokerConfig {
+        let err = refused(BrokerConfig {
             receive_bytes_max: 1,
             ..config()
-        }
-        .validate()
-        .unwrap_err();
+        });
         assert!(
             matches!(err, ConfigError::ReceiveBudget { bytes: 1, min } if min == 8 << 20),
             "{err:?}"
         );
-        let err = BrokerConfig {
+        let err = refused(BrokerConfig {
             filer_reads: 0,
             ..config()
-        }
-        .validate()
-        .unwrap_err();
+        });
         assert!(
             matches!(err, ConfigError::FilerLanes { reads: 0, .. }),
             "{err:?}"
@@ -562,13 +553,11 @@ mod tests {
                 crate::filer_lane::LANE_THREADS_MAX
             )
         );
-        let err = BrokerConfig {
+        let err = refused(BrokerConfig {
             control: Some("127.0.0.1:7400".into()),
             kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
             ..config()
-        }
-        .validate()
-        .unwrap_err();
+        });
         assert!(matches!(err, ConfigError::KafkaInCluster), "{err:?}");
         let err = crate::EngineError::from(ConfigError::PortZero);
         assert_eq!(
