@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Smoke-fuzz every decoder of kelp-wire: build all targets of this crate,
-# run each for $FUZZ_SECONDS (default 20) from the committed seeds, and fail
-# if any target does not build or finds a crash. Crashing inputs land in
-# fuzz/artifacts/<target>/; replay one with
+# Smoke-fuzz every decoder of kelp-wire and kelp-kafka: build all targets of
+# this crate, run each for $FUZZ_SECONDS (default 20) from the committed
+# seeds, and fail if any target does not build or finds a crash. Crashing
+# inputs land in fuzz/artifacts/<target>/; replay one with
 #   RUSTC_BOOTSTRAP=1 cargo fuzz run <target> fuzz/artifacts/<target>/<file>
 #
 # The machine has only a stable toolchain. cargo-fuzz passes nightly-only

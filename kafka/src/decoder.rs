@@ -4,9 +4,19 @@
 //! tagged-field buffers. Must never panic or allocate more than the input
 //! could hold: every length is checked against the bytes left before
 //! anything is allocated, and an array of `n` elements is only accepted when
-//! at least `n` bytes are left (every element takes at least one byte).
+//! at least `n` bytes are left (every element takes at least one byte). An
+//! element can take far more memory than that one byte, so an array
+//! reserves room for at most [`ARRAY_RESERVE_BYTES_MAX`] up front and grows
+//! only as its elements decode.
 
 use crate::error::DecodeError;
+
+/// The most memory an array reserves before its elements are read. Its
+/// length is checked at one byte per element, but an element in memory is
+/// often tens of bytes (a CreateTopics topic is 80, at least 16 on the
+/// wire), so reserving the whole length would let a 100 MiB frame ask for
+/// gigabytes. Past this, the array grows as elements actually decode.
+pub const ARRAY_RESERVE_BYTES_MAX: usize = 64 * 1024;
 
 /// A Kafka UUID (topic ids): 16 bytes, big-endian as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
@@ -248,7 +258,8 @@ impl<'a> Decoder<'a> {
         let Some(n) = self.length(compact, false, 1)? else {
             return Ok(None);
         };
-        let mut out = Vec::with_capacity(n);
+        let reserve = ARRAY_RESERVE_BYTES_MAX / std::mem::size_of::<T>().max(1);
+        let mut out = Vec::with_capacity(n.min(reserve));
         for _ in 0..n {
             out.push(item(self)?);
         }
@@ -301,6 +312,9 @@ impl<'a> Decoder<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
     use crate::encoder::Encoder;
 
@@ -426,6 +440,65 @@ mod tests {
             Decoder::new(&[0]).nullable_array(true, |r| r.i8()),
             Ok(None)
         );
+    }
+
+    /// The unit tests' allocator: the system's, noting the largest single
+    /// allocation asked for, so a test can see what a decoder reserved.
+    struct LargestAllocation;
+
+    static LARGEST_ALLOCATION_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+    // SAFETY: every call is forwarded to `System` unchanged.
+    unsafe impl GlobalAlloc for LargestAllocation {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            LARGEST_ALLOCATION_BYTES.fetch_max(layout.size(), Ordering::Relaxed);
+            // SAFETY: the caller upholds `alloc`'s contract.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            LARGEST_ALLOCATION_BYTES.fetch_max(layout.size(), Ordering::Relaxed);
+            // SAFETY: the caller upholds `alloc_zeroed`'s contract.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            LARGEST_ALLOCATION_BYTES.fetch_max(new_size, Ordering::Relaxed);
+            // SAFETY: the caller upholds `realloc`'s contract.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: the caller upholds `dealloc`'s contract.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: LargestAllocation = LargestAllocation;
+
+    /// A CreateTopics v0 request as large as a frame may be (100 MiB)
+    /// whose topics array claims as many topics as bytes are left made the
+    /// decoder reserve 100 Mi topics of 80 bytes, an 8.4 GB allocation,
+    /// before the first topic failed to decode (the kafka_request fuzz
+    /// target reports it as out-of-memory on this input; its 8 KiB inputs
+    /// cannot reach it). It now fails with the first topic's error having
+    /// reserved at most ARRAY_RESERVE_BYTES_MAX.
+    #[test]
+    fn an_array_claiming_every_byte_left_is_not_reserved_up_front() {
+        let count = crate::request::REQUEST_FRAME_BYTES_MAX - 14;
+        let mut frame = Vec::with_capacity(14 + count);
+        frame.extend_from_slice(&[0, 19, 0, 0, 0, 0, 0, 1]); // CreateTopics v0, correlation id 1
+        frame.extend_from_slice(&[0xff, 0xff]); // client id null
+        frame.extend_from_slice(&(count as i32).to_be_bytes()); // topics
+        frame.resize(14 + count, 0xff); // the first topic's name is null
+        assert_eq!(
+            crate::Request::decode(&frame),
+            Err(DecodeError::UnexpectedNull { offset: 14 })
+        );
+        // The frame itself is the largest allocation of any unit test.
+        let largest = LARGEST_ALLOCATION_BYTES.load(Ordering::Relaxed);
+        assert!(largest <= frame.capacity(), "{largest} bytes reserved");
     }
 
     #[test]

@@ -140,6 +140,12 @@ pub enum EncodeError {
         /// The largest length the prefix can hold.
         max: usize,
     },
+    /// The records would make a record batch its decoder refuses.
+    #[error("invalid record batch: {reason}")]
+    InvalidBatch {
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// Compressing a batch failed.
     #[error("{codec} compression failed: {reason}")]
     Compression {

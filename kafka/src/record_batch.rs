@@ -556,6 +556,8 @@ impl<'a> Iterator for Records<'a> {
 /// `records` (the last record's offset delta, 0 when there are none); its
 /// codec bits are replaced by `compression`'s. `scratch` holds the
 /// uncompressed records while compressing (reuse it to allocate once).
+/// A negative last offset delta is refused: [`RecordBatch::decode`] would
+/// refuse the batch.
 pub fn encode_record_batch(
     out: &mut Vec<u8>,
     header: &RecordBatchHeader,
@@ -566,6 +568,13 @@ pub fn encode_record_batch(
     let start = out.len();
     let record_count = varint_length(records.len())?;
     let last_offset_delta = records.last().map_or(0, |r| r.offset_delta);
+    if last_offset_delta < 0 {
+        // Records decode with any offset delta (the Java client does not
+        // check them either), so a decoded record can carry this.
+        return Err(EncodeError::InvalidBatch {
+            reason: "negative last offset delta",
+        });
+    }
     out.put_i64(header.base_offset);
     out.put_i32(0); // batch length, patched below
     out.put_i32(header.partition_leader_epoch);
@@ -621,4 +630,50 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) -> Result<(), DecodeE
     };
     field.copy_from_slice(&base_offset.to_be_bytes());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the kafka_record_batch fuzz target: a zstd batch whose last
+    /// record has offset delta -1 decodes, and encoding its records again
+    /// wrote a batch with a negative last offset delta, which decoding
+    /// refuses. The encoder now refuses it itself.
+    #[test]
+    fn a_negative_last_offset_delta_is_refused_when_encoding() {
+        const CRASH: &str = "000000000000000000000067ffffffff02fd68b82d0004000000020000018bcfe568\
+            000000018bcfe56814000000000000002a0001000000070000000328b52ffd00586901\
+            0014000000046b300476300034001402046b311276616c7565206f6e65020a74726163\
+            650474310c000027000000";
+        let bytes: Vec<u8> = (0..CRASH.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&CRASH[i..i + 2], 16).expect("hex"))
+            .collect();
+        let (batch, used) = RecordBatch::decode(&bytes).expect("the batch decodes");
+        assert_eq!(used, bytes.len());
+        let mut scratch = Vec::new();
+        let records: Vec<Record<'_>> = batch
+            .records(&mut scratch, DECOMPRESSED_BYTES_MAX)
+            .expect("the records decompress")
+            .collect::<Result<_, _>>()
+            .expect("the records decode");
+        assert!(records.last().is_some_and(|r| r.offset_delta < 0));
+
+        let mut out = vec![7];
+        let encoded = encode_record_batch(
+            &mut out,
+            &batch.header,
+            &records,
+            Compression::Zstd,
+            &mut Vec::new(),
+        );
+        assert_eq!(
+            encoded,
+            Err(EncodeError::InvalidBatch {
+                reason: "negative last offset delta"
+            })
+        );
+        assert_eq!(out, [7], "nothing is written on error");
+    }
 }
