@@ -825,6 +825,37 @@ fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused_across_restar
     broker.stop().unwrap();
 }
 
+/// A batch whose header counts other records than its offset range holds
+/// is refused (INVALID_RECORD, as Kafka's broker does) and nothing of it is
+/// stored: an idempotent producer's sequences follow the offset range.
+#[test]
+fn a_batch_whose_record_count_disagrees_with_its_offsets_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = start(dir.path(), port);
+    let mut c = Kafka::open(&broker);
+    create_topic(&mut c, "counted", 1);
+    let mut batch = kafka_batch(&records(3, "c"), Compression::None, (77, 0, 0));
+    // The record count (the last header field) says 2; the three records
+    // and their last offset delta (2) stay. The CRC covers the change.
+    let count_at = kafka::record_batch::RECORDS_COUNT_OFFSET;
+    batch[count_at..count_at + 4].copy_from_slice(&2i32.to_be_bytes());
+    let crc_at = kafka::record_batch::CRC_OFFSET;
+    let crc = wire::checksum::crc32c(&batch[kafka::record_batch::ATTRIBUTES_OFFSET..]);
+    batch[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
+    assert_eq!(
+        produce(&mut c, "counted", 0, &batch, -1).0,
+        k::INVALID_RECORD
+    );
+    assert!(fetch_all(&mut c, "counted", 0).is_empty(), "nothing stored");
+    // The same batch with its count intact goes in.
+    let good = kafka_batch(&records(3, "c"), Compression::None, (77, 0, 0));
+    assert_eq!(produce(&mut c, "counted", 0, &good, -1), (k::NONE, 0));
+    assert_eq!(fetch_all(&mut c, "counted", 0).len(), 3);
+    drop(c);
+    broker.stop().unwrap();
+}
+
 #[test]
 fn kafka_records_are_read_natively_and_native_records_through_kafka() {
     let dir = tempfile::tempdir().unwrap();

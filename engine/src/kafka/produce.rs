@@ -109,6 +109,18 @@ async fn produce_partition(
             ));
         }
         batches += 1;
+        // As Kafka's broker does: the header's record count and its offset
+        // range must agree, or an idempotent producer's sequence range
+        // (taken from the offset range) would not be the records stored.
+        if i64::from(h.last_offset_delta) + 1 != i64::from(h.record_count) {
+            return Err((
+                k::INVALID_RECORD,
+                format!(
+                    "the batch header counts {} records but its last offset delta is {}",
+                    h.record_count, h.last_offset_delta
+                ),
+            ));
+        }
         if h.producer_id >= 0 && h.base_sequence >= 0 {
             // The batch decoder refuses a negative delta.
             let last_offset_delta = u32::try_from(h.last_offset_delta)
