@@ -237,8 +237,8 @@ pub(super) async fn run(cell: Rc<SegmentCell>) {
                 cell.space.notify(usize::MAX);
                 continue;
             }
-            Err(FlushError::Fenced { path }) => {
-                cell.fail(FlushError::Fenced { path }.to_string());
+            Err(fenced @ FlushError::Fenced { .. }) => {
+                cell.fail(fenced.to_string());
                 break;
             }
             Err(e) if !rewriting => {

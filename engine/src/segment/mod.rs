@@ -50,8 +50,8 @@ use crate::recovery::{recover_buffers, LostRange, SegmentDirs};
 use crate::serve_error::ServeError;
 use crate::shard_filer::ShardFiler;
 
-use self::reader::ReadCache;
 pub(crate) use self::reader::{FetchBody, FetchResult};
+use self::reader::{ReadCache, Tail};
 pub(crate) use self::segment_log::SealState;
 use self::segment_log::{skip_lost, QueuedBuffer, SegmentLog};
 use self::stored::{load_sealed, load_stored};
@@ -154,14 +154,11 @@ pub(crate) struct SegmentCore {
     successors: RefCell<Option<Arc<Successors>>>,
     /// Rung when records are appended, the segment seals or it closes;
     /// long-polling readers of an owned segment wait on it (a view has
-    /// nothing to ring it and looks again instead).
+    /// nothing to ring it and looks again instead: [`Tail::Polled`]).
     appended: Event,
-    /// A view of a segment sealed elsewhere, not one this shard owns.
-    is_view: bool,
 }
 
 impl SegmentCore {
-    #[allow(clippy::too_many_arguments)]
     fn new(
         config: Rc<BrokerConfig>,
         store: Rc<ShardFiler>,
@@ -169,7 +166,6 @@ impl SegmentCore {
         id: u32,
         (range_start, range_end): (u32, u64),
         log: SegmentLog<Arc<SealedBuffer>>,
-        is_view: bool,
     ) -> SegmentCore {
         let stats = Arc::new(SegmentStats::default());
         stats
@@ -191,7 +187,6 @@ impl SegmentCore {
             closed: Cell::new(Closed::Serving),
             successors: RefCell::new(None),
             appended: Event::new(),
-            is_view,
         }
     }
 
@@ -372,15 +367,7 @@ impl SegmentCell {
         );
         log.set_lost(stored.lost);
         let cell = Rc::new(SegmentCell {
-            core: SegmentCore::new(
-                config,
-                store,
-                topic,
-                id,
-                (range_start, range_end),
-                log,
-                false,
-            ),
+            core: SegmentCore::new(config, store, topic, id, (range_start, range_end), log),
             buffers_dir,
             spares: RefCell::new(Spares::default()),
             flushed: Event::new(),
@@ -767,15 +754,7 @@ impl SealedView {
         let mut log = SegmentLog::new(seal, stored.chunks, end, VecDeque::new(), end);
         log.set_lost(stored.lost);
         Ok(Rc::new(SealedView {
-            core: SegmentCore::new(
-                config,
-                store,
-                topic,
-                id,
-                (range_start, range_end),
-                log,
-                true,
-            ),
+            core: SegmentCore::new(config, store, topic, id, (range_start, range_end), log),
         }))
     }
 }
@@ -804,7 +783,13 @@ impl Segment {
         max_wait: Duration,
         checks: wire::FetchChecks,
     ) -> Result<FetchResult, ServeError> {
-        self.core().fetch(from, max_bytes, max_wait, checks).await
+        let tail = match self {
+            Segment::Owned(_) => Tail::Appended,
+            Segment::View(_) => Tail::Polled,
+        };
+        self.core()
+            .fetch(from, max_bytes, max_wait, checks, tail)
+            .await
     }
 
     /// Seal by age (an owned segment's active buffer).

@@ -40,6 +40,17 @@ use crate::serve_error::ServeError;
 /// for the owner's marker and new chunks again.
 const SEAL_POLL: Duration = Duration::from_millis(100);
 
+/// How a reader at a segment's end learns of new records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tail {
+    /// A segment this shard owns: its appends ring `appended`.
+    Appended,
+    /// A view of a segment sealed elsewhere: nothing here appends, so the
+    /// reader looks for new chunks and the owner's marker every
+    /// [`SEAL_POLL`].
+    Polled,
+}
+
 /// What the last reads of a segment opened, one entry each, kept so that
 /// sequential reads do not open the same chunk again.
 #[derive(Debug, Default)]
@@ -249,15 +260,17 @@ impl SegmentCore {
         Ok(())
     }
 
-    /// Read batches from `from`, waiting up to `max_wait` for new data.
-    pub(crate) async fn fetch(
+    /// Read batches from `from`, waiting up to `max_wait` for new data as
+    /// `tail` says.
+    pub(super) async fn fetch(
         &self,
         from: FetchFrom,
         max_bytes: usize,
         max_wait: Duration,
         checks: FetchChecks,
+        tail: Tail,
     ) -> Result<FetchResult, ServeError> {
-        if self.seal_state() == SealState::Sealing && self.is_view {
+        if self.seal_state() == SealState::Sealing && tail == Tail::Polled {
             self.refresh_listing().await?;
         }
         let start = self.resolve(from).await?;
@@ -279,9 +292,7 @@ impl SegmentCore {
                     body: FetchBody::Copied(vec![0; FETCHED_FRAME_PREFIX_BYTES]),
                 });
             }
-            if self.is_view {
-                // A view of a segment sealed elsewhere: nothing here wakes
-                // it, so look again in a while.
+            if tail == Tail::Polled {
                 glommio::timer::sleep(SEAL_POLL.min(deadline - now)).await;
                 self.refresh_listing().await?;
                 continue;

@@ -117,13 +117,11 @@ impl<S: QueuedBuffer + Clone> SegmentLog<S> {
     }
 
     /// Take the segment's lost ranges (sorted by first offset) and flush
-    /// past them; returns how many offsets they cover.
-    pub(crate) fn set_lost(&mut self, lost: Vec<LostRange>) -> u64 {
+    /// past them.
+    pub(crate) fn set_lost(&mut self, lost: Vec<LostRange>) {
         assert!(lost.windows(2).all(|p| p[0].from <= p[1].from));
-        let records = lost.iter().map(|l| l.to - l.from).sum();
         self.lost = lost;
         self.flushed_offset = self.past_lost(self.flushed_offset);
-        records
     }
 
     pub(crate) fn seal_state(&self) -> SealState {
@@ -432,11 +430,10 @@ mod tests {
     fn lost_ranges_are_flushed_past_and_skipped() {
         let mut log: SegmentLog<Buffer> =
             SegmentLog::new(SealState::Open, Vec::new(), 10, VecDeque::new(), 20);
-        let records = log.set_lost(vec![
+        log.set_lost(vec![
             LostRange { from: 10, to: 12 },
             LostRange { from: 12, to: 15 },
         ]);
-        assert_eq!(records, 5);
         assert_eq!(log.lost_records(), 5);
         assert_eq!(
             log.flushed_offset(),
