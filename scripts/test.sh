@@ -114,6 +114,11 @@ for path in direct broker; do
     --count 20 --producers 2 --timeout-s 60 --data-dir "$smoke_dir"
 done
 
+step "design-crate measurements, tiny sizes (each way must deliver every byte and message)"
+cargo build --release -p kelp-benches --bin handoff --bin zero_copy_send
+target/release/handoff --messages 20000 --round-trips 500
+target/release/zero_copy_send --bytes 16777216 --rounds 1 --dir "$smoke_dir"
+
 step "criterion smoke (every micro-benchmark once, in test mode)"
 cargo bench -p kelp-benches --bench hot_path -- --test
 

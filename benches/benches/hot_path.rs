@@ -8,7 +8,12 @@
 //!   (`build_chunk`), and handing a written chunk file to the local filer
 //!   (`put_file`: fdatasync, rename, directory sync), as a flush does;
 //! - `chunk_index`: `ChunkView::open` (header + index checksums) and
-//!   `seek_offset` / `seek_timestamp` lookups in a full chunk's index.
+//!   `seek_offset` / `seek_timestamp` lookups in a full chunk's index;
+//! - `topic_layout`: decoding and validating a topic's JSON layout
+//!   (`Topic::from_json_bytes`), what a broker does with every
+//!   `ApplyLayout` and the control plane with every topic it loads; the
+//!   figure that keeps layouts in JSON rather than rkyv (`docs/design.md`,
+//!   "The crates the design names").
 //!
 //! Each reports throughput, so figures compare with memcpy and the disk
 //! limits in `BENCHMARKS.md`. `cargo bench -p kelp-benches -- --test` runs
@@ -209,6 +214,47 @@ fn chunk_index(c: &mut Criterion) {
     group.finish();
 }
 
+/// A topic's persisted JSON with `open` open segments splitting the key
+/// ring evenly, each on its own shard, in the documented format
+/// (`control/src/topic.rs`).
+fn topic_json(open: u64) -> Vec<u8> {
+    let ring = 1u64 << 32;
+    let segments: Vec<String> = (0..open)
+        .map(|i| {
+            format!(
+                r#"{{"id":{i},"epoch":0,"range":{{"start":{},"end":{}}},"state":"open","shard":{},"successors":[],"created_ms":1700000000000}}"#,
+                ring * i / open,
+                ring * (i + 1) / open,
+                i % 1024
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"version":1,"name":"bench/layout","created_ms":1700000000000,"segments":[{}]}}"#,
+        segments.join(",")
+    )
+    .into_bytes()
+}
+
+fn topic_layout(c: &mut Criterion) {
+    let mut group = c.benchmark_group("topic_layout");
+    for open in [16u64, 1024] {
+        let json = topic_json(open);
+        assert_eq!(
+            control::Topic::from_json_bytes(&json)
+                .unwrap()
+                .segments()
+                .len() as u64,
+            open
+        );
+        group.throughput(Throughput::Bytes(json.len() as u64));
+        group.bench_function(format!("from_json_{open}_segments"), |b| {
+            b.iter(|| black_box(control::Topic::from_json_bytes(black_box(&json)).unwrap()))
+        });
+    }
+    group.finish();
+}
+
 fn config() -> Criterion {
     // Reports without plots: the numbers are what BENCHMARKS.md uses.
     Criterion::default()
@@ -220,6 +266,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = hot_path;
     config = config();
-    targets = batch_encode, batch_validate, buffer_append, chunk_write, chunk_index
+    targets = batch_encode, batch_validate, buffer_append, chunk_write, chunk_index, topic_layout
 }
 criterion_main!(hot_path);
