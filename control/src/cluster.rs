@@ -29,9 +29,9 @@ use crate::rate::{sum_windows, RateWindows, RATE_WINDOWS};
 use crate::rebalancer::{hot_and_cold, propose, Movable, RebalancePolicy};
 use crate::topic::NewSegment;
 use crate::{
-    BrokerId, BrokerInfo, ControlError, InvalidTopic, KeyRange, Membership, PolicyError, Rate,
-    ScalingPolicy, Segment, SegmentId, SegmentState, Topic, TopicName, SEGMENTS_PER_TOPIC_MAX,
-    TOPICS_MAX,
+    BrokerId, BrokerInfo, ControlError, InvalidChange, InvalidTopic, KeyRange, Membership,
+    PolicyError, Rate, ScalingPolicy, Segment, SegmentId, SegmentState, Topic, TopicName,
+    SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
 };
 
 /// How the core treats brokers.
@@ -195,10 +195,11 @@ impl Cluster {
             .ok_or(ControlError::BrokerNotFound(id))?;
         let owned: Vec<SegmentKey> = entry.segments().iter().cloned().collect();
         if !owned.is_empty() && self.membership.len() < 2 {
-            return Err(ControlError::InvalidChange(format!(
-                "broker {id} owns {} open segments and no other broker is live to take them",
-                owned.len()
-            )));
+            return Err(InvalidChange::LastBroker {
+                broker: id,
+                segments: owned.len(),
+            }
+            .into());
         }
         let mut placement = self.placement();
         let mut actions = Vec::with_capacity(owned.len());
@@ -430,10 +431,13 @@ impl Cluster {
         let (_, max) = bounds(topic);
         let open = u32::try_from(topic.open_segment_count()).unwrap_or(u32::MAX);
         if pieces < 2 || open.saturating_add(pieces - 1) > max {
-            return Err(ControlError::InvalidChange(format!(
-                "topic {name}: splitting into {pieces} pieces needs 2 or more and would leave {} open segments; the most is {max}",
-                open.saturating_add(pieces.saturating_sub(1))
-            )));
+            return Err(InvalidChange::SplitBounds {
+                topic: name.clone(),
+                pieces,
+                open: open.saturating_add(pieces.saturating_sub(1)),
+                max,
+            }
+            .into());
         }
         let mut placement = self.placement();
         self.split_with(now_ms, &mut placement, name, segment, pieces, Cause::Manual)
@@ -453,9 +457,12 @@ impl Cluster {
         let (min, _) = bounds(topic);
         let open = u32::try_from(topic.open_segment_count()).unwrap_or(u32::MAX);
         if open <= min {
-            return Err(ControlError::InvalidChange(format!(
-                "topic {name}: has {open} open segments, the fewest allowed is {min}"
-            )));
+            return Err(InvalidChange::MergeBounds {
+                topic: name.clone(),
+                open,
+                min,
+            }
+            .into());
         }
         let mut placement = self.placement();
         self.merge_with(now_ms, &mut placement, name, a, b, Cause::Manual)
@@ -613,9 +620,11 @@ impl Cluster {
                     segment: id,
                 })?;
         if !segment.is_open() {
-            return Err(ControlError::InvalidChange(format!(
-                "topic {name}: segment {id} is sealed"
-            )));
+            return Err(InvalidChange::Sealed {
+                topic: name.clone(),
+                segment: id,
+            }
+            .into());
         }
         Ok(segment)
     }
@@ -828,10 +837,13 @@ impl Cluster {
         let segment = self.open_segment_or_err(name, id)?;
         let ranges = segment.range.split_even(pieces);
         if ranges.len() < 2 {
-            return Err(ControlError::InvalidChange(format!(
-                "topic {name}: segment {id} {} cannot be cut into {pieces} pieces",
-                segment.range
-            )));
+            return Err(InvalidChange::CannotCut {
+                topic: name.clone(),
+                segment: id,
+                range: segment.range,
+                pieces,
+            }
+            .into());
         }
         let key = (name.clone(), id);
         let seed: Seed = self
@@ -876,12 +888,21 @@ impl Cluster {
             (second, first, [b, a])
         };
         if low.end() != u64::from(high.start()) {
-            return Err(ControlError::InvalidChange(format!(
-                "topic {name}: segments {a} {first} and {b} {second} are not adjacent"
-            )));
+            return Err(InvalidChange::NotAdjacent {
+                topic: name.clone(),
+                a,
+                a_range: first,
+                b,
+                b_range: second,
+            }
+            .into());
         }
         let range = KeyRange::new(low.start(), high.end()).ok_or_else(|| {
-            ControlError::InvalidChange(format!("topic {name}: cannot join {low} and {high}"))
+            ControlError::from(InvalidChange::CannotJoin {
+                topic: name.clone(),
+                low,
+                high,
+            })
         })?;
         for id in [a, b] {
             let key = (name.clone(), id);
@@ -988,9 +1009,7 @@ impl Cluster {
             .topics
             .get_mut(name)
             .ok_or_else(|| ControlError::TopicNotFound(name.to_string()))?;
-        let ids = topic
-            .replace(now_ms, sealed, &pieces)
-            .map_err(ControlError::InvalidChange)?;
+        let ids = topic.replace(now_ms, sealed, &pieces)?;
         let mut sealed_out = Vec::with_capacity(owners.len());
         for (id, broker, shard) in owners {
             self.rates.remove(name, id);

@@ -1,7 +1,9 @@
 //! The control plane's error type, and what [`ControlError::Corrupt`]
 //! says is wrong.
 
-use crate::{BrokerId, InvalidRegistration, PolicyError, TopicJsonError, TopicName};
+use crate::{
+    BrokerId, InvalidRegistration, KeyRange, PolicyError, SegmentId, TopicJsonError, TopicName,
+};
 
 /// Why a control-plane operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -68,10 +70,10 @@ pub enum ControlError {
         /// The segment asked for.
         segment: crate::SegmentId,
     },
-    /// A split, merge or move that cannot be done as asked; the string says
-    /// why.
-    #[error("{0}")]
-    InvalidChange(String),
+    /// A split, merge, move or broker departure that cannot be done as
+    /// asked.
+    #[error(transparent)]
+    InvalidChange(#[from] InvalidChange),
     /// A scaling policy failed validation, or does not admit the topic's
     /// open segments.
     #[error("invalid scaling policy: {0}")]
@@ -143,4 +145,147 @@ pub enum CorruptLayout {
     /// The directories above a `topic.json` are not a valid topic name.
     #[error(transparent)]
     TopicDirectory(Box<ControlError>),
+}
+
+/// Why a change to a topic's segments, or a broker's departure, cannot be
+/// made as asked. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidChange {
+    /// A replacement seals several segments into several (only one into
+    /// several, several into one, or one into one).
+    #[error("topic {topic}: cannot replace {sealed} segments with {pieces}")]
+    Shape {
+        /// The topic.
+        topic: TopicName,
+        /// Segments to seal.
+        sealed: usize,
+        /// Segments to open.
+        pieces: usize,
+    },
+    /// The same segment is named twice.
+    #[error("topic {topic}: segment {segment} named twice")]
+    NamedTwice {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+    },
+    /// The topic has no such segment.
+    #[error("topic {topic}: no segment {segment}")]
+    NoSegment {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+    },
+    /// The segment is already sealed.
+    #[error("topic {topic}: segment {segment} is sealed")]
+    Sealed {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+    },
+    /// The segments to seal do not form one contiguous range.
+    #[error("topic {topic}: segments {segments:?} are not adjacent")]
+    NotContiguous {
+        /// The topic.
+        topic: TopicName,
+        /// The segments to seal.
+        segments: Vec<SegmentId>,
+    },
+    /// The new ranges leave a gap or overlap.
+    #[error("topic {topic}: new ranges leave a gap or overlap")]
+    GapOrOverlap {
+        /// The topic.
+        topic: TopicName,
+    },
+    /// The new ranges do not cover exactly what the sealed ones did.
+    #[error("topic {topic}: new ranges cover {new}, the sealed ones {old}")]
+    CoverDiffers {
+        /// The topic.
+        topic: TopicName,
+        /// What the new ranges cover.
+        new: KeyRange,
+        /// What the sealed ones covered.
+        old: KeyRange,
+    },
+    /// No segment ids are left for the new segments.
+    #[error("topic {topic}: segment ids are exhausted")]
+    IdsExhausted {
+        /// The topic.
+        topic: TopicName,
+    },
+    /// A split would need fewer than two pieces, or leave more open
+    /// segments than the policy allows.
+    #[error(
+        "topic {topic}: splitting into {pieces} pieces needs 2 or more and would leave {open} open segments; the most is {max}"
+    )]
+    SplitBounds {
+        /// The topic.
+        topic: TopicName,
+        /// Pieces asked for.
+        pieces: u32,
+        /// Open segments after the split.
+        open: u32,
+        /// The most the policy allows.
+        max: u32,
+    },
+    /// A merge would leave fewer open segments than the policy allows.
+    #[error("topic {topic}: has {open} open segments, the fewest allowed is {min}")]
+    MergeBounds {
+        /// The topic.
+        topic: TopicName,
+        /// Open segments now.
+        open: u32,
+        /// The fewest the policy allows.
+        min: u32,
+    },
+    /// The segment's range is too narrow for this many pieces.
+    #[error("topic {topic}: segment {segment} {range} cannot be cut into {pieces} pieces")]
+    CannotCut {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+        /// Its range.
+        range: KeyRange,
+        /// Pieces asked for.
+        pieces: u32,
+    },
+    /// The two segments to merge do not touch.
+    #[error("topic {topic}: segments {a} {a_range} and {b} {b_range} are not adjacent")]
+    NotAdjacent {
+        /// The topic.
+        topic: TopicName,
+        /// The first segment named.
+        a: SegmentId,
+        /// Its range.
+        a_range: KeyRange,
+        /// The second segment named.
+        b: SegmentId,
+        /// Its range.
+        b_range: KeyRange,
+    },
+    /// The joined range would not be a valid key range.
+    #[error("topic {topic}: cannot join {low} and {high}")]
+    CannotJoin {
+        /// The topic.
+        topic: TopicName,
+        /// The lower range.
+        low: KeyRange,
+        /// The higher range.
+        high: KeyRange,
+    },
+    /// A broker that owns open segments cannot leave while no other broker
+    /// is live to take them.
+    #[error(
+        "broker {broker} owns {segments} open segments and no other broker is live to take them"
+    )]
+    LastBroker {
+        /// The broker.
+        broker: BrokerId,
+        /// Open segments it owns.
+        segments: usize,
+    },
 }

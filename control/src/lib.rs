@@ -60,7 +60,7 @@ pub use broker::{
 pub use cluster::{Cluster, ClusterConfig, InvariantViolation};
 pub use cluster_service::ClusterService;
 pub use control_server::{ClusterFiler, ControlServer, ControlServerConfig, ControlServerError};
-pub use error::{ControlError, CorruptLayout};
+pub use error::{ControlError, CorruptLayout, InvalidChange};
 pub use key_range::{KeyRange, RING_END};
 pub use membership::{BrokerEntry, Membership, SegmentLoad, BROKERS_MAX};
 pub use rate::{Rate, RateWindows, RATE_WINDOWS};

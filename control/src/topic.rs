@@ -55,8 +55,8 @@
 //! add optional fields without a version bump.
 
 use crate::{
-    BrokerId, ControlError, KeyRange, PolicyError, ScalingPolicy, Segment, SegmentId, SegmentState,
-    TopicName, RING_END,
+    BrokerId, ControlError, InvalidChange, KeyRange, PolicyError, ScalingPolicy, Segment,
+    SegmentId, SegmentState, TopicName, RING_END,
 };
 
 /// Most segments a topic can be created with.
@@ -202,47 +202,59 @@ impl Topic {
         now_ms: u64,
         sealed: &[SegmentId],
         pieces: &[NewSegment],
-    ) -> Result<Vec<SegmentId>, String> {
-        let name = &self.name;
+    ) -> Result<Vec<SegmentId>, InvalidChange> {
+        let topic = || self.name.clone();
         if sealed.is_empty() || pieces.is_empty() || (sealed.len() > 1 && pieces.len() > 1) {
-            return Err(format!(
-                "topic {name}: cannot replace {} segments with {}",
-                sealed.len(),
-                pieces.len()
-            ));
+            return Err(InvalidChange::Shape {
+                topic: topic(),
+                sealed: sealed.len(),
+                pieces: pieces.len(),
+            });
         }
         let mut old_ranges = Vec::with_capacity(sealed.len());
-        for (i, id) in sealed.iter().enumerate() {
-            if sealed[..i].contains(id) {
-                return Err(format!("topic {name}: segment {id} named twice"));
+        for (i, &segment) in sealed.iter().enumerate() {
+            if sealed[..i].contains(&segment) {
+                return Err(InvalidChange::NamedTwice {
+                    topic: topic(),
+                    segment,
+                });
             }
-            let segment = self
-                .segment(*id)
-                .ok_or_else(|| format!("topic {name}: no segment {id}"))?;
-            if !segment.is_open() {
-                return Err(format!("topic {name}: segment {id} is sealed"));
+            let found = self
+                .segment(segment)
+                .ok_or_else(|| InvalidChange::NoSegment {
+                    topic: topic(),
+                    segment,
+                })?;
+            if !found.is_open() {
+                return Err(InvalidChange::Sealed {
+                    topic: topic(),
+                    segment,
+                });
             }
-            old_ranges.push(segment.range);
+            old_ranges.push(found.range);
         }
         old_ranges.sort();
         let mut new_ranges: Vec<KeyRange> = pieces.iter().map(|p| p.range).collect();
         new_ranges.sort();
-        let old = contiguous_union(&old_ranges)
-            .ok_or_else(|| format!("topic {name}: segments {sealed:?} are not adjacent"))?;
+        let old = contiguous_union(&old_ranges).ok_or_else(|| InvalidChange::NotContiguous {
+            topic: topic(),
+            segments: sealed.to_vec(),
+        })?;
         let new = contiguous_union(&new_ranges)
-            .ok_or_else(|| format!("topic {name}: new ranges leave a gap or overlap"))?;
+            .ok_or_else(|| InvalidChange::GapOrOverlap { topic: topic() })?;
         if old != new {
-            return Err(format!(
-                "topic {name}: new ranges cover {new}, the sealed ones {old}"
-            ));
+            return Err(InvalidChange::CoverDiffers {
+                topic: topic(),
+                new,
+                old,
+            });
         }
-        let first = self
-            .next_segment_id()
-            .ok_or_else(|| format!("topic {name}: segment ids are exhausted"))?;
+        let exhausted = || InvalidChange::IdsExhausted { topic: topic() };
+        let first = self.next_segment_id().ok_or_else(exhausted)?;
         let last = u32::try_from(pieces.len() - 1)
             .ok()
             .and_then(|n| first.0.checked_add(n))
-            .ok_or_else(|| format!("topic {name}: segment ids are exhausted"))?;
+            .ok_or_else(exhausted)?;
         let mut ordered: Vec<&NewSegment> = pieces.iter().collect();
         ordered.sort_by_key(|p| p.range);
         let ids: Vec<SegmentId> = (first.0..=last).map(SegmentId).collect();
@@ -1007,7 +1019,7 @@ mod tests {
             let mut changed = topic.clone();
             let ids: Vec<SegmentId> = sealed.iter().copied().map(SegmentId).collect();
             let err = changed.replace(1, &ids, &pieces).unwrap_err();
-            assert!(err.contains(expected), "{expected:?} not in {err:?}");
+            assert!(err.to_string().contains(expected), "{expected:?} not in {err}");
             assert_eq!(changed, topic, "unchanged after {err}");
         }
         let mut full = topic.clone();
@@ -1016,7 +1028,7 @@ mod tests {
         let err = full
             .replace(1, &[SegmentId(1)], &[piece(0, half, 1)])
             .unwrap_err();
-        assert!(err.contains("exhausted"), "{err}");
+        assert!(matches!(err, InvalidChange::IdsExhausted { .. }), "{err}");
     }
 
     #[test]
