@@ -1019,7 +1019,10 @@ mod tests {
             let mut changed = topic.clone();
             let ids: Vec<SegmentId> = sealed.iter().copied().map(SegmentId).collect();
             let err = changed.replace(1, &ids, &pieces).unwrap_err();
-            assert!(err.to_string().contains(expected), "{expected:?} not in {err}");
+            assert!(
+                err.to_string().contains(expected),
+                "{expected:?} not in {err}"
+            );
             assert_eq!(changed, topic, "unchanged after {err}");
         }
         let mut full = topic.clone();

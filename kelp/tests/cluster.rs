@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use client::{AckMode, TopicInfo};
-use client::{Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions, Transport};
+use client::TopicInfo;
+use client::{Client, FetchFrom, ProducerConfig, SubscribeOptions};
 
 mod support;
 
@@ -66,9 +66,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     let b3 = start_broker(&dir.path().join("b3"), &control);
 
     // Clients bootstrap through broker 1, which stays up all along.
-    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
-        .await
-        .unwrap();
+    let client = b1.client().await;
     client.create_topic(TOPIC, 1).await.unwrap();
     let policy = format!(
         r#"{{"target":{{"bytes_per_s":{TARGET_BYTES_PER_S}}},"windows_ms":[1000,2000,4000,8000],"cooldown_ms":2000,"segments_min":1,"segments_max":8,"split_pieces_max":2}}"#
@@ -110,9 +108,8 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
         .producer(
             TOPIC,
             ProducerConfig {
-                ack: AckMode::Durable,
                 linger_ms: 5,
-                ..ProducerConfig::default()
+                ..support::durable()
             },
         )
         .await
@@ -313,9 +310,7 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     // Clients bootstrap from both, broker 2 first: it is the one that dies,
     // and their admin requests (layouts after the move) fall back to 1.
     let both = format!("{},{}", b2.broker_arg(), b1.broker_arg());
-    let client = Client::connect(&both, Transport::Tcp, ClientOptions::default())
-        .await
-        .unwrap();
+    let client = support::tcp_client(&both).await;
     let created = client.create_topic(TOPIC, 4).await.unwrap();
     // Broker 2 dies; broker 1 survives.
     let victim = broker_id(&client, &b2).await;
@@ -329,10 +324,7 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     assert!(!on_victim.is_empty());
 
     // Durable records, all acknowledged before the kill.
-    let config = ProducerConfig {
-        ack: AckMode::Durable,
-        ..ProducerConfig::default()
-    };
+    let config = support::durable();
     let mut before = Publisher::new(client.producer(TOPIC, config).await.unwrap(), KEYS);
     before.send(2_000).await;
     before.producer.flush().await.unwrap();
@@ -381,9 +373,7 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     // A producer that starts now, from the same list, bootstraps through
     // the survivor and reaches the successors; keys go on from where they
     // were.
-    let fresh = Client::connect(&both, Transport::Tcp, ClientOptions::default())
-        .await
-        .unwrap();
+    let fresh = support::tcp_client(&both).await;
     assert_eq!(
         fresh.shard_addresses()[0].to_string(),
         survivor.broker_arg(),
@@ -412,14 +402,9 @@ async fn producers_and_subscribers_follow_a_split_with_the_control_plane_gone() 
     let control = ControlPlane::start(&dir.path().join("control"), port(), &[]);
     let b1 = start_broker(&dir.path().join("b1"), &control);
     let b2 = start_broker(&dir.path().join("b2"), &control);
-    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
-        .await
-        .unwrap();
+    let client = b1.client().await;
     let created = client.create_topic(FOLLOWED, 1).await.unwrap();
-    let config = ProducerConfig {
-        ack: AckMode::Durable,
-        ..ProducerConfig::default()
-    };
+    let config = support::durable();
     let mut publisher = Publisher::new(client.producer(FOLLOWED, config).await.unwrap(), KEYS);
     publisher.send(1_000).await;
     publisher.producer.flush().await.unwrap();
@@ -489,9 +474,7 @@ async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
     let b1 = on("127.0.0.2", "b1");
     let b2 = on("127.0.0.3", "b2");
     let b3 = on("127.0.0.4", "b3");
-    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
-        .await
-        .unwrap();
+    let client = b1.client().await;
     let created = client.create_topic(S3_TOPIC, 3).await.unwrap();
     let victim = broker_id(&client, &b2).await;
     assert!(
@@ -499,10 +482,7 @@ async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
         "no segment on the broker to kill: {created:?}"
     );
 
-    let config = ProducerConfig {
-        ack: AckMode::Durable,
-        ..ProducerConfig::default()
-    };
+    let config = support::durable();
     let mut before = Publisher::new(client.producer(S3_TOPIC, config).await.unwrap(), KEYS);
     before.send(2_000).await;
     before.producer.flush().await.unwrap();
@@ -527,9 +507,7 @@ async fn brokers_on_separate_hosts_share_only_an_s3_bucket() {
 
     // A new broker on another host, nothing on its disk.
     let b4 = on("127.0.0.5", "b4");
-    let through_new = Client::connect(&b4.broker_arg(), Transport::Tcp, ClientOptions::default())
-        .await
-        .unwrap();
+    let through_new = b4.client().await;
     let mut after = Publisher::after(
         through_new.producer(S3_TOPIC, config).await.unwrap(),
         &before,

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use client::{AckMode, Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions};
-use client::{TopicInfo, Transport};
+use client::TopicInfo;
+use client::{Client, FetchFrom, ProducerConfig, SubscribeOptions};
 use test_support::EtcdServer;
 use wire::{ErrorCode, Request, Response};
 
@@ -307,9 +307,7 @@ async fn three_elected_control_planes_survive_two_leader_kills_under_durable_loa
     let b1 = start_broker(&dir.path().join("b1"), &planes);
     let b2 = start_broker(&dir.path().join("b2"), &planes);
     let b3 = start_broker(&dir.path().join("b3"), &planes);
-    let client = Client::connect(&b1.broker_arg(), Transport::Tcp, ClientOptions::default())
-        .await
-        .unwrap();
+    let client = b1.client().await;
     client.create_topic(TOPIC, 1).await.unwrap();
     let policy = format!(
         r#"{{"target":{{"bytes_per_s":{TARGET_BYTES_PER_S}}},"windows_ms":[1000,2000,4000,8000],"cooldown_ms":2000,"segments_min":1,"segments_max":8,"split_pieces_max":2}}"#
@@ -323,9 +321,8 @@ async fn three_elected_control_planes_survive_two_leader_kills_under_durable_loa
         .producer(
             TOPIC,
             ProducerConfig {
-                ack: AckMode::Durable,
                 linger_ms: 5,
-                ..ProducerConfig::default()
+                ..support::durable()
             },
         )
         .await
@@ -397,13 +394,7 @@ async fn a_leader_frozen_past_its_lease_cannot_write_when_it_resumes() {
     let sampler = Sampler::start(planes.ports.clone());
     let (frozen, _) = sampler.wait_for_leader_other_than(None);
     let broker = start_broker(&dir.path().join("b1"), &planes);
-    let client = Client::connect(
-        &broker.broker_arg(),
-        Transport::Tcp,
-        ClientOptions::default(),
-    )
-    .await
-    .unwrap();
+    let client = broker.client().await;
     client.create_topic(TOPIC, 1).await.unwrap();
 
     // Frozen past its lease: another instance takes over, and the layout

@@ -7,9 +7,7 @@
 
 use std::time::Duration;
 
-use client::{
-    AckMode, Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions, Transport,
-};
+use client::{AckMode, FetchFrom, ProducerConfig, SubscribeOptions};
 
 mod support;
 
@@ -29,13 +27,7 @@ async fn clients_carry_on_after_the_broker_closes_their_idle_connections() {
         port(),
         &["--idle-timeout-ms", &IDLE_MS.to_string()],
     );
-    let client = Client::connect(
-        &broker.broker_arg(),
-        Transport::Tcp,
-        ClientOptions::default(),
-    )
-    .await
-    .unwrap();
+    let client = broker.client().await;
     let topic = "idle/producer";
     client.create_topic(topic, 2).await.unwrap();
     let producer = client

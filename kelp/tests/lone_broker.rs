@@ -9,10 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use client::{
-    AckMode, Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions, TopicInfo,
-    Transport,
-};
+use client::{Client, FetchFrom, ProducerConfig, SubscribeOptions, TopicInfo};
 
 mod support;
 
@@ -53,20 +50,13 @@ async fn publish(publisher: &mut Publisher, n: u64) {
 }
 
 async fn connect(broker: &Broker) -> Client {
-    Client::connect(
-        &broker.broker_arg(),
-        Transport::Tcp,
-        ClientOptions::default(),
-    )
-    .await
-    .unwrap()
+    broker.client().await
 }
 
 fn durable() -> ProducerConfig {
     ProducerConfig {
-        ack: AckMode::Durable,
         linger_ms: 5,
-        ..ProducerConfig::default()
+        ..support::durable()
     }
 }
 

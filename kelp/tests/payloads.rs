@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use client::{
-    AckMode, Client, ClientError, ClientOptions, ErrorCode, FetchFrom, PayloadRef, ProducerConfig,
+    Client, ClientError, ClientOptions, ErrorCode, FetchFrom, PayloadRef, ProducerConfig,
     SubscribeOptions, Transport, ValueSource,
 };
 
@@ -53,9 +53,8 @@ async fn publish_all(
     by_ref_over: Option<usize>,
 ) {
     let config = ProducerConfig {
-        ack: AckMode::Durable,
         by_ref_over,
-        ..ProducerConfig::default()
+        ..support::durable()
     };
     let producer = client.producer(topic, config).await.unwrap();
     for i in 0..n {
@@ -147,13 +146,7 @@ async fn missing_or_altered_payloads_fail_their_record_only() {
     let client = connect(&broker, Some(filer.clone())).await;
     client.create_topic("big/damaged", 1).await.unwrap();
     let producer = client
-        .producer(
-            "big/damaged",
-            ProducerConfig {
-                ack: AckMode::Durable,
-                ..ProducerConfig::default()
-            },
-        )
+        .producer("big/damaged", support::durable())
         .await
         .unwrap();
     let mut refs = Vec::new();
@@ -244,13 +237,7 @@ async fn orphan_uploads_are_swept_published_ones_stay() {
         .await
         .unwrap();
     let producer = client
-        .producer(
-            "big/sweep",
-            ProducerConfig {
-                ack: AckMode::Durable,
-                ..ProducerConfig::default()
-            },
-        )
+        .producer("big/sweep", support::durable())
         .await
         .unwrap();
     producer.send_reference(b"k", &kept, &[]).await.unwrap();

@@ -187,7 +187,7 @@ fn payloads_go_straight_to_the_bucket_and_read_back_either_way() {
 /// back, and deleting the topic deletes its objects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphan_payloads_are_swept_from_the_bucket_published_ones_stay() {
-    use client::{AckMode, Client, ClientOptions, ProducerConfig, SubscribeOptions, Transport};
+    use client::SubscribeOptions;
     use std::time::{Duration, Instant};
     let server = S3Server::start();
     let dir = tempfile::tempdir().unwrap();
@@ -205,13 +205,7 @@ async fn orphan_payloads_are_swept_from_the_bucket_published_ones_stay() {
         ],
         &server.env(),
     );
-    let client = Client::connect(
-        &broker.broker_arg(),
-        Transport::Tcp,
-        ClientOptions::default(),
-    )
-    .await
-    .unwrap();
+    let client = broker.client().await;
     client.create_topic("big/sweep", 1).await.unwrap();
     let big = |i: u8| vec![i; 300_000];
     let orphan = client.upload_payload("big/sweep", &big(1)).await.unwrap();
@@ -220,13 +214,7 @@ async fn orphan_payloads_are_swept_from_the_bucket_published_ones_stay() {
     let payloads = || server.keys("sweep/topics/big/sweep/payloads/");
     assert_eq!(payloads().len(), 2, "{:?}", payloads());
     let producer = client
-        .producer(
-            "big/sweep",
-            ProducerConfig {
-                ack: AckMode::Durable,
-                ..ProducerConfig::default()
-            },
-        )
+        .producer("big/sweep", support::durable())
         .await
         .unwrap();
     producer.send_reference(b"k", &kept, &[]).await.unwrap();

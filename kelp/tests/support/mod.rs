@@ -24,6 +24,27 @@ pub fn port() -> u16 {
     test_support::free_port_pair()
 }
 
+/// An SDK client over TCP with default options, of `brokers` (one
+/// address, or several separated by commas).
+pub async fn tcp_client(brokers: &str) -> client::Client {
+    client::Client::connect(
+        brokers,
+        client::Transport::Tcp,
+        client::ClientOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connecting to {brokers}: {e}"))
+}
+
+/// A producer config that waits for durable acks, with the SDK's other
+/// defaults.
+pub fn durable() -> client::ProducerConfig {
+    client::ProducerConfig {
+        ack: client::AckMode::Durable,
+        ..client::ProducerConfig::default()
+    }
+}
+
 pub struct Broker {
     pub child: Child,
     /// The loopback address it listens on (127.0.0.1, or 127.0.0.2 and up
@@ -146,6 +167,11 @@ impl Broker {
 
     pub fn broker_arg(&self) -> String {
         format!("{}:{}", self.host, self.port)
+    }
+
+    /// An SDK client of this broker over TCP, with default options.
+    pub async fn client(&self) -> client::Client {
+        tcp_client(&self.broker_arg()).await
     }
 
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
