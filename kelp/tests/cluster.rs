@@ -17,18 +17,15 @@ use client::{Client, FetchFrom, ProducerConfig, SubscribeOptions};
 
 mod support;
 
-use support::keyed::{each_key_once_in_order, key_name, parse, read_records, Publisher};
+use support::keyed::{
+    each_key_once_in_order, key_name, parse, publish_until, quick_policy, read_records, Publisher,
+    RECORDS_PER_STEP,
+};
 use support::{port, Broker, ControlPlane};
 
 const TOPIC: &str = "cluster/ramp";
 /// Distinct keys: enough that every piece of an eight-way split gets some.
 const KEYS: u64 = 64;
-/// Bytes per segment per second the policy aims at. The fast phase sends
-/// about 20 times this.
-const TARGET_BYTES_PER_S: u64 = 25_000;
-/// Records per pause in the fast phase, and the pause.
-const FAST_RECORDS_PER_STEP: u64 = 40;
-const STEP: Duration = Duration::from_millis(10);
 /// The slow phase sends one record per this.
 const SLOW_STEP: Duration = Duration::from_millis(50);
 /// Bounds of the whole run: the test fails rather than hang.
@@ -68,9 +65,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     // Clients bootstrap through broker 1, which stays up all along.
     let client = b1.client().await;
     client.create_topic(TOPIC, 1).await.unwrap();
-    let policy = format!(
-        r#"{{"target":{{"bytes_per_s":{TARGET_BYTES_PER_S}}},"windows_ms":[1000,2000,4000,8000],"cooldown_ms":2000,"segments_min":1,"segments_max":8,"split_pieces_max":2}}"#
-    );
+    let policy = quick_policy(8);
     client.set_policy(TOPIC, &policy).await.unwrap();
 
     // The reader, from the start, all along: it stops once it has read
@@ -117,34 +112,21 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     let mut publisher = Publisher::new(producer, KEYS);
 
     // Ramp up until the policy has split the topic into at least four.
-    let started = Instant::now();
-    let mut most_open = 1;
-    let mut last_look = Instant::now();
-    while most_open < 4 {
-        assert!(
-            started.elapsed() < RAMP_UP_LIMIT,
-            "the policy did not split the topic into 4 segments (at most {most_open} open)"
-        );
-        publisher.send(FAST_RECORDS_PER_STEP).await;
-        tokio::time::sleep(STEP).await;
-        if last_look.elapsed() >= Duration::from_millis(250) {
-            last_look = Instant::now();
-            if let Some(info) = describe(&client).await {
-                most_open = most_open.max(open_count(&info));
-            }
-        }
-    }
-    eprintln!(
-        "split into {most_open} open segments after {:?}, {} records sent",
-        started.elapsed(),
-        publisher.sent
-    );
+    let most_open = publish_until(
+        &mut publisher,
+        &client,
+        TOPIC,
+        RAMP_UP_LIMIT,
+        "the policy splits the topic into 4 open segments",
+        |info| Some(open_count(info)).filter(|open| *open >= 4),
+    )
+    .await;
+    eprintln!("{most_open} open segments after the ramp-up");
 
     // Broker 2 leaves gracefully under load; its segments move first.
     let leaving = tokio::task::spawn_blocking(move || b2.stop());
     while !leaving.is_finished() {
-        publisher.send(FAST_RECORDS_PER_STEP).await;
-        tokio::time::sleep(STEP).await;
+        publisher.step(RECORDS_PER_STEP).await;
     }
     leaving.await.unwrap();
     let info = describe(&client).await.expect("describe after a leave");
@@ -162,8 +144,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
     let before_restart = describe(&client).await.expect("describe before restart");
     control.stop();
     for _ in 0..100 {
-        publisher.send(FAST_RECORDS_PER_STEP / 4).await;
-        tokio::time::sleep(STEP).await;
+        publisher.step(RECORDS_PER_STEP / 4).await;
     }
     control = ControlPlane::start(&control_dir, control_port, &["--broker-silence-ms", "5000"]);
     let after_restart = loop {
@@ -195,6 +176,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
 
     // Ramp down until the policy has merged everything back into one.
     let slowing = Instant::now();
+    let mut last_look = Instant::now();
     let mut open = usize::MAX;
     while open > 1 {
         assert!(

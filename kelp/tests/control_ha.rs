@@ -25,7 +25,9 @@ use wire::{ErrorCode, Request, Response};
 
 mod support;
 
-use support::keyed::{each_key_once_in_order, read_records, Publisher};
+use support::keyed::{
+    each_key_once_in_order, publish_until, quick_policy, read_records, Publisher, RECORDS_PER_STEP,
+};
 use support::{port, Broker, ControlPlane};
 
 const TOPIC: &str = "ha/orders";
@@ -33,10 +35,6 @@ const KEYS: u64 = 64;
 /// The lease of every instance: a dead leader is replaced about this long
 /// after its last keepalive.
 const LEASE_TTL_S: u64 = 2;
-/// Bytes per segment per second the policy aims at; the load is far above.
-const TARGET_BYTES_PER_S: u64 = 25_000;
-const RECORDS_PER_STEP: u64 = 40;
-const STEP: Duration = Duration::from_millis(10);
 /// Bounds: the test fails rather than hang.
 const SPLIT_LIMIT: Duration = Duration::from_secs(90);
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(30);
@@ -246,29 +244,11 @@ fn open_count(info: &TopicInfo) -> usize {
 /// Publish until the topic has at least `open` open segments; how many it
 /// has then.
 async fn publish_until_open(client: &Client, publisher: &mut Publisher, open: usize) -> usize {
-    let started = Instant::now();
-    let mut most = 0;
-    let mut last_look = Instant::now();
-    while most < open {
-        assert!(
-            started.elapsed() < SPLIT_LIMIT,
-            "the policy did not split the topic into {open} segments (at most {most} open)"
-        );
-        publisher.send(RECORDS_PER_STEP).await;
-        tokio::time::sleep(STEP).await;
-        if last_look.elapsed() >= Duration::from_millis(250) {
-            last_look = Instant::now();
-            if let Ok(info) = client.describe_topic(TOPIC).await {
-                most = most.max(open_count(&info));
-            }
-        }
-    }
-    eprintln!(
-        "{most} open segments after {:?}; {} records sent",
-        started.elapsed(),
-        publisher.sent
-    );
-    most
+    let what = format!("the policy splits the topic into {open} open segments");
+    publish_until(publisher, client, TOPIC, SPLIT_LIMIT, &what, |info| {
+        Some(open_count(info)).filter(|n| *n >= open)
+    })
+    .await
 }
 
 /// Publish while waiting for an instance other than `old` to lead.
@@ -286,8 +266,7 @@ async fn publish_through_takeover(
             started.elapsed() < TAKEOVER_LIMIT,
             "no instance took over from {old}"
         );
-        publisher.send(RECORDS_PER_STEP / 4).await;
-        tokio::time::sleep(STEP).await;
+        publisher.step(RECORDS_PER_STEP / 4).await;
     }
 }
 
@@ -309,9 +288,7 @@ async fn three_elected_control_planes_survive_two_leader_kills_under_durable_loa
     let b3 = start_broker(&dir.path().join("b3"), &planes);
     let client = b1.client().await;
     client.create_topic(TOPIC, 1).await.unwrap();
-    let policy = format!(
-        r#"{{"target":{{"bytes_per_s":{TARGET_BYTES_PER_S}}},"windows_ms":[1000,2000,4000,8000],"cooldown_ms":2000,"segments_min":1,"segments_max":8,"split_pieces_max":2}}"#
-    );
+    let policy = quick_policy(8);
     client.set_policy(TOPIC, &policy).await.unwrap();
     let mut subscriber = client
         .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())

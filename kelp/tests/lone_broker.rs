@@ -7,22 +7,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use client::{Client, FetchFrom, ProducerConfig, SubscribeOptions, TopicInfo};
 
 mod support;
 
-use support::keyed::{each_key_once_in_order, key_name, read_records, Publisher};
+use support::keyed::{
+    each_key_once_in_order, key_name, publish_until, quick_policy, read_records, Publisher,
+    RECORDS_PER_STEP,
+};
 use support::{port, Broker};
 
 /// Distinct keys: enough that both pieces of a split get some.
 const KEYS: u64 = 32;
-/// Bytes per segment per second the policy aims at; the load sends about
-/// 20 times this.
-const TARGET_BYTES_PER_S: u64 = 25_000;
-const RECORDS_PER_STEP: u64 = 40;
-const STEP: Duration = Duration::from_millis(10);
 /// Bounds of the run: the test fails rather than hang.
 const SPLIT_LIMIT: Duration = Duration::from_secs(60);
 const READ_LIMIT: Duration = Duration::from_secs(60);
@@ -88,9 +86,7 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
     let client = connect(&broker).await;
     let created = client.create_topic(TOPIC, 1).await.unwrap();
     assert_eq!(open_shards(&created), BTreeSet::from([0]));
-    let policy = format!(
-        r#"{{"target":{{"bytes_per_s":{TARGET_BYTES_PER_S}}},"windows_ms":[1000,2000,4000,8000],"cooldown_ms":2000,"segments_min":1,"segments_max":2,"split_pieces_max":2}}"#
-    );
+    let policy = quick_policy(2);
     client.set_policy(TOPIC, &policy).await.unwrap();
     // A subscriber from the start follows the split as it reads.
     let mut subscriber = client
@@ -99,28 +95,15 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
         .unwrap();
     let mut publisher = Publisher::new(client.producer(TOPIC, durable()).await.unwrap(), KEYS);
 
-    let started = Instant::now();
-    let mut last_look = Instant::now();
-    let split = loop {
-        assert!(
-            started.elapsed() < SPLIT_LIMIT,
-            "the policy did not split the hot segment"
-        );
-        publisher.send(RECORDS_PER_STEP).await;
-        tokio::time::sleep(STEP).await;
-        if last_look.elapsed() >= Duration::from_millis(250) {
-            last_look = Instant::now();
-            let info = client.describe_topic(TOPIC).await.unwrap();
-            if open_ids(&info).len() >= 2 {
-                break info;
-            }
-        }
-    };
-    eprintln!(
-        "split after {:?}, {} records sent",
-        started.elapsed(),
-        publisher.sent
-    );
+    let split = publish_until(
+        &mut publisher,
+        &client,
+        TOPIC,
+        SPLIT_LIMIT,
+        "the policy splits the hot segment",
+        |info| (open_ids(info).len() >= 2).then(|| info.clone()),
+    )
+    .await;
     assert_eq!(
         open_shards(&split),
         BTreeSet::from([0, 1]),
@@ -131,8 +114,7 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
     assert_eq!(parent.successors.len(), 2, "{split:?}");
     // The pieces take writes.
     for _ in 0..50 {
-        publisher.send(RECORDS_PER_STEP).await;
-        tokio::time::sleep(STEP).await;
+        publisher.step(RECORDS_PER_STEP).await;
     }
     publisher
         .producer

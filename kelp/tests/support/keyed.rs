@@ -5,6 +5,22 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+/// Bytes per segment per second the split tests' scaling policy aims at;
+/// their load, `RECORDS_PER_STEP` records of ~120 bytes every `STEP`,
+/// sends about 20 times this.
+pub const TARGET_BYTES_PER_S: u64 = 25_000;
+pub const RECORDS_PER_STEP: u64 = 40;
+pub const STEP: Duration = Duration::from_millis(10);
+
+/// A scaling policy that reacts within seconds (windows of 1-8 s, a 2 s
+/// cooldown, splits in two) aiming at `TARGET_BYTES_PER_S`, between one
+/// and `segments_max` open segments.
+pub fn quick_policy(segments_max: u32) -> String {
+    format!(
+        r#"{{"target":{{"bytes_per_s":{TARGET_BYTES_PER_S}}},"windows_ms":[1000,2000,4000,8000],"cooldown_ms":2000,"segments_min":1,"segments_max":{segments_max},"split_pieces_max":2}}"#
+    )
+}
+
 /// Publishes keyed records whose values are `key:sequence` (about 120
 /// bytes each) over `keys` keys in turn; counts what it sent so the reader
 /// knows what to expect.
@@ -48,6 +64,12 @@ impl Publisher {
         }
     }
 
+    /// Send `n` records, then pause for one `STEP`: one step of the load.
+    pub async fn step(&mut self, n: u64) {
+        self.send(n).await;
+        tokio::time::sleep(STEP).await;
+    }
+
     async fn send_one(&mut self) {
         let k = self.turn % self.keys;
         self.turn += 1;
@@ -60,6 +82,48 @@ impl Publisher {
             .await
             .expect("send");
         self.sent += 1;
+    }
+}
+
+/// Publish load steps, looking at `topic`'s layout every 250 ms, until
+/// `done` finds what it waits for in one; panics after `limit`, naming
+/// `what` and the last layout (or error) seen. Prints how long it took.
+pub async fn publish_until<T>(
+    publisher: &mut Publisher,
+    client: &client::Client,
+    topic: &str,
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut(&client::TopicInfo) -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    let mut last_look = Instant::now();
+    let mut last = String::from("no layout yet");
+    loop {
+        assert!(
+            started.elapsed() < limit,
+            "{what}: not within {limit:?}; last seen: {last}"
+        );
+        publisher.step(RECORDS_PER_STEP).await;
+        if last_look.elapsed() < Duration::from_millis(250) {
+            continue;
+        }
+        last_look = Instant::now();
+        match client.describe_topic(topic).await {
+            Ok(info) => {
+                if let Some(found) = done(&info) {
+                    eprintln!(
+                        "{what}: after {:?}, {} records sent",
+                        started.elapsed(),
+                        publisher.sent
+                    );
+                    return found;
+                }
+                last = format!("{info:?}");
+            }
+            // The control plane may be away for a while; keep going.
+            Err(e) => last = format!("describe failed: {e}"),
+        }
     }
 }
 
