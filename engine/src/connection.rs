@@ -413,6 +413,23 @@ pub(crate) struct PeerTimeouts {
     pub(crate) frame: Duration,
 }
 
+/// Which of a connection's timeouts ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Expiry {
+    /// A frame began and did not all arrive in time (`frame_timeout_ms`).
+    #[error("a frame not received within {ms} ms")]
+    Frame {
+        /// The timeout.
+        ms: u128,
+    },
+    /// Nothing came and nothing was owed for this long (`idle_timeout_ms`).
+    #[error("idle for {ms} ms")]
+    Idle {
+        /// The timeout.
+        ms: u128,
+    },
+}
+
 impl PeerTimeouts {
     pub(crate) fn of(config: &crate::BrokerConfig) -> PeerTimeouts {
         PeerTimeouts {
@@ -442,16 +459,15 @@ impl PeerTimeouts {
         last_frame_at: Instant,
         frame_started_at: Option<Instant>,
         answers_owed: bool,
-    ) -> Option<String> {
+    ) -> Option<Expiry> {
         match frame_started_at {
-            Some(started) if now >= started + self.frame => Some(format!(
-                "a frame not received within {} ms",
-                self.frame.as_millis()
-            )),
+            Some(started) if now >= started + self.frame => Some(Expiry::Frame {
+                ms: self.frame.as_millis(),
+            }),
             Some(_) => None,
-            None if !answers_owed && now >= last_frame_at + self.idle => {
-                Some(format!("idle for {} ms", self.idle.as_millis()))
-            }
+            None if !answers_owed && now >= last_frame_at + self.idle => Some(Expiry::Idle {
+                ms: self.idle.as_millis(),
+            }),
             None => None,
         }
     }

@@ -15,6 +15,7 @@
 //! read. A request that does not decode closes the connection, logged;
 //! nothing else is affected.
 
+use super::gateway_error::{AnswerError, ConnectionEnd};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -107,7 +108,7 @@ impl InFlight {
 
 /// A running request: its answer's bytes (empty for a produce with acks
 /// 0), or why the connection must close.
-type Answer = JoinHandle<Result<Vec<u8>, String>>;
+type Answer = JoinHandle<Result<Vec<u8>, AnswerError>>;
 
 pub(crate) async fn serve(gateway: Rc<Gateway>, stream: tokio::net::TcpStream, peer: SocketAddr) {
     let (read, write) = stream.into_split();
@@ -218,23 +219,23 @@ async fn read_prefix(
     timeouts: PeerTimeouts,
     mut last_frame_at: Instant,
     in_flight: &InFlight,
-) -> Result<Instant, String> {
+) -> Result<Instant, ConnectionEnd> {
     let mut filled = 0;
     let mut started_at = None;
     while filled < prefix.len() {
         let deadline = tokio::time::Instant::from_std(timeouts.deadline(last_frame_at, started_at));
         match tokio::time::timeout_at(deadline, stream.read(&mut prefix[filled..])).await {
-            Ok(Ok(0)) => return Err("the client closed it".into()),
+            Ok(Ok(0)) => return Err(ConnectionEnd::Closed),
             Ok(Ok(n)) => {
                 started_at.get_or_insert_with(Instant::now);
                 filled += n;
             }
-            Ok(Err(e)) => return Err(format!("read: {e}")),
+            Ok(Err(e)) => return Err(e.into()),
             Err(_) => {
                 let now = Instant::now();
                 let owed = !in_flight.claims.borrow().is_empty();
                 if let Some(why) = timeouts.expired(now, last_frame_at, started_at, owed) {
-                    return Err(why);
+                    return Err(why.into());
                 }
                 if started_at.is_none() && owed {
                     last_frame_at = now;
@@ -282,7 +283,7 @@ async fn answer(
     frame: Vec<u8>,
     _room: OwnedSemaphorePermit,
     peer: SocketAddr,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, AnswerError> {
     let mut out = gateway.frames.take_owned(Vec::new);
     let handled = match Request::decode(&frame) {
         Ok(request) => handle(&gateway, request, &mut out, peer).await,
@@ -294,10 +295,9 @@ async fn answer(
             // KIP-511: answer at v0 with the versions this side speaks.
             let body =
                 ResponseBody::ApiVersions(api_versions(kafka::error_code::UNSUPPORTED_VERSION));
-            kafka::encode_response_frame(&mut out, correlation_id, 0, &body)
-                .map_err(|e| e.to_string())
+            kafka::encode_response_frame(&mut out, correlation_id, 0, &body).map_err(Into::into)
         }
-        Err(e) => Err(format!("malformed request: {e}")),
+        Err(e) => Err(AnswerError::Malformed(e)),
     };
     gateway.frames.give_back(frame);
     handled.map(|()| out)
@@ -325,7 +325,7 @@ async fn handle(
     request: Request<'_>,
     out: &mut Vec<u8>,
     peer: SocketAddr,
-) -> Result<(), String> {
+) -> Result<(), AnswerError> {
     let version = request.header.api_version;
     let correlation_id = request.header.correlation_id;
     let body = match request.body {
@@ -350,8 +350,12 @@ async fn handle(
             // answer is not grown (copied) on the way.
             out.reserve(fetched.bytes() + FETCH_ANSWER_OVERHEAD_BYTES);
             let body = ResponseBody::Fetch(fetched.response());
-            return kafka::encode_response_frame(out, correlation_id, version, &body)
-                .map_err(|e| e.to_string());
+            return Ok(kafka::encode_response_frame(
+                out,
+                correlation_id,
+                version,
+                &body,
+            )?);
         }
         RequestBody::ListOffsets(r) => {
             ResponseBody::ListOffsets(offsets::list_offsets(gateway, r).await)
@@ -388,5 +392,10 @@ async fn handle(
         }
         RequestBody::ListGroups(r) => ResponseBody::ListGroups(groups::list(gateway, r)),
     };
-    kafka::encode_response_frame(out, correlation_id, version, &body).map_err(|e| e.to_string())
+    Ok(kafka::encode_response_frame(
+        out,
+        correlation_id,
+        version,
+        &body,
+    )?)
 }

@@ -10,6 +10,7 @@
 //! waiting read that lost the race ends on its shard when data comes or
 //! its wait runs out.
 
+use super::gateway_error::ConvertError;
 use std::rc::Rc;
 
 use kafka::api::fetch::{FetchPartitionData, FetchRequest, FetchResponse, FetchTopicData};
@@ -299,14 +300,14 @@ pub(crate) async fn read_segment<R>(
 
 /// Re-encode kelp batches (stored, so validated on append) as Kafka v2
 /// batches with the same base offsets, uncompressed.
-pub(crate) fn to_kafka_batches(mut batches: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+pub(crate) fn to_kafka_batches(mut batches: &[u8], out: &mut Vec<u8>) -> Result<(), ConvertError> {
     let mut scratch = Vec::new();
     while !batches.is_empty() {
         let len = BatchView::peek_len(batches)
             .map(|n| n as usize)
             .filter(|n| *n <= batches.len())
-            .ok_or("a stored batch is cut short")?;
-        let view = BatchView::validate(&batches[..len]).map_err(|e| e.to_string())?;
+            .ok_or(ConvertError::CutShort)?;
+        let view = BatchView::validate(&batches[..len])?;
         batches = &batches[len..];
         // One allocation of each per batch, none per record.
         let mut headers: Vec<kafka::RecordHeader<'_>> = Vec::new();
@@ -345,8 +346,7 @@ pub(crate) fn to_kafka_batches(mut batches: &[u8], out: &mut Vec<u8>) -> Result<
             base_sequence: -1,
             record_count: view.record_count() as i32,
         };
-        encode_record_batch(out, &header, &records, Compression::None, &mut scratch)
-            .map_err(|e| e.to_string())?;
+        encode_record_batch(out, &header, &records, Compression::None, &mut scratch)?;
     }
     Ok(())
 }

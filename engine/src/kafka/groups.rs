@@ -35,6 +35,7 @@ use kafka::api::sync_group::{SyncGroupRequest, SyncGroupResponse};
 use kafka::group::{self, Coordinator, CoordinatorConfig, GroupState, Released, Token};
 use kafka::RequestHeader;
 
+use super::gateway_error::StoreError;
 use super::{put_object, read_object, Gateway, NODE_ID};
 use crate::error::EngineError;
 
@@ -51,9 +52,10 @@ pub(crate) struct Groups {
 
 /// The filer object of group `group_id`'s offsets
 /// (`filer_layout::kafka_group_offsets`).
-pub(crate) fn offsets_path(group_id: &str) -> Result<ObjectPath, String> {
-    control::filer_layout::kafka_group_offsets(group_id)
-        .ok_or_else(|| format!("group id {group_id:?} is too long for a filer path"))
+pub(crate) fn offsets_path(group_id: &str) -> Result<ObjectPath, StoreError> {
+    control::filer_layout::kafka_group_offsets(group_id).ok_or_else(|| StoreError::GroupIdTooLong {
+        group_id: group_id.to_owned(),
+    })
 }
 
 impl Groups {
@@ -429,7 +431,7 @@ pub(crate) async fn commit_offsets(
     }
 }
 
-async fn persist(filer: Arc<dyn Filer>, group_id: &str, bytes: Vec<u8>) -> Result<(), String> {
+async fn persist(filer: Arc<dyn Filer>, group_id: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
     let path = offsets_path(group_id)?;
     put_object(filer, path, bytes).await
 }

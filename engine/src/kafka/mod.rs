@@ -16,6 +16,7 @@
 mod admin;
 mod connection;
 mod fetch;
+mod gateway_error;
 mod groups;
 mod listener;
 mod metadata;
@@ -36,6 +37,7 @@ use filer::Filer;
 use crate::control_plane::ControlRequest;
 use crate::error::EngineError;
 use crate::inbox::ShardRequest;
+use gateway_error::StoreError;
 
 /// Kafka connections the gateway serves at once; more are refused.
 pub(crate) const CONNECTIONS_MAX: usize = 1024;
@@ -101,11 +103,8 @@ pub(crate) async fn put_object(
     filer: Arc<dyn Filer>,
     path: filer::ObjectPath,
     bytes: Vec<u8>,
-) -> Result<(), String> {
-    tokio::task::spawn_blocking(move || filer.put(&path, &bytes))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+) -> Result<(), StoreError> {
+    Ok(tokio::task::spawn_blocking(move || filer.put(&path, &bytes)).await??)
 }
 
 /// What the gateway thread is given.

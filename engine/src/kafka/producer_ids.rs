@@ -4,6 +4,7 @@
 //! big-endian) before any id of the block is given. A restart starts at
 //! the stored end, skipping what the last run did not hand out.
 
+use super::gateway_error::StoreError;
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -43,7 +44,7 @@ impl ProducerIds {
     }
 
     /// A producer id never given before.
-    pub(crate) async fn next(&self) -> Result<i64, String> {
+    pub(crate) async fn next(&self) -> Result<i64, StoreError> {
         if self.next.get() >= self.reserved_end.get() {
             let end = self.next.get() + BLOCK;
             let filer = self.filer.clone();
@@ -51,9 +52,7 @@ impl ProducerIds {
                 let path = control::filer_layout::kafka_producer_ids();
                 filer.put(&path, &end.to_be_bytes())
             })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+            .await??;
             // Another caller may have reserved meanwhile; keep the larger.
             self.reserved_end.set(self.reserved_end.get().max(end));
         }

@@ -32,6 +32,7 @@ use wire::chunk::BatchWalk;
 use wire::message::{FetchFrom, SegmentInfo};
 
 use super::fetch::read_segment;
+use super::gateway_error::StoreError;
 use super::topics::{kafka_error, kelp_name};
 use super::{put_object, read_object, Gateway};
 use crate::serve_error::ServeError;
@@ -172,8 +173,13 @@ fn storage_error(what: &str, e: impl std::fmt::Display) -> Refusal {
     (k::KAFKA_STORAGE_ERROR, format!("{what}: {e}"))
 }
 
-async fn store(gateway: &Gateway, topic: &str, segment: u32, bytes: Vec<u8>) -> Result<(), String> {
-    let path = snapshot_path(topic, segment).map_err(|e| e.to_string())?;
+async fn store(
+    gateway: &Gateway,
+    topic: &str,
+    segment: u32,
+    bytes: Vec<u8>,
+) -> Result<(), StoreError> {
+    let path = snapshot_path(topic, segment)?;
     put_object(gateway.filer.clone(), path, bytes).await
 }
 
