@@ -310,6 +310,7 @@ impl Broker {
         let kafka = match config.kafka_listen {
             Some(listen) => Some(KafkaGateway::start(GatewayParts {
                 listen,
+                advertised: config.kafka_advertised.clone(),
                 inboxes: inbox_txs.clone(),
                 control: control_tx.clone(),
                 filer: filer.clone(),

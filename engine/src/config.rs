@@ -91,6 +91,10 @@ pub struct BrokerConfig {
     /// Where the Kafka gateway listens; `None` (the default) runs none.
     /// Port 0 picks a free port (see `Broker::kafka_address`).
     pub kafka_listen: Option<SocketAddr>,
+    /// The address Kafka clients are told to connect to (Metadata,
+    /// FindCoordinator): `None` (the default) is the listen address, with
+    /// 127.0.0.1 for an unspecified one (0.0.0.0 or ::).
+    pub kafka_advertised: Option<AdvertisedAddress>,
     /// Where chunks, layouts and payloads are stored: `None` (the
     /// default) is the local directory `<data_dir>/filer` alone, and the
     /// filer the control plane names in a cluster; `s3://bucket/prefix`
@@ -151,6 +155,7 @@ impl Default for BrokerConfig {
             payload_sweep_interval_ms: 60_000,
             payload_upload_bytes_max: 64 << 20,
             kafka_listen: None,
+            kafka_advertised: None,
             filer: None,
             s3: filer_s3::S3Settings::default(),
             filer_uploads: FILER_UPLOADS_DEFAULT,
@@ -265,6 +270,9 @@ impl BrokerConfig {
         if self.control.is_some() && self.kafka_listen.is_some() {
             return Err(ConfigError::KafkaInCluster);
         }
+        if self.kafka_advertised.is_some() && self.kafka_listen.is_none() {
+            return Err(ConfigError::AdvertisedWithoutKafka);
+        }
         if self.capacity_bytes_per_s_per_shard == 0 || self.capacity_records_per_s_per_shard == 0 {
             return Err(ConfigError::CapacityZero);
         }
@@ -300,6 +308,9 @@ const _: () = assert!(wire::limits::FRAME_PAYLOAD_BYTES_MAX == 8 << 20);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// A Kafka advertised address without a Kafka listener.
+    #[error("--kafka-advertise needs --kafka (the Kafka gateway is off)")]
+    AdvertisedWithoutKafka,
     /// A shard count outside `1..=max`.
     #[error("--shards must be 1..={max}, got {shards}")]
     ShardCount {
@@ -564,5 +575,133 @@ mod tests {
             err.to_string(),
             "invalid configuration: listen port 0 is not supported: shards need known ports"
         );
+    }
+}
+
+/// Longest host name of an advertised address (DNS's limit).
+pub const ADVERTISED_HOST_BYTES_MAX: usize = 253;
+
+/// A `host:port` that clients are told to connect to; the host is a name
+/// or an address, as Kafka's `advertised.listeners` takes it (an IPv6
+/// address in brackets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdvertisedAddress {
+    /// The host name or address, without brackets.
+    pub host: String,
+    /// The port, not 0.
+    pub port: u16,
+}
+
+/// Why a text is not a `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdvertisedAddressError {
+    /// No `:port` at the end.
+    #[error("{0:?} is not host:port")]
+    NoPort(String),
+    /// The port is not 1..=65535.
+    #[error("{0:?}: the port must be 1..=65535")]
+    Port(String),
+    /// The host is empty, too long, or has characters a host cannot.
+    #[error("{0:?}: the host must be 1..=253 letters, digits, '-', '.', ':' or '_'")]
+    Host(String),
+}
+
+impl std::str::FromStr for AdvertisedAddress {
+    type Err = AdvertisedAddressError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (host, port) = text
+            .rsplit_once(':')
+            .ok_or_else(|| AdvertisedAddressError::NoPort(text.to_owned()))?;
+        let port = port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| AdvertisedAddressError::Port(text.to_owned()))?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':' | '_');
+        if host.is_empty() || host.len() > ADVERTISED_HOST_BYTES_MAX || !host.chars().all(valid) {
+            return Err(AdvertisedAddressError::Host(text.to_owned()));
+        }
+        Ok(AdvertisedAddress {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+impl AdvertisedAddress {
+    /// What a listener bound to `local` advertises when no address is
+    /// configured: `local` itself, or 127.0.0.1 (::1) with its port when it
+    /// is bound to every address.
+    pub fn of_listener(local: SocketAddr) -> AdvertisedAddress {
+        let ip = match local.ip() {
+            ip if !ip.is_unspecified() => ip,
+            std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        };
+        AdvertisedAddress {
+            host: ip.to_string(),
+            port: local.port(),
+        }
+    }
+}
+
+impl std::fmt::Display for AdvertisedAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod advertised_tests {
+    use super::*;
+
+    #[test]
+    fn advertised_addresses_parse_names_and_addresses_and_refuse_the_rest() {
+        let parse = |t: &str| t.parse::<AdvertisedAddress>();
+        let ok = |host: &str, port| AdvertisedAddress {
+            host: host.into(),
+            port,
+        };
+        assert_eq!(
+            parse("kafka-1.example.com:9092"),
+            Ok(ok("kafka-1.example.com", 9092))
+        );
+        assert_eq!(parse("10.0.0.7:19092"), Ok(ok("10.0.0.7", 19092)));
+        assert_eq!(parse("[fd00::1]:9092"), Ok(ok("fd00::1", 9092)));
+        assert_eq!(
+            parse("[fd00::1]:9092").unwrap().to_string(),
+            "[fd00::1]:9092"
+        );
+        assert_eq!(parse("host:9092").unwrap().to_string(), "host:9092");
+        for bad in [
+            "host",
+            "host:",
+            "host:0",
+            "host:65536",
+            ":9092",
+            "a b:9092",
+            "h/x:1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(parse(&format!("{}:1", "a".repeat(254))).is_err());
+    }
+
+    #[test]
+    fn an_unspecified_listener_advertises_loopback() {
+        let of = |t: &str| AdvertisedAddress::of_listener(t.parse().unwrap()).to_string();
+        assert_eq!(of("0.0.0.0:9092"), "127.0.0.1:9092");
+        assert_eq!(of("[::]:9092"), "[::1]:9092");
+        assert_eq!(of("10.1.2.3:9092"), "10.1.2.3:9092");
     }
 }

@@ -43,7 +43,7 @@ mod tcp;
 mod tls;
 
 pub use broker::{run, Broker};
-pub use config::BrokerConfig;
+pub use config::{AdvertisedAddress, AdvertisedAddressError, BrokerConfig};
 pub use error::EngineError;
 pub use signals::TerminationSignals;
 pub use tls::ALPN;

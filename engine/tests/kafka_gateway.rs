@@ -1383,3 +1383,42 @@ fn idle_and_trickling_kafka_connections_are_closed() {
     }
     drop(broker);
 }
+
+#[test]
+fn clients_are_told_the_advertised_address_not_the_bound_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let advertised: kelp_engine::AdvertisedAddress = "kafka-1.example.com:19092".parse().unwrap();
+    let broker = Broker::start(BrokerConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: format!("127.0.0.1:{}", port()).parse().unwrap(),
+        shards: 1,
+        pin_shards: false,
+        // Every address: without --kafka-advertise it would tell 127.0.0.1.
+        kafka_listen: Some("0.0.0.0:0".parse().unwrap()),
+        kafka_advertised: Some(advertised),
+        ..BrokerConfig::default()
+    })
+    .unwrap();
+    let bound = broker.kafka_address().unwrap();
+    let mut c = Kafka::open_at(
+        SocketAddr::new([127, 0, 0, 1].into(), bound.port()),
+        "advertised-test",
+    );
+    for version in [1, 9, 12] {
+        let r = c.call(metadata_request(&[], false), version);
+        let m = expect!(r, Metadata);
+        assert_eq!(m.brokers.len(), 1, "v{version}");
+        assert_eq!(m.brokers[0].host, "kafka-1.example.com", "v{version}");
+        assert_eq!(m.brokers[0].port, 19092, "v{version}");
+    }
+    let r = c.call(
+        RequestBody::FindCoordinator(FindCoordinatorRequest {
+            key_type: 0,
+            coordinator_keys: vec!["g".into()],
+        }),
+        4,
+    );
+    let f = expect!(r, FindCoordinator);
+    assert_eq!(f.coordinators[0].host, "kafka-1.example.com");
+    assert_eq!(f.coordinators[0].port, 19092);
+}

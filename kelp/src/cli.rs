@@ -180,6 +180,12 @@ pub struct ServeArgs {
     /// (docs/kafka.md).
     #[arg(long, value_name = "ADDR")]
     pub kafka: Option<SocketAddr>,
+    /// The HOST:PORT Kafka clients are told to connect to, as Kafka's
+    /// advertised.listeners (needed when --kafka binds 0.0.0.0 or clients
+    /// reach the broker through another name); default: the --kafka
+    /// address, 127.0.0.1 for 0.0.0.0.
+    #[arg(long, value_name = "HOST:PORT", requires = "kafka")]
+    pub kafka_advertise: Option<engine::AdvertisedAddress>,
     /// An uploaded payload that no record refers to is deleted once it is
     /// this old (docs/payloads.md).
     #[arg(long, default_value_t = 3_600_000)]
@@ -843,6 +849,25 @@ mod tests {
             panic!()
         };
         assert_eq!(s.kafka, Some("127.0.0.1:9092".parse().unwrap()));
+        assert_eq!(s.kafka_advertise, None);
+        let kafka = ["serve", "--kafka", "0.0.0.0:9092", "--kafka-advertise"];
+        let Command::Serve(s) =
+            parse(&[&kafka[..], &["kafka-1.example.com:9092"]].concat()).command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            s.kafka_advertise.map(|a| a.to_string()),
+            Some("kafka-1.example.com:9092".into())
+        );
+        let refused = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("kelp").chain(args.iter().copied())).is_err()
+        };
+        assert!(refused(&[&kafka[..], &["no-port"]].concat()));
+        assert!(
+            refused(&["serve", "--kafka-advertise", "h:9092"]),
+            "needs --kafka"
+        );
 
         let Command::Pub(p) = parse(&["pub", "ns/t"]).command else {
             panic!()

@@ -30,6 +30,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         payload_grace_ms: args.payload_grace_ms,
         payload_sweep_interval_ms: args.payload_sweep_ms,
         kafka_listen: args.kafka,
+        kafka_advertised: args.kafka_advertise.clone(),
         s3: args.filer.s3_settings(),
         filer: args.filer.filer,
         control: args.control,

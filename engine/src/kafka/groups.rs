@@ -127,8 +127,8 @@ pub(crate) fn find_coordinator(
     request: FindCoordinatorRequest,
     _version: i16,
 ) -> FindCoordinatorResponse {
-    let host = gateway.advertised.ip().to_string();
-    let port = i32::from(gateway.advertised.port());
+    let host = gateway.advertised.host.clone();
+    let port = i32::from(gateway.advertised.port);
     FindCoordinatorResponse {
         throttle_time_ms: 0,
         coordinators: request

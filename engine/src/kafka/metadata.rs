@@ -85,8 +85,8 @@ pub(crate) async fn metadata(
         throttle_time_ms: 0,
         brokers: vec![MetadataBroker {
             node_id: NODE_ID,
-            host: gateway.advertised.ip().to_string(),
-            port: i32::from(gateway.advertised.port()),
+            host: gateway.advertised.host.clone(),
+            port: i32::from(gateway.advertised.port),
             rack: None,
         }],
         cluster_id: Some(CLUSTER_ID.to_string()),

@@ -110,6 +110,9 @@ pub(crate) async fn put_object(
 /// What the gateway thread is given.
 pub(crate) struct GatewayParts {
     pub(crate) listen: SocketAddr,
+    /// What clients are told to connect to; `None` derives it from the
+    /// bound address.
+    pub(crate) advertised: Option<crate::config::AdvertisedAddress>,
     pub(crate) inboxes: Vec<flume::Sender<ShardRequest>>,
     pub(crate) control: flume::Sender<ControlRequest>,
     pub(crate) filer: Arc<dyn Filer>,
@@ -123,7 +126,7 @@ pub(crate) struct GatewayParts {
 /// threaded: `Rc` and `RefCell`, never crossing to a shard).
 pub(crate) struct Gateway {
     /// The address clients are told to connect to.
-    pub(crate) advertised: SocketAddr,
+    pub(crate) advertised: crate::config::AdvertisedAddress,
     pub(crate) shards: shards::Shards,
     pub(crate) topics: topics::Topics,
     /// Idempotent producers' sequences, per partition.
@@ -163,16 +166,25 @@ impl KafkaGateway {
         let local = listener
             .local_addr()
             .map_err(|e| EngineError::io("bind Kafka listener", parts.listen.to_string(), e))?;
-        let advertised = if local.ip().is_unspecified() {
-            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port())
-        } else {
-            local
+        let advertised = match parts.advertised {
+            Some(advertised) => advertised,
+            None => {
+                if local.ip().is_unspecified() {
+                    log::warn!(
+                        "the Kafka gateway listens on every address ({local}) but tells clients \
+                         to connect to loopback; set --kafka-advertise HOST:PORT for clients on \
+                         other hosts"
+                    );
+                }
+                crate::config::AdvertisedAddress::of_listener(local)
+            }
         };
         keep_freed_memory();
         let producer_ids = producer_ids::ProducerIds::open(parts.filer.clone())?;
         let groups = groups::Groups::open(parts.filer.clone())?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), EngineError>>();
+        let advertised_text = advertised.to_string();
         let thread = std::thread::Builder::new()
             .name("kelp-kafka".into())
             .spawn(move || {
@@ -239,7 +251,7 @@ impl KafkaGateway {
                 ))
             }
         }
-        log::info!("Kafka gateway listening at {local} (advertised {advertised})");
+        log::info!("Kafka gateway listening at {local} (advertised {advertised_text})");
         Ok(KafkaGateway {
             stop: Some(stop_tx),
             thread: Some(thread),
