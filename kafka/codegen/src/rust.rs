@@ -454,63 +454,37 @@ fn read_value(v: &ValueField, context: Versions, r: &str) -> String {
 /// A statement writing `ty` from `value` to the writer `w` in null mode
 /// `null`.
 fn write_call(ty: &Type, null: Null, value: Value<'_>, w: &str) -> String {
-    let option = value.expr();
-    match (ty, null) {
-        (Type::Scalar(Scalar::Int(i)), _) => {
-            format!("{w}.put_{}({});", i.rust(), value.copied())
+    let (plain, nullable, direct) = match ty {
+        Type::Scalar(Scalar::Int(i)) => {
+            return format!("{w}.put_{}({});", i.rust(), value.copied())
         }
-        (Type::Scalar(Scalar::Bool), _) => format!("{w}.put_bool({});", value.copied()),
-        (Type::Scalar(Scalar::Uuid), _) => format!("{w}.put_uuid({});", value.copied()),
-        (Type::Scalar(Scalar::String), Null::Never) => {
-            format!("{w}.put_str(f, {})?;", value.borrowed())
-        }
-        (Type::Scalar(Scalar::String), Null::Written) => {
-            format!("{w}.put_nullable_str(f, {option}.as_deref())?;")
-        }
-        (Type::Scalar(Scalar::String), Null::AsEmpty) => {
-            format!("{w}.put_str(f, {option}.as_deref().unwrap_or_default())?;")
-        }
-        (Type::Scalar(Scalar::Bytes), Null::Never) => {
-            format!("{w}.put_bytes(f, {})?;", value.borrowed())
-        }
-        (Type::Scalar(Scalar::Bytes), Null::Written) => {
-            format!("{w}.put_nullable_bytes(f, {option}.as_deref())?;")
-        }
-        (Type::Scalar(Scalar::Bytes), Null::AsEmpty) => {
-            format!("{w}.put_bytes(f, {option}.as_deref().unwrap_or_default())?;")
-        }
-        (Type::Scalar(Scalar::Records), Null::Never) => {
-            format!("{w}.put_bytes(f, {})?;", value.copied())
-        }
-        (Type::Scalar(Scalar::Records), Null::Written) => {
-            format!("{w}.put_nullable_bytes(f, {})?;", value.copied())
-        }
-        (Type::Scalar(Scalar::Records), Null::AsEmpty) => {
-            format!("{w}.put_bytes(f, {}.unwrap_or_default())?;", value.copied())
-        }
-        (Type::Array(e), _) => {
-            let item = match e {
-                Element::Struct(_) => "item.write(w, version, f)".to_owned(),
-                Element::Scalar(s) => {
-                    let call = write_call(&Type::Scalar(*s), Null::Never, Value::Ref("item"), "w");
-                    match call.strip_suffix("?;") {
-                        Some(fallible) => fallible.to_owned(),
-                        None => format!("{{ {call} Ok(()) }}"),
-                    }
-                }
-            };
-            match null {
-                Null::Never => {
-                    format!("{w}.put_array(f, {}, |w, item| {item})?;", value.borrowed())
-                }
-                Null::Written => {
-                    format!("{w}.put_nullable_array(f, {option}.as_deref(), |w, item| {item})?;")
-                }
-                Null::AsEmpty => format!(
-                    "{w}.put_array(f, {option}.as_deref().unwrap_or_default(), |w, item| {item})?;"
-                ),
+        Type::Scalar(Scalar::Bool) => return format!("{w}.put_bool({});", value.copied()),
+        Type::Scalar(Scalar::Uuid) => return format!("{w}.put_uuid({});", value.copied()),
+        Type::Scalar(Scalar::String) => ("put_str", "put_nullable_str", value.borrowed()),
+        Type::Scalar(Scalar::Bytes) => ("put_bytes", "put_nullable_bytes", value.borrowed()),
+        Type::Scalar(Scalar::Records) => ("put_bytes", "put_nullable_bytes", value.copied()),
+        Type::Array(_) => ("put_array", "put_nullable_array", value.borrowed()),
+    };
+    // The `Option` as one of borrowed contents (`&[u8]` is `Copy` already).
+    let option = match ty {
+        Type::Scalar(Scalar::Records) => value.copied(),
+        _ => format!("{}.as_deref()", value.expr()),
+    };
+    let item = match ty {
+        Type::Array(Element::Struct(_)) => ", |w, item| item.write(w, version, f)".to_owned(),
+        Type::Array(Element::Scalar(s)) => {
+            let call = write_call(&Type::Scalar(*s), Null::Never, Value::Ref("item"), "w");
+            match call.strip_suffix("?;") {
+                Some(fallible) => format!(", |w, item| {fallible}"),
+                None => format!(", |w, item| {{ {call} Ok(()) }}"),
             }
         }
+        Type::Scalar(_) => String::new(),
+    };
+    match null {
+        Null::Never => format!("{w}.{plain}(f, {direct}{item})?;"),
+        Null::Written => format!("{w}.{nullable}(f, {option}{item})?;"),
+        Null::AsEmpty => format!("{w}.{plain}(f, {option}.unwrap_or_default(){item})?;"),
     }
 }
 
@@ -605,11 +579,24 @@ fn write_projection(e: &Struct, only: &[String], context: Versions) -> String {
     lines.join("\n")
 }
 
+/// Each field of `s` with the versions it is on the wire in among
+/// `context`, and the condition that tells those apart (`None`: all).
+fn placed(
+    s: &Struct,
+    context: Versions,
+) -> impl Iterator<Item = (&Field, Versions, Option<String>)> {
+    s.fields.iter().map(move |f| {
+        (
+            f,
+            f.versions.intersect(context),
+            f.versions.condition(context),
+        )
+    })
+}
+
 fn read_body(s: &Struct, context: Versions) -> String {
     let mut lines = Vec::new();
-    for field in &s.fields {
-        let here = field.versions.intersect(context);
-        let condition = field.versions.condition(context);
+    for (field, here, condition) in placed(s, context) {
         match &field.body {
             FieldBody::Value(v) if v.tag.is_some() => {
                 lines.push(format!("let mut {} = {};", field.name, default_expr(v)));
@@ -735,9 +722,7 @@ fn differs_from_default(v: &ValueField, place: &str) -> String {
 
 fn write_body(s: &Struct, context: Versions) -> String {
     let mut lines = Vec::new();
-    for field in &s.fields {
-        let here = field.versions.intersect(context);
-        let condition = field.versions.condition(context);
+    for (field, here, condition) in placed(s, context) {
         match &field.body {
             FieldBody::Value(v) if v.tag.is_some() => {}
             FieldBody::Value(v) => {
@@ -956,166 +941,151 @@ mod tests {
         emit(&[parse(Path::new("tiny.json"), TINY).expect("parse")])
     }
 
-    /// Whether `code` holds `lines` one after the other (indentation aside).
-    fn has_lines(code: &str, lines: &[&str]) -> bool {
+    /// Fails unless `code` holds each block of `expected` (blocks are
+    /// separated by `...` lines), in that order, each block's lines one
+    /// after the other; indentation does not count.
+    fn assert_has(code: &str, expected: &str) {
         let code: Vec<&str> = code.lines().map(str::trim).collect();
-        code.windows(lines.len()).any(|w| w == lines)
+        let mut from = 0;
+        for block in expected.trim().split("\n...\n") {
+            let lines: Vec<&str> = block.lines().map(str::trim).collect();
+            let found = code[from..].windows(lines.len()).position(|w| w == lines);
+            let Some(at) = found else {
+                panic!("not in the generated code (after line {from}):\n{block}");
+            };
+            from += at + lines.len();
+        }
     }
 
     #[test]
     fn structs_their_derives_and_defaults() {
         let api = tiny().api;
         assert!(api.starts_with(HEADER));
-        assert!(has_lines(
+        assert_has(
             &api,
-            &[
-                "/// Tiny (key 99), v0-v3; flexible from v2.",
-                "pub mod tiny {"
-            ]
-        ));
-        assert!(has_lines(
-            &api,
-            &["/// No epoch.", "pub const NO_EPOCH: i32 = -1;"]
-        ));
-        assert!(has_lines(
-            &api,
-            &[
-                "#[derive(Debug, Clone, PartialEq, Eq)]",
-                "pub struct TinyRequest<'a> {",
-                "/// The epoch.",
-                "pub epoch: i32,",
-                "/// A label.",
-                "pub label: Option<String>,",
-                "/// The parts.",
-                "pub parts: Vec<TinyPart<'a>>,",
-                "}",
-            ]
-        ));
-        assert!(has_lines(
-            &api,
-            &[
-                "impl Default for TinyRequest<'_> {",
-                "fn default() -> Self {",
-                "TinyRequest {",
-                "epoch: NO_EPOCH,",
-                "label: None,",
-                "parts: Vec::new(),"
-            ]
-        ));
-        assert!(has_lines(
-            &api,
-            &[
-                "#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]",
-                "pub struct TinyResponse {"
-            ]
-        ));
-        assert!(has_lines(&api, &["pub records: Option<&'a [u8]>,"]));
+            r#"
+/// Tiny (key 99), v0-v3; flexible from v2.
+pub mod tiny {
+...
+/// No epoch.
+pub const NO_EPOCH: i32 = -1;
+...
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TinyRequest<'a> {
+/// The epoch.
+pub epoch: i32,
+/// A label.
+pub label: Option<String>,
+/// The parts.
+pub parts: Vec<TinyPart<'a>>,
+}
+...
+impl Default for TinyRequest<'_> {
+fn default() -> Self {
+TinyRequest {
+epoch: NO_EPOCH,
+label: None,
+parts: Vec::new(),
+...
+pub records: Option<&'a [u8]>,
+...
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TinyResponse {
+"#,
+        );
     }
 
     #[test]
     fn reads_follow_versions_nulls_and_aliases() {
         let api = tiny().api;
-        assert!(has_lines(
+        assert_has(
             &api,
-            &[
-                "fn read(r: &mut Decoder<'a>, version: i16, f: bool) -> Result<Self, DecodeError> {",
-                "let epoch = if version >= 1 { r.i32()? } else { NO_EPOCH };",
-                "let label = if version >= 2 { r.nullable_string(f)? } else { Some(r.string(f)?) };",
-                "let first_part = if version <= 0 {",
-                "Some({",
-                "let index = r.i32()?;",
-                "TinyPart { index, ..Default::default() }",
-                "})",
-                "} else {",
-                "None",
-                "};",
-                "let parts = if version >= 1 { r.array_of(f, |r| TinyPart::read(r, version, f))? } else { first_part.into_iter().collect() };",
-                "if f {",
-                "r.skip_tagged_fields()?;",
-                "}",
-                "Ok(TinyRequest { epoch, label, parts })",
-            ]
-        ));
-        // Inside the array (v1+) the records need no version test.
-        assert!(has_lines(&api, &["let records = r.nullable_bytes(f)?;"]));
-        assert!(has_lines(&api, &["Self::read(r, version, version >= 2)",]));
+            r#"
+fn read(r: &mut Decoder<'a>, version: i16, f: bool) -> Result<Self, DecodeError> {
+let epoch = if version >= 1 { r.i32()? } else { NO_EPOCH };
+let label = if version >= 2 { r.nullable_string(f)? } else { Some(r.string(f)?) };
+let first_part = if version <= 0 {
+Some({
+let index = r.i32()?;
+TinyPart { index, ..Default::default() }
+})
+} else {
+None
+};
+let parts = if version >= 1 { r.array_of(f, |r| TinyPart::read(r, version, f))? } else { first_part.into_iter().collect() };
+if f {
+r.skip_tagged_fields()?;
+}
+Ok(TinyRequest { epoch, label, parts })
+...
+let records = r.nullable_bytes(f)?;
+...
+Self::read(r, version, version >= 2)
+...
+r.tagged_fields(|tag, field| match tag {
+0 if version >= 2 => {
+hint = field.i16()?;
+Ok(true)
+}
+_ => Ok(false),
+})?;
+"#,
+        );
     }
 
     #[test]
     fn writes_skip_default_tagged_fields() {
         let api = tiny().api;
-        assert!(has_lines(
+        assert_has(
             &api,
-            &[
-                "if version >= 2 {",
-                "w.put_nullable_str(f, self.label.as_deref())?;",
-                "} else {",
-                "w.put_str(f, self.label.as_deref().unwrap_or_default())?;",
-                "}",
-            ]
-        ));
-        assert!(has_lines(
-            &api,
-            &[
-                "if version <= 0 {",
-                "let none = TinyPart::default();",
-                "let item = self.parts.first().unwrap_or(&none);",
-                "w.put_i32(item.index);",
-                "}",
-            ]
-        ));
-        assert!(has_lines(
-            &api,
-            &[
-                "let mut tagged: Vec<(u32, Vec<u8>)> = Vec::new();",
-                "if version >= 2 && self.hint != 0 {",
-                "let mut buffer = Vec::new();",
-                "buffer.put_i16(self.hint);",
-                "tagged.push((0, buffer));",
-                "}",
-            ]
-        ));
-        assert!(has_lines(
-            &api,
-            &[
-                "r.tagged_fields(|tag, field| match tag {",
-                "0 if version >= 2 => {",
-                "hint = field.i16()?;",
-                "Ok(true)",
-                "}",
-                "_ => Ok(false),",
-                "})?;",
-            ]
-        ));
+            r#"
+if version >= 2 {
+w.put_nullable_str(f, self.label.as_deref())?;
+} else {
+w.put_str(f, self.label.as_deref().unwrap_or_default())?;
+}
+...
+if version <= 0 {
+let none = TinyPart::default();
+let item = self.parts.first().unwrap_or(&none);
+w.put_i32(item.index);
+}
+...
+let mut tagged: Vec<(u32, Vec<u8>)> = Vec::new();
+if version >= 2 && self.hint != 0 {
+let mut buffer = Vec::new();
+buffer.put_i16(self.hint);
+tagged.push((0, buffer));
+}
+"#,
+        );
     }
 
     #[test]
     fn the_key_table_and_the_dispatch() {
         let sources = tiny();
-        assert!(has_lines(
+        assert_has(
             &sources.api_keys,
-            &["/// 99: a test API.", "Tiny,"]
-        ));
-        assert!(has_lines(
-            &sources.api_keys,
-            &[
-                "pub const SUPPORTED_APIS: [ApiVersionRange; 1] = [",
-                "ApiVersionRange { api_key: ApiKey::Tiny, min: 0, max: 3, flexible_min: 2 },",
-                "];"
-            ]
-        ));
-        assert!(has_lines(&sources.api_keys, &["ApiKey::Tiny => 99,"]));
-        assert!(has_lines(
+            r#"
+/// 99: a test API.
+Tiny,
+...
+pub const SUPPORTED_APIS: [ApiVersionRange; 1] = [
+ApiVersionRange { api_key: ApiKey::Tiny, min: 0, max: 3, flexible_min: 2 },
+];
+...
+ApiKey::Tiny => 99,
+"#,
+        );
+        assert_has(
             &sources.bodies,
-            &["Tiny(crate::api::tiny::TinyRequest<'a>),"]
-        ));
-        assert!(has_lines(
-            &sources.bodies,
-            &["Tiny(crate::api::tiny::TinyResponse),"]
-        ));
-        assert!(has_lines(
-            &sources.bodies,
-            &["crate::api_key::ApiKey::Tiny => ResponseBody::Tiny(crate::message::Message::decode(r, version)?),"]
-        ));
+            r#"
+Tiny(crate::api::tiny::TinyRequest<'a>),
+...
+Tiny(crate::api::tiny::TinyResponse),
+...
+crate::api_key::ApiKey::Tiny => ResponseBody::Tiny(crate::message::Message::decode(r, version)?),
+"#,
+        );
     }
 }

@@ -185,35 +185,29 @@ mod tests {
 
     #[test]
     fn conditions_leave_out_what_the_context_implies() {
-        let all = Versions::ALL;
-        assert_eq!(
-            Versions::new(3, i16::MAX).condition(all).as_deref(),
-            Some("version >= 3")
-        );
-        assert_eq!(
-            Versions::new(0, 3).condition(all).as_deref(),
-            Some("version <= 3")
-        );
-        assert_eq!(
-            Versions::new(1, 1).condition(all).as_deref(),
-            Some("version == 1")
-        );
-        assert_eq!(
-            Versions::new(8, 10).condition(all).as_deref(),
-            Some("(8..=10).contains(&version)")
-        );
-        assert_eq!(all.condition(all), None);
-        // Inside an array present from v3, a field from v3 needs no test.
-        let context = Versions::new(3, i16::MAX);
-        assert_eq!(Versions::new(3, i16::MAX).condition(context), None);
-        assert_eq!(
-            Versions::new(0, 4).condition(context).as_deref(),
-            Some("version <= 4")
-        );
-        assert_eq!(
-            Versions::new(0, 2).condition(context).as_deref(),
-            Some("false")
-        );
+        let (all, v3_plus) = (Versions::ALL, Versions::new(3, i16::MAX));
+        let cases = [
+            (v3_plus, all, Some("version >= 3")),
+            (Versions::new(0, 3), all, Some("version <= 3")),
+            (Versions::new(1, 1), all, Some("version == 1")),
+            (
+                Versions::new(8, 10),
+                all,
+                Some("(8..=10).contains(&version)"),
+            ),
+            (all, all, None),
+            // Inside an array present from v3, a field from v3 needs no test.
+            (v3_plus, v3_plus, None),
+            (Versions::new(0, 4), v3_plus, Some("version <= 4")),
+            (Versions::new(0, 2), v3_plus, Some("false")),
+        ];
+        for (versions, context, expected) in cases {
+            assert_eq!(
+                versions.condition(context).as_deref(),
+                expected,
+                "{versions} in {context}"
+            );
+        }
     }
 
     #[test]
