@@ -356,6 +356,11 @@ fn codec(code: &mut Code, s: &Struct, context: Versions) {
     code.line(read);
     code.close("}");
     code.blank();
+    // Without the hint, whether an element's `write` is inlined into its
+    // array's loop depends on which codegen unit each lands in; with it the
+    // Metadata response encodes a third faster than the hand-written code
+    // did (kafka/examples/codec_throughput.rs). `read` gained nothing.
+    code.line("#[inline]");
     code.open(format!(
         "fn write(&self, w: &mut Vec<u8>, {}: i16, f: bool) -> Result<(), EncodeError> {{",
         version_parameter(&write)
