@@ -1,17 +1,24 @@
 //! Measures the codec on this machine: record batch encode and decode
-//! (every codec) and request decode, each next to a memcpy of the same
-//! bytes measured in the same run. Bounded: a fixed number of rounds per
-//! case.
+//! (every codec), and the messages around them: a Produce request and a
+//! Fetch response carrying the batch, and a field-heavy Metadata response,
+//! each encoded and decoded as a whole frame. Every time is printed next to
+//! a memcpy of the batch measured in the same run. Bounded: a fixed number
+//! of rounds per case.
 //!
 //! Run: `cargo run --release -p kelp-kafka --example codec_throughput`
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use kelp_kafka::api::fetch::{FetchPartitionData, FetchResponse, FetchTopicData};
+use kelp_kafka::api::metadata::{
+    MetadataBroker, MetadataPartition, MetadataResponse, MetadataTopic,
+};
 use kelp_kafka::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use kelp_kafka::{
-    encode_record_batch, Compression, Record, RecordBatch, RecordBatchHeader, RecordHeader,
-    RecordHeaders, Request, RequestBody, RequestHeader,
+    decode_response, encode_record_batch, encode_response_frame, ApiKey, Compression, Record,
+    RecordBatch, RecordBatchHeader, RecordHeader, RecordHeaders, Request, RequestBody,
+    RequestHeader, ResponseBody, Uuid,
 };
 
 const RECORDS: usize = 1000;
@@ -137,12 +144,112 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let decode = time(ROUNDS * 10, || {
         black_box(Request::decode(black_box(&frame[4..])).expect("decode"));
     });
+    let mut out = Vec::with_capacity(frame.len());
+    let encode = time(ROUNDS * 10, || {
+        out.clear();
+        black_box(&request).encode_frame(&mut out).expect("encode");
+    });
+    message_line(
+        "Produce v9 request frame",
+        out.len(),
+        encode,
+        decode,
+        memcpy,
+    );
+
+    // A Fetch v12 response carrying the batch: the gateway's hot answer.
+    let fetch = ResponseBody::Fetch(FetchResponse {
+        topics: vec![FetchTopicData {
+            topic: "orders".into(),
+            partitions: vec![FetchPartitionData {
+                high_watermark: RECORDS as i64,
+                last_stable_offset: RECORDS as i64,
+                log_start_offset: 0,
+                records: Some(&plain),
+                ..Default::default()
+            }],
+        }],
+        ..Default::default()
+    });
+    response_line(
+        "Fetch v12 response frame",
+        ApiKey::Fetch,
+        12,
+        &fetch,
+        memcpy,
+    )?;
+
+    // A Metadata v12 response of 3 brokers and 20 topics of 16 partitions:
+    // many small fields, no bulk bytes.
+    let metadata = ResponseBody::Metadata(MetadataResponse {
+        brokers: (0..3)
+            .map(|id| MetadataBroker {
+                node_id: id,
+                host: format!("broker-{id}.example"),
+                port: 9092,
+                rack: None,
+            })
+            .collect(),
+        cluster_id: Some("kelp".into()),
+        controller_id: 0,
+        topics: (0..20)
+            .map(|t| MetadataTopic {
+                name: Some(format!("topic-{t}")),
+                topic_id: Uuid([t as u8; 16]),
+                partitions: (0..16)
+                    .map(|p| MetadataPartition {
+                        partition_index: p,
+                        leader_id: p % 3,
+                        leader_epoch: 0,
+                        replica_nodes: vec![p % 3],
+                        isr_nodes: vec![p % 3],
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    });
+    response_line(
+        "Metadata v12 response frame",
+        ApiKey::Metadata,
+        12,
+        &metadata,
+        memcpy,
+    )?;
+    Ok(())
+}
+
+/// Times encoding `body` as a response frame at `version` and decoding it
+/// back, and prints the line.
+fn response_line(
+    name: &str,
+    api_key: ApiKey,
+    version: i16,
+    body: &ResponseBody<'_>,
+    memcpy: Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut frame = Vec::new();
+    encode_response_frame(&mut frame, 1, version, body)?;
+    let mut out = Vec::with_capacity(frame.len());
+    let encode = time(ROUNDS * 10, || {
+        out.clear();
+        encode_response_frame(&mut out, 1, version, black_box(body)).expect("encode");
+    });
+    let decode = time(ROUNDS * 10, || {
+        black_box(decode_response(black_box(&frame[4..]), api_key, version).expect("decode"));
+    });
+    message_line(name, frame.len(), encode, decode, memcpy);
+    Ok(())
+}
+
+fn message_line(name: &str, bytes: usize, encode: Duration, decode: Duration, memcpy: Duration) {
     println!(
-        "Produce v9 request frame of {} B: decode {:.2} us ({:.0} requests/s), {:.3} x memcpy of the batch",
-        frame.len(),
+        "{name} of {bytes} B: encode {:.2} us ({:.3} x memcpy), decode {:.2} us ({:.3} x memcpy)",
+        encode.as_secs_f64() * 1e6,
+        encode.as_secs_f64() / memcpy.as_secs_f64(),
         decode.as_secs_f64() * 1e6,
-        1.0 / decode.as_secs_f64(),
         decode.as_secs_f64() / memcpy.as_secs_f64()
     );
-    Ok(())
 }

@@ -220,10 +220,3 @@ fn put_raw_varint(out: &mut Vec<u8>, mut v: u64) {
     }
     out.push(v as u8);
 }
-
-/// Writes an empty tagged-field buffer when `flexible`.
-pub(crate) fn end_struct(w: &mut Vec<u8>, flexible: bool) {
-    if flexible {
-        w.put_empty_tagged_fields();
-    }
-}

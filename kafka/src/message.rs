@@ -39,8 +39,3 @@ pub trait Message<'a>: Sized {
         Ok(w)
     }
 }
-
-/// Whether `version` of `M`'s API is flexible.
-pub(crate) fn flexible<'a, M: Message<'a>>(version: i16) -> bool {
-    M::API_KEY.is_flexible(version)
-}

@@ -5,30 +5,11 @@
 //! and body. [`frame_size`] reads the prefix; [`Request::decode`] takes the
 //! bytes after it.
 
-use crate::api::api_versions::{ApiVersionsRequest, ApiVersionsResponse};
-use crate::api::create_topics::{CreateTopicsRequest, CreateTopicsResponse};
-use crate::api::delete_topics::{DeleteTopicsRequest, DeleteTopicsResponse};
-use crate::api::describe_configs::{DescribeConfigsRequest, DescribeConfigsResponse};
-use crate::api::describe_groups::{DescribeGroupsRequest, DescribeGroupsResponse};
-use crate::api::fetch::{FetchRequest, FetchResponse};
-use crate::api::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
-use crate::api::heartbeat::{HeartbeatRequest, HeartbeatResponse};
-use crate::api::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
-use crate::api::join_group::{JoinGroupRequest, JoinGroupResponse};
-use crate::api::leave_group::{LeaveGroupRequest, LeaveGroupResponse};
-use crate::api::list_groups::{ListGroupsRequest, ListGroupsResponse};
-use crate::api::list_offsets::{ListOffsetsRequest, ListOffsetsResponse};
-use crate::api::metadata::{MetadataRequest, MetadataResponse};
-use crate::api::offset_commit::{OffsetCommitRequest, OffsetCommitResponse};
-use crate::api::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse};
-use crate::api::produce::{ProduceRequest, ProduceResponse};
-use crate::api::sync_group::{SyncGroupRequest, SyncGroupResponse};
 use crate::api_key::ApiKey;
 use crate::decoder::Decoder;
 use crate::encoder::Encoder;
 use crate::error::{DecodeError, EncodeError};
 use crate::header::{RequestHeader, ResponseHeader};
-use crate::message::Message;
 
 /// The size of the frame length prefix.
 pub const FRAME_PREFIX_BYTES: usize = 4;
@@ -53,96 +34,9 @@ pub fn frame_size(buf: &[u8], max_bytes: usize) -> Result<Option<usize>, DecodeE
     }
 }
 
-macro_rules! bodies {
-    ($($variant:ident => $request:ident $(<$rl:lifetime>)?, $response:ident $(<$pl:lifetime>)?;)*) => {
-        /// A request body of any supported API.
-        #[derive(Debug, Clone, PartialEq, Eq)]
-        #[allow(clippy::large_enum_variant)]
-        pub enum RequestBody<'a> {
-            $(
-                #[doc = concat!("A ", stringify!($variant), " request.")]
-                $variant($request $(<$rl>)?),
-            )*
-        }
-
-        /// A response body of any supported API.
-        #[derive(Debug, Clone, PartialEq, Eq)]
-        #[allow(clippy::large_enum_variant)]
-        pub enum ResponseBody<'a> {
-            $(
-                #[doc = concat!("A ", stringify!($variant), " response.")]
-                $variant($response $(<$pl>)?),
-            )*
-        }
-
-        impl<'a> RequestBody<'a> {
-            /// Decodes the body of a request of `api_key` at `version`.
-            pub fn decode(api_key: ApiKey, r: &mut Decoder<'a>, version: i16) -> Result<Self, DecodeError> {
-                Ok(match api_key {
-                    $(ApiKey::$variant => RequestBody::$variant(<$request>::decode(r, version)?),)*
-                })
-            }
-
-            /// Encodes the body at `version`.
-            pub fn encode(&self, w: &mut Vec<u8>, version: i16) -> Result<(), EncodeError> {
-                match self {
-                    $(RequestBody::$variant(b) => b.encode(w, version),)*
-                }
-            }
-
-            /// The body's API.
-            pub fn api_key(&self) -> ApiKey {
-                match self {
-                    $(RequestBody::$variant(_) => ApiKey::$variant,)*
-                }
-            }
-        }
-
-        impl<'a> ResponseBody<'a> {
-            /// Decodes the body of a response of `api_key` at `version`.
-            pub fn decode(api_key: ApiKey, r: &mut Decoder<'a>, version: i16) -> Result<Self, DecodeError> {
-                Ok(match api_key {
-                    $(ApiKey::$variant => ResponseBody::$variant(<$response>::decode(r, version)?),)*
-                })
-            }
-
-            /// Encodes the body at `version`.
-            pub fn encode(&self, w: &mut Vec<u8>, version: i16) -> Result<(), EncodeError> {
-                match self {
-                    $(ResponseBody::$variant(b) => b.encode(w, version),)*
-                }
-            }
-
-            /// The body's API.
-            pub fn api_key(&self) -> ApiKey {
-                match self {
-                    $(ResponseBody::$variant(_) => ApiKey::$variant,)*
-                }
-            }
-        }
-    };
-}
-
-bodies! {
-    Produce => ProduceRequest<'a>, ProduceResponse;
-    Fetch => FetchRequest, FetchResponse<'a>;
-    ListOffsets => ListOffsetsRequest, ListOffsetsResponse;
-    Metadata => MetadataRequest, MetadataResponse;
-    OffsetCommit => OffsetCommitRequest, OffsetCommitResponse;
-    OffsetFetch => OffsetFetchRequest, OffsetFetchResponse;
-    FindCoordinator => FindCoordinatorRequest, FindCoordinatorResponse;
-    JoinGroup => JoinGroupRequest, JoinGroupResponse;
-    Heartbeat => HeartbeatRequest, HeartbeatResponse;
-    LeaveGroup => LeaveGroupRequest, LeaveGroupResponse;
-    SyncGroup => SyncGroupRequest, SyncGroupResponse;
-    DescribeGroups => DescribeGroupsRequest, DescribeGroupsResponse;
-    ListGroups => ListGroupsRequest, ListGroupsResponse;
-    ApiVersions => ApiVersionsRequest, ApiVersionsResponse;
-    CreateTopics => CreateTopicsRequest, CreateTopicsResponse;
-    DeleteTopics => DeleteTopicsRequest, DeleteTopicsResponse;
-    InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
-    DescribeConfigs => DescribeConfigsRequest, DescribeConfigsResponse;
-}
+// `RequestBody` and `ResponseBody`: one variant per schema file in
+// `kafka/schema/`, with `decode`, `encode` and `api_key`.
+include!(concat!(env!("OUT_DIR"), "/bodies.rs"));
 
 /// A decoded request: its header and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
