@@ -339,35 +339,24 @@ def one_run(args, system, round_no, workdir):
         run_client(args, "create-topic", broker.bootstrap, [], CREATE_TOPIC_S_MAX, client_log)
         records = ["--records", str(args.records), "--value-bytes", str(args.value_bytes)]
 
-        ticks = broker.cpu_ticks()
-        load_produce = loadavg()
-        produced, produce_cpu = run_client(
-            args,
-            "produce",
-            broker.bootstrap,
-            [*records, "--acks", args.acks],
-            args.run_timeout_s,
-            client_log,
-            args.producer_set,
+        def phase(command, extra, client_set):
+            """One client run: its summary, its CPU seconds, the broker's
+            CPU ticks over it, and the load average as it began."""
+            ticks = broker.cpu_ticks()
+            load = loadavg()
+            summary, cpu = run_client(
+                args, command, broker.bootstrap, extra, args.run_timeout_s, client_log, client_set
+            )
+            return summary, cpu, broker.cpu_ticks() - ticks, load
+
+        produced, produce_cpu, produce_ticks, load_produce = phase(
+            "produce", [*records, "--acks", args.acks], args.producer_set
         )
-        produce_ticks = broker.cpu_ticks() - ticks
         if produced["acked"] != args.records:
             raise BenchError(f"{system} round {round_no}: not every record was acknowledged: {produced}")
-
-        ticks = broker.cpu_ticks()
-        load_consume = loadavg()
         # rdkafka-load checks every record (value, key, partition,
         # duplicates) and the partitions' end offsets, and fails otherwise.
-        consumed, consume_cpu = run_client(
-            args,
-            "consume",
-            broker.bootstrap,
-            records,
-            args.run_timeout_s,
-            client_log,
-            args.consumer_set,
-        )
-        consume_ticks = broker.cpu_ticks() - ticks
+        consumed, consume_cpu, consume_ticks, load_consume = phase("consume", records, args.consumer_set)
         if consumed["unique"] != args.records:
             raise BenchError(f"{system} round {round_no}: not every record was read back: {consumed}")
         rss = broker.peak_rss_bytes()

@@ -744,7 +744,16 @@ impl Run<'_> {
         progress: Arc<Progress>,
         stamp: Option<Instant>,
     ) -> Result<(u64, Histogram<u64>)> {
-        let mut tasks = self.spawn_consumers(layout, targets, progress, stamp)?;
+        let tasks = self.spawn_consumers(layout, targets, progress, stamp)?;
+        self.join_consumers(tasks).await
+    }
+
+    /// Waits for every consumer (at most the run's timeout): the records
+    /// they delivered and their latencies, merged.
+    async fn join_consumers(
+        &self,
+        mut tasks: JoinSet<Result<crate::load::ConsumerReport>>,
+    ) -> Result<(u64, Histogram<u64>)> {
         let mut delivered = 0;
         let mut latency = new_histogram();
         let all = async {
@@ -808,7 +817,7 @@ impl Run<'_> {
             .map(|b| b * workload.batch_payload_bytes());
         let meter = Meter::start(self.stats, delivered_progress.clone(), total, "end-to-end")?;
         let epoch = Instant::now();
-        let mut consumers =
+        let consumers =
             self.spawn_consumers(&layout, targets.clone(), delivered_progress, Some(epoch))?;
         let result = async {
             let produced = self
@@ -819,19 +828,7 @@ impl Run<'_> {
             for (segment, target) in stored.segments.iter().zip(&targets) {
                 target.store(segment.next_offset, Ordering::Release);
             }
-            let mut delivered = 0;
-            let mut latency = new_histogram();
-            let all = async {
-                while let Some(joined) = consumers.join_next().await {
-                    let report = joined??;
-                    delivered += report.records;
-                    latency.add(&report.latency)?;
-                }
-                anyhow::Ok(())
-            };
-            tokio::time::timeout(self.timeout, all)
-                .await
-                .map_err(|_| anyhow!("consumers did not finish within {:?}", self.timeout))??;
+            let (delivered, latency) = self.join_consumers(consumers).await?;
             anyhow::Ok((produced, delivered, latency, epoch.elapsed()))
         }
         .await;

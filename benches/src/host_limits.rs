@@ -76,14 +76,21 @@ pub fn raw_tcp(workload: &Workload, topic: &str, batches: u64, timeout: Duration
     let sink = sink_rx
         .recv_timeout(timeout)
         .map_err(|_| anyhow!("TCP sink did not finish"))??;
-    ensure!(
-        count == expected && sink.bytes == expected,
-        "TCP sink took {count} bytes, {expected} were sent"
-    );
+    sent_whole("TCP sink", count, sink.bytes, expected)?;
     Ok(Limit {
         payload_bytes: batches * workload.batch_payload_bytes(),
         elapsed,
     })
+}
+
+/// Checks that `sink` counted (`count`, told the sender) and took
+/// (`took`) every one of the `expected` bytes sent.
+fn sent_whole(sink: &str, count: u64, took: u64, expected: u64) -> Result<()> {
+    ensure!(
+        count == expected && took == expected,
+        "{sink} took {count} bytes ({took} by its own count), {expected} were sent"
+    );
+    Ok(())
 }
 
 /// The same frames over one quinn stream to a plain quinn sink with the
@@ -129,10 +136,7 @@ pub fn raw_quinn(
     let sink = sink_rx
         .recv_timeout(timeout)
         .map_err(|_| anyhow!("quinn sink did not finish"))??;
-    ensure!(
-        count == expected && sink.bytes == expected,
-        "quinn sink took {count} bytes, {expected} were sent"
-    );
+    sent_whole("quinn sink", count, sink.bytes, expected)?;
     Ok(Limit {
         payload_bytes: batches * workload.batch_payload_bytes(),
         elapsed,

@@ -501,19 +501,7 @@ mod tests {
 
     #[test]
     fn json_has_the_issue_keys_and_baseline_ratios() {
-        let limit = |mb: u64| Limit {
-            payload_bytes: mb * 1_000_000,
-            elapsed: Duration::from_secs(1),
-        };
-        let doc = report(Some(Baselines {
-            raw_tcp: limit(2000),
-            raw_quinn: limit(400),
-            file_write: limit(1500),
-            file_write_fdatasync: limit(500),
-            s3_put: None,
-            primary: "raw_tcp",
-        }))
-        .json();
+        let doc = report(Some(limits())).json();
         for key in [
             "scenario",
             "transport",

@@ -14,9 +14,11 @@
 //! references resolved, then once more with references left as they are.
 //! Exits non-zero on any failure.
 
+mod common;
+
 use std::error::Error;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kelp_client::{
     Client, ClientOptions, FetchFrom, OwnedRecord, ProducerConfig, SubscribeOptions, Subscriber,
@@ -28,18 +30,11 @@ const BY_REF_OVER: usize = 64 * 1024;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // The error as a sentence, not `main`'s debug print of it.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit(run().await)
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {
-    let broker = std::env::var("KELP_BROKER").unwrap_or_else(|_| "127.0.0.1:7420".into());
+    let broker = common::broker();
     let payload_dir = std::env::var_os("KELP_PAYLOAD_DIR").map(PathBuf::from);
     match &payload_dir {
         Some(dir) => println!("payloads go straight to {}", dir.display()),
@@ -50,7 +45,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
         ..ClientOptions::default()
     };
     let client = Client::connect(&broker, Transport::Tcp, options).await?;
-    let topic = format!("examples/by-ref-{}", now_ms());
+    let topic = format!("examples/by-ref-{}", common::now_ms());
     client.create_topic(&topic, 1).await?;
 
     let small = b"a small value".to_vec();
@@ -140,10 +135,4 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
-}
-
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
 }

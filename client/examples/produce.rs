@@ -10,8 +10,10 @@
 //! all of them back from the earliest offset, and deletes the topic. Exits
 //! non-zero on any failure.
 
+mod common;
+
 use std::error::Error;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kelp_client::{
     AckMode, Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions, Transport,
@@ -22,25 +24,18 @@ const RECORDS: u64 = 1_000;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // The error as a sentence, not `main`'s debug print of it.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit(run().await)
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {
-    let broker = std::env::var("KELP_BROKER").unwrap_or_else(|_| "127.0.0.1:7420".into());
+    let broker = common::broker();
     let client = Client::connect(&broker, Transport::Tcp, ClientOptions::default()).await?;
     println!(
         "connected to {broker} ({} shards)",
         client.shard_addresses().len()
     );
 
-    let topic = format!("examples/produce-{}", now_ms());
+    let topic = format!("examples/produce-{}", common::now_ms());
     let info = client.create_topic(&topic, 4).await?;
     println!("created {topic} with {} segments", info.segments.len());
 
@@ -88,10 +83,4 @@ async fn run() -> Result<(), Box<dyn Error>> {
     client.delete_topic(&topic).await?;
     client.close().await;
     Ok(())
-}
-
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
 }

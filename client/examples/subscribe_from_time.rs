@@ -10,9 +10,11 @@
 //! that exactly the "after" records arrive, each key's in the order they
 //! were sent. Exits non-zero on any failure.
 
+mod common;
+
 use std::collections::HashMap;
 use std::error::Error;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kelp_client::{
     Client, ClientOptions, FetchFrom, Producer, ProducerConfig, SubscribeOptions, Transport,
@@ -25,20 +27,13 @@ const KEYS: u64 = 8;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // The error as a sentence, not `main`'s debug print of it.
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit(run().await)
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {
-    let broker = std::env::var("KELP_BROKER").unwrap_or_else(|_| "127.0.0.1:7420".into());
+    let broker = common::broker();
     let client = Client::connect(&broker, Transport::Tcp, ClientOptions::default()).await?;
-    let topic = format!("examples/from-time-{}", now_ms());
+    let topic = format!("examples/from-time-{}", common::now_ms());
     client.create_topic(&topic, 2).await?;
     let producer = client.producer(&topic, ProducerConfig::default()).await?;
 
@@ -46,7 +41,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
     // Records carry the producer's clock (ms): step past the last "before"
     // millisecond, take the cut, and step past it again.
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let cut = now_ms();
+    let cut = common::now_ms();
     tokio::time::sleep(Duration::from_millis(5)).await;
     publish(&producer, "after").await?;
     println!("published {RECORDS} records before {cut} ms and {RECORDS} after");
@@ -101,10 +96,4 @@ async fn publish(producer: &Producer, label: &str) -> Result<(), Box<dyn Error>>
     }
     producer.flush().await?;
     Ok(())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kelp_client::{
-    AckMode, Client, ClientError, ClientOptions, ErrorCode, FetchFrom, ProducerConfig,
-    SubscribeOptions, Transport,
+    AckMode, Client, ClientError, ClientOptions, ErrorCode, FetchFrom, OwnedRecord, Producer,
+    ProducerConfig, SubscribeOptions, Subscriber, Transport,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -385,6 +385,62 @@ async fn client(broker: &FakeBroker) -> Client {
         .unwrap()
 }
 
+/// A producer of `TOPIC` with `config`.
+async fn producer(client: &Client, config: ProducerConfig) -> Producer {
+    client.producer(TOPIC, config).await.unwrap()
+}
+
+/// A subscriber to `TOPIC` from `from`.
+async fn subscriber(client: &Client, from: FetchFrom) -> Subscriber {
+    client
+        .subscribe(TOPIC, from, SubscribeOptions::default())
+        .await
+        .unwrap()
+}
+
+/// The next record (within 10 s) and its value, a little-endian u32.
+async fn next_numbered(sub: &mut Subscriber) -> (OwnedRecord, u32) {
+    let r = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
+    (r, v)
+}
+
+/// Sends `values` as little-endian u32s under the keys `key-{i % keys}`.
+async fn send_numbered(producer: &Producer, values: std::ops::Range<u32>, keys: u32) {
+    for i in values {
+        let key = format!("key-{}", i % keys);
+        producer
+            .send(key.as_bytes(), &i.to_le_bytes(), &[(b"h", b"v")])
+            .await
+            .unwrap();
+    }
+}
+
+/// Nothing more arrives within 100 ms: the subscriber waits.
+async fn assert_waiting(sub: &mut Subscriber) {
+    assert!(tokio::time::timeout(Duration::from_millis(100), sub.next())
+        .await
+        .is_err());
+}
+
+/// Checks that each key's values come in increasing order.
+#[derive(Default)]
+struct KeyOrder {
+    last: HashMap<Vec<u8>, u32>,
+}
+
+impl KeyOrder {
+    fn see(&mut self, key: &[u8], value: u32) {
+        if let Some(prev) = self.last.insert(key.to_vec(), value) {
+            assert!(prev < value, "key {key:?}: {prev} then {value}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn produce_then_subscribe_keeps_per_key_order() {
     let broker = fake_broker(2).await;
@@ -406,40 +462,21 @@ async fn produce_then_subscribe_keeps_per_key_order() {
         .await
         .unwrap();
     let n = 20_000u32;
-    for i in 0..n {
-        let key = format!("key-{}", i % 101);
-        producer
-            .send(key.as_bytes(), &i.to_le_bytes(), &[(b"h", b"v")])
-            .await
-            .unwrap();
-    }
+    send_numbered(&producer, 0..n, 101).await;
     assert_eq!(producer.flush().await.unwrap(), u64::from(n));
 
-    let mut sub = client
-        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
-    let mut last: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut sub = subscriber(&client, FetchFrom::Earliest).await;
+    let mut order = KeyOrder::default();
     let mut segments_seen = std::collections::HashSet::new();
     for _ in 0..n {
-        let r = tokio::time::timeout(Duration::from_secs(10), sub.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
-        if let Some(prev) = last.insert(r.key.to_vec(), v) {
-            assert!(prev < v, "key order broken: {prev} then {v}");
-        }
+        let (r, v) = next_numbered(&mut sub).await;
+        order.see(&r.key, v);
         assert_eq!(r.headers.len(), 1);
         segments_seen.insert(r.segment);
     }
     assert_eq!(segments_seen.len(), 4);
-    assert_eq!(last.len(), 101);
-    // Nothing more is there: the subscriber waits.
-    assert!(tokio::time::timeout(Duration::from_millis(100), sub.next())
-        .await
-        .is_err());
+    assert_eq!(order.last.len(), 101);
+    assert_waiting(&mut sub).await;
 }
 
 #[tokio::test]
@@ -448,10 +485,7 @@ async fn stale_layout_is_resent_and_errors_are_reported() {
     let client = client(&broker).await;
     client.create_topic(TOPIC, 2).await.unwrap();
     broker.state.lock().unwrap().refuse_produces = 2;
-    let producer = client
-        .producer(TOPIC, ProducerConfig::default())
-        .await
-        .unwrap();
+    let producer = producer(&client, ProducerConfig::default()).await;
     for i in 0..100u32 {
         producer
             .send(format!("k{i}").as_bytes(), b"v", &[])
@@ -588,12 +622,10 @@ async fn producer_follows_a_split_a_move_and_a_merge_under_load() {
     assert!(seen.iter().all(|s| *s), "a record is missing");
     // ...and each key's records in publish order along predecessor then
     // successors (ids grow along the history).
-    let mut last: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut order = KeyOrder::default();
     for (_, records) in &segments {
         for (k, v) in records {
-            if let Some(prev) = last.insert(k.clone(), *v) {
-                assert!(prev < *v, "key {k:?}: {prev} stored before {v}");
-            }
+            order.see(k, *v);
         }
     }
     // The successors took records (through the other broker's address for
@@ -618,17 +650,8 @@ async fn subscriber_reads_parents_before_their_successors() {
         let from = next_value;
         next_value += per_phase;
         async move {
-            let producer = client
-                .producer(TOPIC, ProducerConfig::default())
-                .await
-                .unwrap();
-            for i in from..from + per_phase {
-                let key = format!("key-{}", i % keys);
-                producer
-                    .send(key.as_bytes(), &i.to_le_bytes(), &[])
-                    .await
-                    .unwrap();
-            }
+            let producer = producer(&client, ProducerConfig::default()).await;
+            send_numbered(&producer, from..from + per_phase, keys).await;
             assert_eq!(producer.flush().await.unwrap(), u64::from(per_phase));
         }
     };
@@ -638,23 +661,13 @@ async fn subscriber_reads_parents_before_their_successors() {
     let m = broker.state.lock().unwrap().merge(a, b, 1, 0);
     produce_phase().await;
 
-    let mut sub = client
-        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut sub = subscriber(&client, FetchFrom::Earliest).await;
     let total = 3 * per_phase;
     let mut order = Vec::new();
-    let mut last: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut key_order = KeyOrder::default();
     for _ in 0..total {
-        let r = tokio::time::timeout(Duration::from_secs(10), sub.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
-        if let Some(prev) = last.insert(r.key.to_vec(), v) {
-            assert!(prev < v, "key order broken: {prev} then {v}");
-        }
+        let (r, v) = next_numbered(&mut sub).await;
+        key_order.see(&r.key, v);
         order.push(r.segment);
     }
     let position = |id: u32| {
@@ -670,24 +683,14 @@ async fn subscriber_reads_parents_before_their_successors() {
         per_phase as usize
     );
     // The merged segment is open: the subscriber waits for more.
-    assert!(tokio::time::timeout(Duration::from_millis(100), sub.next())
-        .await
-        .is_err());
+    assert_waiting(&mut sub).await;
 
     // From the end: only the open segment is read, new records only.
-    let mut latest = client
-        .subscribe(TOPIC, FetchFrom::Latest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut latest = subscriber(&client, FetchFrom::Latest).await;
     produce_phase().await;
     for _ in 0..per_phase {
-        let r = tokio::time::timeout(Duration::from_secs(10), latest.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let (r, v) = next_numbered(&mut latest).await;
         assert_eq!(r.segment, m);
-        let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
         assert!(v >= total);
     }
 }

@@ -212,11 +212,12 @@ impl Action {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn sealed(id: u32, broker: Option<u32>) -> SealedSegment {
+    /// Segment `id` sealed at epoch 1, owned by `broker` (if still there).
+    pub(crate) fn sealed(id: u32, broker: Option<u32>) -> SealedSegment {
         SealedSegment {
             segment: SegmentId(id),
             epoch: 1,

@@ -1867,8 +1867,9 @@ mod tests {
             || CommandFailed::Lost("connection reset".into()),
             || CommandFailed::NotSent("no sender thread".into()),
         ];
-        // Registered brokers are synced by their first load report.
-        let synced = || {
+        // Registered brokers are synced by their first load report; a
+        // create then sends each a command.
+        let commanded = || {
             let mut h = Harness::new();
             for broker in 0..2 {
                 h.ask(Request::LoadReport {
@@ -1877,10 +1878,6 @@ mod tests {
                 });
                 assert!(!h.service.needs_resync(BrokerId(broker)));
             }
-            h
-        };
-        for failure in failures {
-            let mut h = synced();
             h.token += 1;
             h.service.handle_request(
                 h.now_ms,
@@ -1891,23 +1888,17 @@ mod tests {
                 },
             );
             let command = h.service.poll_command().unwrap();
+            (h, command)
+        };
+        for failure in failures {
+            let (mut h, command) = commanded();
             let broker = command.broker;
             h.service
                 .handle_command_done(h.now_ms, broker, command.id, Err(failure()));
             assert!(h.service.needs_resync(broker), "{}", failure());
         }
 
-        let mut h = synced();
-        h.token += 1;
-        h.service.handle_request(
-            h.now_ms,
-            h.token,
-            Request::CreateTopic {
-                topic: "ns/t".into(),
-                segments: 2,
-            },
-        );
-        let command = h.service.poll_command().unwrap();
+        let (mut h, command) = commanded();
         h.service.handle_tick(h.now_ms + 4_999);
         assert!(!h.service.needs_resync(command.broker));
         h.service.handle_tick(h.now_ms + 5_000);

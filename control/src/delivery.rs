@@ -125,7 +125,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::{Cause, KeyRange, PlacedSegment, SealedSegment, SegmentId};
+    use crate::action::tests::sealed;
+    use crate::{Cause, KeyRange, PlacedSegment, SegmentId};
 
     fn placed(id: u32, broker: u32) -> PlacedSegment {
         PlacedSegment {
@@ -133,15 +134,6 @@ mod tests {
             epoch: 0,
             range: KeyRange::FULL,
             broker: BrokerId(broker),
-            shard: 0,
-        }
-    }
-
-    fn sealed(id: u32, broker: Option<u32>) -> SealedSegment {
-        SealedSegment {
-            segment: SegmentId(id),
-            epoch: 1,
-            broker: broker.map(BrokerId),
             shard: 0,
         }
     }

@@ -516,9 +516,29 @@ impl Sim {
     }
 }
 
-fn run(seed: u64, steps: u64) -> Tally {
+/// Runs `simulate` (which records the step it reaches); if it panics,
+/// panics again naming `what`, the seed, the step and how to replay it.
+fn replayable<T>(what: &str, seed: u64, simulate: impl FnOnce(&Cell<u64>) -> T) -> T {
     let step_reached = Cell::new(0);
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
+    match catch_unwind(AssertUnwindSafe(|| simulate(&step_reached))) {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            panic!(
+                "{what} failed at seed {seed}, step {}: {message}\n\
+                 replay with KELP_SIM_SEED={seed}",
+                step_reached.get()
+            );
+        }
+    }
+}
+
+fn run(seed: u64, steps: u64) -> Tally {
+    replayable("simulation", seed, |step_reached| {
         let mut sim = Sim::new(seed);
         for step in 0..steps {
             step_reached.set(step);
@@ -528,21 +548,7 @@ fn run(seed: u64, steps: u64) -> Tally {
             }
         }
         sim.tally
-    }));
-    match outcome {
-        Ok(tally) => tally,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            panic!(
-                "simulation failed at seed {seed}, step {}: {message}\nreplay with KELP_SIM_SEED={seed}",
-                step_reached.get()
-            );
-        }
-    }
+    })
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -1228,8 +1234,7 @@ struct ServiceTally {
 }
 
 fn run_service(seed: u64, steps: u64) -> ServiceTally {
-    let step_reached = Cell::new(0);
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
+    replayable("service simulation", seed, |step_reached| {
         let mut sim = service_sim::ServiceSim::new(seed);
         for step in 0..steps {
             step_reached.set(step);
@@ -1243,22 +1248,7 @@ fn run_service(seed: u64, steps: u64) -> ServiceTally {
             resyncs: sim.resyncs,
             ignored_layouts: sim.ignored_layouts,
         }
-    }));
-    match outcome {
-        Ok(tally) => tally,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            panic!(
-                "service simulation failed at seed {seed}, step {}: {message}\n\
-                 replay with KELP_SIM_SEED={seed}",
-                step_reached.get()
-            );
-        }
-    }
+    })
 }
 
 #[test]

@@ -6,10 +6,9 @@
 use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
 use wire::frame::FrameHeader;
-use wire::message::Fetched;
 use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
 
-use test_support::{decode, TestConn as Conn};
+use test_support::{decode, error_code, TestConn as Conn};
 
 /// Two consecutive ports, free for TCP and UDP now.
 fn port() -> u16 {
@@ -57,40 +56,14 @@ fn batch(keys: &[&str], value: &str) -> Vec<u8> {
 
 fn fetch_all(conn: &mut Conn, topic: &str, segment: u32) -> Vec<(u64, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut from = FetchFrom::Earliest;
-    loop {
-        let frame = conn.call(Request::Fetch {
-            topic: topic.into(),
-            segment,
-            from,
-            max_bytes: 1 << 16,
-            max_wait_ms: 0,
-            checks: wire::FetchChecks::Trust,
-        });
-        let Response::Fetched(Fetched {
-            start_offset,
-            next_offset,
-            high_watermark,
-            batches,
-            ..
-        }) = decode(&frame)
-        else {
-            panic!("not a fetch response: {:?}", decode(&frame));
-        };
-        for item in BatchWalk::new(batches) {
-            let (_, b) = item.unwrap();
-            for r in b.records() {
-                let offset = b.base_offset() + u64::from(r.offset_delta);
-                if offset >= start_offset {
-                    out.push((offset, r.key.to_vec()));
-                }
-            }
-        }
-        if next_offset >= high_watermark {
-            return out;
-        }
-        from = FetchFrom::Offset(next_offset);
+    let mut from = Some(FetchFrom::Earliest);
+    while let Some(at) = from {
+        let frame = conn.fetch(topic, segment, at, 1 << 16, 0);
+        let (records, next) = test_support::fetched_records(&frame);
+        out.extend(records.into_iter().map(|(offset, key, _)| (offset, key)));
+        from = next;
     }
+    out
 }
 
 #[test]
@@ -99,10 +72,7 @@ fn produce_fetch_restart() {
     let port = port();
     let broker = Broker::start(config(dir.path(), port)).unwrap();
     let mut c = Conn::open(port);
-    let created = c.call(Request::CreateTopic {
-        topic: "t/one".into(),
-        segments: 1,
-    });
+    let created = c.create_topic("t/one", 1);
     let Response::Topic(info) = decode(&created) else {
         panic!("{:?}", decode(&created))
     };
@@ -125,44 +95,13 @@ fn produce_fetch_restart() {
     let mut bad = batch(&["x"], "v");
     let last = bad.len() - 1;
     bad[last] ^= 1;
-    let r = c.call(Request::Produce {
-        topic: "t/one",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &bad,
-    });
-    assert!(matches!(
-        decode(&r),
-        Response::Error {
-            code: ErrorCode::Checksum,
-            ..
-        }
-    ));
+    let r = c.produce("t/one", AckMode::Leader, &bad);
+    assert_eq!(error_code(&r), Some(ErrorCode::Checksum));
     let b = batch(&["x"], "v");
-    let r = c.call(Request::Produce {
-        topic: "t/nope",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &b,
-    });
-    assert!(matches!(
-        decode(&r),
-        Response::Error {
-            code: ErrorCode::TopicNotFound,
-            ..
-        }
-    ));
-    let r = c.call(Request::CreateTopic {
-        topic: "../etc".into(),
-        segments: 1,
-    });
-    assert!(matches!(
-        decode(&r),
-        Response::Error {
-            code: ErrorCode::InvalidTopicName,
-            ..
-        }
-    ));
+    let r = c.produce("t/nope", AckMode::Leader, &b);
+    assert_eq!(error_code(&r), Some(ErrorCode::TopicNotFound));
+    let r = c.create_topic("../etc", 1);
+    assert_eq!(error_code(&r), Some(ErrorCode::InvalidTopicName));
     // A frame with a bad magic closes only this connection.
     let mut other = Conn::open(port + owner);
     other.send_raw(b"GET / HTTP/1.1\r\n\r\n");
@@ -179,12 +118,7 @@ fn produce_fetch_restart() {
 
     // Unflushed (leader-acked) records survive a restart.
     let b = batch(&["d"], "v");
-    c.call(Request::Produce {
-        topic: "t/one",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &b,
-    });
+    c.produce("t/one", AckMode::Leader, &b);
     drop(c);
     broker.stop().unwrap();
     let broker = Broker::start(config(dir.path(), port)).unwrap();
@@ -192,12 +126,7 @@ fn produce_fetch_restart() {
     let records = fetch_all(&mut c, "t/one", 0);
     assert_eq!(records.len(), 7);
     let b = batch(&["e"], "v");
-    let r = c.call(Request::Produce {
-        topic: "t/one",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &b,
-    });
+    let r = c.produce("t/one", AckMode::Leader, &b);
     assert!(matches!(
         decode(&r),
         Response::Produced { base_offset: 7, .. }
@@ -226,10 +155,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     };
     let broker = Broker::start(cfg).unwrap();
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
-        topic: "t/seek".into(),
-        segments: 1,
-    });
+    c.create_topic("t/seek", 1);
     // 300 batches of 10 records, 100-byte values, one timestamp per batch.
     for i in 0..300i64 {
         let keys: Vec<String> = (0..10).map(|k| format!("key-{k}")).collect();
@@ -277,14 +203,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
             .get(1)
             .expect("a second chunk, named by its base offset")
     };
-    let r = c.call(Request::Fetch {
-        topic: "t/seek".into(),
-        segment: 0,
-        from: FetchFrom::Earliest,
-        max_bytes: 4 << 20,
-        max_wait_ms: 0,
-        checks: wire::FetchChecks::Trust,
-    });
+    let r = c.fetch("t/seek", 0, FetchFrom::Earliest, 4 << 20, 0);
     let Response::Fetched(f) = decode(&r) else {
         panic!("{:?}", decode(&r))
     };
@@ -302,14 +221,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     assert_eq!(expect, f.next_offset);
 
     // From an offset in the middle of a chunk's batch.
-    let r = c.call(Request::Fetch {
-        topic: "t/seek".into(),
-        segment: 0,
-        from: FetchFrom::Offset(1234),
-        max_bytes: 1,
-        max_wait_ms: 0,
-        checks: wire::FetchChecks::Trust,
-    });
+    let r = c.fetch("t/seek", 0, FetchFrom::Offset(1234), 1, 0);
     let Response::Fetched(f) = decode(&r) else {
         panic!()
     };
@@ -319,28 +231,14 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
 
     // By timestamp: batch i has timestamp 1_000_000 + 10 i, so 1_001_005
     // falls between batches 100 and 101: the answer is offset 1010.
-    let r = c.call(Request::Fetch {
-        topic: "t/seek".into(),
-        segment: 0,
-        from: FetchFrom::Timestamp(1_001_005),
-        max_bytes: 1 << 16,
-        max_wait_ms: 0,
-        checks: wire::FetchChecks::Trust,
-    });
+    let r = c.fetch("t/seek", 0, FetchFrom::Timestamp(1_001_005), 1 << 16, 0);
     let Response::Fetched(f) = decode(&r) else {
         panic!()
     };
     assert_eq!(f.start_offset, 1010);
 
     // A timestamp after everything resolves to the end.
-    let r = c.call(Request::Fetch {
-        topic: "t/seek".into(),
-        segment: 0,
-        from: FetchFrom::Timestamp(9_000_000),
-        max_bytes: 1 << 16,
-        max_wait_ms: 0,
-        checks: wire::FetchChecks::Trust,
-    });
+    let r = c.fetch("t/seek", 0, FetchFrom::Timestamp(9_000_000), 1 << 16, 0);
     let Response::Fetched(f) = decode(&r) else {
         panic!()
     };
@@ -349,14 +247,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     // Latest long-polls until a record arrives from another connection.
     let waiter = std::thread::spawn(move || {
         let mut w = Conn::open(port);
-        let r = w.call(Request::Fetch {
-            topic: "t/seek".into(),
-            segment: 0,
-            from: FetchFrom::Latest,
-            max_bytes: 1 << 16,
-            max_wait_ms: 10_000,
-            checks: wire::FetchChecks::Trust,
-        });
+        let r = w.fetch("t/seek", 0, FetchFrom::Latest, 1 << 16, 10_000);
         let Response::Fetched(f) = decode(&r) else {
             panic!()
         };
@@ -364,30 +255,12 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     });
     std::thread::sleep(std::time::Duration::from_millis(200));
     let b = batch_at(&["late".to_string()], 2_000_000, 10);
-    c.call(Request::Produce {
-        topic: "t/seek",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &b,
-    });
+    c.produce("t/seek", AckMode::Leader, &b);
     assert_eq!(waiter.join().unwrap(), (3000, 3001));
 
     // Past the end is an error for this request only.
-    let r = c.call(Request::Fetch {
-        topic: "t/seek".into(),
-        segment: 0,
-        from: FetchFrom::Offset(99_999),
-        max_bytes: 1,
-        max_wait_ms: 0,
-        checks: wire::FetchChecks::Trust,
-    });
-    assert!(matches!(
-        decode(&r),
-        Response::Error {
-            code: ErrorCode::InvalidArgument,
-            ..
-        }
-    ));
+    let r = c.fetch("t/seek", 0, FetchFrom::Offset(99_999), 1, 0);
+    assert_eq!(error_code(&r), Some(ErrorCode::InvalidArgument));
     drop(c);
     broker.stop().unwrap();
 }
@@ -397,29 +270,15 @@ fn keys_outside_the_segment_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
-        topic: "t/range".into(),
-        segments: 4,
-    });
+    c.create_topic("t/range", 4);
     // Find a key that does not hash into segment 0 ([0, 2^30)).
     let key = (0..)
         .map(|i| format!("k{i}"))
         .find(|k| wire::key_hash(k.as_bytes()) >= 1 << 30)
         .unwrap();
     let b = batch_at(&[key], 1, 1);
-    let r = c.call(Request::Produce {
-        topic: "t/range",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &b,
-    });
-    assert!(matches!(
-        decode(&r),
-        Response::Error {
-            code: ErrorCode::KeyOutOfRange,
-            ..
-        }
-    ));
+    let r = c.produce("t/range", AckMode::Leader, &b);
+    assert_eq!(error_code(&r), Some(ErrorCode::KeyOutOfRange));
     let r = c.call(Request::DescribeTopic {
         topic: "t/range".into(),
     });
@@ -442,17 +301,9 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut good = Conn::open(port);
-    good.call(Request::CreateTopic {
-        topic: "t/bad".into(),
-        segments: 1,
-    });
+    good.create_topic("t/bad", 1);
     let b = batch(&["k"], "acked");
-    let r = good.call(Request::Produce {
-        topic: "t/bad",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &b,
-    });
+    let r = good.produce("t/bad", AckMode::Leader, &b);
     assert!(matches!(decode(&r), Response::Produced { .. }));
 
     let error_of = |frame: &(FrameHeader, Vec<u8>)| match decode(frame) {
@@ -506,27 +357,16 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
         "a\0b/c",
         &format!("a/{}", "n".repeat(250)),
     ] {
-        let r = c.call(Request::Produce {
-            topic: name,
-            segment: 0,
-            ack: AckMode::Leader,
-            batch: &b,
-        });
+        let r = c.produce(name, AckMode::Leader, &b);
         assert!(
             matches!(decode(&r), Response::Error { .. }),
             "{name:?} accepted"
         );
-        let r = c.call(Request::CreateTopic {
-            topic: name.into(),
-            segments: 1,
-        });
+        let r = c.create_topic(name, 1);
         let (code, message) = error_of(&r);
         assert_eq!(code, ErrorCode::InvalidTopicName, "{name:?}: {message}");
     }
-    let r = c.call(Request::CreateTopic {
-        topic: "t/zero".into(),
-        segments: 0,
-    });
+    let r = c.create_topic("t/zero", 0);
     assert_eq!(error_of(&r).0, ErrorCode::InvalidArgument);
     let r = c.call(Request::ListTopics);
     assert!(
@@ -548,12 +388,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     drop(cut);
 
     // The well-behaved client never noticed, and its record is intact.
-    let r = good.call(Request::Produce {
-        topic: "t/bad",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &b,
-    });
+    let r = good.produce("t/bad", AckMode::Leader, &b);
     assert!(
         matches!(decode(&r), Response::Produced { base_offset: 1, .. }),
         "{:?}",
@@ -574,10 +409,7 @@ fn a_stopping_broker_says_goodbye_and_answers_every_request() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
-        topic: "t/bye".into(),
-        segments: 1,
-    });
+    c.create_topic("t/bye", 1);
     let produce = |c: &mut Conn, key: &str, ack: AckMode| -> u32 {
         c.send(Request::Produce {
             topic: "t/bye",
@@ -660,13 +492,6 @@ fn a_stopping_broker_says_goodbye_and_answers_every_request() {
     broker.stop().unwrap();
 }
 
-fn error_code(frame: &(FrameHeader, Vec<u8>)) -> Option<ErrorCode> {
-    match decode(frame) {
-        Response::Error { code, .. } => Some(code),
-        _ => None,
-    }
-}
-
 /// The upload path: pieces in order, a commit that checks length and
 /// checksum, reads back; wrong pieces, wrong commits, unknown topics and
 /// malformed reference records are refused, and nothing is appended.
@@ -676,10 +501,7 @@ fn payload_upload_path_and_bad_references() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
-        topic: "t/big".into(),
-        segments: 1,
-    });
+    c.create_topic("t/big", 1);
     let payload: Vec<u8> = (0..5_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
     let reference = PayloadRef {
         id: PayloadId {
@@ -776,12 +598,7 @@ fn payload_upload_path_and_bad_references() {
     let mut b = BatchBuilder::new();
     b.push_reference(1, b"k", &reference, &[]).unwrap();
     let good = b.finish(0, 0).to_vec();
-    let r = c.call(Request::Produce {
-        topic: "t/big",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &good,
-    });
+    let r = c.produce("t/big", AckMode::Leader, &good);
     assert!(
         matches!(decode(&r), Response::Produced { .. }),
         "{:?}",
@@ -793,12 +610,7 @@ fn payload_upload_path_and_bad_references() {
     let crc = wire::checksum::crc32c(&bad[wire::batch::CHECKSUMMED_FROM..]);
     bad[wire::batch::CHECKSUM_OFFSET..wire::batch::CHECKSUM_OFFSET + 4]
         .copy_from_slice(&crc.to_le_bytes());
-    let r = c.call(Request::Produce {
-        topic: "t/big",
-        segment: 0,
-        ack: AckMode::Leader,
-        batch: &bad,
-    });
+    let r = c.produce("t/big", AckMode::Leader, &bad);
     assert_eq!(error_code(&r), Some(ErrorCode::UnsupportedVersion));
     let r = c.call(Request::DescribeTopic {
         topic: "t/big".into(),
@@ -940,10 +752,7 @@ fn a_failed_chunk_write_is_stored_again_from_memory_never_synced_again() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port, faulty) = faulty_broker(dir.path(), HandOverFault::Fail);
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
-        topic: "t/fsync".into(),
-        segments: 1,
-    });
+    c.create_topic("t/fsync", 1);
     let b = batch(&["a", "b", "c"], "durable");
     let r = c.produce("t/fsync", AckMode::Durable, &b);
     assert_produced(&r, 3);
@@ -977,10 +786,7 @@ fn bytes_lost_after_a_failed_write_fail_the_segment_and_are_never_acknowledged()
     let dir = tempfile::tempdir().unwrap();
     let (broker, port, faulty) = faulty_broker(dir.path(), HandOverFault::FailAndLosePages);
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
-        topic: "t/lost".into(),
-        segments: 1,
-    });
+    c.create_topic("t/lost", 1);
     let b = batch(&["a", "b"], "lost");
     let r = c.produce("t/lost", AckMode::Durable, &b);
     assert_eq!(error_code(&r), Some(ErrorCode::Storage), "{:?}", decode(&r));
@@ -1069,20 +875,10 @@ fn idle_and_trickling_connections_are_closed() {
     // time, and a fetch that waits past the idle timeout is answered.
     let mut busy = Conn::open(port);
     assert!(matches!(
-        decode(&busy.call(Request::CreateTopic {
-            topic: "idle/t".into(),
-            segments: 1,
-        })),
+        decode(&busy.create_topic("idle/t", 1)),
         Response::Topic(_)
     ));
-    let fetch = busy.call(Request::Fetch {
-        topic: "idle/t".into(),
-        segment: 0,
-        from: FetchFrom::Latest,
-        max_bytes: 1 << 20,
-        max_wait_ms: 1_000,
-        checks: wire::FetchChecks::Trust,
-    });
+    let fetch = busy.fetch("idle/t", 0, FetchFrom::Latest, 1 << 20, 1_000);
     assert!(
         matches!(decode(&fetch), Response::Fetched(_)),
         "{:?}",

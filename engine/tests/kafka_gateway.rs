@@ -54,6 +54,15 @@ fn start(dir: &std::path::Path, port: u16) -> Broker {
     .unwrap()
 }
 
+/// A broker with a Kafka gateway, started on fresh ports in a fresh data
+/// dir: the dir (removed when dropped), the native port and the broker.
+fn started() -> (tempfile::TempDir, u16, Broker) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = start(dir.path(), port);
+    (dir, port, broker)
+}
+
 /// A Kafka client connection.
 struct Kafka {
     stream: TcpStream,
@@ -64,6 +73,14 @@ struct Kafka {
 impl Kafka {
     fn open(broker: &Broker) -> Kafka {
         Kafka::open_at(broker.kafka_address().unwrap(), "kafka-gateway-test")
+    }
+
+    /// A connection to `broker` that has created `topic` with
+    /// `partitions` partitions.
+    fn with_topic(broker: &Broker, topic: &str, partitions: i32) -> Kafka {
+        let mut c = Kafka::open(broker);
+        create_topic(&mut c, topic, partitions);
+        c
     }
 
     fn open_at(addr: SocketAddr, client_id: &str) -> Kafka {
@@ -327,10 +344,8 @@ fn with_offsets(mut recs: Vec<Rec>, first: i64) -> Vec<Rec> {
 
 #[test]
 fn every_codec_round_trips_records_keys_values_headers_and_timestamps() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
-    let mut c = Kafka::open(&broker);
-    create_topic(&mut c, "codecs", 2);
+    let (_dir, _, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "codecs", 2);
     let mut expected = Vec::new();
     for (i, codec) in [
         Compression::None,
@@ -361,8 +376,7 @@ fn every_codec_round_trips_records_keys_values_headers_and_timestamps() {
 
 #[test]
 fn every_api_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
+    let (_dir, _, broker) = started();
     let addr = broker.kafka_address().unwrap();
     let mut c = Kafka::open(&broker);
 
@@ -690,11 +704,8 @@ fn committed(c: &mut Kafka, group: &str, topic: &str, partition: i32) -> i64 {
 
 #[test]
 fn acks_all_and_committed_offsets_survive_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = port();
-    let broker = start(dir.path(), port);
-    let mut c = Kafka::open(&broker);
-    create_topic(&mut c, "durable", 2);
+    let (dir, port, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "durable", 2);
     let recs = records(40, "durable");
     let (e, base) = produce(
         &mut c,
@@ -737,11 +748,8 @@ fn acks_all_and_committed_offsets_survive_a_restart() {
 
 #[test]
 fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused_across_restarts() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = port();
-    let broker = start(dir.path(), port);
-    let mut c = Kafka::open(&broker);
-    create_topic(&mut c, "idem", 1);
+    let (dir, port, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "idem", 1);
     let pid = 4242;
     let a = records(5, "a");
     let b = records(3, "b");
@@ -830,11 +838,8 @@ fn an_idempotent_resend_is_not_appended_twice_and_a_gap_is_refused_across_restar
 /// stored: an idempotent producer's sequences follow the offset range.
 #[test]
 fn a_batch_whose_record_count_disagrees_with_its_offsets_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = port();
-    let broker = start(dir.path(), port);
-    let mut c = Kafka::open(&broker);
-    create_topic(&mut c, "counted", 1);
+    let (_dir, _, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "counted", 1);
     let mut batch = kafka_batch(&records(3, "c"), Compression::None, (77, 0, 0));
     // The record count (the last header field) says 2; the three records
     // and their last offset delta (2) stay. The CRC covers the change.
@@ -858,11 +863,8 @@ fn a_batch_whose_record_count_disagrees_with_its_offsets_is_refused() {
 
 #[test]
 fn kafka_records_are_read_natively_and_native_records_through_kafka() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = port();
-    let broker = start(dir.path(), port);
-    let mut c = Kafka::open(&broker);
-    create_topic(&mut c, "both", 1);
+    let (_dir, port, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "both", 1);
     let recs = records(12, "kafka");
     assert_eq!(
         produce(
@@ -970,10 +972,8 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
 
 #[test]
 fn a_malformed_request_closes_only_its_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
-    let mut good = Kafka::open(&broker);
-    create_topic(&mut good, "still", 1);
+    let (_dir, _, broker) = started();
+    let mut good = Kafka::with_topic(&broker, "still", 1);
     let mut bad = Kafka::open(&broker);
     // A Metadata v9 request whose body is cut short.
     bad.stream
@@ -1003,11 +1003,9 @@ fn a_malformed_request_closes_only_its_connection() {
 
 #[test]
 fn a_long_poll_fetch_returns_when_records_arrive() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
+    let (_dir, _, broker) = started();
     let addr = broker.kafka_address().unwrap();
-    let mut c = Kafka::open(&broker);
-    create_topic(&mut c, "poll", 1);
+    let mut c = Kafka::with_topic(&broker, "poll", 1);
     let waiting = std::thread::spawn(move || {
         let mut f = Kafka::open_at(addr, "poller");
         let r = f.call(fetch_request("poll", 0, 0, 20_000), 12);
@@ -1098,8 +1096,7 @@ fn consume_until(addr: SocketAddr, group: &str, members: usize) -> (String, Stri
 
 #[test]
 fn two_consumers_with_one_client_id_are_two_members_with_the_leaders_assignment() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
+    let (_dir, _, broker) = started();
     let addr = broker.kafka_address().unwrap();
     let consumers: Vec<_> = (0..2)
         .map(|_| std::thread::spawn(move || consume_until(addr, "pair", 2)))
@@ -1128,10 +1125,8 @@ fn two_consumers_with_one_client_id_are_two_members_with_the_leaders_assignment(
 
 #[test]
 fn a_fetch_over_its_byte_limit_still_reports_every_partitions_high_watermark() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
-    let mut c = Kafka::open(&broker);
-    create_topic(&mut c, "limit", 2);
+    let (_dir, _, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "limit", 2);
     for p in 0..2 {
         let recs = records(30 + p as usize, "limit");
         let batch = kafka_batch(&recs, Compression::None, (-1, -1, -1));
@@ -1172,8 +1167,7 @@ fn silent_members_are_evicted_by_the_rebalance_and_then_the_session_timeout() {
     // The coordinator's smallest session timeout, as Kafka's default
     // group.min.session.timeout.ms.
     const TIMEOUT_MS: i32 = 6_000;
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
+    let (_dir, _, broker) = started();
     let group = "silent";
     let join = |c: &mut Kafka, member: &str| {
         let r = c.call(join_request_timing(group, member, TIMEOUT_MS), 5);
@@ -1280,10 +1274,8 @@ fn silent_members_are_evicted_by_the_rebalance_and_then_the_session_timeout() {
 
 #[test]
 fn pipelined_requests_are_answered_in_order_and_a_partition_keeps_request_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start(dir.path(), port());
-    let mut c = Kafka::open(&broker);
-    create_topic(&mut c, "piped", 2);
+    let (_dir, _, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "piped", 2);
     // Six produce requests sent back to back without reading: durable
     // (acks -1), alternating the two partitions, then a Metadata request
     // that must wait for all of them.

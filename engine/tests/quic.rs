@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kelp_engine::{Broker, BrokerConfig};
-use wire::chunk::BatchWalk;
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
-use wire::message::Fetched;
 use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
 
 /// Produce requests a pipelined producer keeps in flight.
@@ -21,7 +19,7 @@ const PIPELINE_DEPTH: usize = 128;
 /// Longest any single test step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
-use test_support::{decode, TestConn};
+use test_support::{decode, error_code, TestConn};
 
 /// A port `p` such that TCP and UDP on `p` and `p + 1` are free now.
 fn ports() -> u16 {
@@ -203,42 +201,27 @@ async fn produce_pipelined(c: &mut Conn, topic: &str, producer: u32, batches: u6
 /// Every record of segment 0, as (offset, value).
 async fn fetch_all(c: &mut Conn, topic: &str) -> Vec<(u64, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut from = FetchFrom::Earliest;
-    loop {
+    let mut from = Some(FetchFrom::Earliest);
+    while let Some(at) = from {
         let frame = c
             .call(Request::Fetch {
                 topic: topic.into(),
                 segment: 0,
-                from,
+                from: at,
                 max_bytes: 1 << 20,
                 max_wait_ms: 0,
                 checks: wire::FetchChecks::Trust,
             })
             .await;
-        let Response::Fetched(Fetched {
-            start_offset,
-            next_offset,
-            high_watermark,
-            batches,
-            ..
-        }) = decode(&frame)
-        else {
-            panic!("not a fetch response: {:?}", decode(&frame));
-        };
-        for item in BatchWalk::new(batches) {
-            let (_, b) = item.unwrap();
-            for r in b.records() {
-                let offset = b.base_offset() + u64::from(r.offset_delta);
-                if offset >= start_offset {
-                    out.push((offset, r.value.to_vec()));
-                }
-            }
-        }
-        if next_offset >= high_watermark {
-            return out;
-        }
-        from = FetchFrom::Offset(next_offset);
+        let (records, next) = test_support::fetched_records(&frame);
+        out.extend(
+            records
+                .into_iter()
+                .map(|(offset, _, value)| (offset, value)),
+        );
+        from = next;
     }
+    out
 }
 
 fn assert_every_offset_once(records: &[(u64, Vec<u8>)], count: u64) {
@@ -348,13 +331,7 @@ fn garbage_closes_only_its_own_connection() {
         good.send.write_all(&frame).await.unwrap();
         let r = good.read_frame().await.unwrap();
         assert_eq!(r.0.request_id, 77);
-        assert!(matches!(
-            decode(&r),
-            Response::Error {
-                code: ErrorCode::Checksum,
-                ..
-            }
-        ));
+        assert_eq!(error_code(&r), Some(ErrorCode::Checksum));
 
         let mut bad = Conn::open(&endpoint, port + owner).await;
         bad.send.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
@@ -468,7 +445,7 @@ fn stopping_the_broker_closes_quic_connections() {
                 "only the goodbye: {:?}",
                 decode(&frame)
             );
-            assert_eq!(error_code_of(&frame), Some(ErrorCode::ShuttingDown));
+            assert_eq!(error_code(&frame), Some(ErrorCode::ShuttingDown));
         }
     });
     stopper.join().unwrap().unwrap();
@@ -536,7 +513,7 @@ fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
             .await
             .expect("the broker closes once the client finished")
         {
-            answers.push((frame.0.request_id, error_code_of(&frame)));
+            answers.push((frame.0.request_id, error_code(&frame)));
         }
         assert_eq!(answers, vec![(late, Some(ErrorCode::ShuttingDown))]);
     });
@@ -551,13 +528,6 @@ fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
         assert_every_offset_once(&fetch_all(&mut c, "t/bye").await, 100);
     });
     broker.stop().unwrap();
-}
-
-fn error_code_of(frame: &(FrameHeader, Vec<u8>)) -> Option<ErrorCode> {
-    match decode(frame) {
-        Response::Error { code, .. } => Some(code),
-        _ => None,
-    }
 }
 
 /// One address may hold `connections_per_ip_max` QUIC connections per

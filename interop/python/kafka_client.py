@@ -277,7 +277,16 @@ def RETRIABLE_COMMIT_ERRORS(KafkaError):
     )
 
 
-class ConfluentReader:
+class GroupReader:
+    """A group member's reader: `poll` adds records to a ledger, `commit`
+    commits what was read; closing commits once more and leaves the group."""
+
+    def close(self):
+        self.commit()
+        self.consumer.close()
+
+
+class ConfluentReader(GroupReader):
     def __init__(self, args, events):
         from confluent_kafka import KafkaException
 
@@ -318,10 +327,6 @@ class ConfluentReader:
                 raise
             if code != KafkaError._NO_OFFSET:
                 self.commit_failures += 1
-
-    def close(self):
-        self.commit()
-        self.consumer.close()
 
 
 def confluent_committed(args):
@@ -418,7 +423,7 @@ def kp_consumer(args, **extra):
     )
 
 
-class KafkaPythonReader:
+class KafkaPythonReader(GroupReader):
     def __init__(self, args, events):
         from kafka import ConsumerRebalanceListener
 
@@ -456,10 +461,6 @@ class KafkaPythonReader:
             # A rebalance under way: the partitions' next owner reads from
             # the last commit that made it (at least once).
             self.commit_failures += 1
-
-    def close(self):
-        self.commit()
-        self.consumer.close()
 
 
 def kp_committed(args):

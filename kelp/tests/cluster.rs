@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use client::TopicInfo;
-use client::{Client, FetchFrom, ProducerConfig, SubscribeOptions};
+use client::{Client, FetchFrom, SubscribeOptions};
 
 mod support;
 
@@ -99,17 +99,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
         })
     };
 
-    let producer = client
-        .producer(
-            TOPIC,
-            ProducerConfig {
-                linger_ms: 5,
-                ..support::durable()
-            },
-        )
-        .await
-        .unwrap();
-    let mut publisher = Publisher::new(producer, KEYS);
+    let mut publisher = Publisher::durable(&client, TOPIC, KEYS).await;
 
     // Ramp up until the policy has split the topic into at least four.
     let most_open = publish_until(
@@ -193,13 +183,7 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
         }
     }
     eprintln!("merged back into one segment after {:?}", slowing.elapsed());
-    publisher
-        .producer
-        .flush()
-        .await
-        .expect("every record acknowledged");
-    let sent = publisher.sent;
-    assert_eq!(publisher.producer.acked_records(), sent);
+    let sent = publisher.finish().await;
 
     // Every acknowledged record is read exactly once, each key in order.
     expected.store(sent, Ordering::Relaxed);
@@ -411,12 +395,11 @@ async fn producers_and_subscribers_follow_a_split_with_the_control_plane_gone() 
     // The producer's layout still has the sealed segment: its refusal
     // names the pieces, and the records go there.
     publisher.send(2_000).await;
-    publisher.producer.flush().await.unwrap();
-    assert_eq!(publisher.producer.acked_records(), publisher.sent);
+    let sent = publisher.finish().await;
     // The subscriber read the sealed segment to its end and asked its
     // broker for the pieces.
-    let got = read_records(&mut subscriber, publisher.sent, READ_LIMIT).await;
-    each_key_once_in_order(got, publisher.sent);
+    let got = read_records(&mut subscriber, sent, READ_LIMIT).await;
+    each_key_once_in_order(got, sent);
     drop(b1);
     drop(b2);
 }

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use client::TopicInfo;
-use client::{Client, FetchFrom, ProducerConfig, SubscribeOptions};
+use client::{Client, FetchFrom, SubscribeOptions};
 use test_support::EtcdServer;
 use wire::{ErrorCode, Request, Response};
 
@@ -294,17 +294,7 @@ async fn three_elected_control_planes_survive_two_leader_kills_under_durable_loa
         .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
         .await
         .unwrap();
-    let producer = client
-        .producer(
-            TOPIC,
-            ProducerConfig {
-                linger_ms: 5,
-                ..support::durable()
-            },
-        )
-        .await
-        .unwrap();
-    let mut publisher = Publisher::new(producer, KEYS);
+    let mut publisher = Publisher::durable(&client, TOPIC, KEYS).await;
 
     // The first leader splits the topic, then dies.
     let open = publish_until_open(&client, &mut publisher, 2).await;
@@ -321,13 +311,7 @@ async fn three_elected_control_planes_survive_two_leader_kills_under_durable_loa
 
     // The third leader splits further.
     publish_until_open(&client, &mut publisher, open + 1).await;
-    publisher
-        .producer
-        .flush()
-        .await
-        .expect("every record acknowledged");
-    let sent = publisher.sent;
-    assert_eq!(publisher.producer.acked_records(), sent);
+    let sent = publisher.finish().await;
 
     let got = read_records(&mut subscriber, sent, READ_LIMIT).await;
     each_key_once_in_order(got, sent);

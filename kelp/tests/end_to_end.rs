@@ -28,6 +28,39 @@ fn publish(broker: &Broker, topic: &str, transport: &str, ack: &str, lines: &[u8
     stdout
 }
 
+/// Publish `total` records over `keys` keys ([`keyed_lines`]) through
+/// `kelp pub` and check that it says every one was acknowledged.
+fn publish_keyed(
+    broker: &Broker,
+    topic: &str,
+    transport: &str,
+    ack: &str,
+    total: usize,
+    keys: usize,
+) {
+    let out = publish(broker, topic, transport, ack, &keyed_lines(total, keys));
+    assert!(
+        out.contains(&format!("acknowledged {total} records")),
+        "pub said: {out}"
+    );
+}
+
+/// `kelp topic create <topic> --segments <segments>`, which must succeed.
+fn create_topic(broker: &Broker, topic: &str, segments: u32) {
+    let out = broker.cli(&[
+        "topic",
+        "create",
+        topic,
+        "--segments",
+        &segments.to_string(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Read `count` records with `kelp sub`, as (key, value) lines.
 fn subscribe(
     broker: &Broker,
@@ -102,25 +135,10 @@ fn check_complete_and_ordered(records: &[(String, String)], total: usize, keys: 
 fn million_records_over(transport: &str) {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(dir.path(), port());
-    let out = broker.cli(&["topic", "create", "load/million", "--segments", "4"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    create_topic(&broker, "load/million", 4);
     const TOTAL: usize = 1_000_000;
     const KEYS: usize = 1_000;
-    let out = publish(
-        &broker,
-        "load/million",
-        transport,
-        "leader",
-        &keyed_lines(TOTAL, KEYS),
-    );
-    assert!(
-        out.contains(&format!("acknowledged {TOTAL} records")),
-        "pub said: {out}"
-    );
+    publish_keyed(&broker, "load/million", transport, "leader", TOTAL, KEYS);
     let records = subscribe(&broker, "load/million", transport, "earliest", TOTAL);
     check_complete_and_ordered(&records, TOTAL, KEYS);
     // Describe shows the four segments' offsets adding up.
@@ -144,23 +162,10 @@ fn kill_minus_nine_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let port = port();
     let broker = Broker::start(dir.path(), port);
-    assert!(broker
-        .cli(&["topic", "create", "crash/test", "--segments", "4"])
-        .status
-        .success());
+    create_topic(&broker, "crash/test", 4);
     const TOTAL: usize = 20_000;
     const KEYS: usize = 100;
-    let out = publish(
-        &broker,
-        "crash/test",
-        "tcp",
-        "leader",
-        &keyed_lines(TOTAL, KEYS),
-    );
-    assert!(
-        out.contains(&format!("acknowledged {TOTAL} records")),
-        "pub said: {out}"
-    );
+    publish_keyed(&broker, "crash/test", "tcp", "leader", TOTAL, KEYS);
     // Straight after the acks, before the 1 s age flush: nothing in the filer yet.
     broker.kill9();
 
@@ -245,10 +250,7 @@ fn restart_keeps_topics_and_records_and_bad_names_are_refused() {
             "error for {bad:?} names the problem: {err}"
         );
     }
-    assert!(broker
-        .cli(&["topic", "create", "keep/me", "--segments", "2"])
-        .status
-        .success());
+    create_topic(&broker, "keep/me", 2);
     let out = publish(
         &broker,
         "keep/me",
@@ -283,23 +285,10 @@ fn restart_keeps_topics_and_records_and_bad_names_are_refused() {
 fn quic_driven_on_the_shards_carries_keyed_records_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start_with(dir.path(), port(), &[]);
-    assert!(broker
-        .cli(&["topic", "create", "load/shard-quic", "--segments", "4"])
-        .status
-        .success());
+    create_topic(&broker, "load/shard-quic", 4);
     const TOTAL: usize = 200_000;
     const KEYS: usize = 500;
-    let out = publish(
-        &broker,
-        "load/shard-quic",
-        "quic",
-        "leader",
-        &keyed_lines(TOTAL, KEYS),
-    );
-    assert!(
-        out.contains(&format!("acknowledged {TOTAL} records")),
-        "pub said: {out}"
-    );
+    publish_keyed(&broker, "load/shard-quic", "quic", "leader", TOTAL, KEYS);
     let records = subscribe(&broker, "load/shard-quic", "quic", "earliest", TOTAL);
     check_complete_and_ordered(&records, TOTAL, KEYS);
     broker.stop();

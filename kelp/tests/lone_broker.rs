@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use client::{Client, FetchFrom, ProducerConfig, SubscribeOptions, TopicInfo};
+use client::{Client, FetchFrom, SubscribeOptions, TopicInfo};
 
 mod support;
 
@@ -25,20 +25,19 @@ const KEYS: u64 = 32;
 const SPLIT_LIMIT: Duration = Duration::from_secs(60);
 const READ_LIMIT: Duration = Duration::from_secs(60);
 
-fn open_shards(info: &TopicInfo) -> BTreeSet<u16> {
-    info.segments
-        .iter()
-        .filter(|s| !s.sealed)
-        .map(|s| s.shard)
-        .collect()
+/// `info`'s segments that are not sealed.
+fn open_segments(info: &TopicInfo) -> impl Iterator<Item = &client::SegmentInfo> {
+    info.segments.iter().filter(|s| !s.sealed)
 }
 
+/// The shards holding `info`'s open segments.
+fn open_shards(info: &TopicInfo) -> BTreeSet<u16> {
+    open_segments(info).map(|s| s.shard).collect()
+}
+
+/// The ids of `info`'s open segments.
 fn open_ids(info: &TopicInfo) -> Vec<u32> {
-    info.segments
-        .iter()
-        .filter(|s| !s.sealed)
-        .map(|s| s.id)
-        .collect()
+    open_segments(info).map(|s| s.id).collect()
 }
 
 /// Send `n` records and wait until all are acknowledged.
@@ -49,13 +48,6 @@ async fn publish(publisher: &mut Publisher, n: u64) {
 
 async fn connect(broker: &Broker) -> Client {
     broker.client().await
-}
-
-fn durable() -> ProducerConfig {
-    ProducerConfig {
-        linger_ms: 5,
-        ..support::durable()
-    }
 }
 
 /// Read the whole topic from the earliest record and check every one of
@@ -93,7 +85,7 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
         .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
         .await
         .unwrap();
-    let mut publisher = Publisher::new(client.producer(TOPIC, durable()).await.unwrap(), KEYS);
+    let mut publisher = Publisher::durable(&client, TOPIC, KEYS).await;
 
     let split = publish_until(
         &mut publisher,
@@ -116,13 +108,7 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
     for _ in 0..50 {
         publisher.step(RECORDS_PER_STEP).await;
     }
-    publisher
-        .producer
-        .flush()
-        .await
-        .expect("every record acknowledged");
-    let sent = publisher.sent;
-    assert_eq!(publisher.producer.acked_records(), sent);
+    let sent = publisher.finish().await;
     let after = client.describe_topic(TOPIC).await.unwrap();
     for id in &parent.successors {
         let piece = after.segments.iter().find(|s| s.id == *id).unwrap();
@@ -149,7 +135,7 @@ async fn split_merge_and_move_by_hand_then_a_restart_keeps_the_layout() {
     let broker = Broker::start(dir.path(), listen);
     let client = connect(&broker).await;
     client.create_topic(TOPIC, 1).await.unwrap();
-    let mut publisher = Publisher::new(client.producer(TOPIC, durable()).await.unwrap(), KEYS);
+    let mut publisher = Publisher::durable(&client, TOPIC, KEYS).await;
     publish(&mut publisher, 300).await;
 
     // Split: the pieces go to both shards.
@@ -191,7 +177,7 @@ async fn split_merge_and_move_by_hand_then_a_restart_keeps_the_layout() {
     let merged_shard = merged.segments.iter().find(|s| s.id == 4).unwrap().shard;
     let restarted_shard = restarted.segments.iter().find(|s| s.id == 4).unwrap().shard;
     assert_eq!(restarted_shard, merged_shard);
-    let mut after = Publisher::after(client.producer(TOPIC, durable()).await.unwrap(), &publisher);
+    let mut after = Publisher::durable_after(&client, TOPIC, &publisher).await;
     publish(&mut after, 300).await;
     read_all_once_in_order(&client, TOPIC, &after).await;
     broker.stop();

@@ -279,15 +279,8 @@ fn cli_publishes_and_reads_by_reference() {
         .cli(&["topic", "create", "cli/big", "--segments", "1"])
         .status
         .success());
-    let big = |i: usize| format!("{i}-{}", "x".repeat(5_000));
-    let mut lines = String::new();
-    for i in 0..6 {
-        if i % 2 == 0 {
-            lines += &format!("k{i}\t{}\n", big(i));
-        } else {
-            lines += &format!("k{i}\tsmall-{i}\n");
-        }
-    }
+    let lines = support::mixed_lines(6, 5_000);
+    let big_value = lines.lines().next().unwrap().split_once('\t').unwrap().1;
     let mut child = Command::new(kelp_bin())
         .args([
             "pub",
@@ -339,7 +332,7 @@ fn cli_publishes_and_reads_by_reference() {
         printed[0]
     );
     assert!(
-        printed[0].contains(&format!(" length={} crc32c=", big(0).len())),
+        printed[0].contains(&format!(" length={} crc32c=", big_value.len())),
         "{}",
         printed[0]
     );

@@ -133,15 +133,7 @@ fn payloads_go_straight_to_the_bucket_and_read_back_either_way() {
     let dir = tempfile::tempdir().unwrap();
     let broker = s3_broker(&server, dir.path(), port());
     assert!(broker.cli(&["topic", "create", "app/big"]).status.success());
-    let big = |i: usize| format!("{i}-{}", "y".repeat(6_000));
-    let mut lines = String::new();
-    for i in 0..4 {
-        if i % 2 == 0 {
-            lines += &format!("k{i}\t{}\n", big(i));
-        } else {
-            lines += &format!("k{i}\tsmall-{i}\n");
-        }
-    }
+    let lines = support::mixed_lines(4, 6_000);
     let filer = server.url("cluster-a");
     let out = kelp_with_env(
         &broker,

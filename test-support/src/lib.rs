@@ -27,7 +27,9 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use wire::chunk::BatchWalk;
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::message::Fetched;
 
 mod etcd_server;
 mod http;
@@ -73,7 +75,7 @@ impl SeededRng {
         self.next_u64() % n
     }
 }
-use wire::{AckMode, Request, Response};
+use wire::{AckMode, ErrorCode, FetchChecks, FetchFrom, Request, Response};
 
 /// Where the ports handed out lie: below the ephemeral range (32768 and
 /// up), so no client connection can take one between the check and the
@@ -161,6 +163,45 @@ pub fn decode(frame: &Frame) -> Response<'_> {
     Response::decode(frame.0.frame_type, &frame.1).unwrap()
 }
 
+/// One record as a fetch returned it: offset, key, value.
+pub type FetchedRecord = (u64, Vec<u8>, Vec<u8>);
+
+/// The records of a `Fetched` answer from its start offset on, and where
+/// the next fetch starts (`None` once the answer reached the high
+/// watermark). Panics on any other answer.
+pub fn fetched_records(frame: &Frame) -> (Vec<FetchedRecord>, Option<FetchFrom>) {
+    let Response::Fetched(Fetched {
+        start_offset,
+        next_offset,
+        high_watermark,
+        batches,
+        ..
+    }) = decode(frame)
+    else {
+        panic!("not a fetch response: {:?}", decode(frame));
+    };
+    let mut out = Vec::new();
+    for item in BatchWalk::new(batches) {
+        let (_, b) = item.unwrap();
+        for r in b.records() {
+            let offset = b.base_offset() + u64::from(r.offset_delta);
+            if offset >= start_offset {
+                out.push((offset, r.key.to_vec(), r.value.to_vec()));
+            }
+        }
+    }
+    let next = (next_offset < high_watermark).then_some(FetchFrom::Offset(next_offset));
+    (out, next)
+}
+
+/// The error code a frame answers with, if it is an error.
+pub fn error_code(frame: &Frame) -> Option<ErrorCode> {
+    match decode(frame) {
+        Response::Error { code, .. } => Some(code),
+        _ => None,
+    }
+}
+
 /// A blocking connection to a broker shard, for tests: requests go out
 /// with ids from 1 up, and [`TestConn::call`] checks the answer's id.
 #[derive(Debug)]
@@ -206,6 +247,34 @@ impl TestConn {
         let frame = self.read_frame().unwrap();
         assert_eq!(frame.0.request_id, id, "the answer to request {id}");
         frame
+    }
+
+    /// Create `topic` with `segments` segments and read the answer.
+    pub fn create_topic(&mut self, topic: &str, segments: u32) -> Frame {
+        self.call(Request::CreateTopic {
+            topic: topic.into(),
+            segments,
+        })
+    }
+
+    /// Fetch from `segment` of `topic` (trusting the stored checksums) and
+    /// read the answer.
+    pub fn fetch(
+        &mut self,
+        topic: &str,
+        segment: u32,
+        from: FetchFrom,
+        max_bytes: u32,
+        max_wait_ms: u32,
+    ) -> Frame {
+        self.call(Request::Fetch {
+            topic: topic.into(),
+            segment,
+            from,
+            max_bytes,
+            max_wait_ms,
+            checks: FetchChecks::Trust,
+        })
     }
 
     /// Produce `batch` to segment 0 of `topic` and read the answer.

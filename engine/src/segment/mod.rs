@@ -385,6 +385,20 @@ impl SegmentCell {
         Ok(cell)
     }
 
+    /// Seal the active buffer and wait until everything appended so far
+    /// is in the filer.
+    async fn flush_everything(self: &Rc<Self>) -> Result<(), ServeError> {
+        let target = {
+            let mut state = self.core.state.borrow_mut();
+            seal_active(&mut state)?;
+            state.log.next_offset()
+        };
+        self.start_flush();
+        self.wait_flushed(target)
+            .await
+            .map_err(|e| ServeError::storage(&e))
+    }
+
     /// Seal the segment for good (the control plane moved its range to
     /// successors): refuse writes from now on, flush everything buffered,
     /// drop the local buffers, then store the seal marker so readers on
@@ -395,15 +409,7 @@ impl SegmentCell {
             return Ok(());
         }
         self.refuse_writes(None);
-        let target = {
-            let mut state = core.state.borrow_mut();
-            seal_active(&mut state)?;
-            state.log.next_offset()
-        };
-        self.start_flush();
-        self.wait_flushed(target)
-            .await
-            .map_err(|e| ServeError::storage(&e))?;
+        self.flush_everything().await?;
         self.spares_settled().await;
         core.state.borrow_mut().active = None;
         self.spares.borrow_mut().ready.clear();
@@ -574,15 +580,7 @@ impl SegmentCell {
     /// Shutdown: seal whatever is buffered, wait until it is in the filer,
     /// and take no more writes.
     pub(crate) async fn shut_down(self: &Rc<Self>) -> Result<(), ServeError> {
-        let target = {
-            let mut state = self.core.state.borrow_mut();
-            seal_active(&mut state)?;
-            state.log.next_offset()
-        };
-        self.start_flush();
-        self.wait_flushed(target)
-            .await
-            .map_err(|e| ServeError::storage(&e))?;
+        self.flush_everything().await?;
         self.core.stop_serving();
         // A spare being made on the blocking pool must finish before the
         // executor goes away; none is started once the shard stops.

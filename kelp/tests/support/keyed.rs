@@ -57,6 +57,34 @@ impl Publisher {
         }
     }
 
+    /// A publisher of `topic` over `keys` keys through a durable producer
+    /// that lingers 5 ms (batches of a steady trickle, each acknowledged
+    /// once in the filer).
+    pub async fn durable(client: &client::Client, topic: &str, keys: u64) -> Publisher {
+        Publisher::new(lingering_durable(client, topic).await, keys)
+    }
+
+    /// Like [`Publisher::durable`], going on with each key's sequence
+    /// where `before` left it.
+    pub async fn durable_after(
+        client: &client::Client,
+        topic: &str,
+        before: &Publisher,
+    ) -> Publisher {
+        Publisher::after(lingering_durable(client, topic).await, before)
+    }
+
+    /// Flushes the producer and checks that every record sent was
+    /// acknowledged; returns how many were sent.
+    pub async fn finish(&mut self) -> u64 {
+        self.producer
+            .flush()
+            .await
+            .expect("every record acknowledged");
+        assert_eq!(self.producer.acked_records(), self.sent);
+        self.sent
+    }
+
     /// Send `n` records, each key in turn.
     pub async fn send(&mut self, n: u64) {
         for _ in 0..n {
@@ -83,6 +111,15 @@ impl Publisher {
             .expect("send");
         self.sent += 1;
     }
+}
+
+/// A durable producer of `topic` that lingers 5 ms.
+async fn lingering_durable(client: &client::Client, topic: &str) -> client::Producer {
+    let config = client::ProducerConfig {
+        linger_ms: 5,
+        ..super::durable()
+    };
+    client.producer(topic, config).await.expect("a producer")
 }
 
 /// Publish load steps, looking at `topic`'s layout every 250 ms, until

@@ -107,19 +107,14 @@ impl Broker {
         env: &[(&str, String)],
         stderr: Stdio,
     ) -> Broker {
-        let child = Command::new(kelp_bin())
-            .args(["serve", "--shards", "2"])
-            .args(extra)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .arg("--listen")
-            .arg(format!("{host}:{port}"))
-            .arg("--data-dir")
-            .arg(data_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start kelp serve");
+        let child = spawn_kelp(
+            &["serve", "--shards", "2"],
+            extra,
+            env,
+            &format!("{host}:{port}"),
+            data_dir,
+            stderr,
+        );
         let mut broker = Broker {
             child,
             host,
@@ -266,20 +261,14 @@ impl ControlPlane {
         env: &[(&str, String)],
         stderr: Stdio,
     ) -> ControlPlane {
-        let child = Command::new(kelp_bin())
-            .arg("control")
-            .args(extra)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--data-dir")
-            .arg(data_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start kelp control");
-        let mut child = child;
+        let mut child = spawn_kelp(
+            &["control"],
+            extra,
+            env,
+            &format!("127.0.0.1:{port}"),
+            data_dir,
+            stderr,
+        );
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
@@ -332,6 +321,45 @@ impl Drop for ControlPlane {
 }
 
 /// SIGTERM `child`, and it must exit cleanly.
+/// `count` lines of `kelp produce` input (`key<TAB>value`): even ones
+/// with a value of about `big_bytes` (larger than a by-reference
+/// threshold), odd ones with a small value.
+pub fn mixed_lines(count: usize, big_bytes: usize) -> String {
+    let mut lines = String::new();
+    for i in 0..count {
+        if i % 2 == 0 {
+            lines += &format!("k{i}\t{i}-{}\n", "x".repeat(big_bytes));
+        } else {
+            lines += &format!("k{i}\tsmall-{i}\n");
+        }
+    }
+    lines
+}
+
+/// `kelp <command> <extra>` listening on `listen` with its data in
+/// `data_dir`, `env` added to its environment, its stderr to `stderr`.
+fn spawn_kelp(
+    command: &[&str],
+    extra: &[&str],
+    env: &[(&str, String)],
+    listen: &str,
+    data_dir: &Path,
+    stderr: Stdio,
+) -> Child {
+    Command::new(kelp_bin())
+        .args(command)
+        .args(extra)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .args(["--listen", listen])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start kelp {}: {e}", command[0]))
+}
+
 fn terminate(child: &mut Child, what: &str) {
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
