@@ -21,8 +21,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kelp_client::{
-    Client, ClientOptions, FetchFrom, OwnedRecord, ProducerConfig, SubscribeOptions, Subscriber,
-    Transport, ValueSource,
+    ClientOptions, FetchFrom, OwnedRecord, ProducerConfig, SubscribeOptions, Subscriber,
+    ValueSource,
 };
 
 /// Values longer than this go by reference.
@@ -34,7 +34,6 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {
-    let broker = common::broker();
     let payload_dir = std::env::var_os("KELP_PAYLOAD_DIR").map(PathBuf::from);
     match &payload_dir {
         Some(dir) => println!("payloads go straight to {}", dir.display()),
@@ -44,8 +43,8 @@ async fn run() -> Result<(), Box<dyn Error>> {
         payload_dir,
         ..ClientOptions::default()
     };
-    let client = Client::connect(&broker, Transport::Tcp, options).await?;
-    let topic = format!("examples/by-ref-{}", common::now_ms());
+    let client = common::connect(options).await?;
+    let topic = common::topic_name("by-ref");
     client.create_topic(&topic, 1).await?;
 
     let small = b"a small value".to_vec();

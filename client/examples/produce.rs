@@ -15,9 +15,7 @@ mod common;
 use std::error::Error;
 use std::time::Duration;
 
-use kelp_client::{
-    AckMode, Client, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions, Transport,
-};
+use kelp_client::{AckMode, ClientOptions, FetchFrom, ProducerConfig, SubscribeOptions};
 
 /// Records published per ack mode.
 const RECORDS: u64 = 1_000;
@@ -28,14 +26,14 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {
-    let broker = common::broker();
-    let client = Client::connect(&broker, Transport::Tcp, ClientOptions::default()).await?;
+    let client = common::connect(ClientOptions::default()).await?;
     println!(
-        "connected to {broker} ({} shards)",
+        "connected to {} ({} shards)",
+        common::broker(),
         client.shard_addresses().len()
     );
 
-    let topic = format!("examples/produce-{}", common::now_ms());
+    let topic = common::topic_name("produce");
     let info = client.create_topic(&topic, 4).await?;
     println!("created {topic} with {} segments", info.segments.len());
 

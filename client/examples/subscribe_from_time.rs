@@ -16,9 +16,7 @@ use std::collections::HashMap;
 use std::error::Error;
 use std::time::Duration;
 
-use kelp_client::{
-    Client, ClientOptions, FetchFrom, Producer, ProducerConfig, SubscribeOptions, Transport,
-};
+use kelp_client::{ClientOptions, FetchFrom, Producer, ProducerConfig, SubscribeOptions};
 
 /// Records published before and after the cut.
 const RECORDS: u64 = 200;
@@ -31,9 +29,8 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {
-    let broker = common::broker();
-    let client = Client::connect(&broker, Transport::Tcp, ClientOptions::default()).await?;
-    let topic = format!("examples/from-time-{}", common::now_ms());
+    let client = common::connect(ClientOptions::default()).await?;
+    let topic = common::topic_name("from-time");
     client.create_topic(&topic, 2).await?;
     let producer = client.producer(&topic, ProducerConfig::default()).await?;
 

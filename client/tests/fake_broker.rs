@@ -386,7 +386,7 @@ async fn client(broker: &FakeBroker) -> Client {
 }
 
 /// A producer of `TOPIC` with `config`.
-async fn producer(client: &Client, config: ProducerConfig) -> Producer {
+async fn new_producer(client: &Client, config: ProducerConfig) -> Producer {
     client.producer(TOPIC, config).await.unwrap()
 }
 
@@ -450,17 +450,15 @@ async fn produce_then_subscribe_keeps_per_key_order() {
     assert_eq!(info.segments.len(), 4);
     assert_eq!(client.list_topics().await.unwrap(), vec![TOPIC.to_string()]);
 
-    let producer = client
-        .producer(
-            TOPIC,
-            ProducerConfig {
-                batch_bytes_max: 4096,
-                in_flight_batches_max: 4,
-                ..ProducerConfig::default()
-            },
-        )
-        .await
-        .unwrap();
+    let producer = new_producer(
+        &client,
+        ProducerConfig {
+            batch_bytes_max: 4096,
+            in_flight_batches_max: 4,
+            ..ProducerConfig::default()
+        },
+    )
+    .await;
     let n = 20_000u32;
     send_numbered(&producer, 0..n, 101).await;
     assert_eq!(producer.flush().await.unwrap(), u64::from(n));
@@ -485,7 +483,7 @@ async fn stale_layout_is_resent_and_errors_are_reported() {
     let client = client(&broker).await;
     client.create_topic(TOPIC, 2).await.unwrap();
     broker.state.lock().unwrap().refuse_produces = 2;
-    let producer = producer(&client, ProducerConfig::default()).await;
+    let producer = new_producer(&client, ProducerConfig::default()).await;
     for i in 0..100u32 {
         producer
             .send(format!("k{i}").as_bytes(), b"v", &[])
@@ -506,16 +504,14 @@ async fn stale_layout_is_resent_and_errors_are_reported() {
     // Any other broker error fails the producer, with ack leader or none.
     broker.state.lock().unwrap().produce_error = Some(ErrorCode::Storage);
     for ack in [AckMode::Leader, AckMode::None] {
-        let producer = client
-            .producer(
-                TOPIC,
-                ProducerConfig {
-                    ack,
-                    ..ProducerConfig::default()
-                },
-            )
-            .await
-            .unwrap();
+        let producer = new_producer(
+            &client,
+            ProducerConfig {
+                ack,
+                ..ProducerConfig::default()
+            },
+        )
+        .await;
         producer.send(b"k", b"v", &[]).await.unwrap();
         let e = producer.flush().await.unwrap_err();
         assert_eq!(e.broker_code(), Some(ErrorCode::Storage), "{ack:?}: {e}");
@@ -572,18 +568,16 @@ async fn producer_follows_a_split_a_move_and_a_merge_under_load() {
     let broker = fake_cluster(2, 1).await;
     let client = client(&broker).await;
     client.create_topic(TOPIC, 2).await.unwrap();
-    let producer = client
-        .producer(
-            TOPIC,
-            ProducerConfig {
-                batch_bytes_max: 2048,
-                in_flight_batches_max: 8,
-                linger_ms: 1,
-                ..ProducerConfig::default()
-            },
-        )
-        .await
-        .unwrap();
+    let producer = new_producer(
+        &client,
+        ProducerConfig {
+            batch_bytes_max: 2048,
+            in_flight_batches_max: 8,
+            linger_ms: 1,
+            ..ProducerConfig::default()
+        },
+    )
+    .await;
     let n = 30_000u32;
     let keys = 97;
     let (mut halves, mut merged, mut moved) = (None, None, None);
@@ -650,7 +644,7 @@ async fn subscriber_reads_parents_before_their_successors() {
         let from = next_value;
         next_value += per_phase;
         async move {
-            let producer = producer(&client, ProducerConfig::default()).await;
+            let producer = new_producer(&client, ProducerConfig::default()).await;
             send_numbered(&producer, from..from + per_phase, keys).await;
             assert_eq!(producer.flush().await.unwrap(), u64::from(per_phase));
         }
@@ -719,17 +713,15 @@ async fn a_segment_not_open_yet_is_not_overtaken_by_pipelined_batches() {
     let broker = fake_broker(1).await;
     let client = client(&broker).await;
     client.create_topic(TOPIC, 1).await.unwrap();
-    let producer = client
-        .producer(
-            TOPIC,
-            ProducerConfig {
-                linger_ms: 0,
-                in_flight_batches_max: 8,
-                ..ProducerConfig::default()
-            },
-        )
-        .await
-        .unwrap();
+    let producer = new_producer(
+        &client,
+        ProducerConfig {
+            linger_ms: 0,
+            in_flight_batches_max: 8,
+            ..ProducerConfig::default()
+        },
+    )
+    .await;
     // The segment refuses its first few requests as if not opened yet;
     // batches pipelined behind the first must not land before its resend.
     broker.state.lock().unwrap().not_open.insert(0, 4);

@@ -226,7 +226,8 @@ pub(crate) mod tests {
         }
     }
 
-    fn placed(id: u32, broker: u32) -> PlacedSegment {
+    /// Segment `id` opened at epoch 0 on shard 1 of `broker`.
+    pub(crate) fn placed(id: u32, broker: u32) -> PlacedSegment {
         PlacedSegment {
             segment: SegmentId(id),
             epoch: 0,

@@ -1421,11 +1421,7 @@ impl ClusterService {
     }
 
     fn live_brokers(&self) -> Vec<BrokerId> {
-        self.cluster
-            .membership()
-            .brokers()
-            .map(|(id, _)| *id)
-            .collect()
+        self.cluster.membership().broker_ids().collect()
     }
 
     /// Where commands for `broker` go: its shard 0. A leaving broker is no

@@ -125,18 +125,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::action::tests::sealed;
-    use crate::{Cause, KeyRange, PlacedSegment, SegmentId};
-
-    fn placed(id: u32, broker: u32) -> PlacedSegment {
-        PlacedSegment {
-            segment: SegmentId(id),
-            epoch: 0,
-            range: KeyRange::FULL,
-            broker: BrokerId(broker),
-            shard: 0,
-        }
-    }
+    use crate::action::tests::{placed, sealed};
+    use crate::Cause;
 
     fn snapshot() -> Snapshot {
         Snapshot {

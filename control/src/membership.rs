@@ -209,6 +209,11 @@ impl Membership {
         self.brokers.iter()
     }
 
+    /// Every live broker's id, ascending.
+    pub fn broker_ids(&self) -> impl Iterator<Item = BrokerId> + '_ {
+        self.brokers.keys().copied()
+    }
+
     /// How many brokers are live.
     pub fn len(&self) -> usize {
         self.brokers.len()

@@ -200,11 +200,7 @@ impl Sim {
     }
 
     fn live_brokers(&self) -> Vec<BrokerId> {
-        self.cluster
-            .membership()
-            .brokers()
-            .map(|(id, _)| *id)
-            .collect()
+        self.cluster.membership().broker_ids().collect()
     }
 
     fn topic_names(&self) -> Vec<TopicName> {
@@ -1196,13 +1192,8 @@ mod service_sim {
                 self.pending
             );
             assert_eq!(self.service.deliveries_pending(), 0);
-            let live: BTreeSet<BrokerId> = self
-                .service
-                .cluster()
-                .membership()
-                .brokers()
-                .map(|(id, _)| *id)
-                .collect();
+            let live: BTreeSet<BrokerId> =
+                self.service.cluster().membership().broker_ids().collect();
             assert_eq!(live.len(), BROKERS as usize, "every broker is back");
             for (id, broker) in &self.brokers {
                 assert!(!self.service.needs_resync(*id), "broker {id} is not synced");

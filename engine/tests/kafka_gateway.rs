@@ -255,6 +255,20 @@ fn produce(c: &mut Kafka, topic: &str, partition: i32, batch: &[u8], acks: i16) 
 }
 
 /// A Metadata request for `names`, creating missing topics when `auto`.
+/// Produce `recs` as one batch compressed with `codec`, from no
+/// idempotent producer; the answer's error code and base offset.
+fn produce_records(
+    c: &mut Kafka,
+    topic: &str,
+    partition: i32,
+    recs: &[Rec],
+    codec: Compression,
+    acks: i16,
+) -> (i16, i64) {
+    let batch = kafka_batch(recs, codec, (-1, -1, -1));
+    produce(c, topic, partition, &batch, acks)
+}
+
 fn metadata_request(names: &[&str], auto: bool) -> RequestBody<'static> {
     RequestBody::Metadata(MetadataRequest {
         topics: Some(
@@ -358,13 +372,7 @@ fn every_codec_round_trips_records_keys_values_headers_and_timestamps() {
     .enumerate()
     {
         let recs = records(20 + i, &format!("{codec:?}"));
-        let (error, base) = produce(
-            &mut c,
-            "codecs",
-            1,
-            &kafka_batch(&recs, codec, (-1, -1, -1)),
-            1,
-        );
+        let (error, base) = produce_records(&mut c, "codecs", 1, &recs, codec, 1);
         assert_eq!(error, k::NONE, "{codec:?}");
         assert_eq!(base, expected.len() as i64, "{codec:?}");
         expected.extend(with_offsets(recs, base));
@@ -419,21 +427,9 @@ fn every_api_answers() {
     assert_eq!(m.topics[0].partitions.len(), 1);
 
     let recs = records(10, "apis");
-    let (e, base) = produce(
-        &mut c,
-        "apis",
-        2,
-        &kafka_batch(&recs, Compression::None, (-1, -1, -1)),
-        -1,
-    );
+    let (e, base) = produce_records(&mut c, "apis", 2, &recs, Compression::None, -1);
     assert_eq!((e, base), (k::NONE, 0));
-    let (e, _) = produce(
-        &mut c,
-        "apis",
-        7,
-        &kafka_batch(&recs, Compression::None, (-1, -1, -1)),
-        1,
-    );
+    let (e, _) = produce_records(&mut c, "apis", 7, &recs, Compression::None, 1);
     assert_eq!(e, k::UNKNOWN_TOPIC_OR_PARTITION);
     // Fetch v4 (oldest) and a fetch past the end.
     let r = c.call(fetch_request("apis", 2, 0, 0), 4);
@@ -707,13 +703,7 @@ fn acks_all_and_committed_offsets_survive_a_restart() {
     let (dir, port, broker) = started();
     let mut c = Kafka::with_topic(&broker, "durable", 2);
     let recs = records(40, "durable");
-    let (e, base) = produce(
-        &mut c,
-        "durable",
-        0,
-        &kafka_batch(&recs, Compression::Zstd, (-1, -1, -1)),
-        -1,
-    );
+    let (e, base) = produce_records(&mut c, "durable", 0, &recs, Compression::Zstd, -1);
     assert_eq!((e, base), (k::NONE, 0));
     // Offsets may be committed outside a group (generation -1, no member).
     assert_eq!(commit(&mut c, "resume", -1, "", "durable", 0, 25), k::NONE);
@@ -867,14 +857,7 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
     let mut c = Kafka::with_topic(&broker, "both", 1);
     let recs = records(12, "kafka");
     assert_eq!(
-        produce(
-            &mut c,
-            "both",
-            0,
-            &kafka_batch(&recs, Compression::Snappy, (-1, -1, -1)),
-            1
-        )
-        .0,
+        produce_records(&mut c, "both", 0, &recs, Compression::Snappy, 1).0,
         k::NONE
     );
 
@@ -987,13 +970,7 @@ fn a_malformed_request_closes_only_its_connection() {
     // The other connection and new ones carry on.
     let recs = records(3, "still");
     assert_eq!(
-        produce(
-            &mut good,
-            "still",
-            0,
-            &kafka_batch(&recs, Compression::Gzip, (-1, -1, -1)),
-            1
-        ),
+        produce_records(&mut good, "still", 0, &recs, Compression::Gzip, 1),
         (k::NONE, 0)
     );
     let mut again = Kafka::open(&broker);
@@ -1020,14 +997,7 @@ fn a_long_poll_fetch_returns_when_records_arrive() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let recs = records(2, "poll");
     assert_eq!(
-        produce(
-            &mut c,
-            "poll",
-            0,
-            &kafka_batch(&recs, Compression::None, (-1, -1, -1)),
-            1
-        )
-        .0,
+        produce_records(&mut c, "poll", 0, &recs, Compression::None, 1).0,
         k::NONE
     );
     let (error, high_watermark, bytes) = waiting.join().unwrap();

@@ -224,6 +224,21 @@ async fn fetch_all(c: &mut Conn, topic: &str) -> Vec<(u64, Vec<u8>)> {
     out
 }
 
+/// Runs `test` against a fresh broker holding `topic` (one segment),
+/// given a client endpoint and the port of the shard owning the segment;
+/// closes the endpoint and stops the broker after it.
+fn on_a_fresh_topic(topic: &str, test: impl AsyncFnOnce(&quinn::Endpoint, u16)) {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, port) = start(dir.path());
+    runtime().block_on(async {
+        let endpoint = client(dir.path());
+        let owner = create_topic(&endpoint, port, topic).await;
+        test(&endpoint, port + owner).await;
+        endpoint.close(0u32.into(), b"done");
+    });
+    broker.stop().unwrap();
+}
+
 fn assert_every_offset_once(records: &[(u64, Vec<u8>)], count: u64) {
     assert_eq!(records.len() as u64, count);
     for (i, r) in records.iter().enumerate() {
@@ -233,12 +248,8 @@ fn assert_every_offset_once(records: &[(u64, Vec<u8>)], count: u64) {
 
 #[test]
 fn pipelined_produce_then_fetch_everything_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let (broker, port) = start(dir.path());
-    runtime().block_on(async {
-        let endpoint = client(dir.path());
-        let owner = create_topic(&endpoint, port, "t/pipe").await;
-        let mut c = Conn::open(&endpoint, port + owner).await;
+    on_a_fresh_topic("t/pipe", async |endpoint, owner| {
+        let mut c = Conn::open(endpoint, owner).await;
         tokio::time::timeout(STEP_TIMEOUT, produce_pipelined(&mut c, "t/pipe", 0, 2_000))
             .await
             .expect("produce finished in time");
@@ -252,21 +263,15 @@ fn pipelined_produce_then_fetch_everything_back() {
         // A clean end: our FIN, then the broker's FIN after the answers.
         c.send.finish().unwrap();
         assert!(c.read_frame().await.is_none());
-        endpoint.close(0u32.into(), b"done");
     });
-    broker.stop().unwrap();
 }
 
 #[test]
 fn concurrent_connections_produce_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (broker, port) = start(dir.path());
-    runtime().block_on(async {
-        let endpoint = client(dir.path());
-        let owner = create_topic(&endpoint, port, "t/multi").await;
+    on_a_fresh_topic("t/multi", async |endpoint, owner| {
         let mut conns = Vec::new();
         for _ in 0..3 {
-            conns.push(Conn::open(&endpoint, port + owner).await);
+            conns.push(Conn::open(endpoint, owner).await);
         }
         let [a, b, c] = &mut conns[..] else {
             unreachable!()
@@ -293,19 +298,13 @@ fn concurrent_connections_produce_at_once() {
             next[producer] += 1;
         }
         assert_eq!(next, [30_000; 3]);
-        endpoint.close(0u32.into(), b"done");
     });
-    broker.stop().unwrap();
 }
 
 #[test]
 fn garbage_closes_only_its_own_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let (broker, port) = start(dir.path());
-    runtime().block_on(async {
-        let endpoint = client(dir.path());
-        let owner = create_topic(&endpoint, port, "t/bad").await;
-        let mut good = Conn::open(&endpoint, port + owner).await;
+    on_a_fresh_topic("t/bad", async |endpoint, owner| {
+        let mut good = Conn::open(endpoint, owner).await;
         let b = batch(0, 0);
         let r = good
             .call(Request::Produce {
@@ -333,7 +332,7 @@ fn garbage_closes_only_its_own_connection() {
         assert_eq!(r.0.request_id, 77);
         assert_eq!(error_code(&r), Some(ErrorCode::Checksum));
 
-        let mut bad = Conn::open(&endpoint, port + owner).await;
+        let mut bad = Conn::open(endpoint, owner).await;
         bad.send.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         let step = async {
             let r = bad.read_frame().await.expect("an error frame");
@@ -370,9 +369,7 @@ fn garbage_closes_only_its_own_connection() {
             }
         ));
         assert_every_offset_once(&fetch_all(&mut good, "t/bad").await, 200);
-        endpoint.close(0u32.into(), b"done");
     });
-    broker.stop().unwrap();
 }
 
 #[test]

@@ -217,12 +217,7 @@ def confluent_produce(args, deadline, stop):
             state["error"] = str(err)
 
     produced = 0
-    pace = Pacer(args.rate)
-    for seq in range(args.first_seq, args.first_seq + args.count):
-        if stop.is_set() or time.monotonic() > deadline:
-            break
-        pace.wait(produced)
-        key = record_key(seq, args.keys)
+    for seq, key in paced_records(args, deadline, stop):
         while True:
             try:
                 producer.produce(
@@ -390,12 +385,7 @@ def kp_produce(args, deadline, stop):
         state["error"] = repr(err)
 
     produced = 0
-    pace = Pacer(args.rate)
-    for seq in range(args.first_seq, args.first_seq + args.count):
-        if stop.is_set() or time.monotonic() > deadline:
-            break
-        pace.wait(produced)
-        key = record_key(seq, args.keys)
+    for seq, key in paced_records(args, deadline, stop):
         value = record_value(seq, args.value_bytes)
         fut = producer.send(args.topic, value=value, key=key, headers=[(HEADER_KEY, key)])
         fut.add_callback(ok(value))
@@ -477,6 +467,18 @@ def kp_committed(args):
 
 
 # -------------------------------------------------------------- commands
+
+
+def paced_records(args, deadline, stop):
+    """The (sequence, key) of each record to send, at `args.rate` records a
+    second, until `args.count` are sent, `stop` is set or `deadline`
+    passes."""
+    pace = Pacer(args.rate)
+    for sent, seq in enumerate(range(args.first_seq, args.first_seq + args.count)):
+        if stop.is_set() or time.monotonic() > deadline:
+            return
+        pace.wait(sent)
+        yield seq, record_key(seq, args.keys)
 
 
 class Pacer:

@@ -112,18 +112,7 @@ fn output_formats_start_positions_and_headers() {
     }
 
     // kcat-like fields, headers included; every record once.
-    let out = broker.cli(&[
-        "sub",
-        topic,
-        "--from",
-        "earliest",
-        "--count",
-        "40",
-        "--format",
-        "%t|%p|%o|%T|%k|%s|%h|%K|%S|100%%\\n",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
+    let text = broker.sub_earliest(topic, 40, "%t|%p|%o|%T|%k|%s|%h|%K|%S|100%%\\n");
     let mut seen = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split('|').collect();

@@ -18,8 +18,8 @@ use client::{Client, FetchFrom, SubscribeOptions};
 mod support;
 
 use support::keyed::{
-    each_key_once_in_order, key_name, parse, publish_until, quick_policy, read_records, Publisher,
-    RECORDS_PER_STEP,
+    create_hot_topic, each_key_once_in_order, key_name, parse, publish_until, read_records,
+    subscribe_earliest, Publisher, RECORDS_PER_STEP,
 };
 use support::{port, Broker, ControlPlane};
 
@@ -64,19 +64,14 @@ async fn segments_split_and_merge_under_load_without_losing_or_reordering_a_key(
 
     // Clients bootstrap through broker 1, which stays up all along.
     let client = b1.client().await;
-    client.create_topic(TOPIC, 1).await.unwrap();
-    let policy = quick_policy(8);
-    client.set_policy(TOPIC, &policy).await.unwrap();
+    create_hot_topic(&client, TOPIC, 8).await;
 
     // The reader, from the start, all along: it stops once it has read
     // `expected` records and a while more (to catch any read twice), or
     // when told to give up.
     let expected = Arc::new(AtomicU64::new(u64::MAX));
     let give_up = Arc::new(AtomicBool::new(false));
-    let mut subscriber = client
-        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut subscriber = subscribe_earliest(&client, TOPIC).await;
     let reader = {
         let expected = expected.clone();
         let give_up = give_up.clone();
@@ -294,10 +289,7 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
     let mut before = Publisher::new(client.producer(TOPIC, config).await.unwrap(), KEYS);
     before.send(2_000).await;
     before.producer.flush().await.unwrap();
-    let mut subscriber = client
-        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut subscriber = subscribe_earliest(&client, TOPIC).await;
 
     victim_broker.kill9();
 
@@ -374,10 +366,7 @@ async fn producers_and_subscribers_follow_a_split_with_the_control_plane_gone() 
     let mut publisher = Publisher::new(client.producer(FOLLOWED, config).await.unwrap(), KEYS);
     publisher.send(1_000).await;
     publisher.producer.flush().await.unwrap();
-    let mut subscriber = client
-        .subscribe(FOLLOWED, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut subscriber = subscribe_earliest(&client, FOLLOWED).await;
 
     // Split by hand; the answer comes once the pieces are open. Then the
     // control plane is gone for good.

@@ -18,15 +18,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use client::Client;
 use client::TopicInfo;
-use client::{Client, FetchFrom, SubscribeOptions};
 use test_support::EtcdServer;
 use wire::{ErrorCode, Request, Response};
 
 mod support;
 
 use support::keyed::{
-    each_key_once_in_order, publish_until, quick_policy, read_records, Publisher, RECORDS_PER_STEP,
+    create_hot_topic, each_key_once_in_order, publish_until, read_records, subscribe_earliest,
+    Publisher, RECORDS_PER_STEP,
 };
 use support::{port, Broker, ControlPlane};
 
@@ -287,13 +288,8 @@ async fn three_elected_control_planes_survive_two_leader_kills_under_durable_loa
     let b2 = start_broker(&dir.path().join("b2"), &planes);
     let b3 = start_broker(&dir.path().join("b3"), &planes);
     let client = b1.client().await;
-    client.create_topic(TOPIC, 1).await.unwrap();
-    let policy = quick_policy(8);
-    client.set_policy(TOPIC, &policy).await.unwrap();
-    let mut subscriber = client
-        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    create_hot_topic(&client, TOPIC, 8).await;
+    let mut subscriber = subscribe_earliest(&client, TOPIC).await;
     let mut publisher = Publisher::durable(&client, TOPIC, KEYS).await;
 
     // The first leader splits the topic, then dies.

@@ -143,23 +143,8 @@ fn a_full_disk_loses_nothing_acknowledged_and_the_broker_restarts_on_it() {
         );
     }
     let acknowledged = acked_runs * RECORDS_PER_RUN;
-    let out = broker.cli(&[
-        "sub",
-        topic,
-        "--from",
-        "earliest",
-        "--count",
-        &acknowledged.to_string(),
-        "--format",
-        "%k\\n",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let keys: HashSet<String> = String::from_utf8(out.stdout)
-        .unwrap()
+    let keys: HashSet<String> = broker
+        .sub_earliest(topic, acknowledged, "%k\\n")
         .lines()
         .map(str::to_owned)
         .collect();

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use client::{AckMode, FetchFrom, ProducerConfig, SubscribeOptions};
+use client::{AckMode, ProducerConfig};
 
 mod support;
 
@@ -67,10 +67,7 @@ async fn clients_carry_on_after_the_broker_closes_their_idle_connections() {
         assert_eq!(stored, (round + 1) * RECORDS, "round {round}");
     }
     assert_eq!(acknowledged, ROUNDS * RECORDS);
-    let mut subscriber = client
-        .subscribe(topic, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut subscriber = support::keyed::subscribe_earliest(&client, topic).await;
     let mut keys = std::collections::HashSet::new();
     while (keys.len() as u64) < ROUNDS * RECORDS {
         let record = tokio::time::timeout(Duration::from_secs(30), subscriber.next())

@@ -9,13 +9,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use client::{Client, FetchFrom, SubscribeOptions, TopicInfo};
+use client::{Client, TopicInfo};
 
 mod support;
 
 use support::keyed::{
-    each_key_once_in_order, key_name, publish_until, quick_policy, read_records, Publisher,
-    RECORDS_PER_STEP,
+    create_hot_topic, each_key_once_in_order, key_name, publish_until, read_records,
+    subscribe_earliest, Publisher, RECORDS_PER_STEP,
 };
 use support::{port, Broker};
 
@@ -54,10 +54,7 @@ async fn connect(broker: &Broker) -> Client {
 /// `publisher`'s records arrived once, each key in order.
 async fn read_all_once_in_order(client: &Client, topic: &str, publisher: &Publisher) {
     let sent: u64 = publisher.next_seq.values().sum();
-    let mut subscriber = client
-        .subscribe(topic, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut subscriber = subscribe_earliest(client, topic).await;
     let got = read_records(&mut subscriber, sent, READ_LIMIT).await;
     let per_key = each_key_once_in_order(got, sent);
     for (k, n) in &publisher.next_seq {
@@ -76,15 +73,10 @@ async fn a_hot_segment_splits_onto_both_shards_and_no_record_is_lost_or_reordere
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(dir.path(), port());
     let client = connect(&broker).await;
-    let created = client.create_topic(TOPIC, 1).await.unwrap();
+    let created = create_hot_topic(&client, TOPIC, 2).await;
     assert_eq!(open_shards(&created), BTreeSet::from([0]));
-    let policy = quick_policy(2);
-    client.set_policy(TOPIC, &policy).await.unwrap();
     // A subscriber from the start follows the split as it reads.
-    let mut subscriber = client
-        .subscribe(TOPIC, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut subscriber = subscribe_earliest(&client, TOPIC).await;
     let mut publisher = Publisher::durable(&client, TOPIC, KEYS).await;
 
     let split = publish_until(

@@ -69,10 +69,7 @@ async fn publish_all(
 /// Read `n` records from the start of `topic`, keyed `k<i>`, and check
 /// each value is `value(i)`. Returns how many came by reference.
 async fn read_and_check(client: &Client, topic: &str, n: usize, len: usize) -> usize {
-    let mut sub = client
-        .subscribe(topic, FetchFrom::Earliest, SubscribeOptions::default())
-        .await
-        .unwrap();
+    let mut sub = support::keyed::subscribe_earliest(client, topic).await;
     let mut seen = vec![false; n];
     let mut by_reference = 0;
     for _ in 0..n {
@@ -236,12 +233,7 @@ async fn orphan_uploads_are_swept_published_ones_stay() {
         .upload_payload("big/sweep", &value(2, MIB))
         .await
         .unwrap();
-    let producer = client
-        .producer("big/sweep", support::durable())
-        .await
-        .unwrap();
-    producer.send_reference(b"k", &kept, &[]).await.unwrap();
-    producer.flush().await.unwrap();
+    support::publish_reference(&client, "big/sweep", &kept).await;
     let orphan_file = payload_file(&filer, "big/sweep", &orphan);
     let kept_file = payload_file(&filer, "big/sweep", &kept);
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -205,12 +205,7 @@ async fn orphan_payloads_are_swept_from_the_bucket_published_ones_stay() {
     assert_ne!(orphan, kept);
     let payloads = || server.keys("sweep/topics/big/sweep/payloads/");
     assert_eq!(payloads().len(), 2, "{:?}", payloads());
-    let producer = client
-        .producer("big/sweep", support::durable())
-        .await
-        .unwrap();
-    producer.send_reference(b"k", &kept, &[]).await.unwrap();
-    producer.flush().await.unwrap();
+    support::publish_reference(&client, "big/sweep", &kept).await;
 
     let deadline = Instant::now() + Duration::from_secs(30);
     while payloads().len() > 1 {

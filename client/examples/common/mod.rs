@@ -6,6 +6,8 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use kelp_client::{Client, ClientOptions, Transport};
+
 /// The broker an example connects to when `KELP_BROKER` names none: the
 /// address `kelp serve` listens on by default.
 pub const DEFAULT_BROKER: &str = "127.0.0.1:7420";
@@ -13,6 +15,16 @@ pub const DEFAULT_BROKER: &str = "127.0.0.1:7420";
 /// `KELP_BROKER`, or [`DEFAULT_BROKER`].
 pub fn broker() -> String {
     std::env::var("KELP_BROKER").unwrap_or_else(|_| DEFAULT_BROKER.into())
+}
+
+/// A client of [`broker`] over TCP.
+pub async fn connect(options: ClientOptions) -> Result<Client, Box<dyn Error>> {
+    Ok(Client::connect(&broker(), Transport::Tcp, options).await?)
+}
+
+/// A topic name of its own for this run: `examples/<name>-<ms>`.
+pub fn topic_name(name: &str) -> String {
+    format!("examples/{name}-{}", now_ms())
 }
 
 /// An example's exit: success, or its error printed as a sentence (not

@@ -113,6 +113,33 @@ impl Publisher {
     }
 }
 
+/// Creates `topic` with one segment and the [`quick_policy`] up to
+/// `segments_max` segments; returns the layout it was created with.
+pub async fn create_hot_topic(
+    client: &client::Client,
+    topic: &str,
+    segments_max: u32,
+) -> client::TopicInfo {
+    let created = client.create_topic(topic, 1).await.expect("create");
+    client
+        .set_policy(topic, &quick_policy(segments_max))
+        .await
+        .expect("set the policy");
+    created
+}
+
+/// A subscriber to `topic` from its first record.
+pub async fn subscribe_earliest(client: &client::Client, topic: &str) -> client::Subscriber {
+    client
+        .subscribe(
+            topic,
+            client::FetchFrom::Earliest,
+            client::SubscribeOptions::default(),
+        )
+        .await
+        .expect("subscribe")
+}
+
 /// A durable producer of `topic` that lingers 5 ms.
 async fn lingering_durable(client: &client::Client, topic: &str) -> client::Producer {
     let config = client::ProducerConfig {

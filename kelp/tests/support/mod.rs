@@ -178,6 +178,20 @@ impl Broker {
             .expect("run kelp")
     }
 
+    /// `kelp sub TOPIC --from earliest --count COUNT --format FORMAT`,
+    /// which must succeed; its stdout.
+    pub fn sub_earliest(&self, topic: &str, count: usize, format: &str) -> String {
+        let count = count.to_string();
+        let args = ["sub", topic, "--from", "earliest", "--count", &count];
+        let out = self.cli(&[&args[..], &["--format", format]].concat());
+        assert!(
+            out.status.success(),
+            "kelp sub failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("kelp sub prints UTF-8 here")
+    }
+
     /// `kelp ARGS --broker ADDR` with `input` on its stdin (written from
     /// a thread, so a large input cannot deadlock against its output; a
     /// command that exits before reading all of it is not an error here:
@@ -321,6 +335,21 @@ impl Drop for ControlPlane {
 }
 
 /// SIGTERM `child`, and it must exit cleanly.
+/// Publishes one record under key `k` whose value is `reference` (an
+/// uploaded payload), with ack durable, and waits for its ack.
+pub async fn publish_reference(
+    client: &client::Client,
+    topic: &str,
+    reference: &client::PayloadRef,
+) {
+    let producer = client.producer(topic, durable()).await.expect("a producer");
+    producer
+        .send_reference(b"k", reference, &[])
+        .await
+        .expect("send the reference");
+    producer.flush().await.expect("the reference acknowledged");
+}
+
 /// `count` lines of `kelp produce` input (`key<TAB>value`): even ones
 /// with a value of about `big_bytes` (larger than a by-reference
 /// threshold), odd ones with a small value.
