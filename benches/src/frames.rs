@@ -28,7 +28,10 @@ use crate::baseline::SERVER_NAME;
 use client::low_water::ReceiveLowWater;
 
 /// The broker's QUIC transport windows (engine `tls::server_config`), so
-/// the raw quinn sink runs the same protocol configuration.
+/// the raw quinn sink runs the same protocol configuration: the
+/// connection window is the largest a broker connection grows to (it
+/// starts at 64 KiB, paid from the shard's receive budget,
+/// `engine/src/quic_shard/window.rs`).
 pub const QUIC_STREAM_RECEIVE_WINDOW_BYTES: u32 = 16 << 20;
 pub const QUIC_RECEIVE_WINDOW_BYTES: u32 = 32 << 20;
 pub const QUIC_SEND_WINDOW_BYTES: u64 = 32 << 20;

@@ -50,11 +50,17 @@ pub struct BrokerConfig {
     /// (each counted apart, as their slots are), and Kafka connections from
     /// one address: one host cannot take every slot.
     pub connections_per_ip_max: usize,
-    /// Frame payload bytes one shard holds for its native TCP connections
-    /// (being received, or handled): past it, a connection waits before
-    /// it reads a frame's payload (counted in its frame timeout), so
-    /// peers sending large frames slowly cannot grow the broker's memory
-    /// without bound. At least `FRAME_PAYLOAD_BYTES_MAX`.
+    /// Request bytes one shard holds for its native TCP and QUIC
+    /// connections together: frame payloads being received or handled,
+    /// and every QUIC connection's receive window (what quinn-proto may
+    /// hold for it unread). Past it, a TCP connection waits before it reads
+    /// a frame's payload (counted in its frame timeout), a QUIC connection
+    /// stops reading its stream and its window stops growing, and a new
+    /// QUIC connection with no room for its smallest window is refused:
+    /// peers sending large frames slowly, over any number of connections,
+    /// cannot grow the broker's memory without bound. At least
+    /// `FRAME_PAYLOAD_BYTES_MAX` plus one QUIC connection's smallest window
+    /// (64 KiB).
     pub receive_bytes_max: u64,
     /// Requests one connection may have in flight before the broker stops
     /// reading from it.
@@ -245,10 +251,14 @@ impl BrokerConfig {
                 min: frame_bytes_max,
             });
         }
-        if self.receive_bytes_max < frame_bytes_max {
+        // One largest frame's payload must fit beside one QUIC
+        // connection's smallest window, or that frame could never be read.
+        let quic_window_bytes = crate::quic_shard::window::WINDOW_BYTES_MIN;
+        if self.receive_bytes_max < frame_bytes_max + quic_window_bytes {
             return Err(ConfigError::ReceiveBudget {
                 bytes: self.receive_bytes_max,
-                min: frame_bytes_max,
+                frame_bytes: frame_bytes_max,
+                quic_window_bytes,
             });
         }
         if self.connections_per_ip_max == 0 {
@@ -360,13 +370,20 @@ pub enum ConfigError {
         /// One largest frame's payload.
         min: u64,
     },
-    /// A receive budget smaller than one largest frame.
-    #[error("--receive-bytes-max must hold at least one largest frame (8 MiB)")]
+    /// A receive budget smaller than one largest frame plus one QUIC
+    /// connection's smallest receive window.
+    #[error(
+        "--receive-bytes-max ({bytes} bytes) must hold one largest frame ({frame_bytes} bytes) \
+         plus one QUIC connection's smallest receive window ({quic_window_bytes} bytes)"
+    )]
     ReceiveBudget {
         /// The budget given.
         bytes: u64,
         /// One largest frame's payload.
-        min: u64,
+        frame_bytes: u64,
+        /// One QUIC connection's smallest receive window, paid from the
+        /// same budget.
+        quic_window_bytes: u64,
     },
     /// At most 0 connections per IP address.
     #[error("--connections-per-ip-max must be at least 1")]
@@ -546,9 +563,30 @@ mod tests {
             ..config()
         });
         assert!(
-            matches!(err, ConfigError::ReceiveBudget { bytes: 1, min } if min == 8 << 20),
+            matches!(err, ConfigError::ReceiveBudget { bytes: 1, frame_bytes, .. } if frame_bytes == 8 << 20),
             "{err:?}"
         );
+        // One largest frame alone is not enough: a QUIC connection's
+        // window is paid from the same budget.
+        let quic_window = crate::quic_shard::window::WINDOW_BYTES_MIN;
+        let err = refused(BrokerConfig {
+            receive_bytes_max: 8 << 20,
+            ..config()
+        });
+        assert!(
+            matches!(
+                err,
+                ConfigError::ReceiveBudget { bytes, quic_window_bytes, .. }
+                    if bytes == 8 << 20 && quic_window_bytes == quic_window
+            ),
+            "{err:?}"
+        );
+        BrokerConfig {
+            receive_bytes_max: (8 << 20) + quic_window,
+            ..config()
+        }
+        .validate()
+        .unwrap();
         let err = refused(BrokerConfig {
             filer_reads: 0,
             ..config()

@@ -4,8 +4,11 @@
 //! has handled it. Past the budget the shard reads no more payloads: a TCP
 //! connection waits before its read (the kernel's window holds the peer
 //! back), a QUIC connection stops reading its stream (QUIC flow control
-//! does). So what peers send can never make a shard allocate more than the
-//! budget for frames, however many connections they open.
+//! does). QUIC connections also pay their receive windows from it (the
+//! bytes quinn-proto may hold for them unread, `quic_shard/window.rs`),
+//! and a connection is refused when not even its smallest window fits. So
+//! what peers send can never make a shard allocate more than the budget
+//! for frames, however many connections they open.
 //!
 //! One thread only (a shard's): `Cell`s, no lock.
 
@@ -87,6 +90,45 @@ impl ReceiveBudget {
     }
 }
 
+impl ReceivePermit {
+    /// Bytes this permit holds.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Takes `more` bytes into this permit, or nothing (false) if fewer
+    /// are free.
+    pub(crate) fn try_grow(&mut self, more: u64) -> bool {
+        let free = self.budget.free.get();
+        if more > free {
+            return false;
+        }
+        self.budget.free.set(free - more);
+        self.bytes += more;
+        true
+    }
+
+    /// Gives `less` of this permit's bytes back now.
+    pub(crate) fn shrink(&mut self, less: u64) {
+        assert!(
+            less <= self.bytes,
+            "{less} bytes given back of a permit of {}",
+            self.bytes
+        );
+        if less == 0 {
+            return;
+        }
+        self.bytes -= less;
+        let free = self.budget.free.get() + less;
+        assert!(
+            free <= self.budget.max,
+            "a receive budget got back more than it gave"
+        );
+        self.budget.free.set(free);
+        self.budget.released.notify(usize::MAX);
+    }
+}
+
 impl Drop for ReceivePermit {
     fn drop(&mut self) {
         let free = self.budget.free.get() + self.bytes;
@@ -124,6 +166,23 @@ mod tests {
             futures_lite::future::block_on(futures_lite::future::poll_once(listener)).is_some()
         );
         assert!(budget.try_take(10).is_some());
+    }
+
+    #[test]
+    fn a_permit_grows_within_the_budget_and_shrinks_back() {
+        let budget = ReceiveBudget::new(10);
+        let mut permit = budget.try_take(4).unwrap();
+        assert!(permit.try_grow(6));
+        assert!(!permit.try_grow(1));
+        assert_eq!(permit.bytes(), 10);
+        let listener = budget.listen();
+        permit.shrink(7);
+        assert_eq!(budget.free(), 7);
+        assert!(
+            futures_lite::future::block_on(futures_lite::future::poll_once(listener)).is_some()
+        );
+        drop(permit);
+        assert_eq!(budget.in_use(), 0);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::error::EngineError;
+use crate::quic_shard::window::{STREAM_WINDOW_BYTES, WINDOW_BYTES_MIN};
 
 /// ALPN protocol id of kelp's native protocol.
 pub const ALPN: &[u8] = b"kelp/1";
@@ -59,6 +60,12 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
         .map_err(|e| EngineError::io("write", path, e))
 }
 
+/// A window size as QUIC's variable-length integer (window.rs bounds them
+/// below its maximum).
+fn window_varint(bytes: u64) -> quinn_proto::VarInt {
+    quinn_proto::VarInt::from_u64(bytes).unwrap_or(quinn_proto::VarInt::MAX)
+}
+
 /// quinn-proto's server configuration for the broker's shards.
 pub(crate) fn server_config(
     cert: CertificateDer<'static>,
@@ -76,13 +83,19 @@ pub(crate) fn server_config(
         .map_err(|e| EngineError::Tls(e.to_string()))?;
     let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn_proto::TransportConfig::default();
-    // One ordered stream per connection carries everything; give it room
-    // for a few large batches in flight.
+    // One ordered stream per connection carries everything. The
+    // connection's window bounds what quinn-proto holds unread over all
+    // its streams: it starts at the smallest, paid from the shard's
+    // receive budget, and grows as the connection delivers
+    // (`quic_shard/window.rs`).
+    // No unreliable datagrams: kelp sends none, and quinn-proto would
+    // buffer them outside the budget.
     transport
         .max_concurrent_bidi_streams(4u32.into())
         .max_concurrent_uni_streams(0u32.into())
-        .stream_receive_window((16u32 << 20).into())
-        .receive_window((32u32 << 20).into())
+        .stream_receive_window(window_varint(STREAM_WINDOW_BYTES))
+        .receive_window(window_varint(WINDOW_BYTES_MIN))
+        .datagram_receive_buffer_size(None)
         .send_window(32 << 20)
         .max_idle_timeout(Some(
             std::time::Duration::from_secs(60)

@@ -219,9 +219,12 @@ pub struct ServeArgs {
     /// (and Kafka connections): one host cannot take every connection slot.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
     pub connections_per_ip_max: u64,
-    /// Frame bytes one shard holds for its native TCP connections, being
-    /// received or handled; past it, connections wait before reading a
-    /// frame's payload. At least 8 MiB (one largest frame).
+    /// Request bytes one shard holds for its native TCP and QUIC
+    /// connections together: frame payloads being received or handled, and
+    /// QUIC connections' receive windows. Past it, connections wait before
+    /// reading a frame's payload, QUIC windows stop growing, and new QUIC
+    /// connections are refused. At least 8 MiB + 64 KiB (one largest frame
+    /// and one QUIC connection's smallest window).
     #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
     pub receive_bytes_max: u64,
     /// Bytes of sealed buffers one segment keeps waiting for the filer;

@@ -1,7 +1,9 @@
 //! One QUIC connection on the shard: quinn-proto's `Connection`, the one
 //! bidirectional stream the client opens, the frames cut from it and the
-//! answers written back to it, and how the connection ends. It does no I/O:
-//! the driver feeds it datagrams and timeouts and sends what it queues.
+//! answers written back to it, its receive window (paid from the shard's
+//! receive budget, sized by [`WindowPolicy`]), and how the connection
+//! ends. It does no I/O: the driver feeds it datagrams and timeouts and
+//! sends what it queues.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -10,9 +12,11 @@ use bytes::Bytes;
 use quinn_proto::{
     ConnectionHandle, Dir, Event, ReadError, StreamEvent, StreamId, VarInt, WriteError,
 };
+use wire::frame::FRAME_HEADER_BYTES;
 use wire::{Frame, FrameDecoder};
 
 use super::requests::{Inbound, Requests};
+use super::window::{WindowChange, WindowLimits, WindowPolicy, WindowReservation};
 use crate::receive_budget::{ReceiveBudget, ReceivePermit};
 use crate::request::error_frame;
 use crate::serve_error::ServeError;
@@ -40,6 +44,8 @@ pub(super) struct QuicConnection {
     reader: FrameDecoder,
     /// The current payload's room in the budget, once taken.
     permit: Option<ReceivePermit>,
+    /// The receive window's size, and its room in the budget.
+    window: ConnectionWindow,
     /// False once the stream ended, was reset or broke its framing.
     reading: bool,
     recv_finished: bool,
@@ -63,6 +69,7 @@ impl QuicConnection {
         requests: Rc<Requests>,
         in_flight_max: usize,
         budget: Rc<ReceiveBudget>,
+        window: ConnectionWindow,
         peer: crate::peer_limit::PeerSlot,
     ) -> QuicConnection {
         QuicConnection {
@@ -74,6 +81,7 @@ impl QuicConnection {
             stream: None,
             reader: FrameDecoder::new(),
             permit: None,
+            window,
             reading: true,
             recv_finished: false,
             written: 0,
@@ -93,6 +101,12 @@ impl QuicConnection {
         } else {
             None
         }
+    }
+
+    /// The connection's receive window now.
+    #[cfg(test)]
+    pub(super) fn window_bytes(&self) -> u64 {
+        self.window.policy.window_bytes()
     }
 
     /// The broker is stopping: the goodbye goes after the answers already
@@ -147,6 +161,9 @@ impl QuicConnection {
         if self.connection.is_closed() {
             return;
         }
+        if let Some(change) = self.window.policy.review(now) {
+            self.window.apply(change, &mut self.connection);
+        }
         self.accept_streams();
         self.read_frames(now);
         self.write_answers(now);
@@ -198,6 +215,9 @@ impl QuicConnection {
             }
         };
         let mut reset = false;
+        // Bytes taken from quinn-proto, and whole frames handed on.
+        let mut read_bytes = 0u64;
+        let mut delivered_bytes = 0u64;
         while self.requests.in_flight() < self.in_flight_max {
             if let Some(bytes) = self.reader.room_needed() {
                 let Some(permit) = self.budget.try_take(u64::from(bytes)) else {
@@ -208,12 +228,13 @@ impl QuicConnection {
                 };
                 self.permit = Some(permit);
                 if let Some(frame) = self.reader.admit() {
-                    push_frame(&self.requests, &mut self.permit, frame);
+                    delivered_bytes += push_frame(&self.requests, &mut self.permit, frame);
                 }
                 continue;
             }
             let cut = match chunks.next(self.reader.unfilled().len()) {
                 Ok(Some(chunk)) => {
+                    read_bytes += chunk.bytes.len() as u64;
                     let mut bytes = &chunk.bytes[..];
                     let cut = self.reader.push(&mut bytes);
                     debug_assert!(bytes.is_empty(), "a chunk longer than asked for");
@@ -233,7 +254,9 @@ impl QuicConnection {
             };
             match cut {
                 Ok(None) => {}
-                Ok(Some(frame)) => push_frame(&self.requests, &mut self.permit, frame),
+                Ok(Some(frame)) => {
+                    delivered_bytes += push_frame(&self.requests, &mut self.permit, frame);
+                }
                 Err(e) => {
                     // The stream cannot be resynchronised: answer and close
                     // once the answers before it are written.
@@ -248,6 +271,13 @@ impl QuicConnection {
         // finalize() queues MAX_STREAM_DATA/MAX_DATA for the bytes taken;
         // the driver transmits after every turn, so the credit goes out.
         let _ = chunks.finalize();
+        self.window.on_read(read_bytes);
+        if delivered_bytes > 0 {
+            let free = self.budget.free();
+            if let Some(change) = self.window.policy.on_delivered(now, delivered_bytes, free) {
+                self.window.apply(change, &mut self.connection);
+            }
+        }
         if reset {
             self.close(now, CLOSE_STREAM_RESET, "stream reset");
         }
@@ -326,11 +356,94 @@ impl QuicConnection {
     }
 }
 
-/// Hands a whole frame, with its room in the budget, to the handler.
-fn push_frame(requests: &Requests, permit: &mut Option<ReceivePermit>, frame: Frame) {
+/// Hands a whole frame, with its room in the budget, to the handler: its
+/// bytes on the stream.
+fn push_frame(requests: &Requests, permit: &mut Option<ReceivePermit>, frame: Frame) -> u64 {
+    let bytes = (FRAME_HEADER_BYTES + frame.payload.len()) as u64;
     requests.push(Inbound::Frame {
         header: frame.header,
         payload: frame.payload,
         permit: permit.take(),
     });
+    bytes
+}
+
+/// One connection's receive window: what quinn-proto may hold for it
+/// unread. Its bytes are held in the shard's receive budget for as long as
+/// the peer may have them outstanding, and given back when the connection
+/// is dropped.
+pub(super) struct ConnectionWindow {
+    policy: WindowPolicy,
+    reservation: WindowReservation,
+    /// `reservation.bytes()` of the shard's receive budget.
+    permit: ReceivePermit,
+}
+
+impl ConnectionWindow {
+    /// A new connection's smallest window, reserved from `budget` now, or
+    /// `None` when the budget has no room for it (the connection is to be
+    /// refused). quinn-proto's `TransportConfig::receive_window` must be
+    /// the same minimum (`tls::server_config`).
+    pub(super) fn reserve(
+        budget: &Rc<ReceiveBudget>,
+        limits: WindowLimits,
+        now: Instant,
+    ) -> Option<ConnectionWindow> {
+        let policy = WindowPolicy::new(limits, now);
+        let reservation = WindowReservation::new(policy.window_bytes());
+        let permit = budget.try_take(reservation.bytes())?;
+        Some(ConnectionWindow {
+            policy,
+            reservation,
+            permit,
+        })
+    }
+
+    /// Reserves or schedules the release of the bytes of `change`, then
+    /// gives quinn-proto the new window.
+    fn apply(&mut self, change: WindowChange, connection: &mut quinn_proto::Connection) {
+        let to = match change {
+            WindowChange::Grow { from, to } => {
+                if !self.permit.try_grow(to - from) {
+                    // The policy grows only into room it was told is free.
+                    debug_assert!(false, "a window grew past the free budget");
+                    self.policy.undo(change);
+                    return;
+                }
+                to
+            }
+            WindowChange::Shrink { to, .. } => to,
+        };
+        self.reservation.apply(change);
+        debug_assert_eq!(self.permit.bytes(), self.reservation.bytes());
+        // Windows are at most WINDOW_BYTES_MAX, far below VarInt::MAX.
+        connection.set_receive_window(VarInt::from_u64(to).unwrap_or(VarInt::MAX));
+    }
+
+    /// The connection read `bytes` from quinn-proto: credit given under a
+    /// larger window that this pays off goes back to the budget.
+    fn on_read(&mut self, bytes: u64) {
+        let paid = self.reservation.on_read(bytes);
+        self.permit.shrink(paid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_is_reserved_from_the_budget_or_not_at_all() {
+        let now = Instant::now();
+        let limits = WindowLimits::BROKER;
+        let budget = ReceiveBudget::new(limits.min_bytes * 2 - 1);
+        let first = ConnectionWindow::reserve(&budget, limits, now);
+        assert!(first.is_some());
+        assert_eq!(budget.in_use(), limits.min_bytes);
+        // No room for a second: it is refused, and nothing is taken.
+        assert!(ConnectionWindow::reserve(&budget, limits, now).is_none());
+        assert_eq!(budget.in_use(), limits.min_bytes);
+        drop(first);
+        assert_eq!(budget.in_use(), 0);
+    }
 }

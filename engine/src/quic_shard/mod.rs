@@ -10,7 +10,9 @@
 //! they complete. Limits: `connections_per_shard_max` connections (more are
 //! refused), `connection_requests_in_flight_max` requests per connection
 //! (the stream is not read beyond it, so QUIC flow control pushes back), a
-//! bounded number of datagrams and transmits per driver turn.
+//! receive window per connection paid from the shard's receive budget (a
+//! connection the budget has no room for is refused), a bounded number of
+//! datagrams and transmits per driver turn.
 //!
 //! - `socket`: the UDP socket, quinn-udp, and readiness through io_uring;
 //! - `server`: the endpoint, the connection table and the turn of each
@@ -19,7 +21,9 @@
 //! - `driver`: the loop that joins the server to the socket and the shard;
 //! - `timers`: the earliest-timeout queue across connections;
 //! - `connection`: one connection's stream, framing, answers and ending;
-//! - `requests`: the per-connection task that handles frames in order.
+//! - `requests`: the per-connection task that handles frames in order;
+//! - `window`: how large each connection's receive window is, paid from
+//!   the shard's receive budget.
 //!
 //! This module never blocks the shard: every socket call is non-blocking,
 //! and it waits only through glommio.
@@ -32,6 +36,7 @@ mod server;
 mod simulation_tests;
 mod socket;
 mod timers;
+pub(crate) mod window;
 
 use std::rc::Rc;
 use std::sync::Arc;

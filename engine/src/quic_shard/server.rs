@@ -20,9 +20,10 @@ use std::time::Instant;
 use bytes::BytesMut;
 use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint, EndpointConfig, ServerConfig};
 
-use super::connection::QuicConnection;
+use super::connection::{ConnectionWindow, QuicConnection};
 use super::requests::{ReadyList, Requests};
 use super::timers::TimerQueue;
+use super::window::WindowLimits;
 use crate::peer_limit::PeerLimit;
 use crate::receive_budget::ReceiveBudget;
 
@@ -72,7 +73,8 @@ pub(super) struct QuicServer {
     timers: TimerQueue,
     ready: Rc<ReadyList>,
     /// The shard's receive budget, shared with its TCP connections: every
-    /// frame's payload is read into room taken from it.
+    /// frame's payload is read into room taken from it, and every
+    /// connection's receive window is paid from it.
     budget: Rc<ReceiveBudget>,
     /// Connections whose next payload waits for room in `budget`.
     room_waiting: Vec<ConnectionHandle>,
@@ -182,6 +184,17 @@ impl QuicServer {
         });
     }
 
+    /// The largest receive window of any open connection.
+    #[cfg(test)]
+    pub(super) fn window_bytes_max(&self) -> u64 {
+        self.connections
+            .iter()
+            .flatten()
+            .map(QuicConnection::window_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether a transmit waits for room in the send buffer.
     pub(super) fn is_blocked(&self) -> bool {
         self.sender.blocked.is_some()
@@ -255,6 +268,20 @@ impl QuicServer {
             self.send_response(&transmit, out);
             return;
         };
+        // Its window is paid before quinn-proto holds a byte for it: with
+        // no room in the shard's receive budget the peer must come back
+        // later (backpressure), never make the shard hold more.
+        let Some(window) = ConnectionWindow::reserve(&self.budget, WindowLimits::BROKER, now)
+        else {
+            log::warn!(
+                "shard {}: refusing QUIC connection from {peer}: no room for its receive window \
+                 in the shard's receive budget (--receive-bytes-max)",
+                self.shard
+            );
+            let transmit = self.endpoint.refuse(incoming, &mut self.response_buf);
+            self.send_response(&transmit, out);
+            return;
+        };
         match self
             .endpoint
             .accept(incoming, now, &mut self.response_buf, None)
@@ -268,6 +295,7 @@ impl QuicServer {
                     requests,
                     self.limits.requests_in_flight_max,
                     self.budget.clone(),
+                    window,
                     slot,
                 );
                 self.ready.schedule(&quic.requests);

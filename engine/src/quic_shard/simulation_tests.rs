@@ -24,6 +24,7 @@ use wire::frame::{encode_frame, FrameHeader, FrameType, FRAME_HEADER_BYTES};
 
 use super::requests::{Inbound, Requests};
 use super::server::{Datagrams, QuicServer, ServerLimits};
+use super::window::WINDOW_BYTES_MIN;
 use crate::receive_budget::ReceiveBudget;
 
 const SERVER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 4433);
@@ -304,6 +305,8 @@ struct Simulation {
     budget: Rc<ReceiveBudget>,
     /// The most of it ever in use, after any step.
     budget_in_use_max: u64,
+    /// The largest receive window any connection had, after any step.
+    window_bytes_max: u64,
     /// Connections the server accepted, with the frames their handler took.
     accepted: Vec<(Rc<Requests>, usize)>,
     steps: usize,
@@ -346,6 +349,7 @@ impl Simulation {
             app,
             budget,
             budget_in_use_max: 0,
+            window_bytes_max: 0,
             accepted: Vec::new(),
             steps: 0,
         }
@@ -416,6 +420,7 @@ impl Simulation {
         }
         self.client.step(self.now, &mut self.network);
         self.budget_in_use_max = self.budget_in_use_max.max(self.budget.in_use());
+        self.window_bytes_max = self.window_bytes_max.max(self.server.window_bytes_max());
     }
 
     /// Steps until `done`, moving the clock to the next thing due whenever
@@ -654,7 +659,8 @@ fn the_goodbye_follows_owed_answers_and_refuses_later_frames() {
 }
 
 /// Frames wait for room in the shard's receive budget before their payload
-/// is read: with room for three 256 KiB frames, a client pipelining forty
+/// is read: with room for three 256 KiB frames beside the connection's
+/// smallest receive window (paid from the same budget), a client pipelining forty
 /// to a server that answers nothing gets exactly three taken, the budget is
 /// never exceeded, and nothing more is read; once the server answers, room
 /// comes back and every frame goes through, in order, the budget never
@@ -662,7 +668,7 @@ fn the_goodbye_follows_owed_answers_and_refuses_later_frames() {
 #[test]
 fn payloads_wait_for_room_in_the_shards_receive_budget() {
     const FRAME_BYTES: usize = 256 << 10;
-    const BUDGET_BYTES: u64 = 3 * FRAME_BYTES as u64 + 1000;
+    const BUDGET_BYTES: u64 = 3 * FRAME_BYTES as u64 + WINDOW_BYTES_MIN + 1000;
     let seed = seed();
     let mut out = Vec::new();
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -682,7 +688,10 @@ fn payloads_wait_for_room_in_the_shards_receive_budget() {
     sim.run_to(sim.start + Duration::from_secs(5));
     let (requests, _) = &sim.accepted[0];
     assert_eq!(requests.in_flight(), 3, "seed {seed}");
-    assert_eq!(sim.budget.in_use(), 3 * FRAME_BYTES as u64);
+    assert_eq!(
+        sim.budget.in_use(),
+        3 * FRAME_BYTES as u64 + WINDOW_BYTES_MIN
+    );
     assert!(sim.server.waits_for_room());
     sim.app = App::Echo;
     sim.run_until(|sim| sim.client.answers_ended && sim.server.open() == 0);
@@ -693,4 +702,43 @@ fn payloads_wait_for_room_in_the_shards_receive_budget() {
         sim.budget_in_use_max
     );
     assert_eq!(sim.budget.in_use(), 0);
+}
+
+/// A connection's receive window is paid from the shard's receive budget:
+/// it starts at the smallest, grows while the connection delivers whole
+/// frames and the budget has room beside one largest frame, the budget is
+/// never exceeded on the way, and every byte comes back when it ends.
+#[test]
+fn a_delivering_connection_grows_its_window_within_the_budget() {
+    const FRAME_BYTES: usize = 256 << 10;
+    const FRAMES: u32 = 64;
+    const BUDGET_BYTES: u64 = 24 << 20;
+    let seed = seed();
+    let mut out = Vec::new();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    for id in 1..=FRAMES {
+        let payload: Vec<u8> = std::iter::repeat_with(|| rng.u8(..))
+            .take(FRAME_BYTES)
+            .collect();
+        encode_frame(&mut out, FrameType::ProduceRequest, id, &payload);
+    }
+    let sent = requests_in(&out);
+    let conditions = Conditions {
+        loss_per_mille: 5,
+        latency: Duration::from_micros(300),
+        jitter: Duration::from_micros(200),
+    };
+    let mut sim = Simulation::with_budget(seed, conditions, App::Echo, out, BUDGET_BYTES);
+    sim.run_until(|sim| sim.client.answers_ended && sim.server.open() == 0);
+    assert_eq!(answers(&sim.client.answers), sent, "seed {seed}");
+    assert!(
+        sim.window_bytes_max > WINDOW_BYTES_MIN,
+        "the window never grew (seed {seed})"
+    );
+    assert!(
+        sim.budget_in_use_max <= BUDGET_BYTES,
+        "{} bytes held, budget {BUDGET_BYTES} (seed {seed})",
+        sim.budget_in_use_max
+    );
+    assert_eq!(sim.budget.in_use(), 0, "seed {seed}");
 }

@@ -1,0 +1,273 @@
+//! Hostile QUIC connections against a real broker (the QUIC side of
+//! `connection_flood.rs`): many connections that each send all but the
+//! last byte of a largest frame and then stall must not grow the broker
+//! past its receive budget, whatever quinn-proto would buffer for them,
+//! and must not stop a small produce and fetch on the same shard.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::{port, Broker};
+use wire::chunk::BatchWalk;
+use wire::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
+use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
+use wire::message::Fetched;
+use wire::{AckMode, BatchBuilder, FetchFrom, Request, Response};
+
+/// The receive budget the flooded broker runs with.
+const BUDGET_MIB: u64 = 64;
+/// Connections that each send most of a largest frame and stall. Their
+/// smallest windows (64 KiB each) and the payloads the budget admits
+/// (8 MiB each) leave room in it for one more connection's window and a
+/// small frame.
+const STALLED: usize = 48;
+/// What the broker may use over its budget (connection state, allocator).
+const SLACK_MIB: u64 = 64;
+/// The client's send window per connection: bounds what this test
+/// process buffers for the broker, not what the broker takes.
+const CLIENT_SEND_WINDOW_BYTES: u64 = 1 << 20;
+/// How often the broker's memory is sampled while the flood settles.
+const SETTLE_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
+/// Growth between samples below which the flood has settled.
+const SETTLED_GROWTH_MIB: u64 = 1;
+/// The longest the flood may take to settle, and the longest any one step
+/// of the test may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The broker's resident memory, MiB (`VmRSS`).
+fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib / 1024
+}
+
+/// A frame header announcing a Produce of `payload_bytes` (its checksum
+/// is never checked: the payload never completes).
+fn produce_header(payload_bytes: u32) -> [u8; FRAME_HEADER_BYTES] {
+    let mut h = [0u8; FRAME_HEADER_BYTES];
+    h[0..2].copy_from_slice(b"KL");
+    h[2] = 1;
+    h[3] = FrameType::ProduceRequest as u8;
+    h[4..8].copy_from_slice(&payload_bytes.to_le_bytes());
+    h[8..12].copy_from_slice(&1u32.to_le_bytes());
+    h
+}
+
+/// A quinn client endpoint that trusts the broker's own certificate.
+fn client(data_dir: &std::path::Path) -> quinn::Endpoint {
+    let cert = std::fs::read(data_dir.join("tls/cert.der")).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.into()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![engine::ALPN.to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut transport = quinn::TransportConfig::default();
+    transport.send_window(CLIENT_SEND_WINDOW_BYTES);
+    let mut config = quinn::ClientConfig::new(Arc::new(quic));
+    config.transport_config(Arc::new(transport));
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(config);
+    endpoint
+}
+
+/// One QUIC connection and its request stream.
+struct Conn {
+    connection: quinn::Connection,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+}
+
+impl Conn {
+    async fn open(endpoint: &quinn::Endpoint, port: u16) -> Conn {
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let connection = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
+        let (send, recv) = connection.open_bi().await.unwrap();
+        Conn {
+            connection,
+            send,
+            recv,
+        }
+    }
+
+    async fn call(&mut self, id: u32, request: Request<'_>) -> (FrameHeader, Vec<u8>) {
+        let mut out = Vec::new();
+        request.encode(id, &mut out);
+        self.send.write_all(&out).await.unwrap();
+        let mut h = [0u8; FRAME_HEADER_BYTES];
+        self.recv.read_exact(&mut h).await.unwrap();
+        let header = FrameHeader::decode(&h).unwrap();
+        let mut payload = vec![0u8; header.payload_bytes as usize];
+        self.recv.read_exact(&mut payload).await.unwrap();
+        header.verify_payload(&payload).unwrap();
+        assert_eq!(header.request_id, id);
+        (header, payload)
+    }
+}
+
+/// A small produce, then a fetch of it, on a fresh connection: the values
+/// fetched back.
+async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -> Vec<Vec<u8>> {
+    let mut c = Conn::open(endpoint, port).await;
+    let mut b = BatchBuilder::new();
+    for i in 0..3u32 {
+        b.push(
+            1_700_000_000_000,
+            b"k",
+            format!("small {i}").as_bytes(),
+            &[],
+        )
+        .unwrap();
+    }
+    let batch = b.finish(0, 0).to_vec();
+    let produced = c
+        .call(
+            1,
+            Request::Produce {
+                topic,
+                segment: 0,
+                ack: AckMode::Leader,
+                batch: &batch,
+            },
+        )
+        .await;
+    let answer = test_support::decode(&produced);
+    assert!(
+        matches!(
+            answer,
+            Response::Produced {
+                record_count: 3,
+                ..
+            }
+        ),
+        "{answer:?}"
+    );
+    let fetched = c
+        .call(
+            2,
+            Request::Fetch {
+                topic: topic.into(),
+                segment: 0,
+                from: FetchFrom::Earliest,
+                max_bytes: 1 << 20,
+                max_wait_ms: 0,
+                checks: wire::FetchChecks::Trust,
+            },
+        )
+        .await;
+    let Response::Fetched(Fetched { batches, .. }) = test_support::decode(&fetched) else {
+        panic!("not a fetch answer: {:?}", test_support::decode(&fetched));
+    };
+    let mut values = Vec::new();
+    for item in BatchWalk::new(batches) {
+        let (_, b) = item.unwrap();
+        values.extend(b.records().map(|r| r.value.to_vec()));
+    }
+    c.connection.close(0u32.into(), b"done");
+    values
+}
+
+/// Samples the broker's memory until it stops growing (or `STEP_TIMEOUT`
+/// passed): what it settled at.
+async fn settled_rss_mib(pid: u32) -> u64 {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    let mut last = rss_mib(pid);
+    loop {
+        tokio::time::sleep(SETTLE_SAMPLE_INTERVAL).await;
+        let now = rss_mib(pid);
+        if now < last + SETTLED_GROWTH_MIB || Instant::now() >= deadline {
+            return now.max(last);
+        }
+        last = now;
+    }
+}
+
+#[test]
+fn stalled_large_quic_frames_stay_within_the_receive_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let budget = (BUDGET_MIB << 20).to_string();
+    let broker = Broker::start_with(
+        dir.path(),
+        port,
+        &[
+            "--receive-bytes-max",
+            &budget,
+            "--connections-per-ip-max",
+            "1024",
+        ],
+    );
+    let pid = broker.child.id();
+    let created = test_support::TestConn::open(port).call(Request::CreateTopic {
+        topic: "flood/small".into(),
+        segments: 1,
+    });
+    let Response::Topic(info) = test_support::decode(&created) else {
+        panic!("{:?}", test_support::decode(&created))
+    };
+    // Flood the shard that owns the topic.
+    let shard_port = port + info.segments[0].shard;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let endpoint = client(dir.path());
+        let before = rss_mib(pid);
+        // All but the last byte of a largest frame: it never completes.
+        let mut frame = produce_header(FRAME_PAYLOAD_BYTES_MAX).to_vec();
+        frame.resize(FRAME_HEADER_BYTES + FRAME_PAYLOAD_BYTES_MAX as usize - 1, 0);
+        let frame = Arc::new(frame);
+        let mut stalled = Vec::with_capacity(STALLED);
+        for _ in 0..STALLED {
+            let mut c = tokio::time::timeout(STEP_TIMEOUT, Conn::open(&endpoint, shard_port))
+                .await
+                .expect("a stalled connection opens");
+            let frame = frame.clone();
+            // Writes as much as the broker's flow control lets through,
+            // then waits for ever; the connection is kept open.
+            stalled.push(tokio::spawn(async move {
+                let _ = c.send.write_all(&frame).await;
+                std::future::pending::<()>().await;
+                drop(c);
+            }));
+        }
+        let flooded = settled_rss_mib(pid).await;
+        println!(
+            "broker RSS: {before} MiB before, {flooded} MiB with {STALLED} QUIC connections \
+             stalled in an 8 MiB frame"
+        );
+
+        assert!(
+            flooded <= before + BUDGET_MIB + SLACK_MIB,
+            "RSS grew from {before} to {flooded} MiB with a {BUDGET_MIB} MiB budget \
+             (slack {SLACK_MIB} MiB)"
+        );
+
+        // A small produce and fetch still get through on the flooded shard.
+        let values = tokio::time::timeout(
+            STEP_TIMEOUT,
+            produce_and_fetch(&endpoint, shard_port, "flood/small"),
+        )
+        .await
+        .expect("a small produce and fetch during the flood");
+        assert_eq!(values, [&b"small 0"[..], b"small 1", b"small 2"]);
+
+        for task in &stalled {
+            task.abort();
+        }
+        endpoint.close(0u32.into(), b"done");
+    });
+    broker.stop();
+}
