@@ -18,7 +18,7 @@ use bytes::Bytes;
 use control::TopicName;
 use filer::{Filer, FilerError, FilerUrl, LocalFiler};
 use wire::checksum::crc32c_append;
-use wire::{ErrorCode, PayloadId, PayloadRef, Request, Response};
+use wire::{DataRequest, ErrorCode, PayloadId, PayloadRef, Response};
 
 use crate::client::{unexpected, Client};
 use crate::error::ClientError;
@@ -147,12 +147,13 @@ impl Client {
                 for (i, piece) in value.chunks(PAYLOAD_PIECE_BYTES).enumerate() {
                     let frame = conn
                         .call(
-                            &Request::PayloadWrite {
+                            &DataRequest::PayloadWrite {
                                 topic: topic.to_owned(),
                                 id: reference.id,
                                 offset: (i * PAYLOAD_PIECE_BYTES) as u64,
                                 bytes: piece,
-                            },
+                            }
+                            .into(),
                             "uploading a payload",
                             self.request_timeout(),
                         )
@@ -163,10 +164,11 @@ impl Client {
                 }
                 let frame = conn
                     .call(
-                        &Request::PayloadCommit {
+                        &DataRequest::PayloadCommit {
                             topic: topic.to_owned(),
                             reference,
-                        },
+                        }
+                        .into(),
                         "committing a payload",
                         self.request_timeout(),
                     )
@@ -296,12 +298,13 @@ impl PayloadReader {
                     .await?;
                 let frame = conn
                     .call(
-                        &Request::PayloadRead {
+                        &DataRequest::PayloadRead {
                             topic: self.topic.clone(),
                             id: self.reference.id,
                             offset,
                             max_bytes: PAYLOAD_PIECE_BYTES as u32,
-                        },
+                        }
+                        .into(),
                         "reading a payload",
                         self.client.request_timeout(),
                     )

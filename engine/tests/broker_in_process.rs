@@ -7,7 +7,7 @@ use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
 use wire::frame::FrameHeader;
 use wire::message::Fetched;
-use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
+use wire::{AckMode, AdminRequest, BatchBuilder, DataRequest, ErrorCode, FetchFrom, Response};
 
 use test_support::{decode, TestConn as Conn};
 
@@ -59,7 +59,7 @@ fn fetch_all(conn: &mut Conn, topic: &str, segment: u32) -> Vec<(u64, Vec<u8>)> 
     let mut out = Vec::new();
     let mut from = FetchFrom::Earliest;
     loop {
-        let frame = conn.call(Request::Fetch {
+        let frame = conn.call(DataRequest::Fetch {
             topic: topic.into(),
             segment,
             from,
@@ -99,7 +99,7 @@ fn produce_fetch_restart() {
     let port = port();
     let broker = Broker::start(config(dir.path(), port)).unwrap();
     let mut c = Conn::open(port);
-    let created = c.call(Request::CreateTopic {
+    let created = c.call(AdminRequest::CreateTopic {
         topic: "t/one".into(),
         segments: 1,
     });
@@ -125,7 +125,7 @@ fn produce_fetch_restart() {
     let mut bad = batch(&["x"], "v");
     let last = bad.len() - 1;
     bad[last] ^= 1;
-    let r = c.call(Request::Produce {
+    let r = c.call(DataRequest::Produce {
         topic: "t/one",
         segment: 0,
         ack: AckMode::Leader,
@@ -139,7 +139,7 @@ fn produce_fetch_restart() {
         }
     ));
     let b = batch(&["x"], "v");
-    let r = c.call(Request::Produce {
+    let r = c.call(DataRequest::Produce {
         topic: "t/nope",
         segment: 0,
         ack: AckMode::Leader,
@@ -152,7 +152,7 @@ fn produce_fetch_restart() {
             ..
         }
     ));
-    let r = c.call(Request::CreateTopic {
+    let r = c.call(AdminRequest::CreateTopic {
         topic: "../etc".into(),
         segments: 1,
     });
@@ -179,7 +179,7 @@ fn produce_fetch_restart() {
 
     // Unflushed (leader-acked) records survive a restart.
     let b = batch(&["d"], "v");
-    c.call(Request::Produce {
+    c.call(DataRequest::Produce {
         topic: "t/one",
         segment: 0,
         ack: AckMode::Leader,
@@ -192,7 +192,7 @@ fn produce_fetch_restart() {
     let records = fetch_all(&mut c, "t/one", 0);
     assert_eq!(records.len(), 7);
     let b = batch(&["e"], "v");
-    let r = c.call(Request::Produce {
+    let r = c.call(DataRequest::Produce {
         topic: "t/one",
         segment: 0,
         ack: AckMode::Leader,
@@ -226,7 +226,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     };
     let broker = Broker::start(cfg).unwrap();
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
+    c.call(AdminRequest::CreateTopic {
         topic: "t/seek".into(),
         segments: 1,
     });
@@ -239,7 +239,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
         } else {
             AckMode::Leader
         };
-        let r = c.call(Request::Produce {
+        let r = c.call(DataRequest::Produce {
             topic: "t/seek",
             segment: 0,
             ack,
@@ -277,7 +277,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
             .get(1)
             .expect("a second chunk, named by its base offset")
     };
-    let r = c.call(Request::Fetch {
+    let r = c.call(DataRequest::Fetch {
         topic: "t/seek".into(),
         segment: 0,
         from: FetchFrom::Earliest,
@@ -302,7 +302,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     assert_eq!(expect, f.next_offset);
 
     // From an offset in the middle of a chunk's batch.
-    let r = c.call(Request::Fetch {
+    let r = c.call(DataRequest::Fetch {
         topic: "t/seek".into(),
         segment: 0,
         from: FetchFrom::Offset(1234),
@@ -319,7 +319,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
 
     // By timestamp: batch i has timestamp 1_000_000 + 10 i, so 1_001_005
     // falls between batches 100 and 101: the answer is offset 1010.
-    let r = c.call(Request::Fetch {
+    let r = c.call(DataRequest::Fetch {
         topic: "t/seek".into(),
         segment: 0,
         from: FetchFrom::Timestamp(1_001_005),
@@ -333,7 +333,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     assert_eq!(f.start_offset, 1010);
 
     // A timestamp after everything resolves to the end.
-    let r = c.call(Request::Fetch {
+    let r = c.call(DataRequest::Fetch {
         topic: "t/seek".into(),
         segment: 0,
         from: FetchFrom::Timestamp(9_000_000),
@@ -349,7 +349,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     // Latest long-polls until a record arrives from another connection.
     let waiter = std::thread::spawn(move || {
         let mut w = Conn::open(port);
-        let r = w.call(Request::Fetch {
+        let r = w.call(DataRequest::Fetch {
             topic: "t/seek".into(),
             segment: 0,
             from: FetchFrom::Latest,
@@ -364,7 +364,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     });
     std::thread::sleep(std::time::Duration::from_millis(200));
     let b = batch_at(&["late".to_string()], 2_000_000, 10);
-    c.call(Request::Produce {
+    c.call(DataRequest::Produce {
         topic: "t/seek",
         segment: 0,
         ack: AckMode::Leader,
@@ -373,7 +373,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     assert_eq!(waiter.join().unwrap(), (3000, 3001));
 
     // Past the end is an error for this request only.
-    let r = c.call(Request::Fetch {
+    let r = c.call(DataRequest::Fetch {
         topic: "t/seek".into(),
         segment: 0,
         from: FetchFrom::Offset(99_999),
@@ -397,7 +397,7 @@ fn keys_outside_the_segment_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
+    c.call(AdminRequest::CreateTopic {
         topic: "t/range".into(),
         segments: 4,
     });
@@ -407,7 +407,7 @@ fn keys_outside_the_segment_are_refused() {
         .find(|k| wire::key_hash(k.as_bytes()) >= 1 << 30)
         .unwrap();
     let b = batch_at(&[key], 1, 1);
-    let r = c.call(Request::Produce {
+    let r = c.call(DataRequest::Produce {
         topic: "t/range",
         segment: 0,
         ack: AckMode::Leader,
@@ -420,7 +420,7 @@ fn keys_outside_the_segment_are_refused() {
             ..
         }
     ));
-    let r = c.call(Request::DescribeTopic {
+    let r = c.call(AdminRequest::DescribeTopic {
         topic: "t/range".into(),
     });
     let Response::Topic(t) = decode(&r) else {
@@ -442,12 +442,12 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut good = Conn::open(port);
-    good.call(Request::CreateTopic {
+    good.call(AdminRequest::CreateTopic {
         topic: "t/bad".into(),
         segments: 1,
     });
     let b = batch(&["k"], "acked");
-    let r = good.call(Request::Produce {
+    let r = good.call(DataRequest::Produce {
         topic: "t/bad",
         segment: 0,
         ack: AckMode::Leader,
@@ -461,7 +461,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     };
     let valid = {
         let mut out = Vec::new();
-        Request::ListTopics.encode(9, &mut out);
+        AdminRequest::ListTopics.encode(9, &mut out);
         out
     };
 
@@ -506,7 +506,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
         "a\0b/c",
         &format!("a/{}", "n".repeat(250)),
     ] {
-        let r = c.call(Request::Produce {
+        let r = c.call(DataRequest::Produce {
             topic: name,
             segment: 0,
             ack: AckMode::Leader,
@@ -516,19 +516,19 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
             matches!(decode(&r), Response::Error { .. }),
             "{name:?} accepted"
         );
-        let r = c.call(Request::CreateTopic {
+        let r = c.call(AdminRequest::CreateTopic {
             topic: name.into(),
             segments: 1,
         });
         let (code, message) = error_of(&r);
         assert_eq!(code, ErrorCode::InvalidTopicName, "{name:?}: {message}");
     }
-    let r = c.call(Request::CreateTopic {
+    let r = c.call(AdminRequest::CreateTopic {
         topic: "t/zero".into(),
         segments: 0,
     });
     assert_eq!(error_of(&r).0, ErrorCode::InvalidArgument);
-    let r = c.call(Request::ListTopics);
+    let r = c.call(AdminRequest::ListTopics);
     assert!(
         matches!(decode(&r), Response::TopicList { .. }),
         "still usable"
@@ -537,7 +537,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     // A frame cut off mid-payload by a client that goes away.
     let mut cut = Conn::open(port);
     let mut produce = Vec::new();
-    Request::Produce {
+    DataRequest::Produce {
         topic: "t/bad",
         segment: 0,
         ack: AckMode::Leader,
@@ -548,7 +548,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     drop(cut);
 
     // The well-behaved client never noticed, and its record is intact.
-    let r = good.call(Request::Produce {
+    let r = good.call(DataRequest::Produce {
         topic: "t/bad",
         segment: 0,
         ack: AckMode::Leader,
@@ -574,12 +574,12 @@ fn a_stopping_broker_says_goodbye_and_answers_every_request() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
+    c.call(AdminRequest::CreateTopic {
         topic: "t/bye".into(),
         segments: 1,
     });
     let produce = |c: &mut Conn, key: &str, ack: AckMode| -> u32 {
-        c.send(Request::Produce {
+        c.send(DataRequest::Produce {
             topic: "t/bye",
             segment: 0,
             ack,
@@ -676,7 +676,7 @@ fn payload_upload_path_and_bad_references() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port) = one_shard_broker(dir.path());
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
+    c.call(AdminRequest::CreateTopic {
         topic: "t/big".into(),
         segments: 1,
     });
@@ -690,7 +690,7 @@ fn payload_upload_path_and_bad_references() {
         checksum: wire::checksum::crc32c(&payload),
     };
     let write = |c: &mut Conn, topic: &str, offset: usize, bytes: &[u8]| {
-        c.call(Request::PayloadWrite {
+        c.call(DataRequest::PayloadWrite {
             topic: topic.into(),
             id: reference.id,
             offset: offset as u64,
@@ -723,7 +723,7 @@ fn payload_upload_path_and_bad_references() {
     let mut wrong = reference;
     wrong.length -= 1;
     assert_eq!(
-        error_code(&c.call(Request::PayloadCommit {
+        error_code(&c.call(DataRequest::PayloadCommit {
             topic: "t/big".into(),
             reference: wrong,
         })),
@@ -737,7 +737,7 @@ fn payload_upload_path_and_bad_references() {
         ));
     }
     assert!(matches!(
-        decode(&c.call(Request::PayloadCommit {
+        decode(&c.call(DataRequest::PayloadCommit {
             topic: "t/big".into(),
             reference,
         })),
@@ -745,7 +745,7 @@ fn payload_upload_path_and_bad_references() {
     ));
     let mut read_back = Vec::new();
     while read_back.len() < payload.len() {
-        let frame = c.call(Request::PayloadRead {
+        let frame = c.call(DataRequest::PayloadRead {
             topic: "t/big".into(),
             id: reference.id,
             offset: read_back.len() as u64,
@@ -762,7 +762,7 @@ fn payload_upload_path_and_bad_references() {
     let mut other = reference.id;
     other.nonce += 1;
     assert_eq!(
-        error_code(&c.call(Request::PayloadRead {
+        error_code(&c.call(DataRequest::PayloadRead {
             topic: "t/big".into(),
             id: other,
             offset: 0,
@@ -776,7 +776,7 @@ fn payload_upload_path_and_bad_references() {
     let mut b = BatchBuilder::new();
     b.push_reference(1, b"k", &reference, &[]).unwrap();
     let good = b.finish(0, 0).to_vec();
-    let r = c.call(Request::Produce {
+    let r = c.call(DataRequest::Produce {
         topic: "t/big",
         segment: 0,
         ack: AckMode::Leader,
@@ -793,14 +793,14 @@ fn payload_upload_path_and_bad_references() {
     let crc = wire::checksum::crc32c(&bad[wire::batch::CHECKSUMMED_FROM..]);
     bad[wire::batch::CHECKSUM_OFFSET..wire::batch::CHECKSUM_OFFSET + 4]
         .copy_from_slice(&crc.to_le_bytes());
-    let r = c.call(Request::Produce {
+    let r = c.call(DataRequest::Produce {
         topic: "t/big",
         segment: 0,
         ack: AckMode::Leader,
         batch: &bad,
     });
     assert_eq!(error_code(&r), Some(ErrorCode::UnsupportedVersion));
-    let r = c.call(Request::DescribeTopic {
+    let r = c.call(AdminRequest::DescribeTopic {
         topic: "t/big".into(),
     });
     let Response::Topic(t) = decode(&r) else {
@@ -940,7 +940,7 @@ fn a_failed_chunk_write_is_stored_again_from_memory_never_synced_again() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, port, faulty) = faulty_broker(dir.path(), HandOverFault::Fail);
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
+    c.call(AdminRequest::CreateTopic {
         topic: "t/fsync".into(),
         segments: 1,
     });
@@ -977,7 +977,7 @@ fn bytes_lost_after_a_failed_write_fail_the_segment_and_are_never_acknowledged()
     let dir = tempfile::tempdir().unwrap();
     let (broker, port, faulty) = faulty_broker(dir.path(), HandOverFault::FailAndLosePages);
     let mut c = Conn::open(port);
-    c.call(Request::CreateTopic {
+    c.call(AdminRequest::CreateTopic {
         topic: "t/lost".into(),
         segments: 1,
     });
@@ -1041,7 +1041,7 @@ fn idle_and_trickling_connections_are_closed() {
     // Half a header, then nothing.
     let mut trickle = Conn::open(port);
     let mut frame = Vec::new();
-    Request::ListTopics.encode(1, &mut frame);
+    AdminRequest::ListTopics.encode(1, &mut frame);
     trickle.send_raw(&frame[..7]);
     assert!(
         closed_within(&mut trickle),
@@ -1052,7 +1052,7 @@ fn idle_and_trickling_connections_are_closed() {
     let mut stalled = Conn::open(port);
     let b = batch(&["k"], "v");
     let mut produce = Vec::new();
-    Request::Produce {
+    DataRequest::Produce {
         topic: "idle/t",
         segment: 0,
         ack: AckMode::Leader,
@@ -1069,13 +1069,13 @@ fn idle_and_trickling_connections_are_closed() {
     // time, and a fetch that waits past the idle timeout is answered.
     let mut busy = Conn::open(port);
     assert!(matches!(
-        decode(&busy.call(Request::CreateTopic {
+        decode(&busy.call(AdminRequest::CreateTopic {
             topic: "idle/t".into(),
             segments: 1,
         })),
         Response::Topic(_)
     ));
-    let fetch = busy.call(Request::Fetch {
+    let fetch = busy.call(DataRequest::Fetch {
         topic: "idle/t".into(),
         segment: 0,
         from: FetchFrom::Latest,
@@ -1091,7 +1091,7 @@ fn idle_and_trickling_connections_are_closed() {
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(100));
         assert!(matches!(
-            decode(&busy.call(Request::ListTopics)),
+            decode(&busy.call(AdminRequest::ListTopics)),
             Response::TopicList { .. }
         ));
     }

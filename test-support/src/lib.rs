@@ -73,7 +73,7 @@ impl SeededRng {
         self.next_u64() % n
     }
 }
-use wire::{AckMode, Request, Response};
+use wire::{AckMode, BrokerPortRequest, DataRequest, Response};
 
 /// Where the ports handed out lie: below the ephemeral range (32768 and
 /// up), so no client connection can take one between the check and the
@@ -186,11 +186,11 @@ impl TestConn {
     }
 
     /// Send `request` with the next id, without waiting; returns the id.
-    pub fn send(&mut self, request: Request<'_>) -> u32 {
+    pub fn send<'a>(&mut self, request: impl Into<BrokerPortRequest<'a>>) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
         let mut out = Vec::new();
-        request.encode(id, &mut out);
+        request.into().encode(id, &mut out);
         self.send_raw(&out);
         id
     }
@@ -201,7 +201,7 @@ impl TestConn {
     }
 
     /// Send `request` and read its answer, which must carry its id.
-    pub fn call(&mut self, request: Request<'_>) -> Frame {
+    pub fn call<'a>(&mut self, request: impl Into<BrokerPortRequest<'a>>) -> Frame {
         let id = self.send(request);
         let frame = self.read_frame().unwrap();
         assert_eq!(frame.0.request_id, id, "the answer to request {id}");
@@ -210,7 +210,7 @@ impl TestConn {
 
     /// Produce `batch` to segment 0 of `topic` and read the answer.
     pub fn produce(&mut self, topic: &str, ack: AckMode, batch: &[u8]) -> Frame {
-        self.call(Request::Produce {
+        self.call(DataRequest::Produce {
             topic,
             segment: 0,
             ack,
