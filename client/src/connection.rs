@@ -413,6 +413,14 @@ mod tests {
     use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
     use wire::{AdminRequest, DataRequest};
 
+    fn list_topics() -> BrokerPortRequest<'static> {
+        AdminRequest::ListTopics.into()
+    }
+
+    fn shards() -> BrokerPortRequest<'static> {
+        DataRequest::Shards.into()
+    }
+
     const LIMITS: ConnectionLimits = ConnectionLimits {
         in_flight_requests_max: 8,
         write_queue_frames_max: 8,
@@ -434,14 +442,8 @@ mod tests {
         let (cr, cw) = tokio::io::split(client_side);
         let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (mut br, mut bw) = tokio::io::split(broker_side);
-        let a = conn
-            .submit(&AdminRequest::ListTopics.into(), true)
-            .await
-            .unwrap();
-        let b = conn
-            .submit(&DataRequest::Shards.into(), true)
-            .await
-            .unwrap();
+        let a = conn.submit(&list_topics(), true).await.unwrap();
+        let b = conn.submit(&shards(), true).await.unwrap();
         let (ha, _) = read_request(&mut br).await;
         let (hb, _) = read_request(&mut br).await;
         let mut out = Vec::new();
@@ -464,18 +466,12 @@ mod tests {
         let (cr, cw) = tokio::io::split(client_side);
         let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (_br, mut bw) = tokio::io::split(broker_side);
-        let a = conn
-            .submit(&AdminRequest::ListTopics.into(), true)
-            .await
-            .unwrap();
+        let a = conn.submit(&list_topics(), true).await.unwrap();
         bw.write_all(b"garbage that is not a frame").await.unwrap();
         let r = a.response.unwrap().wait("a", Duration::from_secs(5)).await;
         assert!(matches!(r, Err(ClientError::Decode(_))), "{r:?}");
         assert!(conn.is_failed());
-        assert!(conn
-            .submit(&AdminRequest::ListTopics.into(), true)
-            .await
-            .is_err());
+        assert!(conn.submit(&list_topics(), true).await.is_err());
     }
 
     #[tokio::test]
@@ -484,13 +480,8 @@ mod tests {
         let (cr, cw) = tokio::io::split(client_side);
         let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (mut br, mut bw) = tokio::io::split(broker_side);
-        conn.submit(&AdminRequest::ListTopics.into(), false)
-            .await
-            .unwrap();
-        let barrier = conn
-            .submit(&DataRequest::Shards.into(), true)
-            .await
-            .unwrap();
+        conn.submit(&list_topics(), false).await.unwrap();
+        let barrier = conn.submit(&shards(), true).await.unwrap();
         let (h1, _) = read_request(&mut br).await;
         let (h2, _) = read_request(&mut br).await;
         let mut out = Vec::new();

@@ -351,9 +351,6 @@ fn handle_admin(
                 })
             }))
         }
-        // Layout changes and the brokers' list go to the control plane as
-        // they came; the topic requests above go typed, so the broker can
-        // complete a description with its own segments' live figures.
         AdminRequest::DescribeTopic { topic } => {
             let control = shard.control.clone();
             Reply::Later(Box::pin(async move {
@@ -365,6 +362,9 @@ fn handle_admin(
                 answer(id, result, |t| response_frame(id, &Response::Topic(t)))
             }))
         }
+        // Layout changes and the brokers' list go to the control plane as
+        // they came; the topic requests above go typed, so the broker can
+        // complete a description with its own segments' live figures.
         AdminRequest::SplitSegment { topic, .. }
         | AdminRequest::MergeSegments { topic, .. }
         | AdminRequest::MoveSegment { topic, .. }

@@ -9,7 +9,7 @@ use crate::codec::{Reader, Writer};
 use crate::error::DecodeError;
 use crate::frame::FrameType;
 
-use super::common::{some_u32, write_frame, ShardAddress, NONE_U32};
+use super::common::{some_u32, ShardAddress, NONE_U32};
 
 /// What an operator (or a client) asks about topics and the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,39 +73,19 @@ pub struct BrokerStatus {
     pub silent_ms: u64,
 }
 
+frame_types!(AdminRequest {
+    CreateTopic => CreateTopicRequest,
+    DeleteTopic => DeleteTopicRequest,
+    ListTopics => ListTopicsRequest,
+    DescribeTopic => DescribeTopicRequest,
+    SplitSegment => SplitSegmentRequest,
+    MergeSegments => MergeSegmentsRequest,
+    MoveSegment => MoveSegmentRequest,
+    SetPolicy => SetPolicyRequest,
+    ListBrokers => ListBrokersRequest,
+});
+
 impl AdminRequest {
-    /// The frame types of this protocol's requests.
-    pub const FRAME_TYPES: [FrameType; 9] = [
-        FrameType::CreateTopicRequest,
-        FrameType::DeleteTopicRequest,
-        FrameType::ListTopicsRequest,
-        FrameType::DescribeTopicRequest,
-        FrameType::SplitSegmentRequest,
-        FrameType::MergeSegmentsRequest,
-        FrameType::MoveSegmentRequest,
-        FrameType::SetPolicyRequest,
-        FrameType::ListBrokersRequest,
-    ];
-
-    /// Whether `frame_type` is one of this protocol's requests.
-    pub fn owns(frame_type: FrameType) -> bool {
-        Self::FRAME_TYPES.contains(&frame_type)
-    }
-
-    pub fn frame_type(&self) -> FrameType {
-        match self {
-            AdminRequest::CreateTopic { .. } => FrameType::CreateTopicRequest,
-            AdminRequest::DeleteTopic { .. } => FrameType::DeleteTopicRequest,
-            AdminRequest::ListTopics => FrameType::ListTopicsRequest,
-            AdminRequest::DescribeTopic { .. } => FrameType::DescribeTopicRequest,
-            AdminRequest::SplitSegment { .. } => FrameType::SplitSegmentRequest,
-            AdminRequest::MergeSegments { .. } => FrameType::MergeSegmentsRequest,
-            AdminRequest::MoveSegment { .. } => FrameType::MoveSegmentRequest,
-            AdminRequest::SetPolicy { .. } => FrameType::SetPolicyRequest,
-            AdminRequest::ListBrokers => FrameType::ListBrokersRequest,
-        }
-    }
-
     /// The topic the request names, if it names one.
     pub fn topic(&self) -> Option<&str> {
         match self {
@@ -118,11 +98,6 @@ impl AdminRequest {
             | AdminRequest::MoveSegment { topic, .. }
             | AdminRequest::SetPolicy { topic, .. } => Some(topic),
         }
-    }
-
-    /// Append the whole frame (header and payload) to `out`.
-    pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
-        write_frame(out, self.frame_type(), request_id, |w| self.write(w));
     }
 
     fn write(&self, w: &mut Writer<'_>) {

@@ -9,8 +9,7 @@ use crate::error::DecodeError;
 use crate::frame::FrameType;
 
 use super::common::{
-    read_shard_addresses, shard_addresses, some_u32, some_u64, write_frame, ShardAddress, NONE_U32,
-    NONE_U64,
+    read_shard_addresses, shard_addresses, some_u32, some_u64, ShardAddress, NONE_U32, NONE_U64,
 };
 
 /// What a broker tells the control plane about itself.
@@ -75,32 +74,13 @@ pub struct SegmentLoadReport {
     pub lost_records: u64,
 }
 
+frame_types!(MembershipRequest {
+    RegisterBroker => RegisterBrokerRequest,
+    LoadReport => LoadReportRequest,
+    LeaveBroker => LeaveBrokerRequest,
+});
+
 impl MembershipRequest {
-    /// The frame types of this protocol's requests.
-    pub const FRAME_TYPES: [FrameType; 3] = [
-        FrameType::RegisterBrokerRequest,
-        FrameType::LoadReportRequest,
-        FrameType::LeaveBrokerRequest,
-    ];
-
-    /// Whether `frame_type` is one of this protocol's requests.
-    pub fn owns(frame_type: FrameType) -> bool {
-        Self::FRAME_TYPES.contains(&frame_type)
-    }
-
-    pub fn frame_type(&self) -> FrameType {
-        match self {
-            MembershipRequest::RegisterBroker { .. } => FrameType::RegisterBrokerRequest,
-            MembershipRequest::LoadReport { .. } => FrameType::LoadReportRequest,
-            MembershipRequest::LeaveBroker { .. } => FrameType::LeaveBrokerRequest,
-        }
-    }
-
-    /// Append the whole frame (header and payload) to `out`.
-    pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
-        write_frame(out, self.frame_type(), request_id, |w| self.write(w));
-    }
-
     fn write(&self, w: &mut Writer<'_>) {
         match self {
             MembershipRequest::RegisterBroker {
@@ -167,28 +147,12 @@ impl MembershipRequest {
     }
 }
 
+frame_types!(LayoutCommand<'a> {
+    ApplyLayout => ApplyLayoutRequest,
+    DropTopic => DropTopicRequest,
+});
+
 impl<'a> LayoutCommand<'a> {
-    /// The frame types of this protocol's commands.
-    pub const FRAME_TYPES: [FrameType; 2] =
-        [FrameType::ApplyLayoutRequest, FrameType::DropTopicRequest];
-
-    /// Whether `frame_type` is one of this protocol's commands.
-    pub fn owns(frame_type: FrameType) -> bool {
-        Self::FRAME_TYPES.contains(&frame_type)
-    }
-
-    pub fn frame_type(&self) -> FrameType {
-        match self {
-            LayoutCommand::ApplyLayout { .. } => FrameType::ApplyLayoutRequest,
-            LayoutCommand::DropTopic { .. } => FrameType::DropTopicRequest,
-        }
-    }
-
-    /// Append the whole frame (header and payload) to `out`.
-    pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
-        write_frame(out, self.frame_type(), request_id, |w| self.write(w));
-    }
-
     fn write(&self, w: &mut Writer<'_>) {
         match self {
             LayoutCommand::ApplyLayout { topic_json, owners } => {

@@ -12,7 +12,7 @@ use crate::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
 use crate::limits::STRING_BYTES_MAX;
 use crate::payload_ref::{PayloadId, PayloadRef, PAYLOAD_REF_BYTES};
 
-use super::common::{seal_frame, write_frame};
+use super::common::seal_frame;
 
 /// When the broker acknowledges a produce request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -140,40 +140,17 @@ pub enum DataRequest<'a> {
 /// Bytes of a produce request's payload before its topic name and batch.
 pub const PRODUCE_PREFIX_BYTES: usize = 4 + 1 + 2;
 
+frame_types!(DataRequest<'a> {
+    Shards => ShardsRequest,
+    HeldLayout => HeldLayoutRequest,
+    Produce => ProduceRequest,
+    Fetch => FetchRequest,
+    PayloadWrite => PayloadWriteRequest,
+    PayloadCommit => PayloadCommitRequest,
+    PayloadRead => PayloadReadRequest,
+});
+
 impl<'a> DataRequest<'a> {
-    /// The frame types of this protocol's requests.
-    pub const FRAME_TYPES: [FrameType; 7] = [
-        FrameType::ShardsRequest,
-        FrameType::HeldLayoutRequest,
-        FrameType::ProduceRequest,
-        FrameType::FetchRequest,
-        FrameType::PayloadWriteRequest,
-        FrameType::PayloadCommitRequest,
-        FrameType::PayloadReadRequest,
-    ];
-
-    /// Whether `frame_type` is one of this protocol's requests.
-    pub fn owns(frame_type: FrameType) -> bool {
-        Self::FRAME_TYPES.contains(&frame_type)
-    }
-
-    pub fn frame_type(&self) -> FrameType {
-        match self {
-            DataRequest::Shards => FrameType::ShardsRequest,
-            DataRequest::HeldLayout { .. } => FrameType::HeldLayoutRequest,
-            DataRequest::Produce { .. } => FrameType::ProduceRequest,
-            DataRequest::Fetch { .. } => FrameType::FetchRequest,
-            DataRequest::PayloadWrite { .. } => FrameType::PayloadWriteRequest,
-            DataRequest::PayloadCommit { .. } => FrameType::PayloadCommitRequest,
-            DataRequest::PayloadRead { .. } => FrameType::PayloadReadRequest,
-        }
-    }
-
-    /// Append the whole frame (header and payload) to `out`.
-    pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
-        write_frame(out, self.frame_type(), request_id, |w| self.write(w));
-    }
-
     fn write(&self, w: &mut Writer<'_>) {
         match self {
             DataRequest::Shards => {}
@@ -462,20 +439,8 @@ fn read_payload_id(r: &mut Reader<'_>) -> Result<PayloadId, DecodeError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::message::testing::{decode_frame, good_batch};
+    use crate::message::testing::{decode_frame, good_batch, produce_frame};
     use crate::message::Response;
-
-    fn produce_frame(batch: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        DataRequest::Produce {
-            topic: "ns/t",
-            segment: 3,
-            ack: AckMode::Leader,
-            batch,
-        }
-        .encode(7, &mut out);
-        out
-    }
 
     #[test]
     fn a_fetched_frame_finished_in_place_is_the_encoded_one() {

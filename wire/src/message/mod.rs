@@ -19,6 +19,35 @@
 //! The frame types and layouts are one table for all protocols
 //! ([`FrameType`](crate::FrameType)): the split is in the types, not on the wire.
 
+/// The frame-type table of one message enum, written once: each variant
+/// and the frame type it travels as. Gives the enum `FRAME_TYPES`, `owns`,
+/// `frame_type` and `encode` (the frame around the payload the enum's own
+/// `write` puts down).
+macro_rules! frame_types {
+    ($enum:ident $(<$lt:lifetime>)? { $($variant:ident => $frame_type:ident),+ $(,)? }) => {
+        impl$(<$lt>)? $enum$(<$lt>)? {
+            /// The frame types of these messages.
+            pub const FRAME_TYPES: &'static [FrameType] = &[$(FrameType::$frame_type),+];
+
+            /// Whether `frame_type` is one of [`Self::FRAME_TYPES`].
+            pub fn owns(frame_type: FrameType) -> bool {
+                Self::FRAME_TYPES.contains(&frame_type)
+            }
+
+            pub fn frame_type(&self) -> FrameType {
+                match self {
+                    $($enum::$variant { .. } => FrameType::$frame_type,)+
+                }
+            }
+
+            /// Append the whole frame (header and payload) to `out`.
+            pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
+                super::common::write_frame(out, self.frame_type(), request_id, |w| self.write(w));
+            }
+        }
+    };
+}
+
 pub mod admin;
 pub mod common;
 pub mod control;
@@ -52,6 +81,20 @@ pub(crate) mod testing {
         let payload = &bytes[FRAME_HEADER_BYTES..];
         h.verify_payload(payload).unwrap();
         (h, payload)
+    }
+
+    /// A produce request frame (id 7, segment 3 of "ns/t", ack leader)
+    /// carrying `batch`.
+    pub(crate) fn produce_frame(batch: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        super::DataRequest::Produce {
+            topic: "ns/t",
+            segment: 3,
+            ack: super::AckMode::Leader,
+            batch,
+        }
+        .encode(7, &mut out);
+        out
     }
 
     /// A valid batch of 40 records of 300 bytes.

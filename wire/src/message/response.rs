@@ -9,8 +9,8 @@ use crate::frame::{FrameHeader, FrameType};
 
 use super::admin::BrokerStatus;
 use super::common::{
-    read_segment, read_shard_addresses, shard_addresses, write_frame, write_segment, ErrorCode,
-    ShardAddress, Successors, TopicInfo, SEGMENT_INFO_BYTES_MIN,
+    read_segment, read_shard_addresses, shard_addresses, write_segment, ErrorCode, ShardAddress,
+    Successors, TopicInfo, SEGMENT_INFO_BYTES_MIN,
 };
 use super::data::Fetched;
 
@@ -127,27 +127,21 @@ fn verify_batches<'a>(
     )
 }
 
+frame_types!(Response<'a> {
+    Shards => ShardsResponse,
+    Topic => TopicResponse,
+    Done => DoneResponse,
+    TopicList => TopicListResponse,
+    Produced => ProduceResponse,
+    Fetched => FetchResponse,
+    PayloadBytes => PayloadReadResponse,
+    Error => ErrorResponse,
+    Sealed => ErrorResponse,
+    Brokers => BrokersResponse,
+    Registered => RegisteredResponse,
+});
+
 impl<'a> Response<'a> {
-    pub fn frame_type(&self) -> FrameType {
-        match self {
-            Response::Shards { .. } => FrameType::ShardsResponse,
-            Response::Topic(_) => FrameType::TopicResponse,
-            Response::Done => FrameType::DoneResponse,
-            Response::TopicList { .. } => FrameType::TopicListResponse,
-            Response::Produced { .. } => FrameType::ProduceResponse,
-            Response::Fetched(_) => FrameType::FetchResponse,
-            Response::PayloadBytes { .. } => FrameType::PayloadReadResponse,
-            Response::Error { .. } | Response::Sealed { .. } => FrameType::ErrorResponse,
-            Response::Brokers { .. } => FrameType::BrokersResponse,
-            Response::Registered { .. } => FrameType::RegisteredResponse,
-        }
-    }
-
-    /// Append the whole frame (header and payload) to `out`.
-    pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
-        write_frame(out, self.frame_type(), request_id, |w| self.write(w));
-    }
-
     fn write(&self, w: &mut Writer<'_>) {
         match self {
             Response::Shards { shards } => shard_addresses(w, shards),

@@ -297,35 +297,31 @@ pub fn responses() -> Vec<Response<'static>> {
 /// Every sample request of every protocol as a whole frame, the `i`th
 /// with request id `i`.
 pub fn request_frames() -> Vec<Vec<u8>> {
-    let mut frames: Vec<Vec<u8>> = Vec::new();
-    let mut push = |encode: &dyn Fn(u32, &mut Vec<u8>)| {
-        let mut frame = Vec::new();
-        encode(frames.len() as u32, &mut frame);
-        frames.push(frame);
-    };
-    data_requests()
-        .iter()
-        .for_each(|r| push(&|id, out| r.encode(id, out)));
-    admin_requests()
-        .iter()
-        .for_each(|r| push(&|id, out| r.encode(id, out)));
-    membership_requests()
-        .iter()
-        .for_each(|r| push(&|id, out| r.encode(id, out)));
-    layout_commands()
-        .iter()
-        .for_each(|r| push(&|id, out| r.encode(id, out)));
+    let mut frames = Vec::new();
+    encode_all(&mut frames, &data_requests(), DataRequest::encode);
+    encode_all(&mut frames, &admin_requests(), AdminRequest::encode);
+    encode_all(
+        &mut frames,
+        &membership_requests(),
+        MembershipRequest::encode,
+    );
+    encode_all(&mut frames, &layout_commands(), LayoutCommand::encode);
     frames
 }
 
 /// Every sample response as a whole frame, the `i`th with request id `i`.
 pub fn response_frames() -> Vec<Vec<u8>> {
-    (0u32..)
-        .zip(responses())
-        .map(|(id, r)| {
-            let mut frame = Vec::new();
-            r.encode(id, &mut frame);
-            frame
-        })
-        .collect()
+    let mut frames = Vec::new();
+    encode_all(&mut frames, &responses(), Response::encode);
+    frames
+}
+
+/// Append each of `samples` to `frames` as a whole frame, its request id
+/// its index in `frames`.
+fn encode_all<T>(frames: &mut Vec<Vec<u8>>, samples: &[T], encode: impl Fn(&T, u32, &mut Vec<u8>)) {
+    for sample in samples {
+        let mut frame = Vec::new();
+        encode(sample, frames.len() as u32, &mut frame);
+        frames.push(frame);
+    }
 }
