@@ -344,6 +344,20 @@ pub(super) fn read_shard_addresses(r: &mut Reader<'_>) -> Result<Vec<ShardAddres
     Ok(shards)
 }
 
+/// Decode a whole payload with `read`: every byte must be read
+/// (`Invalid`, "trailing bytes", when some are left); `what` names the
+/// message in errors.
+pub(super) fn read_whole<'a, T>(
+    payload: &'a [u8],
+    what: &'static str,
+    read: impl FnOnce(&mut Reader<'a>) -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    let mut r = Reader::new(payload, what);
+    let value = read(&mut r)?;
+    r.finish()?;
+    Ok(value)
+}
+
 /// Append a whole frame to `out`: a header reserved, the payload `body`
 /// writes, then the header filled in for that payload.
 pub(super) fn write_frame(

@@ -4,12 +4,13 @@
 //! commands a broker's port to apply a topic's layout or drop a topic
 //! ([`LayoutCommand`], `port::BrokerPortRequest`). Clients send neither.
 
-use crate::codec::{Reader, Writer};
+use crate::codec::Writer;
 use crate::error::DecodeError;
 use crate::frame::FrameType;
 
 use super::common::{
-    read_shard_addresses, shard_addresses, some_u32, some_u64, ShardAddress, NONE_U32, NONE_U64,
+    read_shard_addresses, read_whole, shard_addresses, some_u32, some_u64, ShardAddress, NONE_U32,
+    NONE_U64,
 };
 
 /// What a broker tells the control plane about itself.
@@ -114,36 +115,37 @@ impl MembershipRequest {
     /// Decode a request payload whose frame header and checksum were
     /// verified; a frame type of another protocol is `Foreign`.
     pub fn decode(frame_type: FrameType, payload: &[u8]) -> Result<MembershipRequest, DecodeError> {
-        let mut r = Reader::new(payload, "request");
-        let request = match frame_type {
-            FrameType::RegisterBrokerRequest => MembershipRequest::RegisterBroker {
-                id: some_u32(r.u32()?),
-                shards: read_shard_addresses(&mut r)?,
-                capacity_bytes_per_s: r.u64()?,
-                capacity_records_per_s: r.u64()?,
-            },
-            FrameType::LoadReportRequest => {
-                let broker = r.u32()?;
-                let n = r.count(2 + 4 + 8 * 5)?;
-                let mut segments = Vec::with_capacity(n);
-                for _ in 0..n {
-                    segments.push(SegmentLoadReport {
-                        topic: r.string()?,
-                        segment: r.u32()?,
-                        bytes_per_s: r.u64()?,
-                        records_per_s: r.u64()?,
-                        next_offset: r.u64()?,
-                        first_append_ms: some_u64(r.u64()?),
-                        lost_records: r.u64()?,
-                    });
+        read_whole(payload, "request", |r| {
+            Ok(match frame_type {
+                FrameType::RegisterBrokerRequest => MembershipRequest::RegisterBroker {
+                    id: some_u32(r.u32()?),
+                    shards: read_shard_addresses(r)?,
+                    capacity_bytes_per_s: r.u64()?,
+                    capacity_records_per_s: r.u64()?,
+                },
+                FrameType::LoadReportRequest => {
+                    let broker = r.u32()?;
+                    let n = r.count(2 + 4 + 8 * 5)?;
+                    let mut segments = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        segments.push(SegmentLoadReport {
+                            topic: r.string()?,
+                            segment: r.u32()?,
+                            bytes_per_s: r.u64()?,
+                            records_per_s: r.u64()?,
+                            next_offset: r.u64()?,
+                            first_append_ms: some_u64(r.u64()?),
+                            lost_records: r.u64()?,
+                        });
+                    }
+                    MembershipRequest::LoadReport { broker, segments }
                 }
-                MembershipRequest::LoadReport { broker, segments }
-            }
-            FrameType::LeaveBrokerRequest => MembershipRequest::LeaveBroker { broker: r.u32()? },
-            frame_type => return Err(DecodeError::Foreign { frame_type }),
-        };
-        r.finish()?;
-        Ok(request)
+                FrameType::LeaveBrokerRequest => {
+                    MembershipRequest::LeaveBroker { broker: r.u32()? }
+                }
+                frame_type => return Err(DecodeError::Foreign { frame_type }),
+            })
+        })
     }
 }
 
@@ -174,30 +176,29 @@ impl<'a> LayoutCommand<'a> {
         frame_type: FrameType,
         payload: &'a [u8],
     ) -> Result<LayoutCommand<'a>, DecodeError> {
-        let mut r = Reader::new(payload, "request");
-        let command = match frame_type {
-            FrameType::ApplyLayoutRequest => LayoutCommand::ApplyLayout {
-                topic_json: {
-                    // A byte length, bounded by the frame (`take`).
-                    let n = r.u32()? as usize;
-                    r.take(n)?
+        read_whole(payload, "request", |r| {
+            Ok(match frame_type {
+                FrameType::ApplyLayoutRequest => LayoutCommand::ApplyLayout {
+                    topic_json: {
+                        // A byte length, bounded by the frame (`take`).
+                        let n = r.u32()? as usize;
+                        r.take(n)?
+                    },
+                    owners: {
+                        let n = r.count(8)?;
+                        let mut owners = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            owners.push(BrokerShards {
+                                broker: r.u32()?,
+                                shards: read_shard_addresses(r)?,
+                            });
+                        }
+                        owners
+                    },
                 },
-                owners: {
-                    let n = r.count(8)?;
-                    let mut owners = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        owners.push(BrokerShards {
-                            broker: r.u32()?,
-                            shards: read_shard_addresses(&mut r)?,
-                        });
-                    }
-                    owners
-                },
-            },
-            FrameType::DropTopicRequest => LayoutCommand::DropTopic { topic: r.string()? },
-            frame_type => return Err(DecodeError::Foreign { frame_type }),
-        };
-        r.finish()?;
-        Ok(command)
+                FrameType::DropTopicRequest => LayoutCommand::DropTopic { topic: r.string()? },
+                frame_type => return Err(DecodeError::Foreign { frame_type }),
+            })
+        })
     }
 }

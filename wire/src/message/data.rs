@@ -12,7 +12,7 @@ use crate::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
 use crate::limits::STRING_BYTES_MAX;
 use crate::payload_ref::{PayloadId, PayloadRef, PAYLOAD_REF_BYTES};
 
-use super::common::seal_frame;
+use super::common::{read_whole, seal_frame};
 
 /// When the broker acknowledges a produce request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -223,91 +223,90 @@ impl<'a> DataRequest<'a> {
         frame_type: FrameType,
         payload: &'a [u8],
     ) -> Result<DataRequest<'a>, DecodeError> {
-        let mut r = Reader::new(payload, "request");
-        let request = match frame_type {
-            FrameType::ShardsRequest => DataRequest::Shards,
-            FrameType::HeldLayoutRequest => DataRequest::HeldLayout { topic: r.string()? },
-            FrameType::ProduceRequest => {
-                let segment = r.u32()?;
-                let ack = AckMode::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
-                    what: "produce request",
-                    reason: "unknown ack mode",
-                })?;
-                let len = r.u16()?;
-                // The same bound as every other string field: the encoder
-                // never writes more, so the decoder accepts no more.
-                if u32::from(len) > STRING_BYTES_MAX {
-                    return Err(DecodeError::TooLarge {
-                        what: "string",
-                        len: u64::from(len),
-                        max: u64::from(STRING_BYTES_MAX),
-                    });
-                }
-                let len = usize::from(len);
-                let topic =
-                    std::str::from_utf8(r.take(len)?).map_err(|_| DecodeError::Invalid {
+        read_whole(payload, "request", |r| {
+            Ok(match frame_type {
+                FrameType::ShardsRequest => DataRequest::Shards,
+                FrameType::HeldLayoutRequest => DataRequest::HeldLayout { topic: r.string()? },
+                FrameType::ProduceRequest => {
+                    let segment = r.u32()?;
+                    let ack = AckMode::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
                         what: "produce request",
-                        reason: "topic is not UTF-8",
+                        reason: "unknown ack mode",
                     })?;
-                DataRequest::Produce {
-                    topic,
-                    segment,
-                    ack,
-                    batch: r.rest(),
-                }
-            }
-            FrameType::FetchRequest => {
-                let topic = r.string()?;
-                let segment = r.u32()?;
-                let kind = r.u8()?;
-                let value = r.u64()?;
-                let from = match kind {
-                    0 => FetchFrom::Offset(value),
-                    1 => FetchFrom::Timestamp(value as i64),
-                    2 => FetchFrom::Earliest,
-                    3 => FetchFrom::Latest,
-                    _ => {
-                        return Err(DecodeError::Invalid {
-                            what: "fetch request",
-                            reason: "unknown start kind",
-                        })
+                    let len = r.u16()?;
+                    // The same bound as every other string field: the encoder
+                    // never writes more, so the decoder accepts no more.
+                    if u32::from(len) > STRING_BYTES_MAX {
+                        return Err(DecodeError::TooLarge {
+                            what: "string",
+                            len: u64::from(len),
+                            max: u64::from(STRING_BYTES_MAX),
+                        });
                     }
-                };
-                let max_bytes = r.u32()?;
-                let max_wait_ms = r.u32()?;
-                let checks = FetchChecks::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
-                    what: "fetch request",
-                    reason: "unknown checks value",
-                })?;
-                DataRequest::Fetch {
-                    topic,
-                    segment,
-                    from,
-                    max_bytes,
-                    max_wait_ms,
-                    checks,
+                    let len = usize::from(len);
+                    let topic =
+                        std::str::from_utf8(r.take(len)?).map_err(|_| DecodeError::Invalid {
+                            what: "produce request",
+                            reason: "topic is not UTF-8",
+                        })?;
+                    DataRequest::Produce {
+                        topic,
+                        segment,
+                        ack,
+                        batch: r.rest(),
+                    }
                 }
-            }
-            FrameType::PayloadWriteRequest => DataRequest::PayloadWrite {
-                topic: r.string()?,
-                id: read_payload_id(&mut r)?,
-                offset: r.u64()?,
-                bytes: r.rest(),
-            },
-            FrameType::PayloadCommitRequest => DataRequest::PayloadCommit {
-                topic: r.string()?,
-                reference: PayloadRef::decode(r.take(PAYLOAD_REF_BYTES)?)?,
-            },
-            FrameType::PayloadReadRequest => DataRequest::PayloadRead {
-                topic: r.string()?,
-                id: read_payload_id(&mut r)?,
-                offset: r.u64()?,
-                max_bytes: r.u32()?,
-            },
-            frame_type => return Err(DecodeError::Foreign { frame_type }),
-        };
-        r.finish()?;
-        Ok(request)
+                FrameType::FetchRequest => {
+                    let topic = r.string()?;
+                    let segment = r.u32()?;
+                    let kind = r.u8()?;
+                    let value = r.u64()?;
+                    let from = match kind {
+                        0 => FetchFrom::Offset(value),
+                        1 => FetchFrom::Timestamp(value as i64),
+                        2 => FetchFrom::Earliest,
+                        3 => FetchFrom::Latest,
+                        _ => {
+                            return Err(DecodeError::Invalid {
+                                what: "fetch request",
+                                reason: "unknown start kind",
+                            })
+                        }
+                    };
+                    let max_bytes = r.u32()?;
+                    let max_wait_ms = r.u32()?;
+                    let checks = FetchChecks::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
+                        what: "fetch request",
+                        reason: "unknown checks value",
+                    })?;
+                    DataRequest::Fetch {
+                        topic,
+                        segment,
+                        from,
+                        max_bytes,
+                        max_wait_ms,
+                        checks,
+                    }
+                }
+                FrameType::PayloadWriteRequest => DataRequest::PayloadWrite {
+                    topic: r.string()?,
+                    id: read_payload_id(r)?,
+                    offset: r.u64()?,
+                    bytes: r.rest(),
+                },
+                FrameType::PayloadCommitRequest => DataRequest::PayloadCommit {
+                    topic: r.string()?,
+                    reference: PayloadRef::decode(r.take(PAYLOAD_REF_BYTES)?)?,
+                },
+                FrameType::PayloadReadRequest => DataRequest::PayloadRead {
+                    topic: r.string()?,
+                    id: read_payload_id(r)?,
+                    offset: r.u64()?,
+                    max_bytes: r.u32()?,
+                },
+                frame_type => return Err(DecodeError::Foreign { frame_type }),
+            })
+        })
     }
 }
 

@@ -168,7 +168,7 @@ mod tests {
         // cut past the fixed part decodes; everything else must refuse.
         round_trip_and_cut(
             &samples::data_requests(),
-            |r, id, out| r.encode(id, out),
+            DataRequest::encode,
             |sample, t, p| {
                 DataRequest::decode(t, p).map(|d| Judged {
                     same: d == *sample,
@@ -181,17 +181,17 @@ mod tests {
         );
         round_trip_and_cut(
             &samples::admin_requests(),
-            |r, id, out| r.encode(id, out),
+            AdminRequest::encode,
             |sample, t, p| AdminRequest::decode(t, p).map(|d| never_cut(sample, d)),
         );
         round_trip_and_cut(
             &samples::membership_requests(),
-            |r, id, out| r.encode(id, out),
+            MembershipRequest::encode,
             |sample, t, p| MembershipRequest::decode(t, p).map(|d| never_cut(sample, d)),
         );
         round_trip_and_cut(
             &samples::layout_commands(),
-            |r, id, out| r.encode(id, out),
+            LayoutCommand::encode,
             |sample, t, p| LayoutCommand::decode(t, p).map(|d| never_cut(sample, d)),
         );
         for frame in samples::request_frames() {
@@ -203,27 +203,23 @@ mod tests {
     fn responses_round_trip_and_refuse_cuts() {
         // A sealed refusal cut right after its message is a plain
         // `SegmentSealed` error (the successors are optional).
-        round_trip_and_cut(
-            &samples::responses(),
-            |r, id, out| r.encode(id, out),
-            |sample, t, p| {
-                Response::decode(t, p).map(|d| {
-                    let plain_sealed = matches!(sample, Response::Sealed { .. })
-                        && matches!(
-                            d,
-                            Response::Error {
-                                code: ErrorCode::SegmentSealed,
-                                ..
-                            }
-                        );
-                    Judged {
-                        same: d == *sample,
-                        cut_may_be: plain_sealed
-                            || matches!(d, Response::Fetched(_) | Response::PayloadBytes { .. }),
-                    }
-                })
-            },
-        );
+        round_trip_and_cut(&samples::responses(), Response::encode, |sample, t, p| {
+            Response::decode(t, p).map(|d| {
+                let plain_sealed = matches!(sample, Response::Sealed { .. })
+                    && matches!(
+                        d,
+                        Response::Error {
+                            code: ErrorCode::SegmentSealed,
+                            ..
+                        }
+                    );
+                Judged {
+                    same: d == *sample,
+                    cut_may_be: plain_sealed
+                        || matches!(d, Response::Fetched(_) | Response::PayloadBytes { .. }),
+                }
+            })
+        });
         for frame in samples::response_frames() {
             assert!(!decode_frame(&frame).0.frame_type.is_request());
         }
