@@ -319,49 +319,34 @@ fn handle_admin(
     request: AdminRequest,
 ) -> Reply {
     match request {
-        AdminRequest::CreateTopic { topic, segments } => {
-            let control = shard.control.clone();
-            Reply::Later(Box::pin(async move {
-                let result = ask(&control, |reply| ControlRequest::CreateTopic {
-                    topic,
-                    segments,
-                    reply,
-                })
-                .await;
-                answer(id, result, |t| response_frame(id, &Response::Topic(t)))
-            }))
-        }
-        AdminRequest::DeleteTopic { topic } => {
-            let control = shard.control.clone();
-            Reply::Later(Box::pin(async move {
-                let result = ask(&control, |reply| ControlRequest::DeleteTopic {
-                    topic,
-                    reply,
-                })
-                .await;
-                answer(id, result, |()| response_frame(id, &Response::Done))
-            }))
-        }
-        AdminRequest::ListTopics => {
-            let control = shard.control.clone();
-            Reply::Later(Box::pin(async move {
-                let result = ask(&control, |reply| ControlRequest::ListTopics { reply }).await;
-                answer(id, result, |topics| {
-                    response_frame(id, &Response::TopicList { topics })
-                })
-            }))
-        }
-        AdminRequest::DescribeTopic { topic } => {
-            let control = shard.control.clone();
-            Reply::Later(Box::pin(async move {
-                let result = ask(&control, |reply| ControlRequest::DescribeTopic {
-                    topic,
-                    reply,
-                })
-                .await;
-                answer(id, result, |t| response_frame(id, &Response::Topic(t)))
-            }))
-        }
+        AdminRequest::CreateTopic { topic, segments } => ask_control(
+            shard,
+            id,
+            move |reply| ControlRequest::CreateTopic {
+                topic,
+                segments,
+                reply,
+            },
+            Response::Topic,
+        ),
+        AdminRequest::DeleteTopic { topic } => ask_control(
+            shard,
+            id,
+            |reply| ControlRequest::DeleteTopic { topic, reply },
+            |()| Response::Done,
+        ),
+        AdminRequest::ListTopics => ask_control(
+            shard,
+            id,
+            |reply| ControlRequest::ListTopics { reply },
+            |topics| Response::TopicList { topics },
+        ),
+        AdminRequest::DescribeTopic { topic } => ask_control(
+            shard,
+            id,
+            |reply| ControlRequest::DescribeTopic { topic, reply },
+            Response::Topic,
+        ),
         // Layout changes and the brokers' list go to the control plane as
         // they came; the topic requests above go typed, so the broker can
         // complete a description with its own segments' live figures.
@@ -469,6 +454,21 @@ fn forward(shard: &Shard, id: u32, frame_type: wire::FrameType, payload: &[u8]) 
             encode_frame(&mut out, frame_type, id, &payload);
             out
         })
+    }))
+}
+
+/// Ask the control plane the question `make` builds and answer, once it
+/// has, with the response `ok` makes of what it said.
+fn ask_control<T: 'static>(
+    shard: &Shard,
+    id: u32,
+    make: impl FnOnce(flume::Sender<Result<T, ServeError>>) -> ControlRequest + 'static,
+    ok: impl FnOnce(T) -> Response<'static> + 'static,
+) -> Reply {
+    let control = shard.control.clone();
+    Reply::Later(Box::pin(async move {
+        let result = ask(&control, make).await;
+        answer(id, result, |v| response_frame(id, &ok(v)))
     }))
 }
 
