@@ -1719,10 +1719,16 @@ mod tests {
             &mut self,
             request: impl Into<ControlPortRequest>,
         ) -> Vec<(BrokerId, CommandRequest)> {
+            self.send(request);
+            self.run(|_, _| true)
+        }
+
+        /// Hand the service `request`, sending none of the commands it
+        /// sets off.
+        fn send(&mut self, request: impl Into<ControlPortRequest>) {
             self.token += 1;
             self.service
                 .handle_request(self.now_ms, self.token, request.into());
-            self.run(|_, _| true)
         }
 
         /// Send every command, each done if `ok` says so; what was sent.
@@ -1797,15 +1803,9 @@ mod tests {
             topic: "ns/t".into(),
             segments: 2,
         });
-        h.token += 1;
-        h.service.handle_request(
-            h.now_ms,
-            h.token,
-            AdminRequest::DeleteTopic {
-                topic: "ns/t".into(),
-            }
-            .into(),
-        );
+        h.send(AdminRequest::DeleteTopic {
+            topic: "ns/t".into(),
+        });
         let sent = h.run(|b, _| b != BrokerId(0));
         assert!(drops(&sent).contains(&BrokerId(0)));
         assert!(h.service.needs_resync(BrokerId(0)));
@@ -1868,16 +1868,10 @@ mod tests {
         };
         for failure in failures {
             let mut h = synced();
-            h.token += 1;
-            h.service.handle_request(
-                h.now_ms,
-                h.token,
-                AdminRequest::CreateTopic {
-                    topic: "ns/t".into(),
-                    segments: 2,
-                }
-                .into(),
-            );
+            h.send(AdminRequest::CreateTopic {
+                topic: "ns/t".into(),
+                segments: 2,
+            });
             let command = h.service.poll_command().unwrap();
             let broker = command.broker;
             h.service
@@ -1886,16 +1880,10 @@ mod tests {
         }
 
         let mut h = synced();
-        h.token += 1;
-        h.service.handle_request(
-            h.now_ms,
-            h.token,
-            AdminRequest::CreateTopic {
-                topic: "ns/t".into(),
-                segments: 2,
-            }
-            .into(),
-        );
+        h.send(AdminRequest::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 2,
+        });
         let command = h.service.poll_command().unwrap();
         h.service.handle_tick(h.now_ms + 4_999);
         assert!(!h.service.needs_resync(command.broker));
