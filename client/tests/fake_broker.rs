@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kelp_client::{
-    AckMode, Client, ClientError, ClientOptions, ErrorCode, FetchFrom, ProducerConfig,
-    SubscribeOptions, Transport,
+    AckMode, Client, ClientError, ClientOptions, ErrorCode, FetchFrom, OwnedRecord, ProducerConfig,
+    SubscribeOptions, Subscriber, Transport,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -428,15 +428,7 @@ async fn produce_then_subscribe_keeps_per_key_order() {
     let mut last: HashMap<Vec<u8>, u32> = HashMap::new();
     let mut segments_seen = std::collections::HashSet::new();
     for _ in 0..n {
-        let r = tokio::time::timeout(Duration::from_secs(10), sub.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
-        if let Some(prev) = last.insert(r.key.to_vec(), v) {
-            assert!(prev < v, "key order broken: {prev} then {v}");
-        }
+        let r = next_in_key_order(&mut sub, &mut last).await;
         assert_eq!(r.headers.len(), 1);
         segments_seen.insert(r.segment);
     }
@@ -652,15 +644,7 @@ async fn subscriber_reads_parents_before_their_successors() {
     let mut order = Vec::new();
     let mut last: HashMap<Vec<u8>, u32> = HashMap::new();
     for _ in 0..total {
-        let r = tokio::time::timeout(Duration::from_secs(10), sub.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
-        if let Some(prev) = last.insert(r.key.to_vec(), v) {
-            assert!(prev < v, "key order broken: {prev} then {v}");
-        }
+        let r = next_in_key_order(&mut sub, &mut last).await;
         order.push(r.segment);
     }
     let position = |id: u32| {
@@ -748,4 +732,19 @@ async fn a_segment_not_open_yet_is_not_overtaken_by_pipelined_batches() {
     let values: Vec<u32> = segments[0].1.iter().map(|(_, v)| *v).collect();
     assert_eq!(values, (0..n).collect::<Vec<_>>());
     assert_eq!(broker.state.lock().unwrap().not_open[&0], 0);
+}
+
+/// The next record of `sub` (within 10 s), its u32 value checked to be
+/// above the last one of its key (`last`, updated).
+async fn next_in_key_order(sub: &mut Subscriber, last: &mut HashMap<Vec<u8>, u32>) -> OwnedRecord {
+    let r = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let v = u32::from_le_bytes(r.value[..].try_into().unwrap());
+    if let Some(prev) = last.insert(r.key.to_vec(), v) {
+        assert!(prev < v, "key order broken: {prev} then {v}");
+    }
+    r
 }
