@@ -40,7 +40,7 @@ use tokio::task::JoinSet;
 use wire::{
     chunk::{ChunkHeader, CHUNK_HEADER_BYTES},
     message::TopicInfo,
-    AckMode, Request,
+    AckMode, AdminRequest, BrokerPortRequest, DataRequest,
 };
 
 pub use crate::bench_args::{
@@ -262,9 +262,14 @@ fn run_once(args: &BenchArgs, launcher: &BrokerLauncher, ack: AckArg) -> Result<
         Err(e) => {
             if broker.is_none() && run.layout.is_some() {
                 // Someone else's broker: do not leave the topic behind.
-                let deleted = rt.block_on(run.admin(&Request::DeleteTopic {
-                    topic: run.topic.clone(),
-                }));
+                let deleted = rt.block_on(
+                    run.admin(
+                        &AdminRequest::DeleteTopic {
+                            topic: run.topic.clone(),
+                        }
+                        .into(),
+                    ),
+                );
                 if let Err(d) = deleted {
                     eprintln!("could not delete topic {}: {d:#}", run.topic);
                 }
@@ -319,9 +324,10 @@ fn run_once(args: &BenchArgs, launcher: &BrokerLauncher, ack: AckArg) -> Result<
         // Someone else's broker: leave it as it was.
         rt.block_on(admin_request(
             admin,
-            &Request::DeleteTopic {
+            &AdminRequest::DeleteTopic {
                 topic: run.topic.clone(),
-            },
+            }
+            .into(),
         ))
         .context("delete the benchmark topic")?;
     }
@@ -423,7 +429,7 @@ impl Run<'_> {
 
     /// Asks for the shards, creates the topic, builds the batches.
     async fn prepare(&mut self, cert: Option<CertificateDer<'static>>) -> Result<()> {
-        let AdminAnswer::Shards(shards) = self.admin(&Request::Shards).await? else {
+        let AdminAnswer::Shards(shards) = self.admin(&DataRequest::Shards.into()).await? else {
             bail!("the broker did not list its shards");
         };
         self.shard_addresses = shards
@@ -436,10 +442,13 @@ impl Run<'_> {
             })
             .collect::<Result<_>>()?;
         let layout = self
-            .admin(&Request::CreateTopic {
-                topic: self.topic.clone(),
-                segments: self.args.segments,
-            })
+            .admin(
+                &AdminRequest::CreateTopic {
+                    topic: self.topic.clone(),
+                    segments: self.args.segments,
+                }
+                .into(),
+            )
             .await?
             .topic()?;
         // Known from here on, so a failure below can still delete it.
@@ -473,16 +482,19 @@ impl Run<'_> {
         Ok(())
     }
 
-    async fn admin(&self, request: &Request<'_>) -> Result<AdminAnswer> {
+    async fn admin(&self, request: &BrokerPortRequest<'_>) -> Result<AdminAnswer> {
         tokio::time::timeout(self.timeout, admin_request(self.admin, request))
             .await
             .map_err(|_| anyhow!("admin request timed out"))?
     }
 
     async fn describe(&self) -> Result<TopicInfo> {
-        self.admin(&Request::DescribeTopic {
-            topic: self.topic.clone(),
-        })
+        self.admin(
+            &AdminRequest::DescribeTopic {
+                topic: self.topic.clone(),
+            }
+            .into(),
+        )
         .await?
         .topic()
     }

@@ -18,7 +18,7 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context, Result};
-use wire::Request;
+use wire::AdminRequest;
 
 use crate::frames::admin_request_blocking;
 
@@ -126,8 +126,12 @@ impl BrokerProcess {
             if let Some(status) = self.child.try_wait()? {
                 bail!("the broker exited with {status} while starting");
             }
-            if admin_request_blocking(self.listen, &Request::ListTopics, START_POLL_INTERVAL * 10)
-                .is_ok()
+            if admin_request_blocking(
+                self.listen,
+                &AdminRequest::ListTopics.into(),
+                START_POLL_INTERVAL * 10,
+            )
+            .is_ok()
             {
                 return Ok(());
             }

@@ -21,7 +21,7 @@ use wire::{
     frame::{FrameHeader, FRAME_HEADER_BYTES},
     limits::FRAME_PAYLOAD_BYTES_MAX,
     message::TopicInfo,
-    FrameDecoder, Request, Response,
+    BrokerPortRequest, FrameDecoder, Response,
 };
 
 use crate::baseline::SERVER_NAME;
@@ -224,7 +224,10 @@ fn admin_answer(header: &FrameHeader, payload: &[u8]) -> Result<AdminAnswer> {
 }
 
 /// One admin request on its own TCP connection.
-pub async fn admin_request(addr: SocketAddr, request: &Request<'_>) -> Result<AdminAnswer> {
+pub async fn admin_request(
+    addr: SocketAddr,
+    request: &BrokerPortRequest<'_>,
+) -> Result<AdminAnswer> {
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .with_context(|| format!("connect to {addr}"))?;
@@ -239,7 +242,7 @@ pub async fn admin_request(addr: SocketAddr, request: &Request<'_>) -> Result<Ad
 /// The same on a blocking socket, every step bounded by `timeout`.
 pub fn admin_request_blocking(
     addr: SocketAddr,
-    request: &Request<'_>,
+    request: &BrokerPortRequest<'_>,
     timeout: Duration,
 ) -> Result<AdminAnswer> {
     let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;

@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::{anyhow, ensure, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use wire::Request;
+use wire::DataRequest;
 
 use crate::baseline::{
     current_thread_runtime, parse_reply, quinn_sink, tcp_sink, tls_configs, REPLY_BYTES,
@@ -155,7 +155,7 @@ async fn send_frames<W: AsyncWrite + Unpin>(
     for index in 0..batches {
         let segment = (index % segments) as u32;
         frame.clear();
-        Request::Produce {
+        DataRequest::Produce {
             topic,
             segment,
             ack: workload.ack,

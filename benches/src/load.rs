@@ -26,7 +26,7 @@ use tokio::{
 };
 use wire::{
     message::{produce_frame_head, TopicInfo, FETCHED_PREFIX_BYTES},
-    AckMode, BatchHead, FetchFrom, FrameType, Request, Response,
+    AckMode, BatchHead, DataRequest, FetchFrom, FrameType, Response,
 };
 
 use crate::frames::{
@@ -191,7 +191,7 @@ pub async fn run_producer(
                 ),
                 None => {
                     frame.clear();
-                    Request::Produce {
+                    DataRequest::Produce {
                         topic: &plan.topic,
                         segment,
                         ack: workload.ack,
@@ -424,7 +424,7 @@ async fn send_fetch(
     frame: &mut Vec<u8>,
 ) -> Result<()> {
     frame.clear();
-    Request::Fetch {
+    DataRequest::Fetch {
         topic: plan.topic.clone(),
         segment: plan.segment,
         from: FetchFrom::Offset(from),

@@ -9,7 +9,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Result};
-use wire::{message::SegmentInfo, AckMode, BatchBuilder, Request};
+use wire::{message::SegmentInfo, AckMode, BatchBuilder, DataRequest};
 
 /// Every record's key: a u64 that hashes into its segment.
 pub const KEY_BYTES: usize = 8;
@@ -64,7 +64,7 @@ impl Workload {
     /// Bytes of one produce frame naming `topic`.
     pub fn frame_bytes(&self, topic: &str) -> usize {
         let mut frame = Vec::new();
-        Request::Produce {
+        DataRequest::Produce {
             topic,
             segment: 0,
             ack: self.ack,

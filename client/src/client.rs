@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 use wire::message::{BrokerStatus, SegmentInfo, TopicInfo};
-use wire::{ErrorCode, FetchFrom, Request, Response};
+use wire::{AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchFrom, Response};
 
 use crate::connection::{Connection, ConnectionLimits};
 use crate::error::ClientError;
@@ -199,7 +199,7 @@ impl Client {
         let admin = Arc::new(dialer.dial(bootstrap, limits, connect_timeout).await?);
         let frame = admin
             .call(
-                &Request::Shards,
+                &DataRequest::Shards.into(),
                 "asking the broker for its shards",
                 Duration::from_millis(options.request_timeout_ms),
             )
@@ -292,10 +292,11 @@ impl Client {
     pub async fn create_topic(&self, topic: &str, segments: u32) -> Result<TopicInfo, ClientError> {
         let frame = self
             .admin_call(
-                &Request::CreateTopic {
+                &AdminRequest::CreateTopic {
                     topic: topic.to_owned(),
                     segments,
-                },
+                }
+                .into(),
                 "creating a topic",
             )
             .await?;
@@ -309,9 +310,10 @@ impl Client {
     pub async fn delete_topic(&self, topic: &str) -> Result<(), ClientError> {
         let frame = self
             .admin_call(
-                &Request::DeleteTopic {
+                &AdminRequest::DeleteTopic {
                     topic: topic.to_owned(),
-                },
+                }
+                .into(),
                 "deleting a topic",
             )
             .await?;
@@ -324,7 +326,7 @@ impl Client {
     /// The names of every topic.
     pub async fn list_topics(&self) -> Result<Vec<String>, ClientError> {
         let frame = self
-            .admin_call(&Request::ListTopics, "listing topics")
+            .admin_call(&AdminRequest::ListTopics.into(), "listing topics")
             .await?;
         match frame.response()? {
             Response::TopicList { topics } => Ok(topics),
@@ -336,9 +338,10 @@ impl Client {
     pub async fn describe_topic(&self, topic: &str) -> Result<TopicInfo, ClientError> {
         let frame = self
             .admin_call(
-                &Request::DescribeTopic {
+                &AdminRequest::DescribeTopic {
                     topic: topic.to_owned(),
-                },
+                }
+                .into(),
                 "describing a topic",
             )
             .await?;
@@ -359,9 +362,10 @@ impl Client {
         let conn = self.connection_to(target).await?;
         let frame = conn
             .call(
-                &Request::HeldLayout {
+                &DataRequest::HeldLayout {
                     topic: topic.to_owned(),
-                },
+                }
+                .into(),
                 "asking a broker for its layout",
                 self.request_timeout(),
             )
@@ -382,11 +386,12 @@ impl Client {
         pieces: u32,
     ) -> Result<TopicInfo, ClientError> {
         self.topic_call(
-            &Request::SplitSegment {
+            &AdminRequest::SplitSegment {
                 topic: topic.to_owned(),
                 segment,
                 pieces,
-            },
+            }
+            .into(),
             "splitting a segment",
         )
         .await
@@ -401,11 +406,12 @@ impl Client {
         b: u32,
     ) -> Result<TopicInfo, ClientError> {
         self.topic_call(
-            &Request::MergeSegments {
+            &AdminRequest::MergeSegments {
                 topic: topic.to_owned(),
                 a,
                 b,
-            },
+            }
+            .into(),
             "merging segments",
         )
         .await
@@ -421,11 +427,12 @@ impl Client {
         to: Option<u32>,
     ) -> Result<TopicInfo, ClientError> {
         self.topic_call(
-            &Request::MoveSegment {
+            &AdminRequest::MoveSegment {
                 topic: topic.to_owned(),
                 segment,
                 to,
-            },
+            }
+            .into(),
             "moving a segment",
         )
         .await
@@ -440,10 +447,11 @@ impl Client {
         policy_json: &str,
     ) -> Result<TopicInfo, ClientError> {
         self.topic_call(
-            &Request::SetPolicy {
+            &AdminRequest::SetPolicy {
                 topic: topic.to_owned(),
                 policy: policy_json.to_owned(),
-            },
+            }
+            .into(),
             "setting a scaling policy",
         )
         .await
@@ -452,7 +460,7 @@ impl Client {
     /// The brokers of the cluster, with their shards and load.
     pub async fn list_brokers(&self) -> Result<Vec<BrokerStatus>, ClientError> {
         let frame = self
-            .admin_call(&Request::ListBrokers, "listing brokers")
+            .admin_call(&AdminRequest::ListBrokers.into(), "listing brokers")
             .await?;
         match frame.response()? {
             Response::Brokers { brokers } => Ok(brokers),
@@ -463,7 +471,7 @@ impl Client {
     /// An admin request answered with a topic's layout.
     async fn topic_call(
         &self,
-        request: &Request<'_>,
+        request: &BrokerPortRequest<'_>,
         operation: &'static str,
     ) -> Result<TopicInfo, ClientError> {
         let frame = self.admin_call(request, operation).await?;
@@ -511,7 +519,7 @@ impl Client {
 
     async fn admin_call(
         &self,
-        request: &Request<'_>,
+        request: &BrokerPortRequest<'_>,
         operation: &'static str,
     ) -> Result<ResponseFrame, ClientError> {
         let conn = {
@@ -728,14 +736,14 @@ async fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
 }
 
 /// Whether an admin request only reads, so asking it twice is harmless.
-fn only_reads(request: &Request<'_>) -> bool {
+fn only_reads(request: &BrokerPortRequest<'_>) -> bool {
     matches!(
         request,
-        Request::Shards
-            | Request::ListTopics
-            | Request::DescribeTopic { .. }
-            | Request::HeldLayout { .. }
-            | Request::ListBrokers
+        BrokerPortRequest::Data(DataRequest::Shards)
+            | BrokerPortRequest::Admin(AdminRequest::ListTopics)
+            | BrokerPortRequest::Admin(AdminRequest::DescribeTopic { .. })
+            | BrokerPortRequest::Data(DataRequest::HeldLayout { .. })
+            | BrokerPortRequest::Admin(AdminRequest::ListBrokers)
     )
 }
 
@@ -850,17 +858,18 @@ mod tests {
                         let header = wire::frame::FrameHeader::decode(&h).unwrap();
                         let mut payload = vec![0u8; header.payload_bytes as usize];
                         stream.read_exact(&mut payload).await.unwrap();
-                        let answer = match Request::decode(header.frame_type, &payload).unwrap() {
-                            Request::Shards => Response::Shards {
-                                shards: vec![ShardAddress {
-                                    tcp: addr.to_string(),
-                                    quic: addr.to_string(),
-                                }],
-                            },
-                            _ => Response::TopicList {
-                                topics: vec![topic.to_owned()],
-                            },
-                        };
+                        let answer =
+                            match BrokerPortRequest::decode(header.frame_type, &payload).unwrap() {
+                                BrokerPortRequest::Data(DataRequest::Shards) => Response::Shards {
+                                    shards: vec![ShardAddress {
+                                        tcp: addr.to_string(),
+                                        quic: addr.to_string(),
+                                    }],
+                                },
+                                _ => Response::TopicList {
+                                    topics: vec![topic.to_owned()],
+                                },
+                            };
                         let mut out = Vec::new();
                         answer.encode(header.request_id, &mut out);
                         if stream.write_all(&out).await.is_err() {

@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use wire::frame::FrameType;
-use wire::{ErrorCode, Request, Response};
+use wire::{BrokerPortRequest, ErrorCode, Response};
 
 use crate::error::ClientError;
 use crate::frame_io::{read_frame, FrameReadError, ResponseFrame};
@@ -245,7 +245,7 @@ impl Connection {
     /// in-flight or write-queue limit.
     pub(crate) async fn submit(
         &self,
-        request: &Request<'_>,
+        request: &BrokerPortRequest<'_>,
         expect_response: bool,
     ) -> Result<Submitted, ClientError> {
         let permit = Arc::clone(&self.in_flight)
@@ -290,7 +290,7 @@ impl Connection {
     /// Submit a request and wait for its answer.
     pub(crate) async fn call(
         &self,
-        request: &Request<'_>,
+        request: &BrokerPortRequest<'_>,
         operation: &'static str,
         timeout: Duration,
     ) -> Result<ResponseFrame, ClientError> {
@@ -411,6 +411,15 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
     use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+    use wire::{AdminRequest, DataRequest};
+
+    fn list_topics() -> BrokerPortRequest<'static> {
+        AdminRequest::ListTopics.into()
+    }
+
+    fn shards() -> BrokerPortRequest<'static> {
+        DataRequest::Shards.into()
+    }
 
     const LIMITS: ConnectionLimits = ConnectionLimits {
         in_flight_requests_max: 8,
@@ -433,8 +442,8 @@ mod tests {
         let (cr, cw) = tokio::io::split(client_side);
         let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (mut br, mut bw) = tokio::io::split(broker_side);
-        let a = conn.submit(&Request::ListTopics, true).await.unwrap();
-        let b = conn.submit(&Request::Shards, true).await.unwrap();
+        let a = conn.submit(&list_topics(), true).await.unwrap();
+        let b = conn.submit(&shards(), true).await.unwrap();
         let (ha, _) = read_request(&mut br).await;
         let (hb, _) = read_request(&mut br).await;
         let mut out = Vec::new();
@@ -457,12 +466,12 @@ mod tests {
         let (cr, cw) = tokio::io::split(client_side);
         let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (_br, mut bw) = tokio::io::split(broker_side);
-        let a = conn.submit(&Request::ListTopics, true).await.unwrap();
+        let a = conn.submit(&list_topics(), true).await.unwrap();
         bw.write_all(b"garbage that is not a frame").await.unwrap();
         let r = a.response.unwrap().wait("a", Duration::from_secs(5)).await;
         assert!(matches!(r, Err(ClientError::Decode(_))), "{r:?}");
         assert!(conn.is_failed());
-        assert!(conn.submit(&Request::ListTopics, true).await.is_err());
+        assert!(conn.submit(&list_topics(), true).await.is_err());
     }
 
     #[tokio::test]
@@ -471,8 +480,8 @@ mod tests {
         let (cr, cw) = tokio::io::split(client_side);
         let conn = Connection::start("test".into(), cr, cw, LIMITS, None, None);
         let (mut br, mut bw) = tokio::io::split(broker_side);
-        conn.submit(&Request::ListTopics, false).await.unwrap();
-        let barrier = conn.submit(&Request::Shards, true).await.unwrap();
+        conn.submit(&list_topics(), false).await.unwrap();
+        let barrier = conn.submit(&shards(), true).await.unwrap();
         let (h1, _) = read_request(&mut br).await;
         let (h2, _) = read_request(&mut br).await;
         let mut out = Vec::new();

@@ -18,9 +18,10 @@ use bytes::Bytes;
 use control::TopicName;
 use filer::{Filer, FilerError, FilerUrl, LocalFiler};
 use wire::checksum::crc32c_append;
-use wire::{ErrorCode, PayloadId, PayloadRef, Request, Response};
+use wire::{DataRequest, ErrorCode, PayloadId, PayloadRef, Response};
 
 use crate::client::{unexpected, Client};
+use crate::connection::Connection;
 use crate::error::ClientError;
 
 /// Bytes sent or read per request on the broker path (a frame holds 8 MiB).
@@ -145,38 +146,39 @@ impl Client {
             PayloadRoute::Broker => {
                 let conn = self.connection(self.payload_shard(&reference.id)).await?;
                 for (i, piece) in value.chunks(PAYLOAD_PIECE_BYTES).enumerate() {
-                    let frame = conn
-                        .call(
-                            &Request::PayloadWrite {
-                                topic: topic.to_owned(),
-                                id: reference.id,
-                                offset: (i * PAYLOAD_PIECE_BYTES) as u64,
-                                bytes: piece,
-                            },
-                            "uploading a payload",
-                            self.request_timeout(),
-                        )
-                        .await?;
-                    if !matches!(frame.response()?, Response::Done) {
-                        return Err(unexpected(&frame, "done"));
-                    }
+                    let write = DataRequest::PayloadWrite {
+                        topic: topic.to_owned(),
+                        id: reference.id,
+                        offset: (i * PAYLOAD_PIECE_BYTES) as u64,
+                        bytes: piece,
+                    };
+                    self.call_done(&conn, write, "uploading a payload").await?;
                 }
-                let frame = conn
-                    .call(
-                        &Request::PayloadCommit {
-                            topic: topic.to_owned(),
-                            reference,
-                        },
-                        "committing a payload",
-                        self.request_timeout(),
-                    )
+                let commit = DataRequest::PayloadCommit {
+                    topic: topic.to_owned(),
+                    reference,
+                };
+                self.call_done(&conn, commit, "committing a payload")
                     .await?;
-                if !matches!(frame.response()?, Response::Done) {
-                    return Err(unexpected(&frame, "done"));
-                }
             }
         }
         Ok(reference)
+    }
+
+    /// Send one payload request on `conn` and expect `Done`.
+    async fn call_done(
+        &self,
+        conn: &Connection,
+        request: DataRequest<'_>,
+        operation: &'static str,
+    ) -> Result<(), ClientError> {
+        let frame = conn
+            .call(&request.into(), operation, self.request_timeout())
+            .await?;
+        match frame.response()? {
+            Response::Done => Ok(()),
+            _ => Err(unexpected(&frame, "done")),
+        }
     }
 
     /// Read a whole payload, verified against `reference`. Memory grows
@@ -296,12 +298,13 @@ impl PayloadReader {
                     .await?;
                 let frame = conn
                     .call(
-                        &Request::PayloadRead {
+                        &DataRequest::PayloadRead {
                             topic: self.topic.clone(),
                             id: self.reference.id,
                             offset,
                             max_bytes: PAYLOAD_PIECE_BYTES as u32,
-                        },
+                        }
+                        .into(),
                         "reading a payload",
                         self.client.request_timeout(),
                     )

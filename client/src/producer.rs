@@ -40,7 +40,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use wire::batch::{BatchView, RecordHeader};
 use wire::message::Successors;
-use wire::{AckMode, BatchBuilder, ErrorCode, PayloadRef, Request, Response};
+use wire::{AckMode, BatchBuilder, DataRequest, ErrorCode, PayloadRef, Response};
 
 use crate::client::{unexpected, Client};
 use crate::connection::{is_stale_layout, PendingResponse};
@@ -413,7 +413,7 @@ impl Producer {
             // this answer is back every earlier produce was handled and any
             // error it caused has arrived.
             conn.call(
-                &Request::Shards,
+                &DataRequest::Shards.into(),
                 "confirming unacknowledged produces",
                 shared.client.request_timeout(),
             )
@@ -518,12 +518,13 @@ impl Shared {
             Ok(conn) => {
                 let batch = open.builder.finish(PRODUCER_ID_NONE, 0);
                 conn.submit(
-                    &Request::Produce {
+                    &DataRequest::Produce {
                         topic: &self.topic,
                         segment: route.segment,
                         ack,
                         batch,
-                    },
+                    }
+                    .into(),
                     ack != AckMode::None,
                 )
                 .await
@@ -819,12 +820,13 @@ impl Shared {
         };
         let submitted = conn
             .submit(
-                &Request::Produce {
+                &DataRequest::Produce {
                     topic: &self.topic,
                     segment: route.segment,
                     ack: self.config.ack,
                     batch: piece,
-                },
+                }
+                .into(),
                 true,
             )
             .await

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use wire::frame::FrameType;
 use wire::message::{Fetched, SegmentInfo, TopicInfo};
 use wire::BatchView;
-use wire::{FetchChecks, FetchFrom, PayloadRef, Request, Response};
+use wire::{BrokerPortRequest, DataRequest, FetchChecks, FetchFrom, PayloadRef, Response};
 
 use crate::client::{unexpected, Client};
 use crate::connection::is_stale_layout;
@@ -444,14 +444,14 @@ impl SegmentFetch {
         // to verify (and, with `skip_corrupt`, to skip) for one fetch.
         let mut checks = FetchChecks::Trust;
         loop {
-            let request = Request::Fetch {
+            let request = BrokerPortRequest::Data(DataRequest::Fetch {
                 topic: self.topic.clone(),
                 segment: self.segment.id,
                 from,
                 max_bytes: self.options.max_bytes,
                 max_wait_ms: self.options.max_wait_ms,
                 checks,
-            };
+            });
             let answer = match self.client.connection_to(self.target).await {
                 Ok(conn) => conn.call(&request, "fetching records", timeout).await,
                 Err(e) => Err(e),

@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use wire::batch::{set_base_offset, BatchView};
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::{BrokerStatus, Fetched, SegmentInfo, ShardAddress, TopicInfo};
-use wire::{key_hash, Request, Response};
+use wire::{key_hash, AdminRequest, BrokerPortRequest, DataRequest, Response};
 
 const TOPIC: &str = "test/events";
 
@@ -91,9 +91,9 @@ async fn serve(mut s: TcpStream, shard: u16, state: Arc<Mutex<State>>) {
         let mut payload = vec![0u8; header.payload_bytes as usize];
         s.read_exact(&mut payload).await.unwrap();
         header.verify_payload(&payload).unwrap();
-        let request = Request::decode(header.frame_type, &payload).unwrap();
+        let request = BrokerPortRequest::decode(header.frame_type, &payload).unwrap();
         let mut out = Vec::new();
-        let wait = matches!(request, Request::Fetch { .. });
+        let wait = matches!(request, BrokerPortRequest::Data(DataRequest::Fetch { .. }));
         let (response, batches) = answer(&request, shard, &state);
         match (response, batches) {
             (Some(r), None) => r.encode(header.request_id, &mut out),
@@ -209,13 +209,13 @@ impl State {
 }
 
 fn answer(
-    request: &Request<'_>,
+    request: &BrokerPortRequest<'_>,
     shard: u16,
     state: &Mutex<State>,
 ) -> (Option<Response<'static>>, Option<Vec<u8>>) {
     let mut st = state.lock().unwrap();
     let r = match request {
-        Request::Shards => Some(Response::Shards {
+        BrokerPortRequest::Data(DataRequest::Shards) => Some(Response::Shards {
             shards: st.addrs[..st.listed]
                 .iter()
                 .map(|a| ShardAddress {
@@ -224,7 +224,7 @@ fn answer(
                 })
                 .collect(),
         }),
-        Request::CreateTopic { topic, segments } => {
+        BrokerPortRequest::Admin(AdminRequest::CreateTopic { topic, segments }) => {
             let n = u64::from(*segments);
             st.segments = (0..n)
                 .map(|i| SegmentInfo {
@@ -245,21 +245,25 @@ fn answer(
                 segments: st.segments.clone(),
             }))
         }
-        Request::DescribeTopic { topic } if topic == TOPIC => Some(Response::Topic(TopicInfo {
-            name: topic.clone(),
-            segments: st.segments.clone(),
-        })),
-        Request::DescribeTopic { .. } => error(ErrorCode::TopicNotFound, "no such topic"),
-        Request::ListTopics => Some(Response::TopicList {
+        BrokerPortRequest::Admin(AdminRequest::DescribeTopic { topic }) if topic == TOPIC => {
+            Some(Response::Topic(TopicInfo {
+                name: topic.clone(),
+                segments: st.segments.clone(),
+            }))
+        }
+        BrokerPortRequest::Admin(AdminRequest::DescribeTopic { .. }) => {
+            error(ErrorCode::TopicNotFound, "no such topic")
+        }
+        BrokerPortRequest::Admin(AdminRequest::ListTopics) => Some(Response::TopicList {
             topics: vec![TOPIC.into()],
         }),
-        Request::DeleteTopic { .. } => Some(Response::Done),
-        Request::Produce {
+        BrokerPortRequest::Admin(AdminRequest::DeleteTopic { .. }) => Some(Response::Done),
+        BrokerPortRequest::Data(DataRequest::Produce {
             segment,
             ack,
             batch,
             ..
-        } => {
+        }) => {
             let r = if let Some(code) = st.produce_error {
                 error(code, "refused by the test")
             } else if st.refuse_produces > 0 {
@@ -302,13 +306,13 @@ fn answer(
         }
         // The client's payload path is tested against the real broker
         // (kelp/tests/payloads.rs); this fake stores no payloads.
-        Request::PayloadWrite { .. }
-        | Request::PayloadCommit { .. }
-        | Request::PayloadRead { .. } => error(
+        BrokerPortRequest::Data(DataRequest::PayloadWrite { .. })
+        | BrokerPortRequest::Data(DataRequest::PayloadCommit { .. })
+        | BrokerPortRequest::Data(DataRequest::PayloadRead { .. }) => error(
             ErrorCode::PayloadNotFound,
             "this fake broker stores no payloads",
         ),
-        Request::Fetch { segment, from, .. } => {
+        BrokerPortRequest::Data(DataRequest::Fetch { segment, from, .. }) => {
             if let Some(refused) = refusal(&mut st, *segment, shard, false) {
                 return (Some(refused), None);
             }
@@ -341,25 +345,27 @@ fn answer(
                 Some(batches),
             );
         }
-        Request::SplitSegment { topic, segment, .. } => {
+        BrokerPortRequest::Admin(AdminRequest::SplitSegment { topic, segment, .. }) => {
             st.split(*segment, 0, 0);
             Some(Response::Topic(TopicInfo {
                 name: topic.clone(),
                 segments: st.segments.clone(),
             }))
         }
-        Request::MergeSegments { topic, a, b } => {
+        BrokerPortRequest::Admin(AdminRequest::MergeSegments { topic, a, b }) => {
             st.merge(*a, *b, 0, 0);
             Some(Response::Topic(TopicInfo {
                 name: topic.clone(),
                 segments: st.segments.clone(),
             }))
         }
-        Request::SetPolicy { topic, .. } => Some(Response::Topic(TopicInfo {
-            name: topic.clone(),
-            segments: st.segments.clone(),
-        })),
-        Request::ListBrokers => Some(Response::Brokers {
+        BrokerPortRequest::Admin(AdminRequest::SetPolicy { topic, .. }) => {
+            Some(Response::Topic(TopicInfo {
+                name: topic.clone(),
+                segments: st.segments.clone(),
+            }))
+        }
+        BrokerPortRequest::Admin(AdminRequest::ListBrokers) => Some(Response::Brokers {
             brokers: vec![BrokerStatus {
                 id: 0,
                 shards: st.addrs[..st.listed]

@@ -10,7 +10,7 @@
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use wire::{ErrorCode, Request, Response};
+use wire::{ErrorCode, LayoutCommand, Response};
 
 use crate::frame_stream::{read_frame, FrameReadError};
 
@@ -99,7 +99,7 @@ impl BrokerLink {
 
     /// Send `request` to the broker at `address` (`host:port`) and wait for
     /// its `Done`.
-    pub fn command(&self, address: &str, request: &Request<'_>) -> Result<(), LinkError> {
+    pub fn command(&self, address: &str, request: &LayoutCommand<'_>) -> Result<(), LinkError> {
         let socket = resolve(address)?;
         let io = |what: &'static str| {
             move |source| LinkError::Io {

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use wire::message::BrokerShards;
-use wire::Request;
+use wire::LayoutCommand;
 
 use crate::TopicName;
 
@@ -47,13 +47,13 @@ pub enum CommandRequest {
 
 impl CommandRequest {
     /// The wire request to send.
-    pub fn to_request(&self) -> Request<'_> {
+    pub fn to_request(&self) -> LayoutCommand<'_> {
         match self {
-            CommandRequest::ApplyLayout { topic_json, owners } => Request::ApplyLayout {
+            CommandRequest::ApplyLayout { topic_json, owners } => LayoutCommand::ApplyLayout {
                 topic_json,
                 owners: owners.to_vec(),
             },
-            CommandRequest::DropTopic { topic } => Request::DropTopic {
+            CommandRequest::DropTopic { topic } => LayoutCommand::DropTopic {
                 topic: topic.clone(),
             },
         }

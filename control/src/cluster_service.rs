@@ -59,7 +59,7 @@ use filer::Filer;
 use wire::message::{
     BrokerShards, BrokerStatus, SegmentInfo, SegmentLoadReport, ShardAddress, TopicInfo,
 };
-use wire::{ErrorCode, Request, Response};
+use wire::{AdminRequest, ControlPortRequest, ErrorCode, MembershipRequest, Response};
 
 use crate::broker_queue::{BrokerQueue, Origin, QueuedCommand, ResyncState, Snapshot};
 use crate::delivery::{Delivery, Step};
@@ -77,53 +77,15 @@ pub use crate::broker_queue::{CommandId, CommandRequest, COMMANDS_QUEUED_PER_BRO
 /// core's tick is put off, so what waits on slow brokers stays bounded.
 pub const DELIVERIES_PENDING_MAX: usize = 4096;
 
-/// A request the control plane answers, decoded and owned so it can cross
-/// to the driver thread: a [`Request`] whose fields are all owned (every
-/// control-plane request is), or the error to answer for one the control
-/// plane does not serve (data-plane and broker-side requests).
-pub fn control_request(request: Request<'_>) -> Result<Request<'static>, (ErrorCode, String)> {
-    Ok(match request {
-        Request::CreateTopic { topic, segments } => Request::CreateTopic { topic, segments },
-        Request::DeleteTopic { topic } => Request::DeleteTopic { topic },
-        Request::ListTopics => Request::ListTopics,
-        Request::DescribeTopic { topic } => Request::DescribeTopic { topic },
-        Request::SplitSegment {
-            topic,
-            segment,
-            pieces,
-        } => Request::SplitSegment {
-            topic,
-            segment,
-            pieces,
-        },
-        Request::MergeSegments { topic, a, b } => Request::MergeSegments { topic, a, b },
-        Request::MoveSegment { topic, segment, to } => Request::MoveSegment { topic, segment, to },
-        Request::SetPolicy { topic, policy } => Request::SetPolicy { topic, policy },
-        Request::ListBrokers => Request::ListBrokers,
-        Request::RegisterBroker {
-            id,
-            shards,
-            capacity_bytes_per_s,
-            capacity_records_per_s,
-        } => Request::RegisterBroker {
-            id,
-            shards,
-            capacity_bytes_per_s,
-            capacity_records_per_s,
-        },
-        Request::LoadReport { broker, segments } => Request::LoadReport { broker, segments },
-        Request::LeaveBroker { broker } => Request::LeaveBroker { broker },
-        other => return Err(not_served(&other)),
-    })
-}
-
-fn not_served(request: &Request<'_>) -> (ErrorCode, String) {
+/// The refusal of a request the control port does not take (a data
+/// request, a broker command): what the control server answers a frame
+/// that decodes as `DecodeError::Foreign` with.
+pub fn not_served(frame_type: wire::FrameType) -> (ErrorCode, String) {
     (
         ErrorCode::InvalidArgument,
         format!(
-            "this is a kelp control plane, not a broker: a {:?} is not a control-plane request; \
-             send it to a broker (kelp serve)",
-            request.frame_type()
+            "this is a kelp control plane, not a broker: a {frame_type:?} is not a control-plane \
+             request; send it to a broker (kelp serve)"
         ),
     )
 }
@@ -346,7 +308,7 @@ impl ClusterService {
     /// Handle one request; its answer comes out of
     /// [`poll_answer`](Self::poll_answer) with `token`, at once or once the
     /// commands it waits for completed.
-    pub fn handle_request(&mut self, now_ms: u64, token: AnswerToken, request: Request<'static>) {
+    pub fn handle_request(&mut self, now_ms: u64, token: AnswerToken, request: ControlPortRequest) {
         self.now_ms = self.now_ms.max(now_ms);
         match self.try_handle(now_ms, token, request) {
             Ok(Some(answer)) => self.answers.push_back((token, answer)),
@@ -989,10 +951,22 @@ impl ClusterService {
         &mut self,
         now_ms: u64,
         token: AnswerToken,
-        request: Request<'static>,
+        request: ControlPortRequest,
+    ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
+        match request {
+            ControlPortRequest::Admin(request) => self.try_admin(now_ms, token, request),
+            ControlPortRequest::Membership(request) => self.try_membership(now_ms, token, request),
+        }
+    }
+
+    fn try_admin(
+        &mut self,
+        now_ms: u64,
+        token: AnswerToken,
+        request: AdminRequest,
     ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
         let answer = match request {
-            Request::CreateTopic { topic, segments } => {
+            AdminRequest::CreateTopic { topic, segments } => {
                 let name = parse_name(&topic)?;
                 self.room_for_a_change()?;
                 let action = self
@@ -1022,7 +996,7 @@ impl ClusterService {
                 self.set_gate_answer(gate, answer);
                 return Ok(None);
             }
-            Request::DeleteTopic { topic } => {
+            AdminRequest::DeleteTopic { topic } => {
                 let name = parse_name(&topic)?;
                 if self.cluster.topic(&name).is_none() {
                     return Err(error_answer(ControlError::TopicNotFound(name.to_string())));
@@ -1046,17 +1020,17 @@ impl ClusterService {
                 self.set_gate_answer(gate, Response::Done);
                 return Ok(None);
             }
-            Request::ListTopics => Response::TopicList {
+            AdminRequest::ListTopics => Response::TopicList {
                 topics: self
                     .cluster
                     .topics()
                     .map(|t| t.name().to_string())
                     .collect(),
             },
-            Request::DescribeTopic { topic } => {
+            AdminRequest::DescribeTopic { topic } => {
                 Response::Topic(self.describe(now_ms, &parse_name(&topic)?)?)
             }
-            Request::SplitSegment {
+            AdminRequest::SplitSegment {
                 topic,
                 segment,
                 pieces,
@@ -1069,7 +1043,7 @@ impl ClusterService {
                     .map_err(error_answer)?;
                 return self.change_answer(now_ms, token, &name, &action);
             }
-            Request::MergeSegments { topic, a, b } => {
+            AdminRequest::MergeSegments { topic, a, b } => {
                 let name = parse_name(&topic)?;
                 self.room_for_a_change()?;
                 let action = self
@@ -1078,7 +1052,7 @@ impl ClusterService {
                     .map_err(error_answer)?;
                 return self.change_answer(now_ms, token, &name, &action);
             }
-            Request::MoveSegment { topic, segment, to } => {
+            AdminRequest::MoveSegment { topic, segment, to } => {
                 let name = parse_name(&topic)?;
                 self.room_for_a_change()?;
                 let action = self
@@ -1087,7 +1061,7 @@ impl ClusterService {
                     .map_err(error_answer)?;
                 return self.change_answer(now_ms, token, &name, &action);
             }
-            Request::SetPolicy { topic, policy } => {
+            AdminRequest::SetPolicy { topic, policy } => {
                 let name = parse_name(&topic)?;
                 let policy = parse_policy(&policy)?;
                 let before = self
@@ -1108,28 +1082,39 @@ impl ClusterService {
                 }
                 Response::Topic(self.describe(now_ms, &name)?)
             }
-            Request::ListBrokers => Response::Brokers {
+            AdminRequest::ListBrokers => Response::Brokers {
                 brokers: self.broker_statuses(now_ms),
             },
-            Request::RegisterBroker {
+        };
+        Ok(Some(answer))
+    }
+
+    /// A broker's registration, load report or goodbye: each answered
+    /// later, once what it set off is done.
+    fn try_membership(
+        &mut self,
+        now_ms: u64,
+        token: AnswerToken,
+        request: MembershipRequest,
+    ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
+        match request {
+            MembershipRequest::RegisterBroker {
                 id,
                 shards,
                 capacity_bytes_per_s,
                 capacity_records_per_s,
-            } => {
-                return self.register(
-                    now_ms,
-                    token,
-                    id,
-                    shards,
-                    capacity_bytes_per_s,
-                    capacity_records_per_s,
-                )
+            } => self.register(
+                now_ms,
+                token,
+                id,
+                shards,
+                capacity_bytes_per_s,
+                capacity_records_per_s,
+            ),
+            MembershipRequest::LoadReport { broker, segments } => {
+                self.load_report(now_ms, token, BrokerId(broker), &segments)
             }
-            Request::LoadReport { broker, segments } => {
-                return self.load_report(now_ms, token, BrokerId(broker), &segments)
-            }
-            Request::LeaveBroker { broker } => {
+            MembershipRequest::LeaveBroker { broker } => {
                 let id = BrokerId(broker);
                 let actions = self.cluster.handle_leave(now_ms, id).map_err(|e| match e {
                     ControlError::BrokerNotFound(_) => not_registered(id),
@@ -1146,11 +1131,9 @@ impl ClusterService {
                 let gate = self.open_gate(token);
                 self.execute_all(&actions, Some(gate));
                 self.set_gate_answer(gate, Response::Done);
-                return Ok(None);
+                Ok(None)
             }
-            other => return Err(not_served(&other)),
-        };
-        Ok(Some(answer))
+        }
     }
 
     fn register(
@@ -1715,7 +1698,7 @@ mod tests {
                 token: 0,
             };
             for id in 0..2 {
-                h.ask(Request::RegisterBroker {
+                h.ask(MembershipRequest::RegisterBroker {
                     id: Some(id),
                     shards: vec![ShardAddress {
                         tcp: format!("b{id}:0"),
@@ -1728,11 +1711,20 @@ mod tests {
             h
         }
 
-        fn ask(&mut self, request: Request<'static>) -> Vec<(BrokerId, CommandRequest)> {
+        fn ask(
+            &mut self,
+            request: impl Into<ControlPortRequest>,
+        ) -> Vec<(BrokerId, CommandRequest)> {
+            self.send(request);
+            self.run(|_, _| true)
+        }
+
+        /// Hand the service `request`, sending none of the commands it
+        /// sets off.
+        fn send(&mut self, request: impl Into<ControlPortRequest>) {
             self.token += 1;
             self.service
-                .handle_request(self.now_ms, self.token, request);
-            self.run(|_, _| true)
+                .handle_request(self.now_ms, self.token, request.into());
         }
 
         /// Send every command, each done if `ok` says so; what was sent.
@@ -1771,7 +1763,7 @@ mod tests {
     #[test]
     fn a_delete_drops_the_topic_on_brokers_that_only_hold_its_layout() {
         let mut h = Harness::new();
-        h.ask(Request::CreateTopic {
+        h.ask(AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 1,
         });
@@ -1783,14 +1775,14 @@ mod tests {
             .segments()[0]
             .broker
             .unwrap();
-        let sent = h.ask(Request::MoveSegment {
+        let sent = h.ask(AdminRequest::MoveSegment {
             topic: "ns/t".into(),
             segment: 0,
             to: None,
         });
         assert!(sent.iter().any(|(b, _)| *b == owner), "{sent:?}");
         // The former owner holds the layout, with no open segment of it.
-        let sent = h.ask(Request::DeleteTopic {
+        let sent = h.ask(AdminRequest::DeleteTopic {
             topic: "ns/t".into(),
         });
         let mut dropped = drops(&sent);
@@ -1803,26 +1795,21 @@ mod tests {
     #[test]
     fn a_resync_sends_a_failed_drop_before_the_layout() {
         let mut h = Harness::new();
-        h.ask(Request::CreateTopic {
+        h.ask(AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 2,
         });
-        h.token += 1;
-        h.service.handle_request(
-            h.now_ms,
-            h.token,
-            Request::DeleteTopic {
-                topic: "ns/t".into(),
-            },
-        );
+        h.send(AdminRequest::DeleteTopic {
+            topic: "ns/t".into(),
+        });
         let sent = h.run(|b, _| b != BrokerId(0));
         assert!(drops(&sent).contains(&BrokerId(0)));
         assert!(h.service.needs_resync(BrokerId(0)));
-        h.ask(Request::CreateTopic {
+        h.ask(AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 1,
         });
-        let sent = h.ask(Request::LoadReport {
+        let sent = h.ask(MembershipRequest::LoadReport {
             broker: 0,
             segments: Vec::new(),
         });
@@ -1868,21 +1855,16 @@ mod tests {
         let commanded = || {
             let mut h = Harness::new();
             for broker in 0..2 {
-                h.ask(Request::LoadReport {
+                h.ask(MembershipRequest::LoadReport {
                     broker,
                     segments: Vec::new(),
                 });
                 assert!(!h.service.needs_resync(BrokerId(broker)));
             }
-            h.token += 1;
-            h.service.handle_request(
-                h.now_ms,
-                h.token,
-                Request::CreateTopic {
-                    topic: "ns/t".into(),
-                    segments: 2,
-                },
-            );
+            h.send(AdminRequest::CreateTopic {
+                topic: "ns/t".into(),
+                segments: 2,
+            });
             let command = h.service.poll_command().unwrap();
             (h, command)
         };

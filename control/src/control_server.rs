@@ -42,11 +42,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use filer::{Filer, FilerUrl, LocalFiler};
-use wire::{ErrorCode, Request, Response};
+use wire::{ControlPortRequest, DecodeError, ErrorCode, Response};
 
 use crate::broker_link::{BrokerLink, LinkError};
 use crate::cluster_service::{
-    control_request, AnswerToken, ClusterService, CommandFailed, CommandId, OutgoingCommand,
+    not_served, AnswerToken, ClusterService, CommandFailed, CommandId, OutgoingCommand,
 };
 use crate::election::{ElectedTerm, Election, ElectionState};
 use crate::frame_stream::{read_frame, FrameReadError};
@@ -161,7 +161,7 @@ pub enum ControlServerError {
 #[derive(Debug)]
 enum DriverInput {
     Request {
-        request: Request<'static>,
+        request: ControlPortRequest,
         reply: SyncSender<Response<'static>>,
     },
     CommandDone {
@@ -767,12 +767,13 @@ fn serve_connection(mut stream: TcpStream, driver: &SyncSender<DriverInput>) {
                 format!("{:?} is a response, not a request", header.frame_type),
             )
         } else {
-            match Request::decode(header.frame_type, &payload) {
+            match ControlPortRequest::decode(header.frame_type, &payload) {
+                Err(DecodeError::Foreign { frame_type }) => {
+                    let (code, message) = not_served(frame_type);
+                    error_response(code, message)
+                }
                 Err(e) => error_response(ErrorCode::from(&e), e.to_string()),
-                Ok(request) => match control_request(request) {
-                    Err((code, message)) => error_response(code, message),
-                    Ok(request) => ask_driver(driver, request),
-                },
+                Ok(request) => ask_driver(driver, request),
             }
         };
         out.clear();
@@ -783,7 +784,7 @@ fn serve_connection(mut stream: TcpStream, driver: &SyncSender<DriverInput>) {
     }
 }
 
-fn ask_driver(driver: &SyncSender<DriverInput>, request: Request<'static>) -> Response<'static> {
+fn ask_driver(driver: &SyncSender<DriverInput>, request: ControlPortRequest) -> Response<'static> {
     let (reply, answer) = sync_channel(1);
     let stopped = || {
         error_response(

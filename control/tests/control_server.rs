@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use kelp_control::frame_stream::read_frame;
 use kelp_control::{ControlServer, ControlServerConfig, Topic};
 use wire::message::{SegmentLoadReport, ShardAddress, TopicInfo};
-use wire::{ErrorCode, Request, Response};
+use wire::{
+    AdminRequest, BrokerPortRequest, ControlPortRequest, DataRequest, ErrorCode, LayoutCommand,
+    MembershipRequest, Response,
+};
 
 /// How long a test waits for something the control plane does on a tick.
 const EVENT_WAIT: Duration = Duration::from_secs(20);
@@ -45,11 +48,17 @@ impl Client {
         Client { stream, next_id: 1 }
     }
 
-    fn call(&mut self, request: &Request<'_>) -> Response<'static> {
+    fn call(&mut self, request: &ControlPortRequest) -> Response<'static> {
+        self.call_with(|id, out| request.encode(id, out))
+    }
+
+    /// Send the frame `encode` writes under the next request id (any
+    /// request, one the control port does not take too) and read the answer.
+    fn call_with(&mut self, encode: impl FnOnce(u32, &mut Vec<u8>)) -> Response<'static> {
         let id = self.next_id;
         self.next_id += 1;
         let mut out = Vec::new();
-        request.encode(id, &mut out);
+        encode(id, &mut out);
         self.stream.write_all(&out).unwrap();
         self.read_answer(Some(id))
     }
@@ -72,18 +81,21 @@ impl Client {
     }
 
     fn register(&mut self, id: Option<u32>, broker: &FakeBroker) -> u32 {
-        match self.call(&Request::RegisterBroker {
-            id,
-            shards: broker.shards(),
-            capacity_bytes_per_s: 1 << 30,
-            capacity_records_per_s: 1 << 20,
-        }) {
+        match self.call(
+            &MembershipRequest::RegisterBroker {
+                id,
+                shards: broker.shards(),
+                capacity_bytes_per_s: 1 << 30,
+                capacity_records_per_s: 1 << 20,
+            }
+            .into(),
+        ) {
             Response::Registered { id, .. } => id,
             other => panic!("register: {other:?}"),
         }
     }
 
-    fn topic(&mut self, request: &Request<'_>) -> TopicInfo {
+    fn topic(&mut self, request: &ControlPortRequest) -> TopicInfo {
         match self.call(request) {
             Response::Topic(t) => t,
             other => panic!("{request:?}: {other:?}"),
@@ -91,12 +103,15 @@ impl Client {
     }
 
     fn describe(&mut self, topic: &str) -> TopicInfo {
-        self.topic(&Request::DescribeTopic {
-            topic: topic.to_owned(),
-        })
+        self.topic(
+            &AdminRequest::DescribeTopic {
+                topic: topic.to_owned(),
+            }
+            .into(),
+        )
     }
 
-    fn error(&mut self, request: &Request<'_>) -> (ErrorCode, String) {
+    fn error(&mut self, request: &ControlPortRequest) -> (ErrorCode, String) {
         match self.call(request) {
             Response::Error { code, message } => (code, message),
             other => panic!("{request:?}: expected an error, got {other:?}"),
@@ -104,7 +119,7 @@ impl Client {
     }
 
     fn report(&mut self, broker: u32, segments: Vec<SegmentLoadReport>) -> Response<'static> {
-        self.call(&Request::LoadReport { broker, segments })
+        self.call(&MembershipRequest::LoadReport { broker, segments }.into())
     }
 }
 
@@ -145,11 +160,16 @@ impl FakeBroker {
                             layout: None,
                             dropped: None,
                         };
-                        match Request::decode(header.frame_type, &payload).unwrap() {
-                            Request::ApplyLayout { topic_json, .. } => {
+                        match BrokerPortRequest::decode(header.frame_type, &payload).unwrap() {
+                            BrokerPortRequest::Command(LayoutCommand::ApplyLayout {
+                                topic_json,
+                                ..
+                            }) => {
                                 event.layout = Some(Topic::from_json_bytes(topic_json).unwrap());
                             }
-                            Request::DropTopic { topic } => event.dropped = Some(topic),
+                            BrokerPortRequest::Command(LayoutCommand::DropTopic { topic }) => {
+                                event.dropped = Some(topic)
+                            }
                             other => panic!("fake broker {name} got {other:?}"),
                         }
                         std::thread::sleep(answer_delay);
@@ -252,10 +272,13 @@ fn open_ids(info: &TopicInfo) -> Vec<u32> {
 }
 
 fn create(client: &mut Client, topic: &str, segments: u32) -> TopicInfo {
-    client.topic(&Request::CreateTopic {
-        topic: topic.to_owned(),
-        segments,
-    })
+    client.topic(
+        &AdminRequest::CreateTopic {
+            topic: topic.to_owned(),
+            segments,
+        }
+        .into(),
+    )
 }
 
 #[test]
@@ -276,12 +299,15 @@ fn registration_creation_and_describe() {
     assert_eq!(client.register(Some(7), &b7), 7);
     let b8 = FakeBroker::start("b8", &clock, Duration::ZERO);
     assert_eq!(client.register(None, &b8), 8);
-    let Response::Registered { filer, .. } = client.call(&Request::RegisterBroker {
-        id: Some(first),
-        shards: b0.shards(),
-        capacity_bytes_per_s: 1 << 30,
-        capacity_records_per_s: 1 << 20,
-    }) else {
+    let Response::Registered { filer, .. } = client.call(
+        &MembershipRequest::RegisterBroker {
+            id: Some(first),
+            shards: b0.shards(),
+            capacity_bytes_per_s: 1 << 30,
+            capacity_records_per_s: 1 << 20,
+        }
+        .into(),
+    ) else {
         panic!("re-register")
     };
     // The filer's URL, absolute, so brokers on other hosts can open it.
@@ -322,7 +348,7 @@ fn registration_creation_and_describe() {
         .to_json_bytes()
     );
 
-    match client.call(&Request::ListBrokers) {
+    match client.call(&AdminRequest::ListBrokers.into()) {
         Response::Brokers { brokers } => {
             let ids: Vec<u32> = brokers.iter().map(|b| b.id).collect();
             assert_eq!(ids, [0, 1, 7, 8]);
@@ -332,9 +358,12 @@ fn registration_creation_and_describe() {
     }
 
     assert_eq!(
-        client.call(&Request::DeleteTopic {
-            topic: "ns/orders".to_owned()
-        }),
+        client.call(
+            &AdminRequest::DeleteTopic {
+                topic: "ns/orders".to_owned()
+            }
+            .into()
+        ),
         Response::Done
     );
     for (_, fake) in brokers {
@@ -365,11 +394,14 @@ fn manual_split_seals_before_it_opens() {
     let (sealer, other) = if owner == 0 { (&b0, &b1) } else { (&b1, &b0) };
     let before = clock.load(Ordering::SeqCst);
 
-    let split = client.topic(&Request::SplitSegment {
-        topic: "ns/t".to_owned(),
-        segment: 0,
-        pieces: 2,
-    });
+    let split = client.topic(
+        &AdminRequest::SplitSegment {
+            topic: "ns/t".to_owned(),
+            segment: 0,
+            pieces: 2,
+        }
+        .into(),
+    );
     assert!(split.segments[0].sealed);
     assert_eq!(split.segments[0].successors, [1, 2]);
     assert_eq!(open_ids(&split), [1, 2]);
@@ -432,7 +464,7 @@ fn a_leaving_broker_seals_its_segments_before_the_leave_is_answered() {
     let before = clock.load(Ordering::SeqCst);
 
     assert_eq!(
-        client.call(&Request::LeaveBroker { broker: 0 }),
+        client.call(&MembershipRequest::LeaveBroker { broker: 0 }.into()),
         Response::Done
     );
     let answered = clock.load(Ordering::SeqCst);
@@ -464,7 +496,7 @@ fn a_leaving_broker_seals_its_segments_before_the_leave_is_answered() {
     let old = info.segments.iter().find(|s| s.id == on_b0[0]).unwrap();
     assert_eq!(old.address.as_ref(), Some(&b1.shards()[0]));
     // It is gone from the cluster.
-    match client.call(&Request::ListBrokers) {
+    match client.call(&AdminRequest::ListBrokers.into()) {
         Response::Brokers { brokers } => {
             assert_eq!(brokers.iter().map(|b| b.id).collect::<Vec<_>>(), [1]);
         }
@@ -486,10 +518,13 @@ fn policy_splits_under_load_and_merges_when_it_drops() {
     // and would split again otherwise.
     let policy = r#"{"target":{"bytes_per_s":1000,"records_per_s":0},
         "windows_ms":[200,300,400,500],"cooldown_ms":0,"segments_min":1,"segments_max":2}"#;
-    let with_policy = client.topic(&Request::SetPolicy {
-        topic: "ns/hot".to_owned(),
-        policy: policy.to_owned(),
-    });
+    let with_policy = client.topic(
+        &AdminRequest::SetPolicy {
+            topic: "ns/hot".to_owned(),
+            policy: policy.to_owned(),
+        }
+        .into(),
+    );
     assert_eq!(open_ids(&with_policy), [0]);
     let stored = std::fs::read(dir.path().join("filer/topics/ns/hot/topic.json")).unwrap();
     assert!(Topic::from_json_bytes(&stored).unwrap().policy().is_some());
@@ -571,10 +606,13 @@ fn a_silent_broker_dies_and_its_segments_move() {
     );
     reporter.stop();
     // The dead broker is gone: its report is refused with "register again".
-    let (code, message) = client.error(&Request::LoadReport {
-        broker: silent,
-        segments: Vec::new(),
-    });
+    let (code, message) = client.error(
+        &MembershipRequest::LoadReport {
+            broker: silent,
+            segments: Vec::new(),
+        }
+        .into(),
+    );
     assert_eq!(code, ErrorCode::NotOwner);
     assert!(message.contains("register again"), "{message}");
     server.stop();
@@ -629,46 +667,74 @@ fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     let server = start(dir.path(), 10_000, 1_000);
     let mut client = Client::connect(server.address());
 
-    let (code, message) = client.error(&Request::DescribeTopic {
-        topic: "ns/missing".to_owned(),
-    });
+    let (code, message) = client.error(
+        &AdminRequest::DescribeTopic {
+            topic: "ns/missing".to_owned(),
+        }
+        .into(),
+    );
     assert_eq!(code, ErrorCode::TopicNotFound);
     assert!(message.contains("ns/missing"), "{message}");
-    let (code, _) = client.error(&Request::DescribeTopic {
-        topic: "no slash".to_owned(),
-    });
+    let (code, _) = client.error(
+        &AdminRequest::DescribeTopic {
+            topic: "no slash".to_owned(),
+        }
+        .into(),
+    );
     assert_eq!(code, ErrorCode::InvalidTopicName);
-    let (code, message) = client.error(&Request::CreateTopic {
-        topic: "ns/t".to_owned(),
-        segments: 1,
-    });
+    let (code, message) = client.error(
+        &AdminRequest::CreateTopic {
+            topic: "ns/t".to_owned(),
+            segments: 1,
+        }
+        .into(),
+    );
     assert_eq!(code, ErrorCode::Busy, "{message}");
     assert!(message.contains("no live broker"), "{message}");
-    let (code, _) = client.error(&Request::SetPolicy {
-        topic: "ns/missing".to_owned(),
-        policy: "{bad json".to_owned(),
-    });
+    let (code, _) = client.error(
+        &AdminRequest::SetPolicy {
+            topic: "ns/missing".to_owned(),
+            policy: "{bad json".to_owned(),
+        }
+        .into(),
+    );
     assert_eq!(code, ErrorCode::InvalidArgument);
     // A data-plane request is not the control plane's.
-    let (code, message) = client.error(&Request::Produce {
+    let produce = DataRequest::Produce {
         topic: "ns/t",
         segment: 0,
         ack: wire::AckMode::Leader,
         batch: b"",
-    });
+    };
+    let Response::Error { code, message } = client.call_with(|id, out| produce.encode(id, out))
+    else {
+        panic!("a produce request on the control port was not refused");
+    };
     assert_eq!(code, ErrorCode::InvalidArgument);
     assert!(message.contains("not a control-plane request"), "{message}");
-    let (code, _) = client.error(&Request::RegisterBroker {
-        id: None,
-        shards: Vec::new(),
-        capacity_bytes_per_s: 1,
-        capacity_records_per_s: 1,
-    });
+    // Neither is a broker command.
+    let drop = LayoutCommand::DropTopic {
+        topic: "ns/t".to_owned(),
+    };
+    let Response::Error { code, message } = client.call_with(|id, out| drop.encode(id, out)) else {
+        panic!("a broker command on the control port was not refused");
+    };
+    assert_eq!(code, ErrorCode::InvalidArgument);
+    assert!(message.contains("DropTopicRequest"), "{message}");
+    let (code, _) = client.error(
+        &MembershipRequest::RegisterBroker {
+            id: None,
+            shards: Vec::new(),
+            capacity_bytes_per_s: 1,
+            capacity_records_per_s: 1,
+        }
+        .into(),
+    );
     assert_eq!(code, ErrorCode::InvalidArgument);
 
     // A payload that fails its checksum: an error, and the stream goes on.
     let mut frame = Vec::new();
-    Request::ListTopics.encode(9, &mut frame);
+    AdminRequest::ListTopics.encode(9, &mut frame);
     frame[12] ^= 0xFF;
     client.stream.write_all(&frame).unwrap();
     match client.read_answer(Some(9)) {
@@ -689,7 +755,7 @@ fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        client.call(&Request::ListTopics),
+        client.call(&AdminRequest::ListTopics.into()),
         Response::TopicList { topics: Vec::new() }
     );
 
@@ -710,7 +776,7 @@ fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     // Still serving.
     let mut again = Client::connect(server.address());
     assert_eq!(
-        again.call(&Request::ListTopics),
+        again.call(&AdminRequest::ListTopics.into()),
         Response::TopicList { topics: Vec::new() }
     );
     server.stop();

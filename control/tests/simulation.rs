@@ -647,7 +647,7 @@ mod service_sim {
         BrokerId, ClusterConfig, ClusterService, SegmentId, SegmentState, Topic, TopicName,
     };
     use wire::message::ShardAddress;
-    use wire::{ErrorCode, Request, Response};
+    use wire::{AdminRequest, ControlPortRequest, ErrorCode, MembershipRequest, Response};
 
     const STEP_MS: u64 = 100;
     const TICK_MS: u64 = 1_000;
@@ -790,13 +790,22 @@ mod service_sim {
             }
         }
 
-        fn ask(&mut self, from: Option<BrokerId>, request: Request<'static>) -> AnswerToken {
+        fn ask(
+            &mut self,
+            from: Option<BrokerId>,
+            request: impl Into<ControlPortRequest>,
+        ) -> AnswerToken {
+            let request = request.into();
             let token = self.next_token;
             self.next_token += 1;
             self.pending.insert(token, from);
             let read_only = matches!(
                 request,
-                Request::DescribeTopic { .. } | Request::ListBrokers | Request::ListTopics
+                ControlPortRequest::Admin(
+                    AdminRequest::DescribeTopic { .. }
+                        | AdminRequest::ListBrokers
+                        | AdminRequest::ListTopics
+                )
             );
             self.service.handle_request(self.now_ms, token, request);
             self.outputs();
@@ -1010,13 +1019,13 @@ mod service_sim {
         fn admin(&mut self) {
             let name = NAMES[self.rng.usize(..NAMES.len())].to_owned();
             let request = match self.rng.u32(0..10) {
-                0 | 1 => Request::CreateTopic {
+                0 | 1 => AdminRequest::CreateTopic {
                     topic: name,
                     segments: self.rng.u32(1..=4),
                 },
-                2 => Request::DeleteTopic { topic: name },
+                2 => AdminRequest::DeleteTopic { topic: name },
                 3 | 4 => match self.random_open_segment() {
-                    Some((topic, segment)) => Request::SplitSegment {
+                    Some((topic, segment)) => AdminRequest::SplitSegment {
                         topic: topic.to_string(),
                         segment: segment.0,
                         pieces: 2,
@@ -1035,22 +1044,22 @@ mod service_sim {
                     else {
                         return;
                     };
-                    Request::MergeSegments {
+                    AdminRequest::MergeSegments {
                         topic: topic.to_string(),
                         a: a.id.0,
                         b: b.id.0,
                     }
                 }
                 6 | 7 => match self.random_open_segment() {
-                    Some((topic, segment)) => Request::MoveSegment {
+                    Some((topic, segment)) => AdminRequest::MoveSegment {
                         topic: topic.to_string(),
                         segment: segment.0,
                         to: None,
                     },
                     None => return,
                 },
-                8 => Request::DescribeTopic { topic: name },
-                _ => Request::ListBrokers,
+                8 => AdminRequest::DescribeTopic { topic: name },
+                _ => AdminRequest::ListBrokers,
             };
             self.ask(None, request);
         }
@@ -1066,12 +1075,12 @@ mod service_sim {
                     if self.service.needs_resync(id) {
                         self.resyncs += 1;
                     }
-                    Request::LoadReport {
+                    MembershipRequest::LoadReport {
                         broker: id.0,
                         segments: Vec::new(),
                     }
                 } else {
-                    Request::RegisterBroker {
+                    MembershipRequest::RegisterBroker {
                         id: Some(id.0),
                         shards: (0..2)
                             .map(|shard| ShardAddress {

@@ -48,7 +48,7 @@ use control::{BrokerId, ControlServer, ControlServerConfig};
 use filer::{Filer, FilerUrl};
 use wire::frame::{encode_frame, FRAME_HEADER_BYTES};
 use wire::message::{SegmentLoadReport, ShardAddress, TopicInfo};
-use wire::{ErrorCode, FrameType, Request, Response};
+use wire::{AdminRequest, ControlPortRequest, ErrorCode, FrameType, MembershipRequest, Response};
 
 use crate::config::{BrokerConfig, ConfigError};
 use crate::control_plane::{shut_down_shards, ControlRequest, ShardCommand, ShutdownError};
@@ -357,7 +357,10 @@ impl ControlLink {
     }
 
     /// Send one request and wait for its answer.
-    pub(crate) fn call(&mut self, request: &Request<'_>) -> Result<Answer, ControlLinkError> {
+    pub(crate) fn call(
+        &mut self,
+        request: &ControlPortRequest,
+    ) -> Result<Answer, ControlLinkError> {
         let mut frame = Vec::new();
         let id = self.take_request_id();
         request.encode(id, &mut frame);
@@ -554,7 +557,7 @@ fn probe(address: &str) -> Result<(), ProbeError> {
         .and_then(|()| stream.set_write_timeout(Some(PROBE_TIMEOUT)))
         .map_err(ProbeError::Configure)?;
     let mut frame = Vec::new();
-    Request::ListTopics.encode(1, &mut frame);
+    AdminRequest::ListTopics.encode(1, &mut frame);
     stream.write_all(&frame).map_err(ProbeError::Send)?;
     let mut payload = Vec::new();
     let header = read_frame(&mut stream, &mut payload)
@@ -749,14 +752,15 @@ fn register(
     shards: &[ShardAddress],
 ) -> Result<(u32, String), RegisterError> {
     let count = shards.len() as u64;
-    let (frame_type, payload) = link.call(&Request::RegisterBroker {
+    let register = MembershipRequest::RegisterBroker {
         id,
         shards: shards.to_vec(),
         capacity_bytes_per_s: config.capacity_bytes_per_s_per_shard.saturating_mul(count),
         capacity_records_per_s: config
             .capacity_records_per_s_per_shard
             .saturating_mul(count),
-    })?;
+    };
+    let (frame_type, payload) = link.call(&register.into())?;
     match Response::decode(frame_type, &payload)? {
         Response::Registered { id: given, filer } => match id {
             Some(kept) if kept != given => Err(RegisterError::IdChanged { kept, given }),
@@ -984,10 +988,10 @@ impl ClusterAgent {
 
     fn send_report(&mut self, segments: Vec<SegmentLoadReport>) -> Result<(), NotDone> {
         self.ensure_registered()?;
-        let request = Request::LoadReport {
+        let request = ControlPortRequest::from(MembershipRequest::LoadReport {
             broker: self.id,
             segments,
-        };
+        });
         let (frame_type, payload) = self.link.call(&request).inspect_err(|_| {
             self.registered = false;
         })?;
@@ -1023,7 +1027,9 @@ impl ClusterAgent {
 
     fn leave_call(&mut self) -> Result<(), NotDone> {
         self.ensure_registered()?;
-        let (frame_type, payload) = self.link.call(&Request::LeaveBroker { broker: self.id })?;
+        let (frame_type, payload) = self
+            .link
+            .call(&MembershipRequest::LeaveBroker { broker: self.id }.into())?;
         NotDone::check(Response::decode(frame_type, &payload)?)
     }
 }
@@ -1113,22 +1119,22 @@ impl AdminCaller {
                 segments,
                 reply,
             } => {
-                let answer = self.ask(&Request::CreateTopic { topic, segments });
+                let answer = self.ask(AdminRequest::CreateTopic { topic, segments });
                 let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
             }
             ControlRequest::DescribeTopic { topic, reply } => {
-                let answer = self.ask(&Request::DescribeTopic { topic });
+                let answer = self.ask(AdminRequest::DescribeTopic { topic });
                 let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
             }
             ControlRequest::DeleteTopic { topic, reply } => {
-                let answer = self.ask(&Request::DeleteTopic { topic });
+                let answer = self.ask(AdminRequest::DeleteTopic { topic });
                 let _ = reply.send(answer.and_then(|r| match r {
                     Response::Done => Ok(()),
                     other => Err(unexpected(&other)),
                 }));
             }
             ControlRequest::ListTopics { reply } => {
-                let answer = self.ask(&Request::ListTopics);
+                let answer = self.ask(AdminRequest::ListTopics);
                 let _ = reply.send(answer.and_then(|r| match r {
                     Response::TopicList { topics } => Ok(topics),
                     other => Err(unexpected(&other)),
@@ -1142,8 +1148,8 @@ impl AdminCaller {
     }
 
     /// Ask the control plane; its error answers become errors.
-    fn ask(&mut self, request: &Request<'_>) -> Result<Response<'static>, ServeError> {
-        let (frame_type, payload) = self.link.call(request).map_err(unreachable)?;
+    fn ask(&mut self, request: AdminRequest) -> Result<Response<'static>, ServeError> {
+        let (frame_type, payload) = self.link.call(&request.into()).map_err(unreachable)?;
         let response = Response::decode(frame_type, &payload).map_err(|e| {
             ServeError::new(
                 ErrorCode::Internal,
@@ -1322,7 +1328,7 @@ mod tests {
     fn a_call_that_cannot_get_through_says_where() {
         let address = closed_address();
         let err = ControlLink::new(vec![address.clone()])
-            .call(&Request::ListTopics)
+            .call(&AdminRequest::ListTopics.into())
             .unwrap_err();
         assert!(
             matches!(&err, ControlLinkError::Connect { address: a, .. } if *a == address),
@@ -1335,14 +1341,14 @@ mod tests {
         );
 
         let err = ControlLink::new(vec!["no port here".into()])
-            .call(&Request::ListTopics)
+            .call(&AdminRequest::ListTopics.into())
             .unwrap_err();
         assert!(matches!(err, ControlLinkError::Resolve { .. }), "{err:?}");
 
         // Several instances, none reachable: every one is tried, and the
         // last failure is kept.
         let err = ControlLink::new(vec![closed_address(), closed_address()])
-            .call(&Request::ListTopics)
+            .call(&AdminRequest::ListTopics.into())
             .unwrap_err();
         let ControlLinkError::NoLeader { last } = &err else {
             panic!("expected NoLeader, got {err:?}")

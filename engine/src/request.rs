@@ -17,7 +17,10 @@ use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::message::{
     BrokerShards, Fetched, Successors, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES,
 };
-use wire::{key_hash, AckMode, ErrorCode, Request, Response};
+use wire::{
+    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, LayoutCommand,
+    Response,
+};
 
 use crate::control_plane::{ControlRequest, ShardCommand};
 use crate::file_range::FileRanges;
@@ -137,7 +140,8 @@ pub(crate) enum Origin {
 }
 
 /// Handle one request frame whose header the transport decoded: its
-/// payload is verified here (`Request::decode_verified`), once.
+/// payload is verified here (`BrokerPortRequest::decode_verified`), once,
+/// and the request handed to the handler of its protocol.
 pub(crate) async fn handle_frame(
     shard: &Rc<Shard>,
     header: &FrameHeader,
@@ -152,18 +156,34 @@ pub(crate) async fn handle_frame(
         );
         return Reply::Now(error_frame(id, &e));
     }
-    let (request, batch) = match Request::decode_verified(header, payload) {
+    let (request, batch) = match BrokerPortRequest::decode_verified(header, payload) {
         Ok(v) => (v.request, v.batch),
         Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
     };
     match request {
-        Request::Shards => Reply::Now(response_frame(
+        BrokerPortRequest::Data(request) => handle_data(shard, id, request, batch, origin).await,
+        BrokerPortRequest::Admin(request) => handle_admin(shard, id, header, payload, request),
+        BrokerPortRequest::Command(command) => handle_command(shard, id, command),
+    }
+}
+
+/// A client's data request: produce and fetch, payloads, the broker's
+/// shards and held layouts. `batch` is a produce request's, validated.
+async fn handle_data(
+    shard: &Rc<Shard>,
+    id: u32,
+    request: DataRequest<'_>,
+    batch: Option<BatchView<'_>>,
+    origin: Origin,
+) -> Reply {
+    match request {
+        DataRequest::Shards => Reply::Now(response_frame(
             id,
             &Response::Shards {
                 shards: shard.shard_addresses.as_ref().clone(),
             },
         )),
-        Request::Produce {
+        DataRequest::Produce {
             topic,
             segment,
             ack,
@@ -172,7 +192,7 @@ pub(crate) async fn handle_frame(
             Some(batch) => produce(shard, id, topic, segment, ack, &batch, origin).await,
             None => Reply::Now(error_frame(id, &ServeError::internal())),
         },
-        Request::Fetch {
+        DataRequest::Fetch {
             topic,
             segment,
             from,
@@ -210,7 +230,7 @@ pub(crate) async fn handle_frame(
                 }
             }))
         }
-        Request::PayloadWrite {
+        DataRequest::PayloadWrite {
             topic,
             id: payload,
             offset,
@@ -238,7 +258,7 @@ pub(crate) async fn handle_frame(
                 answer(id, result, |()| response_frame(id, &Response::Done))
             }))
         }
-        Request::PayloadCommit { topic, reference } => {
+        DataRequest::PayloadCommit { topic, reference } => {
             let name = match payload_topic(shard, &topic) {
                 Ok(n) => n,
                 Err(e) => return Reply::Now(error_frame(id, &e)),
@@ -249,7 +269,7 @@ pub(crate) async fn handle_frame(
                 answer(id, result, |()| response_frame(id, &Response::Done))
             }))
         }
-        Request::PayloadRead {
+        DataRequest::PayloadRead {
             topic,
             id: payload,
             offset,
@@ -275,64 +295,82 @@ pub(crate) async fn handle_frame(
                 })
             }))
         }
-        Request::CreateTopic { topic, segments } => {
-            let control = shard.control.clone();
-            Reply::Later(Box::pin(async move {
-                let result = ask(&control, |reply| ControlRequest::CreateTopic {
-                    topic,
-                    segments,
-                    reply,
-                })
-                .await;
-                answer(id, result, |t| response_frame(id, &Response::Topic(t)))
-            }))
-        }
-        Request::DeleteTopic { topic } => {
-            let control = shard.control.clone();
-            Reply::Later(Box::pin(async move {
-                let result = ask(&control, |reply| ControlRequest::DeleteTopic {
-                    topic,
-                    reply,
-                })
-                .await;
-                answer(id, result, |()| response_frame(id, &Response::Done))
-            }))
-        }
-        Request::ListTopics => {
-            let control = shard.control.clone();
-            Reply::Later(Box::pin(async move {
-                let result = ask(&control, |reply| ControlRequest::ListTopics { reply }).await;
-                answer(id, result, |topics| {
-                    response_frame(id, &Response::TopicList { topics })
-                })
-            }))
-        }
+        DataRequest::HeldLayout { topic } => Reply::Now(match shard.held_layout(&topic) {
+            Some(info) => response_frame(id, &Response::Topic(info)),
+            None => error_frame(
+                id,
+                &ServeError::new(
+                    ErrorCode::TopicNotFound,
+                    format!("topic {topic} does not exist"),
+                ),
+            ),
+        }),
+    }
+}
+
+/// An admin request: topic requests go to the control plane typed (so the
+/// broker can complete a description with its own segments' live
+/// figures); layout changes and the brokers' list go as they came.
+fn handle_admin(
+    shard: &Rc<Shard>,
+    id: u32,
+    header: &FrameHeader,
+    payload: &[u8],
+    request: AdminRequest,
+) -> Reply {
+    match request {
+        AdminRequest::CreateTopic { topic, segments } => ask_control(
+            shard,
+            id,
+            move |reply| ControlRequest::CreateTopic {
+                topic,
+                segments,
+                reply,
+            },
+            Response::Topic,
+        ),
+        AdminRequest::DeleteTopic { topic } => ask_control(
+            shard,
+            id,
+            |reply| ControlRequest::DeleteTopic { topic, reply },
+            |()| Response::Done,
+        ),
+        AdminRequest::ListTopics => ask_control(
+            shard,
+            id,
+            |reply| ControlRequest::ListTopics { reply },
+            |topics| Response::TopicList { topics },
+        ),
+        AdminRequest::DescribeTopic { topic } => ask_control(
+            shard,
+            id,
+            |reply| ControlRequest::DescribeTopic { topic, reply },
+            Response::Topic,
+        ),
         // Layout changes and the brokers' list go to the control plane as
         // they came; the topic requests above go typed, so the broker can
         // complete a description with its own segments' live figures.
-        Request::SplitSegment { topic, .. }
-        | Request::MergeSegments { topic, .. }
-        | Request::MoveSegment { topic, .. }
-        | Request::SetPolicy { topic, .. }
+        AdminRequest::SplitSegment { topic, .. }
+        | AdminRequest::MergeSegments { topic, .. }
+        | AdminRequest::MoveSegment { topic, .. }
+        | AdminRequest::SetPolicy { topic, .. }
             if crate::kafka::topics::kafka_name(&topic).is_some() =>
         {
             Reply::Now(error_frame(id, &kafka_partitions_stay(&topic)))
         }
-        Request::SplitSegment { .. }
-        | Request::MergeSegments { .. }
-        | Request::MoveSegment { .. }
-        | Request::SetPolicy { .. }
-        | Request::ListBrokers => forward(shard, id, header.frame_type, payload),
-        Request::RegisterBroker { .. }
-        | Request::LoadReport { .. }
-        | Request::LeaveBroker { .. } => Reply::Now(error_frame(
-            id,
-            &ServeError::new(
-                ErrorCode::InvalidArgument,
-                "brokers register with the control plane, not with another broker",
-            ),
-        )),
-        Request::ApplyLayout { topic_json, owners } => {
+        AdminRequest::SplitSegment { .. }
+        | AdminRequest::MergeSegments { .. }
+        | AdminRequest::MoveSegment { .. }
+        | AdminRequest::SetPolicy { .. }
+        | AdminRequest::ListBrokers => forward(shard, id, header.frame_type, payload),
+    }
+}
+
+/// A command of the control plane: a topic's layout to apply, or a topic
+/// to drop.
+fn handle_command(shard: &Rc<Shard>, id: u32, command: LayoutCommand<'_>) -> Reply {
+    match command {
+        LayoutCommand::ApplyLayout { topic_json, owners } => {
             let topic = match control::Topic::from_json_bytes(topic_json) {
                 Ok(t) => t,
                 Err(e) => {
@@ -366,7 +404,7 @@ pub(crate) async fn handle_frame(
                 answer(id, result, |()| response_frame(id, &Response::Done))
             }))
         }
-        Request::DropTopic { topic } => {
+        LayoutCommand::DropTopic { topic } => {
             let name = match control::TopicName::parse(&topic) {
                 Ok(n) => n,
                 Err(e) => return Reply::Now(error_frame(id, &ServeError::from(e))),
@@ -381,27 +419,6 @@ pub(crate) async fn handle_frame(
                 .await;
                 payloads.drop_topic(&name);
                 answer(id, result, |_| response_frame(id, &Response::Done))
-            }))
-        }
-        Request::HeldLayout { topic } => Reply::Now(match shard.held_layout(&topic) {
-            Some(info) => response_frame(id, &Response::Topic(info)),
-            None => error_frame(
-                id,
-                &ServeError::new(
-                    ErrorCode::TopicNotFound,
-                    format!("topic {topic} does not exist"),
-                ),
-            ),
-        }),
-        Request::DescribeTopic { topic } => {
-            let control = shard.control.clone();
-            Reply::Later(Box::pin(async move {
-                let result = ask(&control, |reply| ControlRequest::DescribeTopic {
-                    topic,
-                    reply,
-                })
-                .await;
-                answer(id, result, |t| response_frame(id, &Response::Topic(t)))
             }))
         }
     }
@@ -437,6 +454,21 @@ fn forward(shard: &Shard, id: u32, frame_type: wire::FrameType, payload: &[u8]) 
             encode_frame(&mut out, frame_type, id, &payload);
             out
         })
+    }))
+}
+
+/// Ask the control plane the question `make` builds and answer, once it
+/// has, with the response `ok` makes of what it said.
+fn ask_control<T: 'static>(
+    shard: &Shard,
+    id: u32,
+    make: impl FnOnce(flume::Sender<Result<T, ServeError>>) -> ControlRequest + 'static,
+    ok: impl FnOnce(T) -> Response<'static> + 'static,
+) -> Reply {
+    let control = shard.control.clone();
+    Reply::Later(Box::pin(async move {
+        let result = ask(&control, make).await;
+        answer(id, result, |v| response_frame(id, &ok(v)))
     }))
 }
 

@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
 use wire::message::{BrokerShards, Fetched, SegmentLoadReport, ShardAddress};
-use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
+use wire::{
+    AckMode, AdminRequest, BatchBuilder, BrokerPortRequest, ControlPortRequest, DataRequest,
+    ErrorCode, FetchFrom, LayoutCommand, MembershipRequest, Response,
+};
 
 use test_support::{read_frame, TestConn};
 
@@ -44,21 +47,29 @@ fn stand_in_control(filer: PathBuf) -> (String, Arc<Mutex<Heard>>) {
             let filer = filer.clone();
             std::thread::spawn(move || {
                 while let Some((header, payload)) = read_frame(&mut stream) {
-                    let request = Request::decode(header.frame_type, &payload).unwrap();
+                    let request = ControlPortRequest::decode(header.frame_type, &payload).unwrap();
                     let mut heard = state.lock().unwrap();
                     let response = match request {
-                        Request::RegisterBroker { id, .. } => {
+                        ControlPortRequest::Membership(MembershipRequest::RegisterBroker {
+                            id,
+                            ..
+                        }) => {
                             heard.registrations.push(id);
                             Response::Registered {
                                 id: id.unwrap_or(heard.registrations.len() as u32),
                                 filer: filer.display().to_string(),
                             }
                         }
-                        Request::LoadReport { broker, segments } => {
+                        ControlPortRequest::Membership(MembershipRequest::LoadReport {
+                            broker,
+                            segments,
+                        }) => {
                             heard.reports.push((broker, segments));
                             Response::Done
                         }
-                        Request::LeaveBroker { broker } => {
+                        ControlPortRequest::Membership(MembershipRequest::LeaveBroker {
+                            broker,
+                        }) => {
                             heard.leaves.push(broker);
                             Response::Done
                         }
@@ -89,7 +100,7 @@ impl Conn {
         Conn(TestConn::open(port))
     }
 
-    fn call(&mut self, request: Request<'_>) -> Response<'static> {
+    fn call<'a>(&mut self, request: impl Into<BrokerPortRequest<'a>>) -> Response<'static> {
         let (h, p) = self.0.call(request);
         let p: &'static [u8] = Box::leak(p.into_boxed_slice());
         Response::decode(h.frame_type, p).unwrap()
@@ -100,7 +111,7 @@ impl Conn {
         b.push(1_700_000_000_000, key.as_bytes(), value.as_bytes(), &[])
             .unwrap();
         let batch = b.finish(0, 0).to_vec();
-        self.call(Request::Produce {
+        self.call(DataRequest::Produce {
             topic: TOPIC,
             segment,
             ack: AckMode::Leader,
@@ -114,7 +125,7 @@ impl Conn {
         let mut values = Vec::new();
         let mut from = FetchFrom::Earliest;
         loop {
-            let response = self.call(Request::Fetch {
+            let response = self.call(DataRequest::Fetch {
                 topic: TOPIC.into(),
                 segment,
                 from,
@@ -156,7 +167,7 @@ impl Conn {
     /// Apply `layout`, telling the broker the shards of the other brokers
     /// owning its open segments.
     fn apply_with(&mut self, layout: &str, owners: Vec<BrokerShards>) {
-        match self.call(Request::ApplyLayout {
+        match self.call(LayoutCommand::ApplyLayout {
             topic_json: layout.as_bytes(),
             owners,
         }) {
@@ -347,7 +358,7 @@ fn layouts_open_seal_and_hand_over_segments_between_brokers() {
 
     // Admin requests go to the control plane, which answers them.
     assert_eq!(
-        code(&to_a.call(Request::ListBrokers)),
+        code(&to_a.call(AdminRequest::ListBrokers)),
         Some(ErrorCode::InvalidArgument)
     );
 

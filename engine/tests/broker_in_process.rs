@@ -6,7 +6,7 @@
 use kelp_engine::{Broker, BrokerConfig};
 use wire::chunk::BatchWalk;
 use wire::frame::FrameHeader;
-use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
+use wire::{AckMode, AdminRequest, BatchBuilder, DataRequest, ErrorCode, FetchFrom, Response};
 
 use test_support::{decode, error_code, TestConn as Conn};
 
@@ -165,7 +165,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
         } else {
             AckMode::Leader
         };
-        let r = c.call(Request::Produce {
+        let r = c.call(DataRequest::Produce {
             topic: "t/seek",
             segment: 0,
             ack,
@@ -279,7 +279,7 @@ fn keys_outside_the_segment_are_refused() {
     let b = batch_at(&[key], 1, 1);
     let r = c.produce("t/range", AckMode::Leader, &b);
     assert_eq!(error_code(&r), Some(ErrorCode::KeyOutOfRange));
-    let r = c.call(Request::DescribeTopic {
+    let r = c.call(AdminRequest::DescribeTopic {
         topic: "t/range".into(),
     });
     let Response::Topic(t) = decode(&r) else {
@@ -312,7 +312,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     };
     let valid = {
         let mut out = Vec::new();
-        Request::ListTopics.encode(9, &mut out);
+        AdminRequest::ListTopics.encode(9, &mut out);
         out
     };
 
@@ -368,7 +368,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     }
     let r = c.create_topic("t/zero", 0);
     assert_eq!(error_of(&r).0, ErrorCode::InvalidArgument);
-    let r = c.call(Request::ListTopics);
+    let r = c.call(AdminRequest::ListTopics);
     assert!(
         matches!(decode(&r), Response::TopicList { .. }),
         "still usable"
@@ -377,7 +377,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
     // A frame cut off mid-payload by a client that goes away.
     let mut cut = Conn::open(port);
     let mut produce = Vec::new();
-    Request::Produce {
+    DataRequest::Produce {
         topic: "t/bad",
         segment: 0,
         ack: AckMode::Leader,
@@ -411,7 +411,7 @@ fn a_stopping_broker_says_goodbye_and_answers_every_request() {
     let mut c = Conn::open(port);
     c.create_topic("t/bye", 1);
     let produce = |c: &mut Conn, key: &str, ack: AckMode| -> u32 {
-        c.send(Request::Produce {
+        c.send(DataRequest::Produce {
             topic: "t/bye",
             segment: 0,
             ack,
@@ -512,7 +512,7 @@ fn payload_upload_path_and_bad_references() {
         checksum: wire::checksum::crc32c(&payload),
     };
     let write = |c: &mut Conn, topic: &str, offset: usize, bytes: &[u8]| {
-        c.call(Request::PayloadWrite {
+        c.call(DataRequest::PayloadWrite {
             topic: topic.into(),
             id: reference.id,
             offset: offset as u64,
@@ -545,7 +545,7 @@ fn payload_upload_path_and_bad_references() {
     let mut wrong = reference;
     wrong.length -= 1;
     assert_eq!(
-        error_code(&c.call(Request::PayloadCommit {
+        error_code(&c.call(DataRequest::PayloadCommit {
             topic: "t/big".into(),
             reference: wrong,
         })),
@@ -559,7 +559,7 @@ fn payload_upload_path_and_bad_references() {
         ));
     }
     assert!(matches!(
-        decode(&c.call(Request::PayloadCommit {
+        decode(&c.call(DataRequest::PayloadCommit {
             topic: "t/big".into(),
             reference,
         })),
@@ -567,7 +567,7 @@ fn payload_upload_path_and_bad_references() {
     ));
     let mut read_back = Vec::new();
     while read_back.len() < payload.len() {
-        let frame = c.call(Request::PayloadRead {
+        let frame = c.call(DataRequest::PayloadRead {
             topic: "t/big".into(),
             id: reference.id,
             offset: read_back.len() as u64,
@@ -584,7 +584,7 @@ fn payload_upload_path_and_bad_references() {
     let mut other = reference.id;
     other.nonce += 1;
     assert_eq!(
-        error_code(&c.call(Request::PayloadRead {
+        error_code(&c.call(DataRequest::PayloadRead {
             topic: "t/big".into(),
             id: other,
             offset: 0,
@@ -612,7 +612,7 @@ fn payload_upload_path_and_bad_references() {
         .copy_from_slice(&crc.to_le_bytes());
     let r = c.produce("t/big", AckMode::Leader, &bad);
     assert_eq!(error_code(&r), Some(ErrorCode::UnsupportedVersion));
-    let r = c.call(Request::DescribeTopic {
+    let r = c.call(AdminRequest::DescribeTopic {
         topic: "t/big".into(),
     });
     let Response::Topic(t) = decode(&r) else {
@@ -847,7 +847,7 @@ fn idle_and_trickling_connections_are_closed() {
     // Half a header, then nothing.
     let mut trickle = Conn::open(port);
     let mut frame = Vec::new();
-    Request::ListTopics.encode(1, &mut frame);
+    AdminRequest::ListTopics.encode(1, &mut frame);
     trickle.send_raw(&frame[..7]);
     assert!(
         closed_within(&mut trickle),
@@ -858,7 +858,7 @@ fn idle_and_trickling_connections_are_closed() {
     let mut stalled = Conn::open(port);
     let b = batch(&["k"], "v");
     let mut produce = Vec::new();
-    Request::Produce {
+    DataRequest::Produce {
         topic: "idle/t",
         segment: 0,
         ack: AckMode::Leader,
@@ -887,7 +887,7 @@ fn idle_and_trickling_connections_are_closed() {
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(100));
         assert!(matches!(
-            decode(&busy.call(Request::ListTopics)),
+            decode(&busy.call(AdminRequest::ListTopics)),
             Response::TopicList { .. }
         ));
     }

@@ -863,7 +863,7 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
 
     // The partition's segment and its shard, from the native layout.
     let mut n = TestConn::open(port);
-    let frame = n.call(wire::Request::DescribeTopic {
+    let frame = n.call(wire::AdminRequest::DescribeTopic {
         topic: "kafka/both".into(),
     });
     let Response::Topic(info) = Response::decode(frame.0.frame_type, &frame.1).unwrap() else {
@@ -871,7 +871,7 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
     };
     let segment = info.segments[0].clone();
     let mut n = TestConn::open(port + segment.shard);
-    let frame = n.call(wire::Request::Fetch {
+    let frame = n.call(wire::DataRequest::Fetch {
         topic: "kafka/both".into(),
         segment: segment.id,
         from: FetchFrom::Earliest,
@@ -923,7 +923,7 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
     builder
         .push(1_700_000_001_005, b"", b"native two", &[])
         .unwrap();
-    let frame = n.call(wire::Request::Produce {
+    let frame = n.call(wire::DataRequest::Produce {
         topic: "kafka/both",
         segment: segment.id,
         ack: AckMode::Leader,

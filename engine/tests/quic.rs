@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use kelp_engine::{Broker, BrokerConfig};
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
-use wire::{AckMode, BatchBuilder, ErrorCode, FetchFrom, Request, Response};
+use wire::{
+    AckMode, AdminRequest, BatchBuilder, BrokerPortRequest, DataRequest, ErrorCode, FetchFrom,
+    Response,
+};
 
 /// Produce requests a pipelined producer keeps in flight.
 const PIPELINE_DEPTH: usize = 128;
@@ -92,11 +95,11 @@ impl Conn {
         }
     }
 
-    async fn send(&mut self, request: Request<'_>) -> u32 {
+    async fn send(&mut self, request: impl Into<BrokerPortRequest<'_>>) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
         let mut out = Vec::new();
-        request.encode(id, &mut out);
+        request.into().encode(id, &mut out);
         self.send.write_all(&out).await.unwrap();
         id
     }
@@ -113,7 +116,7 @@ impl Conn {
         Some((header, payload))
     }
 
-    async fn call(&mut self, request: Request<'_>) -> (FrameHeader, Vec<u8>) {
+    async fn call(&mut self, request: impl Into<BrokerPortRequest<'_>>) -> (FrameHeader, Vec<u8>) {
         let id = self.send(request).await;
         let frame = self.read_frame().await.unwrap();
         assert_eq!(frame.0.request_id, id);
@@ -141,7 +144,7 @@ fn batch(producer: u32, first: u64) -> Vec<u8> {
 async fn create_topic(endpoint: &quinn::Endpoint, port: u16, topic: &str) -> u16 {
     let mut c = Conn::open(endpoint, port).await;
     let created = c
-        .call(Request::CreateTopic {
+        .call(AdminRequest::CreateTopic {
             topic: topic.into(),
             segments: 1,
         })
@@ -155,7 +158,7 @@ async fn create_topic(endpoint: &quinn::Endpoint, port: u16, topic: &str) -> u16
 }
 
 fn create_topic_over_tcp(port: u16, topic: &str) -> u16 {
-    let frame = TestConn::open(port).call(Request::CreateTopic {
+    let frame = TestConn::open(port).call(AdminRequest::CreateTopic {
         topic: topic.into(),
         segments: 1,
     });
@@ -173,7 +176,7 @@ async fn produce_pipelined(c: &mut Conn, topic: &str, producer: u32, batches: u6
     while acked < batches {
         while sent < batches && sent - acked < PIPELINE_DEPTH as u64 {
             let b = batch(producer, sent * 100);
-            c.send(Request::Produce {
+            c.send(DataRequest::Produce {
                 topic,
                 segment: 0,
                 ack: AckMode::Leader,
@@ -204,7 +207,7 @@ async fn fetch_all(c: &mut Conn, topic: &str) -> Vec<(u64, Vec<u8>)> {
     let mut from = Some(FetchFrom::Earliest);
     while let Some(at) = from {
         let frame = c
-            .call(Request::Fetch {
+            .call(DataRequest::Fetch {
                 topic: topic.into(),
                 segment: 0,
                 from: at,
@@ -307,7 +310,7 @@ fn garbage_closes_only_its_own_connection() {
         let mut good = Conn::open(endpoint, owner).await;
         let b = batch(0, 0);
         let r = good
-            .call(Request::Produce {
+            .call(DataRequest::Produce {
                 topic: "t/bad",
                 segment: 0,
                 ack: AckMode::Leader,
@@ -318,7 +321,7 @@ fn garbage_closes_only_its_own_connection() {
 
         // A corrupt payload is answered and the connection goes on.
         let mut frame = Vec::new();
-        Request::Produce {
+        DataRequest::Produce {
             topic: "t/bad",
             segment: 0,
             ack: AckMode::Leader,
@@ -354,7 +357,7 @@ fn garbage_closes_only_its_own_connection() {
             .expect("bad connection closed in time");
 
         let r = good
-            .call(Request::Produce {
+            .call(DataRequest::Produce {
                 topic: "t/bad",
                 segment: 0,
                 ack: AckMode::Leader,
@@ -422,7 +425,7 @@ fn stopping_the_broker_closes_quic_connections() {
     let mut c = rt.block_on(async {
         let endpoint = client(dir.path());
         let mut c = Conn::open(&endpoint, port).await;
-        let r = c.call(Request::ListTopics).await;
+        let r = c.call(AdminRequest::ListTopics).await;
         assert!(matches!(decode(&r), Response::TopicList { .. }));
         c
     });
@@ -464,7 +467,7 @@ fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
     let mut c = rt.block_on(async {
         let mut c = Conn::open(&endpoint, port + shard).await;
         let r = c
-            .call(Request::Produce {
+            .call(DataRequest::Produce {
                 topic: "t/bye",
                 segment: 0,
                 ack: AckMode::Durable,
@@ -497,7 +500,7 @@ fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
             decode(&goodbye)
         );
         let late = c
-            .send(Request::Produce {
+            .send(DataRequest::Produce {
                 topic: "t/bye",
                 segment: 0,
                 ack: AckMode::Leader,
@@ -550,7 +553,7 @@ fn one_address_cannot_take_every_quic_connection() {
                 Conn::open(&endpoint, port).await,
             ];
             for c in &mut held {
-                let listed = c.call(Request::ListTopics).await;
+                let listed = c.call(AdminRequest::ListTopics).await;
                 assert!(
                     matches!(decode(&listed), Response::TopicList { .. }),
                     "a connection within the limit was not served"
@@ -567,7 +570,7 @@ fn one_address_cannot_take_every_quic_connection() {
             // Another address (another endpoint bound to 127.0.0.2) is served.
             let other_endpoint = client_on("127.0.0.2:0", dir.path());
             let mut other = Conn::open(&other_endpoint, port).await;
-            let listed = other.call(Request::ListTopics).await;
+            let listed = other.call(AdminRequest::ListTopics).await;
             assert!(matches!(decode(&listed), Response::TopicList { .. }));
             // A closed connection's slot is given back.
             let gone = held.pop().unwrap();

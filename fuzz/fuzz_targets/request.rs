@@ -1,13 +1,19 @@
-//! Request::decode for a frame type chosen by the first byte, over the rest
-//! as payload; a decoded request must survive an encode/decode round trip,
-//! and `Request::decode_verified` (the one-pass produce check) must agree
-//! with verifying the frame and validating the batch separately.
+//! The two ports' request decoders (`BrokerPortRequest::decode`,
+//! `ControlPortRequest::decode`) for a frame type chosen by the first byte,
+//! over the rest as payload. A port refuses as `Foreign` exactly the types
+//! it does not take; a decoded request must survive an encode/decode round
+//! trip; and `BrokerPortRequest::decode_verified` (the one-pass produce
+//! check) must agree with verifying the frame and validating the batch
+//! separately.
 #![no_main]
 
-use kelp_wire::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
-use kelp_wire::message::Request;
-use kelp_wire::BatchView;
+use kelp_wire::frame::FrameType;
+use kelp_wire::message::{BrokerPortRequest, ControlPortRequest, DataRequest};
+use kelp_wire::{BatchView, DecodeError};
 use libfuzzer_sys::fuzz_target;
+use reencode::reencode;
+
+mod reencode;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&type_byte, payload)) = data.split_first() else {
@@ -17,37 +23,44 @@ fuzz_target!(|data: &[u8]| {
     // other byte still picks one, so no input is wasted.
     let frame_type = FrameType::from_u8(type_byte)
         .unwrap_or(FrameType::ALL[usize::from(type_byte) % FrameType::ALL.len()]);
-    let Ok(request) = Request::decode(frame_type, payload) else {
+    if !frame_type.is_request() {
+        // Neither port takes a response frame.
+        assert!(!BrokerPortRequest::owns(frame_type) && !ControlPortRequest::owns(frame_type));
+    }
+
+    let control = ControlPortRequest::decode(frame_type, payload);
+    let foreign = matches!(control, Err(DecodeError::Foreign { .. }));
+    assert_eq!(foreign, !ControlPortRequest::owns(frame_type));
+    if let Ok(request) = control {
+        assert_eq!(request.frame_type(), frame_type);
+        let (_, again) = reencode(frame_type, payload, |id, out| request.encode(id, out));
+        let decoded =
+            ControlPortRequest::decode(frame_type, &again).expect("a re-encoded request decodes");
+        assert_eq!(decoded, request);
+    }
+
+    let broker = BrokerPortRequest::decode(frame_type, payload);
+    let foreign = matches!(broker, Err(DecodeError::Foreign { .. }));
+    assert_eq!(foreign, !BrokerPortRequest::owns(frame_type));
+    let Ok(request) = broker else {
         return;
     };
-    assert!(frame_type.is_request());
     assert_eq!(request.frame_type(), frame_type);
-
-    let mut frame = Vec::new();
-    request.encode(0xDEAD_BEEF, &mut frame);
-    let (head, again) = frame
-        .split_first_chunk::<FRAME_HEADER_BYTES>()
-        .expect("an encoded frame has a header");
-    let header = FrameHeader::decode(head).expect("an encoded header decodes");
-    header
-        .verify_payload(again)
-        .expect("an encoded payload verifies");
-    assert_eq!(header.frame_type, frame_type);
-    assert_eq!(header.request_id, 0xDEAD_BEEF);
-    // Every field is fixed-size or length-prefixed, so the canonical
-    // encoding is exactly as long as what was decoded.
-    assert_eq!(again.len(), payload.len(), "{request:?}");
-    let decoded = Request::decode(frame_type, again).expect("a re-encoded request decodes");
+    let (header, again) = reencode(frame_type, payload, |id, out| request.encode(id, out));
+    let decoded =
+        BrokerPortRequest::decode(frame_type, &again).expect("a re-encoded request decodes");
     assert_eq!(decoded, request);
 
-    let verified = Request::decode_verified(&header, again);
+    let verified = BrokerPortRequest::decode_verified(&header, &again);
     match (&request, verified) {
-        (Request::Produce { batch, .. }, Ok(v)) => {
+        (BrokerPortRequest::Data(DataRequest::Produce { batch, .. }), Ok(v)) => {
             assert!(BatchView::validate(batch).is_ok());
             assert_eq!(v.batch.map(|b| b.bytes()), Some(*batch));
             assert_eq!(v.request, request);
         }
-        (Request::Produce { batch, .. }, Err(_)) => assert!(BatchView::validate(batch).is_err()),
+        (BrokerPortRequest::Data(DataRequest::Produce { batch, .. }), Err(_)) => {
+            assert!(BatchView::validate(batch).is_err())
+        }
         (_, v) => {
             let v = v.expect("a frame with its own checksum verifies");
             assert!(v.batch.is_none());
@@ -56,5 +69,5 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut wrong = header;
     wrong.checksum ^= 1;
-    assert!(Request::decode_verified(&wrong, again).is_err());
+    assert!(BrokerPortRequest::decode_verified(&wrong, &again).is_err());
 });

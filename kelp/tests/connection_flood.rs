@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use support::{port, Broker};
 use wire::frame::{FrameType, FRAME_HEADER_BYTES};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
-use wire::{Request, Response};
+use wire::{AdminRequest, Response};
 
 /// The receive budget the flooded broker runs with.
 const BUDGET_MIB: u64 = 64;
@@ -46,7 +46,7 @@ fn produce_header(payload_bytes: u32) -> [u8; FRAME_HEADER_BYTES] {
 /// A ListTopics round trip on `stream`: whether it was answered.
 fn lists_topics(stream: &mut TcpStream) -> bool {
     let mut out = Vec::new();
-    Request::ListTopics.encode(9, &mut out);
+    AdminRequest::ListTopics.encode(9, &mut out);
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();

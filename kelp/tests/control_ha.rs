@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use client::Client;
 use client::TopicInfo;
 use test_support::EtcdServer;
-use wire::{ErrorCode, Request, Response};
+use wire::{AdminRequest, ErrorCode, Response};
 
 mod support;
 
@@ -65,7 +65,7 @@ fn ask(port: u16) -> Answer {
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
     let mut out = Vec::new();
-    Request::ListTopics.encode(1, &mut out);
+    AdminRequest::ListTopics.encode(1, &mut out);
     if std::io::Write::write_all(&mut stream, &out).is_err() {
         return Answer::Silent;
     }
@@ -401,7 +401,7 @@ async fn a_leader_frozen_past_its_lease_cannot_write_when_it_resumes() {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let mut out = Vec::new();
-    Request::SplitSegment {
+    AdminRequest::SplitSegment {
         topic: TOPIC.into(),
         segment: 1,
         pieces: 2,

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use support::records::sub;
 use support::{port, Broker};
-use wire::{AckMode, BatchBuilder, Request, Response};
+use wire::{AckMode, BatchBuilder, DataRequest, Response};
 
 /// Kill-and-restart rounds.
 const ROUNDS: usize = 6;
@@ -61,7 +61,7 @@ fn produce_until_gone(port: u16, topic: &str, first: u64, stop: &AtomicBool) -> 
         }
         let batch = builder.finish(0, 0).to_vec();
         out.clear();
-        Request::Produce {
+        DataRequest::Produce {
             topic,
             segment: 0,
             ack: AckMode::Leader,

@@ -16,7 +16,9 @@ use wire::chunk::BatchWalk;
 use wire::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::message::Fetched;
-use wire::{AckMode, BatchBuilder, FetchFrom, Request, Response};
+use wire::{
+    AckMode, AdminRequest, BatchBuilder, BrokerPortRequest, DataRequest, FetchFrom, Response,
+};
 
 /// The receive budget the flooded broker runs with.
 const BUDGET_MIB: u64 = 64;
@@ -99,9 +101,9 @@ impl Conn {
         }
     }
 
-    async fn call(&mut self, id: u32, request: Request<'_>) -> (FrameHeader, Vec<u8>) {
+    async fn call(&mut self, id: u32, request: DataRequest<'_>) -> (FrameHeader, Vec<u8>) {
         let mut out = Vec::new();
-        request.encode(id, &mut out);
+        BrokerPortRequest::from(request).encode(id, &mut out);
         self.send.write_all(&out).await.unwrap();
         let mut h = [0u8; FRAME_HEADER_BYTES];
         self.recv.read_exact(&mut h).await.unwrap();
@@ -132,7 +134,7 @@ async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -
     let produced = c
         .call(
             1,
-            Request::Produce {
+            DataRequest::Produce {
                 topic,
                 segment: 0,
                 ack: AckMode::Leader,
@@ -154,7 +156,7 @@ async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -
     let fetched = c
         .call(
             2,
-            Request::Fetch {
+            DataRequest::Fetch {
                 topic: topic.into(),
                 segment: 0,
                 from: FetchFrom::Earliest,
@@ -207,7 +209,7 @@ fn stalled_large_quic_frames_stay_within_the_receive_budget() {
         ],
     );
     let pid = broker.child.id();
-    let created = test_support::TestConn::open(port).call(Request::CreateTopic {
+    let created = test_support::TestConn::open(port).call(AdminRequest::CreateTopic {
         topic: "flood/small".into(),
         segments: 1,
     });

@@ -75,7 +75,10 @@ impl SeededRng {
         self.next_u64() % n
     }
 }
-use wire::{AckMode, ErrorCode, FetchChecks, FetchFrom, Request, Response};
+use wire::{
+    AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchChecks, FetchFrom,
+    Response,
+};
 
 /// Where the ports handed out lie: below the ephemeral range (32768 and
 /// up), so no client connection can take one between the check and the
@@ -227,11 +230,11 @@ impl TestConn {
     }
 
     /// Send `request` with the next id, without waiting; returns the id.
-    pub fn send(&mut self, request: Request<'_>) -> u32 {
+    pub fn send<'a>(&mut self, request: impl Into<BrokerPortRequest<'a>>) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
         let mut out = Vec::new();
-        request.encode(id, &mut out);
+        request.into().encode(id, &mut out);
         self.send_raw(&out);
         id
     }
@@ -242,7 +245,7 @@ impl TestConn {
     }
 
     /// Send `request` and read its answer, which must carry its id.
-    pub fn call(&mut self, request: Request<'_>) -> Frame {
+    pub fn call<'a>(&mut self, request: impl Into<BrokerPortRequest<'a>>) -> Frame {
         let id = self.send(request);
         let frame = self.read_frame().unwrap();
         assert_eq!(frame.0.request_id, id, "the answer to request {id}");
@@ -251,7 +254,7 @@ impl TestConn {
 
     /// Create `topic` with `segments` segments and read the answer.
     pub fn create_topic(&mut self, topic: &str, segments: u32) -> Frame {
-        self.call(Request::CreateTopic {
+        self.call(AdminRequest::CreateTopic {
             topic: topic.into(),
             segments,
         })
@@ -267,7 +270,7 @@ impl TestConn {
         max_bytes: u32,
         max_wait_ms: u32,
     ) -> Frame {
-        self.call(Request::Fetch {
+        self.call(DataRequest::Fetch {
             topic: topic.into(),
             segment,
             from,
@@ -279,7 +282,7 @@ impl TestConn {
 
     /// Produce `batch` to segment 0 of `topic` and read the answer.
     pub fn produce(&mut self, topic: &str, ack: AckMode, batch: &[u8]) -> Frame {
-        self.call(Request::Produce {
+        self.call(DataRequest::Produce {
             topic,
             segment: 0,
             ack,

@@ -1,5 +1,7 @@
 //! The one error every decoder in this crate returns.
 
+use crate::frame::FrameType;
+
 /// Why a frame, message, batch or chunk was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -31,6 +33,11 @@ pub enum DecodeError {
         stored: u32,
         computed: u32,
     },
+    /// A well-formed frame whose type belongs to another protocol than the
+    /// decoder's: a control-plane message on a broker port, a data message
+    /// on the control port, a response where a request belongs.
+    #[error("frame type {frame_type:?} is not part of this port's protocol")]
+    Foreign { frame_type: FrameType },
     /// A field whose value breaks the format.
     #[error("{what}: {reason}")]
     Invalid {

@@ -230,7 +230,7 @@ impl FrameHeader {
     /// CRC-32C the caller has computed (`tail_crc`), without reading the
     /// tail again: the frame's checksum is folded from the two. A produce
     /// request's batch is checksummed once this way, for the batch's own
-    /// checksum and the frame's (`Request::decode_verified`).
+    /// checksum and the frame's (`BrokerPortRequest::decode_verified`).
     pub fn verify_split(
         &self,
         head: &[u8],

@@ -13,7 +13,7 @@
 //! ahead of the frame being cut.
 //!
 //! Payload checksums are the caller's to check (`FrameHeader::verify_payload`,
-//! or `Request::decode_verified`, which folds the check into the batch's).
+//! or `BrokerPortRequest::decode_verified`, which folds the check into the batch's).
 
 use crate::error::DecodeError;
 use crate::frame::{FrameHeader, FRAME_HEADER_BYTES};

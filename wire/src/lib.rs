@@ -25,5 +25,8 @@ pub use error::DecodeError;
 pub use frame::{FrameHeader, FrameType};
 pub use frame_decoder::{Frame, FrameDecoder};
 pub use key_hash::key_hash;
-pub use message::{AckMode, ErrorCode, FetchChecks, FetchFrom, Request, Response};
+pub use message::{
+    AckMode, AdminRequest, BrokerPortRequest, ControlPortRequest, DataRequest, ErrorCode,
+    FetchChecks, FetchFrom, LayoutCommand, MembershipRequest, Response,
+};
 pub use payload_ref::{PayloadId, PayloadRef};
