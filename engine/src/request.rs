@@ -512,7 +512,9 @@ fn payload_topic(shard: &Shard, topic: &str) -> Result<control::TopicName, Serve
     Ok(name)
 }
 
-async fn ask<T>(
+/// Sends the control plane the request `make` builds around a reply
+/// channel, and waits for its answer.
+pub(crate) async fn ask<T>(
     control: &flume::Sender<ControlRequest>,
     make: impl FnOnce(flume::Sender<Result<T, ServeError>>) -> ControlRequest,
 ) -> Result<T, ServeError> {

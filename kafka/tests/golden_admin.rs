@@ -19,44 +19,39 @@ use kelp_kafka::{Message, Uuid};
 
 #[test]
 fn api_versions_response_v0_v2_v3() {
-    let mut msg = ApiVersionsResponse {
-        error_code: 0,
-        api_keys: vec![
-            ApiVersion {
-                api_key: 0,
-                min_version: 3,
-                max_version: 9,
-            },
-            ApiVersion {
-                api_key: 18,
-                min_version: 0,
-                max_version: 4,
-            },
-        ],
-        throttle_time_ms: 0,
-    };
-    let keys = B::new().i16(0).i16(3).i16(9).i16(18).i16(0).i16(4).done();
-    golden(&msg, 0, &B::new().i16(0).arr(2).raw(&keys).done());
-    msg.throttle_time_ms = 1;
-    golden(&msg, 2, &B::new().i16(0).arr(2).raw(&keys).i32(1).done());
-    golden(
-        &msg,
-        3,
-        &B::new()
+    for version in [0, 2, 3] {
+        let msg = ApiVersionsResponse {
+            error_code: 0,
+            api_keys: vec![
+                ApiVersion {
+                    api_key: 0,
+                    min_version: 3,
+                    max_version: 9,
+                },
+                ApiVersion {
+                    api_key: 18,
+                    min_version: 0,
+                    max_version: 4,
+                },
+            ],
+            throttle_time_ms: if version >= 1 { 1 } else { 0 },
+        };
+        let expected = B::at(version >= 3)
             .i16(0)
-            .carr(2)
+            .array(2)
             .i16(0)
             .i16(3)
             .i16(9)
-            .tags()
+            .tagged()
             .i16(18)
             .i16(0)
             .i16(4)
-            .tags()
-            .i32(1)
-            .tags()
-            .done(),
-    );
+            .tagged()
+            .when(version >= 1, |b| b.i32(1))
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 #[test]
@@ -103,36 +98,18 @@ fn find_coordinator_response_v0_v2_v3_v4() {
             error_message: None,
         }],
     };
-    golden(
-        &resp,
-        0,
-        &B::new().i16(0).i32(1).str("localhost").i32(9092).done(),
-    );
-    golden(
-        &resp,
-        2,
-        &B::new()
-            .i32(0)
+    for version in [0, 2, 3] {
+        let expected = B::at(version >= 3)
+            .when(version >= 1, |b| b.i32(0))
             .i16(0)
-            .null_str()
+            .when(version >= 1, |b| b.null_string())
             .i32(1)
-            .str("localhost")
+            .string("localhost")
             .i32(9092)
-            .done(),
-    );
-    golden(
-        &resp,
-        3,
-        &B::new()
-            .i32(0)
-            .i16(0)
-            .cnull()
-            .i32(1)
-            .cstr("localhost")
-            .i32(9092)
-            .tags()
-            .done(),
-    );
+            .tagged()
+            .done();
+        golden(&resp, version, &expected);
+    }
     resp.coordinators[0].key = "g".into();
     golden(
         &resp,
@@ -169,13 +146,15 @@ fn create_topics_response_v4_v5_v7_and_its_tagged_field() {
         &B::new().i32(0).arr(1).str("t").i16(36).str("exists").done(),
     );
     // topic_config_error_code is 0, its default: the tag buffer is empty.
-    golden(
-        &msg,
-        5,
-        &B::new()
+    let mut id = [0u8; 16];
+    id[0] = 1;
+    for version in [5, 7] {
+        msg.topics[0].topic_id = if version >= 7 { Uuid(id) } else { Uuid::ZERO };
+        let expected = B::new()
             .i32(0)
             .carr(1)
             .cstr("t")
+            .when(version >= 7, |b| b.uuid(id))
             .i16(36)
             .cstr("exists")
             .i32(-1)
@@ -183,9 +162,11 @@ fn create_topics_response_v4_v5_v7_and_its_tagged_field() {
             .cnull()
             .tags()
             .tags()
-            .done(),
-    );
+            .done();
+        golden(&msg, version, &expected);
+    }
     // A non-default value is written as tag 0, size 2, INT16.
+    msg.topics[0].topic_id = Uuid::ZERO;
     msg.topics[0].topic_config_error_code = 29;
     msg.topics[0].configs = Some(vec![CreatableTopicConfigs {
         name: "k".into(),
@@ -219,69 +200,31 @@ fn create_topics_response_v4_v5_v7_and_its_tagged_field() {
             .tags()
             .done(),
     );
-    let mut id = [0u8; 16];
-    id[0] = 1;
-    msg.topics[0].topic_id = Uuid(id);
-    msg.topics[0].topic_config_error_code = 0;
-    msg.topics[0].configs = None;
-    golden(
-        &msg,
-        7,
-        &B::new()
-            .i32(0)
-            .carr(1)
-            .cstr("t")
-            .uuid(id)
-            .i16(36)
-            .cstr("exists")
-            .i32(-1)
-            .i16(-1)
-            .cnull()
-            .tags()
-            .tags()
-            .done(),
-    );
 }
 
 #[test]
 fn delete_topics_response_v1_v3_v4_v5() {
-    let mut resp = DeleteTopicsResponse {
-        throttle_time_ms: 0,
-        responses: vec![DeletableTopicResult {
-            name: Some("t".into()),
-            topic_id: Uuid::ZERO,
-            error_code: 3,
-            error_message: None,
-        }],
-    };
-    golden(&resp, 1, &B::new().i32(0).arr(1).str("t").i16(3).done());
-    golden(&resp, 3, &B::new().i32(0).arr(1).str("t").i16(3).done());
-    golden(
-        &resp,
-        4,
-        &B::new()
+    for version in [1, 3, 4, 5] {
+        let resp = DeleteTopicsResponse {
+            throttle_time_ms: 0,
+            responses: vec![DeletableTopicResult {
+                name: Some("t".into()),
+                topic_id: Uuid::ZERO,
+                error_code: 3,
+                error_message: (version >= 5).then(|| "unknown".into()),
+            }],
+        };
+        let expected = B::at(version >= 4)
             .i32(0)
-            .carr(1)
-            .cstr("t")
+            .array(1)
+            .string("t")
             .i16(3)
-            .tags()
-            .tags()
-            .done(),
-    );
-    resp.responses[0].error_message = Some("unknown".into());
-    golden(
-        &resp,
-        5,
-        &B::new()
-            .i32(0)
-            .carr(1)
-            .cstr("t")
-            .i16(3)
-            .cstr("unknown")
-            .tags()
-            .tags()
-            .done(),
-    );
+            .when(version >= 5, |b| b.string("unknown"))
+            .tagged()
+            .tagged()
+            .done();
+        golden(&resp, version, &expected);
+    }
 }
 
 #[test]
@@ -292,12 +235,16 @@ fn init_producer_id_response_v1_v2() {
         producer_id: 1000,
         producer_epoch: 0,
     };
-    golden(&resp, 1, &B::new().i32(0).i16(0).i64(1000).i16(0).done());
-    golden(
-        &resp,
-        2,
-        &B::new().i32(0).i16(0).i64(1000).i16(0).tags().done(),
-    );
+    for version in [1, 2] {
+        let expected = B::at(version >= 2)
+            .i32(0)
+            .i16(0)
+            .i64(1000)
+            .i16(0)
+            .tagged()
+            .done();
+        golden(&resp, version, &expected);
+    }
 }
 
 #[test]
@@ -347,56 +294,31 @@ fn describe_configs_response_v0_v3_v4() {
     }];
     c.config_type = 2;
     c.documentation = None;
-    golden(
-        &resp,
-        3,
-        &B::new()
+    for version in [3, 4] {
+        let expected = B::at(version >= 4)
             .i32(0)
-            .arr(1)
+            .array(1)
             .i16(0)
-            .null_str()
+            .null_string()
             .i8(2)
-            .str("t")
-            .arr(1)
-            .str("cleanup.policy")
-            .str("delete")
+            .string("t")
+            .array(1)
+            .string("cleanup.policy")
+            .string("delete")
             .bool(true)
             .i8(5)
             .bool(false)
-            .arr(1)
-            .str("log.cleanup.policy")
-            .str("delete")
+            .array(1)
+            .string("log.cleanup.policy")
+            .string("delete")
             .i8(5)
+            .tagged()
             .i8(2)
-            .null_str()
-            .done(),
-    );
-    golden(
-        &resp,
-        4,
-        &B::new()
-            .i32(0)
-            .carr(1)
-            .i16(0)
-            .cnull()
-            .i8(2)
-            .cstr("t")
-            .carr(1)
-            .cstr("cleanup.policy")
-            .cstr("delete")
-            .bool(true)
-            .i8(5)
-            .bool(false)
-            .carr(1)
-            .cstr("log.cleanup.policy")
-            .cstr("delete")
-            .i8(5)
-            .tags()
-            .i8(2)
-            .cnull()
-            .tags()
-            .tags()
-            .tags()
-            .done(),
-    );
+            .null_string()
+            .tagged()
+            .tagged()
+            .tagged()
+            .done();
+        golden(&resp, version, &expected);
+    }
 }

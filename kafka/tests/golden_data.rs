@@ -19,99 +19,49 @@ const RECORDS: &[u8] = &[0xde, 0xad, 0xbe, 0xef];
 
 #[test]
 fn produce_response_v3_v5_v8_v9() {
-    let mut msg = ProduceResponse {
-        topics: vec![ProduceTopicResult {
-            name: "t".into(),
-            partitions: vec![ProducePartitionResult {
-                index: 2,
-                error_code: 0,
-                base_offset: 100,
-                log_append_time_ms: -1,
-                log_start_offset: -1,
-                record_errors: vec![],
-                error_message: None,
+    for version in [3, 5, 8, 9] {
+        let with_errors = version >= 8;
+        let msg = ProduceResponse {
+            topics: vec![ProduceTopicResult {
+                name: "t".into(),
+                partitions: vec![ProducePartitionResult {
+                    index: 2,
+                    error_code: if with_errors { 87 } else { 0 },
+                    base_offset: 100,
+                    log_append_time_ms: -1,
+                    log_start_offset: if version >= 5 { 7 } else { -1 },
+                    record_errors: if with_errors {
+                        vec![BatchIndexError {
+                            batch_index: 0,
+                            batch_index_error_message: Some("bad".into()),
+                        }]
+                    } else {
+                        vec![]
+                    },
+                    error_message: with_errors.then(|| "invalid".into()),
+                }],
             }],
-        }],
-        throttle_time_ms: 0,
-    };
-    golden(
-        &msg,
-        3,
-        &B::new()
-            .arr(1)
-            .str("t")
-            .arr(1)
+            throttle_time_ms: 0,
+        };
+        let expected = B::at(version >= 9)
+            .array(1)
+            .string("t")
+            .array(1)
             .i32(2)
-            .i16(0)
+            .i16(if with_errors { 87 } else { 0 })
             .i64(100)
             .i64(-1)
+            .when(version >= 5, |b| b.i64(7))
+            .when(with_errors, |b| {
+                b.array(1).i32(0).string("bad").tagged().string("invalid")
+            })
+            .tagged()
+            .tagged()
             .i32(0)
-            .done(),
-    );
-    msg.topics[0].partitions[0].log_start_offset = 7;
-    golden(
-        &msg,
-        5,
-        &B::new()
-            .arr(1)
-            .str("t")
-            .arr(1)
-            .i32(2)
-            .i16(0)
-            .i64(100)
-            .i64(-1)
-            .i64(7)
-            .i32(0)
-            .done(),
-    );
-    msg.topics[0].partitions[0].error_code = 87;
-    msg.topics[0].partitions[0].record_errors = vec![BatchIndexError {
-        batch_index: 0,
-        batch_index_error_message: Some("bad".into()),
-    }];
-    msg.topics[0].partitions[0].error_message = Some("invalid".into());
-    golden(
-        &msg,
-        8,
-        &B::new()
-            .arr(1)
-            .str("t")
-            .arr(1)
-            .i32(2)
-            .i16(87)
-            .i64(100)
-            .i64(-1)
-            .i64(7)
-            .arr(1)
-            .i32(0)
-            .str("bad")
-            .str("invalid")
-            .i32(0)
-            .done(),
-    );
-    golden(
-        &msg,
-        9,
-        &B::new()
-            .carr(1)
-            .cstr("t")
-            .carr(1)
-            .i32(2)
-            .i16(87)
-            .i64(100)
-            .i64(-1)
-            .i64(7)
-            .carr(1)
-            .i32(0)
-            .cstr("bad")
-            .tags()
-            .cstr("invalid")
-            .tags()
-            .tags()
-            .i32(0)
-            .tags()
-            .done(),
-    );
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 #[test]
@@ -184,119 +134,65 @@ fn fetch_response_v4_v11_v12() {
         producer_id: 5,
         first_offset: 10,
     }]);
-    golden(
-        &msg,
-        11,
-        &B::new()
+    for version in [11, 12] {
+        let expected = B::at(version >= 12)
             .i32(0)
             .i16(0)
             .i32(9)
-            .arr(1)
-            .str("t")
-            .arr(1)
+            .array(1)
+            .string("t")
+            .array(1)
             .i32(0)
             .i16(0)
             .i64(50)
             .i64(50)
             .i64(0)
-            .arr(1)
+            .array(1)
             .i64(5)
             .i64(10)
+            .tagged()
             .i32(-1)
-            .bytes(RECORDS)
-            .done(),
-    );
-    golden(
-        &msg,
-        12,
-        &B::new()
-            .i32(0)
-            .i16(0)
-            .i32(9)
-            .carr(1)
-            .cstr("t")
-            .carr(1)
-            .i32(0)
-            .i16(0)
-            .i64(50)
-            .i64(50)
-            .i64(0)
-            .carr(1)
-            .i64(5)
-            .i64(10)
-            .tags()
-            .i32(-1)
-            .cbytes(RECORDS)
-            .tags()
-            .tags()
-            .tags()
-            .done(),
-    );
+            .blob(RECORDS)
+            .tagged()
+            .tagged()
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 #[test]
 fn list_offsets_response_v1_v5_v6() {
-    let mut resp = ListOffsetsResponse {
-        throttle_time_ms: 0,
-        topics: vec![ListOffsetsTopicResult {
-            name: "t".into(),
-            partitions: vec![ListOffsetsPartitionResult {
-                partition_index: 0,
-                error_code: 0,
-                timestamp: -1,
-                offset: 17,
-                leader_epoch: -1,
+    for version in [1, 5, 6] {
+        let resp = ListOffsetsResponse {
+            throttle_time_ms: if version >= 2 { 2 } else { 0 },
+            topics: vec![ListOffsetsTopicResult {
+                name: "t".into(),
+                partitions: vec![ListOffsetsPartitionResult {
+                    partition_index: 0,
+                    error_code: 0,
+                    timestamp: -1,
+                    offset: 17,
+                    leader_epoch: if version >= 4 { 0 } else { -1 },
+                }],
             }],
-        }],
-    };
-    golden(
-        &resp,
-        1,
-        &B::new()
-            .arr(1)
-            .str("t")
-            .arr(1)
+        };
+        let expected = B::at(version >= 6)
+            .when(version >= 2, |b| b.i32(2))
+            .array(1)
+            .string("t")
+            .array(1)
             .i32(0)
             .i16(0)
             .i64(-1)
             .i64(17)
-            .done(),
-    );
-    resp.throttle_time_ms = 2;
-    resp.topics[0].partitions[0].leader_epoch = 0;
-    golden(
-        &resp,
-        5,
-        &B::new()
-            .i32(2)
-            .arr(1)
-            .str("t")
-            .arr(1)
-            .i32(0)
-            .i16(0)
-            .i64(-1)
-            .i64(17)
-            .i32(0)
-            .done(),
-    );
-    golden(
-        &resp,
-        6,
-        &B::new()
-            .i32(2)
-            .carr(1)
-            .cstr("t")
-            .carr(1)
-            .i32(0)
-            .i16(0)
-            .i64(-1)
-            .i64(17)
-            .i32(0)
-            .tags()
-            .tags()
-            .tags()
-            .done(),
-    );
+            .when(version >= 4, |b| b.i32(0))
+            .tagged()
+            .tagged()
+            .tagged()
+            .done();
+        golden(&resp, version, &expected);
+    }
 }
 
 /// "All topics", which no captured request asks for (the capture sessions
@@ -389,107 +285,45 @@ fn metadata_response_v0_v8_v9_v12() {
             .i32(1)
             .done(),
     );
-    let msg = metadata_response();
-    golden(
-        &msg,
-        8,
-        &B::new()
-            .i32(0)
-            .arr(1)
-            .i32(1)
-            .str("localhost")
-            .i32(9092)
-            .null_str()
-            .str("kelp")
-            .i32(1)
-            .arr(1)
-            .i16(0)
-            .str("t")
-            .bool(false)
-            .arr(1)
-            .i16(0)
-            .i32(0)
-            .i32(1)
-            .i32(0)
-            .arr(1)
-            .i32(1)
-            .arr(1)
-            .i32(1)
-            .arr(0)
-            .i32(i32::MIN)
-            .i32(i32::MIN)
-            .done(),
-    );
-    golden(
-        &msg,
-        9,
-        &B::new()
-            .i32(0)
-            .carr(1)
-            .i32(1)
-            .cstr("localhost")
-            .i32(9092)
-            .cnull()
-            .tags()
-            .cstr("kelp")
-            .i32(1)
-            .carr(1)
-            .i16(0)
-            .cstr("t")
-            .bool(false)
-            .carr(1)
-            .i16(0)
-            .i32(0)
-            .i32(1)
-            .i32(0)
-            .carr(1)
-            .i32(1)
-            .carr(1)
-            .i32(1)
-            .carr(0)
-            .tags()
-            .i32(i32::MIN)
-            .tags()
-            .i32(i32::MIN)
-            .tags()
-            .done(),
-    );
     let mut id = [0u8; 16];
     id[15] = 7;
-    let mut msg = metadata_response();
-    msg.topics[0].topic_id = Uuid(id);
-    golden(
-        &msg,
-        12,
-        &B::new()
+    for version in [8, 9, 12] {
+        let mut msg = metadata_response();
+        if version >= 12 {
+            msg.topics[0].topic_id = Uuid(id);
+        }
+        let expected = B::at(version >= 9)
             .i32(0)
-            .carr(1)
+            .array(1)
             .i32(1)
-            .cstr("localhost")
+            .string("localhost")
             .i32(9092)
-            .cnull()
-            .tags()
-            .cstr("kelp")
+            .null_string()
+            .tagged()
+            .string("kelp")
             .i32(1)
-            .carr(1)
+            .array(1)
             .i16(0)
-            .cstr("t")
-            .uuid(id)
+            .string("t")
+            .when(version >= 10, |b| b.uuid(id))
             .bool(false)
-            .carr(1)
+            .array(1)
             .i16(0)
             .i32(0)
             .i32(1)
             .i32(0)
-            .carr(1)
+            .array(1)
             .i32(1)
-            .carr(1)
+            .array(1)
             .i32(1)
-            .carr(0)
-            .tags()
+            .array(0)
+            .tagged()
             .i32(i32::MIN)
-            .tags()
-            .tags()
-            .done(),
-    );
+            .tagged()
+            // cluster_authorized_operations: v8 to v10.
+            .when(version <= 10, |b| b.i32(i32::MIN))
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }

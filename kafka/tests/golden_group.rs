@@ -19,14 +19,18 @@ use kelp_kafka::api::sync_group::*;
 
 #[test]
 fn heartbeat_response_v0_v3_v4() {
-    let mut msg = HeartbeatResponse {
-        throttle_time_ms: 0,
-        error_code: 27,
-    };
-    golden(&msg, 0, &B::new().i16(27).done());
-    msg.throttle_time_ms = 5;
-    golden(&msg, 3, &B::new().i32(5).i16(27).done());
-    golden(&msg, 4, &B::new().i32(5).i16(27).tags().done());
+    for version in [0, 3, 4] {
+        let msg = HeartbeatResponse {
+            throttle_time_ms: if version >= 1 { 5 } else { 0 },
+            error_code: 27,
+        };
+        let expected = B::at(version >= 4)
+            .when(version >= 1, |b| b.i32(5))
+            .i16(27)
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 fn join_response() -> JoinGroupResponse {
@@ -49,91 +53,50 @@ fn join_response() -> JoinGroupResponse {
 
 #[test]
 fn join_group_response_v5_v6_v7() {
-    let msg = join_response();
-    golden(
-        &msg,
-        5,
-        &B::new()
+    for version in [5, 6, 7] {
+        let mut msg = join_response();
+        if version >= 7 {
+            msg.protocol_type = Some("consumer".into());
+        }
+        let expected = B::at(version >= 6)
             .i32(1)
             .i16(0)
             .i32(3)
-            .str("range")
-            .str("m-1")
-            .str("m-2")
-            .arr(1)
-            .str("m-1")
-            .null_str()
-            .bytes(&[9])
-            .done(),
-    );
-    golden(
-        &msg,
-        6,
-        &B::new()
-            .i32(1)
-            .i16(0)
-            .i32(3)
-            .cstr("range")
-            .cstr("m-1")
-            .cstr("m-2")
-            .carr(1)
-            .cstr("m-1")
-            .cnull()
-            .cbytes(&[9])
-            .tags()
-            .tags()
-            .done(),
-    );
-    let mut msg = join_response();
-    msg.protocol_type = Some("consumer".into());
-    golden(
-        &msg,
-        7,
-        &B::new()
-            .i32(1)
-            .i16(0)
-            .i32(3)
-            .cstr("consumer")
-            .cstr("range")
-            .cstr("m-1")
-            .cstr("m-2")
-            .carr(1)
-            .cstr("m-1")
-            .cnull()
-            .cbytes(&[9])
-            .tags()
-            .tags()
-            .done(),
-    );
+            .when(version >= 7, |b| b.string("consumer"))
+            .string("range")
+            .string("m-1")
+            .string("m-2")
+            .array(1)
+            .string("m-1")
+            .null_string()
+            .blob(&[9])
+            .tagged()
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 #[test]
 fn sync_group_response_v0_v3_v4_v5() {
-    let mut msg = SyncGroupResponse {
-        throttle_time_ms: 0,
-        error_code: 27,
-        protocol_type: None,
-        protocol_name: None,
-        assignment: vec![],
-    };
-    golden(&msg, 0, &B::new().i16(27).bytes(&[]).done());
-    msg.throttle_time_ms = 2;
-    golden(&msg, 3, &B::new().i32(2).i16(27).bytes(&[]).done());
-    golden(&msg, 4, &B::new().i32(2).i16(27).cbytes(&[]).tags().done());
-    msg.protocol_type = Some("consumer".into());
-    msg.protocol_name = Some("range".into());
-    golden(
-        &msg,
-        5,
-        &B::new()
-            .i32(2)
+    for version in [0, 3, 4, 5] {
+        let with_protocol = |name: &str| (version >= 5).then(|| name.to_owned());
+        let msg = SyncGroupResponse {
+            throttle_time_ms: if version >= 1 { 2 } else { 0 },
+            error_code: 27,
+            protocol_type: with_protocol("consumer"),
+            protocol_name: with_protocol("range"),
+            assignment: vec![],
+        };
+        let expected = B::at(version >= 4)
+            .when(version >= 1, |b| b.i32(2))
             .i16(27)
-            .cstr("consumer")
-            .cstr("range")
-            .cbytes(&[])
-            .tags()
-            .done(),
-    );
+            .when(version >= 5, |b| b.string("consumer").string("range"))
+            .blob(&[])
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 #[test]
@@ -157,165 +120,107 @@ fn leave_group_response_v0_v3_v4() {
             error_code: 25,
         },
     ];
-    golden(
-        &msg,
-        3,
-        &B::new()
+    for version in [3, 4] {
+        let expected = B::at(version >= 4)
             .i32(4)
             .i16(0)
-            .arr(2)
-            .str("m-1")
-            .null_str()
+            .array(2)
+            .string("m-1")
+            .null_string()
             .i16(0)
-            .str("m-9")
-            .null_str()
+            .tagged()
+            .string("m-9")
+            .null_string()
             .i16(25)
-            .done(),
-    );
-    golden(
-        &msg,
-        4,
-        &B::new()
-            .i32(4)
-            .i16(0)
-            .carr(2)
-            .cstr("m-1")
-            .cnull()
-            .i16(0)
-            .tags()
-            .cstr("m-9")
-            .cnull()
-            .i16(25)
-            .tags()
-            .tags()
-            .done(),
-    );
+            .tagged()
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 #[test]
 fn offset_commit_response_v2_v7_v8() {
-    let mut msg = OffsetCommitResponse {
-        throttle_time_ms: 0,
-        topics: vec![OffsetCommitTopicResult {
-            name: "t".into(),
-            partitions: vec![OffsetCommitPartitionResult {
-                partition_index: 1,
-                error_code: 22,
+    for version in [2, 7, 8] {
+        let msg = OffsetCommitResponse {
+            throttle_time_ms: if version >= 3 { 3 } else { 0 },
+            topics: vec![OffsetCommitTopicResult {
+                name: "t".into(),
+                partitions: vec![OffsetCommitPartitionResult {
+                    partition_index: 1,
+                    error_code: 22,
+                }],
             }],
-        }],
-    };
-    golden(
-        &msg,
-        2,
-        &B::new().arr(1).str("t").arr(1).i32(1).i16(22).done(),
-    );
-    msg.throttle_time_ms = 3;
-    golden(
-        &msg,
-        7,
-        &B::new().i32(3).arr(1).str("t").arr(1).i32(1).i16(22).done(),
-    );
-    golden(
-        &msg,
-        8,
-        &B::new()
-            .i32(3)
-            .carr(1)
-            .cstr("t")
-            .carr(1)
+        };
+        let expected = B::at(version >= 8)
+            .when(version >= 3, |b| b.i32(3))
+            .array(1)
+            .string("t")
+            .array(1)
             .i32(1)
             .i16(22)
-            .tags()
-            .tags()
-            .tags()
-            .done(),
-    );
+            .tagged()
+            .tagged()
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 /// "All partitions", which no captured request asks for (the capture
 /// sessions name their topic): a null array, classic and flexible.
 #[test]
 fn offset_fetch_request_for_all_partitions_v5_v7() {
-    let mut msg = OffsetFetchRequest {
-        group_id: "g".into(),
-        topics: None,
-        require_stable: false, // v5 has no require_stable
-    };
-    golden(&msg, 5, &B::new().str("g").arr(-1).done());
-    msg.require_stable = true;
-    golden(
-        &msg,
-        7,
-        &B::new().cstr("g").cnull().bool(true).tags().done(),
-    );
+    for version in [5, 7] {
+        let msg = OffsetFetchRequest {
+            group_id: "g".into(),
+            topics: None,
+            require_stable: version >= 7, // v5 has no require_stable
+        };
+        let expected = B::at(version >= 6)
+            .string("g")
+            .null_array()
+            .when(version >= 7, |b| b.bool(true))
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 #[test]
 fn offset_fetch_response_v1_v5_v6() {
-    let mut msg = OffsetFetchResponse {
-        throttle_time_ms: 0,
-        topics: vec![OffsetFetchTopicResult {
-            name: "t".into(),
-            partitions: vec![OffsetFetchPartition {
-                partition_index: 0,
-                committed_offset: 42,
-                committed_leader_epoch: -1,
-                metadata: Some(String::new()),
-                error_code: 0,
+    for version in [1, 5, 6] {
+        let msg = OffsetFetchResponse {
+            throttle_time_ms: if version >= 3 { 1 } else { 0 },
+            topics: vec![OffsetFetchTopicResult {
+                name: "t".into(),
+                partitions: vec![OffsetFetchPartition {
+                    partition_index: 0,
+                    committed_offset: 42,
+                    committed_leader_epoch: if version >= 5 { 2 } else { -1 },
+                    metadata: Some(String::new()),
+                    error_code: 0,
+                }],
             }],
-        }],
-        error_code: 0,
-    };
-    golden(
-        &msg,
-        1,
-        &B::new()
-            .arr(1)
-            .str("t")
-            .arr(1)
+            error_code: 0,
+        };
+        let expected = B::at(version >= 6)
+            .when(version >= 3, |b| b.i32(1))
+            .array(1)
+            .string("t")
+            .array(1)
             .i32(0)
             .i64(42)
-            .str("")
+            .when(version >= 5, |b| b.i32(2))
+            .string("")
             .i16(0)
-            .done(),
-    );
-    msg.throttle_time_ms = 1;
-    msg.topics[0].partitions[0].committed_leader_epoch = 2;
-    golden(
-        &msg,
-        5,
-        &B::new()
-            .i32(1)
-            .arr(1)
-            .str("t")
-            .arr(1)
-            .i32(0)
-            .i64(42)
-            .i32(2)
-            .str("")
-            .i16(0)
-            .i16(0)
-            .done(),
-    );
-    golden(
-        &msg,
-        6,
-        &B::new()
-            .i32(1)
-            .carr(1)
-            .cstr("t")
-            .carr(1)
-            .i32(0)
-            .i64(42)
-            .i32(2)
-            .cstr("")
-            .i16(0)
-            .tags()
-            .tags()
-            .i16(0)
-            .tags()
-            .done(),
-    );
+            .tagged()
+            .tagged()
+            .when(version >= 2, |b| b.i16(0))
+            .tagged()
+            .done();
+        golden(&msg, version, &expected);
+    }
 }
 
 #[test]
@@ -339,106 +244,54 @@ fn describe_groups_response_v4_v5() {
             authorized_operations: i32::MIN,
         }],
     };
-    golden(
-        &resp,
-        4,
-        &B::new()
+    for version in [4, 5] {
+        let expected = B::at(version >= 5)
             .i32(0)
-            .arr(1)
+            .array(1)
             .i16(0)
-            .str("g")
-            .str("Stable")
-            .str("consumer")
-            .str("range")
-            .arr(1)
-            .str("m-1")
-            .null_str()
-            .str("c")
-            .str("/127.0.0.1")
-            .bytes(&[1])
-            .bytes(&[2])
+            .string("g")
+            .string("Stable")
+            .string("consumer")
+            .string("range")
+            .array(1)
+            .string("m-1")
+            .null_string()
+            .string("c")
+            .string("/127.0.0.1")
+            .blob(&[1])
+            .blob(&[2])
+            .tagged()
             .i32(i32::MIN)
-            .done(),
-    );
-    golden(
-        &resp,
-        5,
-        &B::new()
-            .i32(0)
-            .carr(1)
-            .i16(0)
-            .cstr("g")
-            .cstr("Stable")
-            .cstr("consumer")
-            .cstr("range")
-            .carr(1)
-            .cstr("m-1")
-            .cnull()
-            .cstr("c")
-            .cstr("/127.0.0.1")
-            .cbytes(&[1])
-            .cbytes(&[2])
-            .tags()
-            .i32(i32::MIN)
-            .tags()
-            .tags()
-            .done(),
-    );
+            .tagged()
+            .tagged()
+            .done();
+        golden(&resp, version, &expected);
+    }
 }
 
 #[test]
 fn list_groups_response_v0_v2_v3_v4() {
-    let mut resp = ListGroupsResponse {
-        throttle_time_ms: 0,
-        error_code: 0,
-        groups: vec![ListedGroup {
-            group_id: "g".into(),
-            protocol_type: "consumer".into(),
-            group_state: String::new(),
-        }],
-    };
-    golden(
-        &resp,
-        0,
-        &B::new().i16(0).arr(1).str("g").str("consumer").done(),
-    );
-    golden(
-        &resp,
-        2,
-        &B::new()
-            .i32(0)
+    for version in [0, 2, 3, 4] {
+        let state = if version >= 4 { "Empty" } else { "" };
+        let resp = ListGroupsResponse {
+            throttle_time_ms: 0,
+            error_code: 0,
+            groups: vec![ListedGroup {
+                group_id: "g".into(),
+                protocol_type: "consumer".into(),
+                group_state: state.into(),
+            }],
+        };
+        let expected = B::at(version >= 3)
+            .when(version >= 1, |b| b.i32(0))
             .i16(0)
-            .arr(1)
-            .str("g")
-            .str("consumer")
-            .done(),
-    );
-    golden(
-        &resp,
-        3,
-        &B::new()
-            .i32(0)
-            .i16(0)
-            .carr(1)
-            .cstr("g")
-            .cstr("consumer")
-            .tags()
-            .tags()
-            .done(),
-    );
-    resp.groups[0].group_state = "Empty".into();
-    golden(
-        &resp,
-        4,
-        &B::new()
-            .i32(0)
-            .i16(0)
-            .carr(1)
-            .cstr("g")
-            .cstr("consumer")
-            .cstr("Empty")
-            .tags()
-            .tags()
-            .done(),
-    );
+            .array(1)
+            .string("g")
+            .string("consumer")
+            .when(version >= 4, |b| b.string(state))
+            .tagged()
+            .tagged()
+            .done();
+        golden(&resp, version, &expected);
+    }
 }

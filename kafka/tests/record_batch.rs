@@ -318,6 +318,20 @@ fn every_codec_round_trips() {
     }
 }
 
+/// `records` as one batch with a default header, compressed with `codec`.
+fn batch_of(records: &[Record<'_>], codec: Compression) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_record_batch(
+        &mut out,
+        &RecordBatchHeader::default(),
+        records,
+        codec,
+        &mut Vec::new(),
+    )
+    .expect("encode");
+    out
+}
+
 #[test]
 fn decompression_is_bounded() {
     let big = vec![0u8; 1 << 20];
@@ -330,15 +344,7 @@ fn decompression_is_bounded() {
         headers: RecordHeaders::NONE,
     }];
     for codec in Compression::ALL {
-        let mut out = Vec::new();
-        encode_record_batch(
-            &mut out,
-            &RecordBatchHeader::default(),
-            &records,
-            codec,
-            &mut Vec::new(),
-        )
-        .expect("encode");
+        let out = batch_of(&records, codec);
         let (batch, _) = RecordBatch::decode(&out).expect("decode");
         let mut scratch = Vec::new();
         if codec == Compression::None {
@@ -448,15 +454,7 @@ fn corrupted_compressed_payloads_are_errors_not_panics() {
         Compression::Lz4,
         Compression::Zstd,
     ] {
-        let mut out = Vec::new();
-        encode_record_batch(
-            &mut out,
-            &RecordBatchHeader::default(),
-            &records,
-            codec,
-            &mut Vec::new(),
-        )
-        .expect("encode");
+        let out = batch_of(&records, codec);
         let payload = out[61..].to_vec();
         for _ in 0..300 {
             seed ^= seed << 13;

@@ -211,20 +211,13 @@ async fn read_partition(
     max_bytes: usize,
     max_wait_ms: u32,
 ) -> Result<PartitionOut, i16> {
-    let layout = gateway
-        .topics
-        .layout(topic)
-        .await
-        .map_err(|e| kafka_error(&e))?;
-    let segment = layout
-        .partition(index)
-        .ok_or(k::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let segment = gateway.topics.partition(topic, index).await?;
     let from = u64::try_from(offset).map_err(|_| k::OFFSET_OUT_OF_RANGE)?;
     let max_bytes = u32::try_from(max_bytes).unwrap_or(u32::MAX);
     let read = read_segment(
         gateway,
         topic,
-        segment,
+        &segment,
         FetchFrom::Offset(from),
         max_bytes,
         max_wait_ms,

@@ -95,6 +95,27 @@ impl Groups {
         (Token(token), rx)
     }
 
+    /// Runs a JoinGroup or SyncGroup, which the coordinator may park: `call`
+    /// gets the time and the request's token and returns its answer if it
+    /// has one now. Otherwise the answer is the one released for the token
+    /// later; `None` if the request is dropped unanswered.
+    async fn answer_or_park(
+        &self,
+        call: impl FnOnce(&mut Coordinator, u64, Token) -> Option<Released>,
+    ) -> Option<Released> {
+        let (token, rx) = self.park();
+        let now = self.now_ms();
+        let answered = call(&mut self.coordinator.borrow_mut(), now, token);
+        if answered.is_some() {
+            self.parked.borrow_mut().remove(&token.0);
+        }
+        self.deliver_pending();
+        match answered {
+            Some(released) => Some(released),
+            None => rx.await.ok(),
+        }
+    }
+
     /// Hand the coordinator's released answers to their connections.
     fn deliver(&self, released: Vec<Released>) {
         let mut parked = self.parked.borrow_mut();
@@ -222,17 +243,14 @@ pub(crate) async fn join(
         // KIP-394: from v4 a first join is answered MEMBER_ID_REQUIRED.
         require_known_member_id: version >= 4,
     };
-    let (token, rx) = groups.park();
-    let now = groups.now_ms();
-    let answered = groups.coordinator.borrow_mut().join(now, token, req);
-    if let Some(response) = answered {
-        groups.parked.borrow_mut().remove(&token.0);
-        groups.deliver_pending();
-        return join_response(response);
-    }
-    groups.deliver_pending();
-    match rx.await {
-        Ok(Released::Join { response, .. }) => join_response(response),
+    let released = groups
+        .answer_or_park(|coordinator, now, token| {
+            let response = coordinator.join(now, token, req)?;
+            Some(Released::Join { token, response })
+        })
+        .await;
+    match released {
+        Some(Released::Join { response, .. }) => join_response(response),
         _ => join_error(kafka::error_code::UNKNOWN_SERVER_ERROR),
     }
 }
@@ -265,17 +283,14 @@ pub(crate) async fn sync(gateway: &Gateway, request: SyncGroupRequest) -> SyncGr
             })
             .collect(),
     };
-    let (token, rx) = groups.park();
-    let now = groups.now_ms();
-    let answered = groups.coordinator.borrow_mut().sync(now, token, req);
-    if let Some(response) = answered {
-        groups.parked.borrow_mut().remove(&token.0);
-        groups.deliver_pending();
-        return sync_response(response);
-    }
-    groups.deliver_pending();
-    match rx.await {
-        Ok(Released::Sync { response, .. }) => sync_response(response),
+    let released = groups
+        .answer_or_park(|coordinator, now, token| {
+            let response = coordinator.sync(now, token, req)?;
+            Some(Released::Sync { token, response })
+        })
+        .await;
+    match released {
+        Some(Released::Sync { response, .. }) => sync_response(response),
         _ => SyncGroupResponse {
             throttle_time_ms: 0,
             error_code: kafka::error_code::UNKNOWN_SERVER_ERROR,

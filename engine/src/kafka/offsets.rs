@@ -61,14 +61,7 @@ pub(crate) async fn lookup(
     index: i32,
     timestamp: i64,
 ) -> Result<(i64, i64), i16> {
-    let layout = gateway
-        .topics
-        .layout(topic)
-        .await
-        .map_err(|e| kafka_error(&e))?;
-    let segment = layout
-        .partition(index)
-        .ok_or(k::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let segment = gateway.topics.partition(topic, index).await?;
     let from = match timestamp {
         LATEST => FetchFrom::Latest,
         EARLIEST => FetchFrom::Earliest,
@@ -76,7 +69,7 @@ pub(crate) async fn lookup(
         // -3 (max timestamp) and others: not supported.
         _ => return Err(k::UNSUPPORTED_VERSION),
     };
-    read_segment(gateway, topic, segment, from, 1, 0, |fetched| {
+    read_segment(gateway, topic, &segment, from, 1, 0, |fetched| {
         let offset = fetched.start_offset as i64;
         if timestamp < 0 {
             return (-1, offset);

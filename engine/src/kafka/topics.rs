@@ -11,6 +11,7 @@ use wire::message::{SegmentInfo, TopicInfo};
 use wire::ErrorCode;
 
 use crate::control_plane::ControlRequest;
+use crate::request::ask;
 use crate::serve_error::ServeError;
 
 /// The kelp namespace of every Kafka-facing topic.
@@ -67,6 +68,16 @@ impl Topics {
             return Ok(l.clone());
         }
         self.refresh(name).await
+    }
+
+    /// The segment serving partition `index` of Kafka topic `name`, or the
+    /// Kafka error code saying why there is none.
+    pub(crate) async fn partition(&self, name: &str, index: i32) -> Result<SegmentInfo, i16> {
+        let layout = self.layout(name).await.map_err(|e| kafka_error(&e))?;
+        layout
+            .partition(index)
+            .cloned()
+            .ok_or(kafka::error_code::UNKNOWN_TOPIC_OR_PARTITION)
     }
 
     /// Ask the control plane for the layout of Kafka topic `name`.
@@ -130,16 +141,6 @@ impl Topics {
             .filter_map(|t| kafka_name(t).map(str::to_string))
             .collect())
     }
-}
-
-async fn ask<T>(
-    control: &flume::Sender<ControlRequest>,
-    make: impl FnOnce(flume::Sender<Result<T, ServeError>>) -> ControlRequest,
-) -> Result<T, ServeError> {
-    let (tx, rx) = flume::bounded(1);
-    let gone = || ServeError::new(ErrorCode::Internal, "the control plane is shutting down");
-    control.send_async(make(tx)).await.map_err(|_| gone())?;
-    rx.recv_async().await.map_err(|_| gone())?
 }
 
 /// The Kafka error code for a kelp error about a topic or partition.

@@ -9,16 +9,41 @@ use std::fmt::Debug;
 use kelp_kafka::Message;
 
 /// Builds expected bytes one Kafka field at a time.
+///
+/// The methods named for a type's classic form (`str`, `arr`, ...) or its
+/// compact form (`cstr`, `carr`, ...) write that form. The methods named
+/// for the type alone (`string`, `array`, ...) write the form of the side
+/// of the flexible-version boundary the builder was made for ([`B::at`]),
+/// so one chain states a message's fields for both sides.
 #[derive(Default)]
-pub struct B(pub Vec<u8>);
+pub struct B {
+    bytes: Vec<u8>,
+    flexible: bool,
+}
 
 impl B {
+    /// A builder for a classic (non-flexible) version.
     pub fn new() -> Self {
-        B(Vec::new())
+        B::default()
+    }
+    /// A builder for a flexible version if `flexible`, a classic one if not.
+    pub fn at(flexible: bool) -> Self {
+        B {
+            bytes: Vec::new(),
+            flexible,
+        }
     }
     pub fn raw(mut self, bytes: &[u8]) -> Self {
-        self.0.extend_from_slice(bytes);
+        self.bytes.extend_from_slice(bytes);
         self
+    }
+    /// `fields` applied only `if present`: a field that some versions lack.
+    pub fn when(self, present: bool, fields: impl FnOnce(Self) -> Self) -> Self {
+        if present {
+            fields(self)
+        } else {
+            self
+        }
     }
     pub fn i8(self, v: i8) -> Self {
         self.raw(&v.to_be_bytes())
@@ -83,8 +108,57 @@ impl B {
     pub fn uuid(self, u: [u8; 16]) -> Self {
         self.raw(&u)
     }
+    /// STRING or COMPACT_STRING.
+    pub fn string(self, s: &str) -> Self {
+        if self.flexible {
+            self.cstr(s)
+        } else {
+            self.str(s)
+        }
+    }
+    /// A null NULLABLE_STRING or COMPACT_NULLABLE_STRING.
+    pub fn null_string(self) -> Self {
+        if self.flexible {
+            self.cnull()
+        } else {
+            self.null_str()
+        }
+    }
+    /// BYTES or COMPACT_BYTES.
+    pub fn blob(self, b: &[u8]) -> Self {
+        if self.flexible {
+            self.cbytes(b)
+        } else {
+            self.bytes(b)
+        }
+    }
+    /// ARRAY or COMPACT_ARRAY length.
+    pub fn array(self, n: u32) -> Self {
+        if self.flexible {
+            self.carr(n)
+        } else {
+            self.arr(n as i32)
+        }
+    }
+    /// A null ARRAY or COMPACT_ARRAY.
+    pub fn null_array(self) -> Self {
+        if self.flexible {
+            self.cnull()
+        } else {
+            self.arr(-1)
+        }
+    }
+    /// An empty tagged-field buffer in a flexible version; nothing in a
+    /// classic one.
+    pub fn tagged(self) -> Self {
+        if self.flexible {
+            self.tags()
+        } else {
+            self
+        }
+    }
     pub fn done(self) -> Vec<u8> {
-        self.0
+        self.bytes
     }
 }
 
