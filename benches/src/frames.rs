@@ -114,14 +114,7 @@ impl Dialer {
 
 /// A QUIC client endpoint on loopback trusting `cert`, ALPN `kelp/1`.
 pub fn quic_endpoint(cert: CertificateDer<'static>) -> Result<quinn::Endpoint> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert)?;
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![engine::ALPN.to_vec()];
+    let tls = engine::client_tls_trusting(cert)?;
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
     let mut endpoint = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));

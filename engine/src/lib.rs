@@ -46,7 +46,7 @@ pub use broker::{run, Broker};
 pub use config::{AdvertisedAddress, AdvertisedAddressError, BrokerConfig};
 pub use error::EngineError;
 pub use signals::TerminationSignals;
-pub use tls::ALPN;
+pub use tls::{client_tls_trusting, ALPN};
 
 /// Internals the criterion benchmarks in `benches/` measure; not an API.
 #[cfg(feature = "bench")]

@@ -66,6 +66,24 @@ fn window_varint(bytes: u64) -> quinn_proto::VarInt {
     quinn_proto::VarInt::from_u64(bytes).unwrap_or(quinn_proto::VarInt::MAX)
 }
 
+/// A client's TLS for QUIC to a broker whose certificate is `cert` (the
+/// one in its data dir, `tls/cert.der`): TLS 1.3 with ring, ALPN
+/// [`ALPN`], no client certificate. What tests and benchmarks that talk to
+/// a broker they started use; the SDK builds its own from a CA file.
+pub fn client_tls_trusting(
+    cert: CertificateDer<'static>,
+) -> Result<rustls::ClientConfig, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert)?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(tls)
+}
+
 /// quinn-proto's server configuration for the broker's shards.
 pub(crate) fn server_config(
     cert: CertificateDer<'static>,

@@ -60,15 +60,7 @@ fn client(data_dir: &std::path::Path) -> quinn::Endpoint {
 /// another host).
 fn client_on(local: &str, data_dir: &std::path::Path) -> quinn::Endpoint {
     let cert = std::fs::read(data_dir.join("tls/cert.der")).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.into()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![kelp_engine::ALPN.to_vec()];
+    let tls = kelp_engine::client_tls_trusting(cert.into()).unwrap();
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
     let mut endpoint = quinn::Endpoint::client(local.parse().unwrap()).unwrap();
     endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));

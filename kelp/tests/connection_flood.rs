@@ -11,8 +11,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::{port, Broker};
-use wire::frame::{FrameType, FRAME_HEADER_BYTES};
+use support::{port, produce_header, rss_mib, Broker};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::{AdminRequest, Response};
 
@@ -22,26 +21,6 @@ const BUDGET_MIB: u64 = 64;
 const STALLED: usize = 200;
 /// What the broker may use over its budget.
 const SLACK_MIB: u64 = 64;
-
-/// The broker's resident memory, MiB (`VmRSS`).
-fn rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib / 1024
-}
-
-/// A frame header announcing a Produce of `payload_bytes` (its checksum
-/// is never checked: the payload never comes).
-fn produce_header(payload_bytes: u32) -> [u8; FRAME_HEADER_BYTES] {
-    let mut h = [0u8; FRAME_HEADER_BYTES];
-    h[0..2].copy_from_slice(b"KL");
-    h[2] = 1;
-    h[3] = FrameType::ProduceRequest as u8;
-    h[4..8].copy_from_slice(&payload_bytes.to_le_bytes());
-    h[8..12].copy_from_slice(&1u32.to_le_bytes());
-    h
-}
 
 /// A ListTopics round trip on `stream`: whether it was answered.
 fn lists_topics(stream: &mut TcpStream) -> bool {

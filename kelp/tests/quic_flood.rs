@@ -11,9 +11,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{port, Broker};
+use support::{port, produce_header, rss_mib, Broker};
 use wire::chunk::BatchWalk;
-use wire::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
+use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::message::Fetched;
 use wire::{
@@ -40,38 +40,10 @@ const SETTLED_GROWTH_MIB: u64 = 1;
 /// of the test may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The broker's resident memory, MiB (`VmRSS`).
-fn rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib / 1024
-}
-
-/// A frame header announcing a Produce of `payload_bytes` (its checksum
-/// is never checked: the payload never completes).
-fn produce_header(payload_bytes: u32) -> [u8; FRAME_HEADER_BYTES] {
-    let mut h = [0u8; FRAME_HEADER_BYTES];
-    h[0..2].copy_from_slice(b"KL");
-    h[2] = 1;
-    h[3] = FrameType::ProduceRequest as u8;
-    h[4..8].copy_from_slice(&payload_bytes.to_le_bytes());
-    h[8..12].copy_from_slice(&1u32.to_le_bytes());
-    h
-}
-
 /// A quinn client endpoint that trusts the broker's own certificate.
 fn client(data_dir: &std::path::Path) -> quinn::Endpoint {
     let cert = std::fs::read(data_dir.join("tls/cert.der")).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.into()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![engine::ALPN.to_vec()];
+    let tls = engine::client_tls_trusting(cert.into()).unwrap();
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
     let mut transport = quinn::TransportConfig::default();
     transport.send_window(CLIENT_SEND_WINDOW_BYTES);

@@ -162,14 +162,7 @@ struct Client {
 }
 
 impl Client {
-    fn connect(now: Instant, roots: rustls::RootCertStore, outgoing: Vec<u8>) -> Client {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tls.alpn_protocols = vec![crate::tls::ALPN.to_vec()];
+    fn connect(now: Instant, tls: rustls::ClientConfig, outgoing: Vec<u8>) -> Client {
         let crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
         let config = quinn_proto::ClientConfig::new(Arc::new(crypto));
         let mut endpoint = quinn_proto::Endpoint::new(
@@ -337,15 +330,14 @@ impl Simulation {
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
             rustls::pki_types::PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()),
         );
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert.clone()).unwrap();
+        let client_tls = crate::tls::client_tls_trusting(cert.clone()).unwrap();
         let config = crate::tls::server_config(cert, key).unwrap();
         Simulation {
             now,
             start: now,
             network: Network::new(seed, conditions, now),
             server: QuicServer::new(0, Arc::new(config), true, 10, LIMITS, budget.clone()),
-            client: Client::connect(now, roots, outgoing),
+            client: Client::connect(now, client_tls, outgoing),
             app,
             budget,
             budget_in_use_max: 0,

@@ -365,6 +365,27 @@ pub fn mixed_lines(count: usize, big_bytes: usize) -> String {
     lines
 }
 
+/// The resident memory of process `pid`, MiB (`VmRSS`).
+pub fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib / 1024
+}
+
+/// A frame header announcing a Produce of `payload_bytes` whose payload
+/// never comes (so its checksum is never checked): what a peer that
+/// stalls mid-frame sends.
+pub fn produce_header(payload_bytes: u32) -> [u8; wire::frame::FRAME_HEADER_BYTES] {
+    let mut h = [0u8; wire::frame::FRAME_HEADER_BYTES];
+    h[0..2].copy_from_slice(b"KL");
+    h[2] = 1;
+    h[3] = wire::frame::FrameType::ProduceRequest as u8;
+    h[4..8].copy_from_slice(&payload_bytes.to_le_bytes());
+    h[8..12].copy_from_slice(&1u32.to_le_bytes());
+    h
+}
+
 /// `kelp <command> <extra>` listening on `listen` with its data in
 /// `data_dir`, `env` added to its environment, its stderr to `stderr`.
 fn spawn_kelp(
