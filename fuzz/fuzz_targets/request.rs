@@ -7,22 +7,17 @@
 //! separately.
 #![no_main]
 
-use kelp_wire::frame::FrameType;
 use kelp_wire::message::{BrokerPortRequest, ControlPortRequest, DataRequest};
 use kelp_wire::{BatchView, DecodeError};
 use libfuzzer_sys::fuzz_target;
-use reencode::reencode;
+use reencode::{reencode, typed_payload};
 
 mod reencode;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&type_byte, payload)) = data.split_first() else {
+    let Some((frame_type, payload)) = typed_payload(data) else {
         return;
     };
-    // A real frame type byte is used as is, so seeds read naturally; any
-    // other byte still picks one, so no input is wasted.
-    let frame_type = FrameType::from_u8(type_byte)
-        .unwrap_or(FrameType::ALL[usize::from(type_byte) % FrameType::ALL.len()]);
     if !frame_type.is_request() {
         // Neither port takes a response frame.
         assert!(!BrokerPortRequest::owns(frame_type) && !ControlPortRequest::owns(frame_type));

@@ -2,19 +2,16 @@
 //! as payload; a decoded response must survive an encode/decode round trip.
 #![no_main]
 
-use kelp_wire::frame::FrameType;
 use kelp_wire::message::{ErrorCode, Response};
 use libfuzzer_sys::fuzz_target;
-use reencode::reencode;
+use reencode::{reencode, typed_payload};
 
 mod reencode;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&type_byte, payload)) = data.split_first() else {
+    let Some((frame_type, payload)) = typed_payload(data) else {
         return;
     };
-    let frame_type = FrameType::from_u8(type_byte)
-        .unwrap_or(FrameType::ALL[usize::from(type_byte) % FrameType::ALL.len()]);
     let Ok(response) = Response::decode(frame_type, payload) else {
         return;
     };

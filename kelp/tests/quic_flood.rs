@@ -169,17 +169,7 @@ async fn settled_rss_mib(pid: u32) -> u64 {
 fn stalled_large_quic_frames_stay_within_the_receive_budget() {
     let dir = tempfile::tempdir().unwrap();
     let port = port();
-    let budget = (BUDGET_MIB << 20).to_string();
-    let broker = Broker::start_with(
-        dir.path(),
-        port,
-        &[
-            "--receive-bytes-max",
-            &budget,
-            "--connections-per-ip-max",
-            "1024",
-        ],
-    );
+    let broker = Broker::start_for_flood(dir.path(), port, BUDGET_MIB);
     let pid = broker.child.id();
     let created = test_support::TestConn::open(port).call(AdminRequest::CreateTopic {
         topic: "flood/small".into(),

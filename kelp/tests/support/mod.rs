@@ -63,6 +63,22 @@ impl Broker {
         Broker::spawn("127.0.0.1", data_dir, port, extra, &[], Stdio::inherit())
     }
 
+    /// A broker for a flood: a receive budget of `receive_mib` MiB, and
+    /// room for 1024 connections from one address (the flooder's).
+    pub fn start_for_flood(data_dir: &Path, port: u16, receive_mib: u64) -> Broker {
+        let budget = (receive_mib << 20).to_string();
+        Broker::start_with(
+            data_dir,
+            port,
+            &[
+                "--receive-bytes-max",
+                &budget,
+                "--connections-per-ip-max",
+                "1024",
+            ],
+        )
+    }
+
     /// [`Broker::start_with`] with `env` added to the broker's environment
     /// (e.g. the AWS variables of an S3 filer).
     pub fn start_with_env(
