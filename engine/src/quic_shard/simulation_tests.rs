@@ -457,9 +457,19 @@ impl Simulation {
 
 /// `count` request frames of sizes up to `bytes_max`, request ids from 1.
 fn frames(rng: &mut fastrand::Rng, count: u32, bytes_max: usize) -> Vec<u8> {
+    frames_sized(rng, count, |rng| rng.usize(0..=bytes_max))
+}
+
+/// `count` produce frames, ids 1 up, of random bytes, each as long as
+/// `len` says.
+fn frames_sized(
+    rng: &mut fastrand::Rng,
+    count: u32,
+    mut len: impl FnMut(&mut fastrand::Rng) -> usize,
+) -> Vec<u8> {
     let mut out = Vec::new();
     for id in 1..=count {
-        let len = rng.usize(0..=bytes_max);
+        let len = len(rng);
         let payload: Vec<u8> = std::iter::repeat_with(|| rng.u8(..)).take(len).collect();
         encode_frame(&mut out, FrameType::ProduceRequest, id, &payload);
     }
@@ -662,14 +672,8 @@ fn payloads_wait_for_room_in_the_shards_receive_budget() {
     const FRAME_BYTES: usize = 256 << 10;
     const BUDGET_BYTES: u64 = 3 * FRAME_BYTES as u64 + WINDOW_BYTES_MIN + 1000;
     let seed = seed();
-    let mut out = Vec::new();
     let mut rng = fastrand::Rng::with_seed(seed);
-    for id in 1..=40 {
-        let payload: Vec<u8> = std::iter::repeat_with(|| rng.u8(..))
-            .take(FRAME_BYTES)
-            .collect();
-        encode_frame(&mut out, FrameType::ProduceRequest, id, &payload);
-    }
+    let out = frames_sized(&mut rng, 40, |_| FRAME_BYTES);
     let sent = requests_in(&out);
     let conditions = Conditions {
         loss_per_mille: 10,
@@ -706,14 +710,8 @@ fn a_delivering_connection_grows_its_window_within_the_budget() {
     const FRAMES: u32 = 64;
     const BUDGET_BYTES: u64 = 24 << 20;
     let seed = seed();
-    let mut out = Vec::new();
     let mut rng = fastrand::Rng::with_seed(seed);
-    for id in 1..=FRAMES {
-        let payload: Vec<u8> = std::iter::repeat_with(|| rng.u8(..))
-            .take(FRAME_BYTES)
-            .collect();
-        encode_frame(&mut out, FrameType::ProduceRequest, id, &payload);
-    }
+    let out = frames_sized(&mut rng, FRAMES, |_| FRAME_BYTES);
     let sent = requests_in(&out);
     let conditions = Conditions {
         loss_per_mille: 5,
