@@ -7,22 +7,17 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use kelp_engine::{Broker, BrokerConfig};
-use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
-use wire::{
-    AckMode, AdminRequest, BatchBuilder, BrokerPortRequest, DataRequest, ErrorCode, FetchFrom,
-    Response,
-};
+use wire::{AckMode, AdminRequest, BatchBuilder, DataRequest, ErrorCode, FetchFrom, Response};
 
 /// Produce requests a pipelined producer keeps in flight.
 const PIPELINE_DEPTH: usize = 128;
 /// Longest any single test step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
-use test_support::{decode, error_code, TestConn};
+use test_support::{decode, error_code, QuicConn as Conn, TestConn};
 
 /// A port `p` such that TCP and UDP on `p` and `p + 1` are free now.
 fn ports() -> u16 {
@@ -61,59 +56,7 @@ fn client(data_dir: &std::path::Path) -> quinn::Endpoint {
 fn client_on(local: &str, data_dir: &std::path::Path) -> quinn::Endpoint {
     let cert = std::fs::read(data_dir.join("tls/cert.der")).unwrap();
     let tls = kelp_engine::client_tls_trusting(cert.into()).unwrap();
-    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut endpoint = quinn::Endpoint::client(local.parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
-    endpoint
-}
-
-struct Conn {
-    connection: quinn::Connection,
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-    next_id: u32,
-}
-
-impl Conn {
-    async fn open(endpoint: &quinn::Endpoint, port: u16) -> Conn {
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let connection = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
-        let (send, recv) = connection.open_bi().await.unwrap();
-        Conn {
-            connection,
-            send,
-            recv,
-            next_id: 1,
-        }
-    }
-
-    async fn send(&mut self, request: impl Into<BrokerPortRequest<'_>>) -> u32 {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut out = Vec::new();
-        request.into().encode(id, &mut out);
-        self.send.write_all(&out).await.unwrap();
-        id
-    }
-
-    /// The next answer, or None once the broker ended the stream or the
-    /// connection.
-    async fn read_frame(&mut self) -> Option<(FrameHeader, Vec<u8>)> {
-        let mut h = [0u8; FRAME_HEADER_BYTES];
-        self.recv.read_exact(&mut h).await.ok()?;
-        let header = FrameHeader::decode(&h).unwrap();
-        let mut payload = vec![0u8; header.payload_bytes as usize];
-        self.recv.read_exact(&mut payload).await.unwrap();
-        header.verify_payload(&payload).unwrap();
-        Some((header, payload))
-    }
-
-    async fn call(&mut self, request: impl Into<BrokerPortRequest<'_>>) -> (FrameHeader, Vec<u8>) {
-        let id = self.send(request).await;
-        let frame = self.read_frame().await.unwrap();
-        assert_eq!(frame.0.request_id, id);
-        frame
-    }
+    test_support::quic_endpoint(local, tls, quinn::TransportConfig::default())
 }
 
 /// 100 records whose values name the producer and the record's sequence.

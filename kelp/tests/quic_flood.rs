@@ -7,18 +7,16 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{port, produce_header, rss_mib, Broker};
+use test_support::QuicConn;
 use wire::chunk::BatchWalk;
-use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::frame::FRAME_HEADER_BYTES;
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::message::Fetched;
-use wire::{
-    AckMode, AdminRequest, BatchBuilder, BrokerPortRequest, DataRequest, FetchFrom, Response,
-};
+use wire::{AckMode, AdminRequest, BatchBuilder, DataRequest, FetchFrom, Response};
 
 /// The receive budget the flooded broker runs with.
 const BUDGET_MIB: u64 = 64;
@@ -44,54 +42,15 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 fn client(data_dir: &std::path::Path) -> quinn::Endpoint {
     let cert = std::fs::read(data_dir.join("tls/cert.der")).unwrap();
     let tls = engine::client_tls_trusting(cert.into()).unwrap();
-    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
     let mut transport = quinn::TransportConfig::default();
     transport.send_window(CLIENT_SEND_WINDOW_BYTES);
-    let mut config = quinn::ClientConfig::new(Arc::new(quic));
-    config.transport_config(Arc::new(transport));
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(config);
-    endpoint
-}
-
-/// One QUIC connection and its request stream.
-struct Conn {
-    connection: quinn::Connection,
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-}
-
-impl Conn {
-    async fn open(endpoint: &quinn::Endpoint, port: u16) -> Conn {
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let connection = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
-        let (send, recv) = connection.open_bi().await.unwrap();
-        Conn {
-            connection,
-            send,
-            recv,
-        }
-    }
-
-    async fn call(&mut self, id: u32, request: DataRequest<'_>) -> (FrameHeader, Vec<u8>) {
-        let mut out = Vec::new();
-        BrokerPortRequest::from(request).encode(id, &mut out);
-        self.send.write_all(&out).await.unwrap();
-        let mut h = [0u8; FRAME_HEADER_BYTES];
-        self.recv.read_exact(&mut h).await.unwrap();
-        let header = FrameHeader::decode(&h).unwrap();
-        let mut payload = vec![0u8; header.payload_bytes as usize];
-        self.recv.read_exact(&mut payload).await.unwrap();
-        header.verify_payload(&payload).unwrap();
-        assert_eq!(header.request_id, id);
-        (header, payload)
-    }
+    test_support::quic_endpoint("127.0.0.1:0", tls, transport)
 }
 
 /// A small produce, then a fetch of it, on a fresh connection: the values
 /// fetched back.
 async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -> Vec<Vec<u8>> {
-    let mut c = Conn::open(endpoint, port).await;
+    let mut c = QuicConn::open(endpoint, port).await;
     let mut b = BatchBuilder::new();
     for i in 0..3u32 {
         b.push(
@@ -104,15 +63,12 @@ async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -
     }
     let batch = b.finish(0, 0).to_vec();
     let produced = c
-        .call(
-            1,
-            DataRequest::Produce {
-                topic,
-                segment: 0,
-                ack: AckMode::Leader,
-                batch: &batch,
-            },
-        )
+        .call(DataRequest::Produce {
+            topic,
+            segment: 0,
+            ack: AckMode::Leader,
+            batch: &batch,
+        })
         .await;
     let answer = test_support::decode(&produced);
     assert!(
@@ -126,17 +82,14 @@ async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -
         "{answer:?}"
     );
     let fetched = c
-        .call(
-            2,
-            DataRequest::Fetch {
-                topic: topic.into(),
-                segment: 0,
-                from: FetchFrom::Earliest,
-                max_bytes: 1 << 20,
-                max_wait_ms: 0,
-                checks: wire::FetchChecks::Trust,
-            },
-        )
+        .call(DataRequest::Fetch {
+            topic: topic.into(),
+            segment: 0,
+            from: FetchFrom::Earliest,
+            max_bytes: 1 << 20,
+            max_wait_ms: 0,
+            checks: wire::FetchChecks::Trust,
+        })
         .await;
     let Response::Fetched(Fetched { batches, .. }) = test_support::decode(&fetched) else {
         panic!("not a fetch answer: {:?}", test_support::decode(&fetched));
@@ -195,7 +148,7 @@ fn stalled_large_quic_frames_stay_within_the_receive_budget() {
         let frame = Arc::new(frame);
         let mut stalled = Vec::with_capacity(STALLED);
         for _ in 0..STALLED {
-            let mut c = tokio::time::timeout(STEP_TIMEOUT, Conn::open(&endpoint, shard_port))
+            let mut c = tokio::time::timeout(STEP_TIMEOUT, QuicConn::open(&endpoint, shard_port))
                 .await
                 .expect("a stalled connection opens");
             let frame = frame.clone();

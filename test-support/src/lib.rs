@@ -5,7 +5,8 @@
 //!   machine for as long as this one lives.
 //! - [`TestConn`]: the one blocking test connection, and [`read_frame`],
 //!   the one frame reader for tests: kelp's frames over a plain
-//!   `TcpStream`, every frame's checksum verified.
+//!   `TcpStream`, every frame's checksum verified. [`QuicConn`] is the
+//!   same over a quinn stream, [`quic_endpoint`] its client.
 //! - [`SeededRng`]: the one seed and generator of randomized tests: the
 //!   seed printed, `KELP_TEST_SEED` replaying it.
 //!
@@ -33,8 +34,10 @@ use wire::message::Fetched;
 
 mod etcd_server;
 mod http;
+mod quic;
 mod s3_server;
 pub use etcd_server::EtcdServer;
+pub use quic::{quic_endpoint, QuicConn};
 pub use s3_server::{S3Server, S3_ACCESS_KEY_ID, S3_REGION, S3_SECRET_ACCESS_KEY};
 
 /// A randomized test's numbers (xorshift64), from `KELP_TEST_SEED` when it
