@@ -20,6 +20,15 @@ use crate::group::{
     Token, TopicCommitResult,
 };
 
+/// A JoinGroup as the group received it: when, and the token its answer
+/// goes under if it is parked.
+#[derive(Debug)]
+struct JoinCall {
+    now_ms: u64,
+    token: Token,
+    req: JoinRequest,
+}
+
 /// One consumer group. Compared whole by the tests that check a refused
 /// request left the group exactly as it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +130,8 @@ impl ConsumerGroup {
         config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
+        let call = JoinCall { now_ms, token, req };
+        let req = &call.req;
         let static_owner = req
             .group_instance_id
             .as_ref()
@@ -140,13 +151,13 @@ impl ConsumerGroup {
             ));
         }
         if !req.member_id.is_empty() {
-            return self.join_known(now_ms, token, req, config, out);
+            return self.join_known(call, config, out);
         }
         if let Some(old_id) = static_owner {
             // A static member restarting: the new id takes the old one's
             // place (and assignment); the old id is fenced.
             self.replace_static_member(&old_id, &fresh_member_id, out);
-            return self.join_existing(now_ms, token, req, fresh_member_id, true, config, out);
+            return self.join_existing(call, fresh_member_id, true, config, out);
         }
         if self.members.len() + self.pending_members.len() >= config.group_members_max {
             return Some(JoinResponse::error(ErrorCode::GROUP_MAX_SIZE_REACHED, ""));
@@ -160,42 +171,39 @@ impl ConsumerGroup {
                 &fresh_member_id,
             ));
         }
-        self.add_member_and_rebalance(now_ms, token, req, fresh_member_id, config, out);
+        self.add_member_and_rebalance(call, fresh_member_id, config, out);
         None
     }
 
     fn join_known(
         &mut self,
-        now_ms: u64,
-        token: Token,
-        req: JoinRequest,
+        call: JoinCall,
         config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
-        let member_id = req.member_id.clone();
+        let member_id = call.req.member_id.clone();
         if self.pending_members.remove(&member_id).is_some() {
-            self.add_member_and_rebalance(now_ms, token, req, member_id, config, out);
+            self.add_member_and_rebalance(call, member_id, config, out);
             return None;
         }
-        if let Some(error) = self.check_member(&member_id, req.group_instance_id.as_deref()) {
+        let instance_id = call.req.group_instance_id.as_deref();
+        if let Some(error) = self.check_member(&member_id, instance_id) {
             return Some(JoinResponse::error(error, &member_id));
         }
-        self.join_existing(now_ms, token, req, member_id, false, config, out)
+        self.join_existing(call, member_id, false, config, out)
     }
 
     /// A join by a current member: updated in place, its assignment kept.
     /// `replaced`: a static member just took over an old member id.
-    #[allow(clippy::too_many_arguments)]
     fn join_existing(
         &mut self,
-        now_ms: u64,
-        token: Token,
-        req: JoinRequest,
+        call: JoinCall,
         member_id: String,
         replaced: bool,
         config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
+        let now_ms = call.now_ms;
         let is_leader = self.leader_id.as_deref() == Some(member_id.as_str());
         let Some(member) = self.members.get_mut(&member_id) else {
             return Some(JoinResponse::error(
@@ -203,11 +211,11 @@ impl ConsumerGroup {
                 &member_id,
             ));
         };
-        let unchanged =
-            member.protocol_type == req.protocol_type && member.protocols == req.protocols;
+        let unchanged = member.protocol_type == call.req.protocol_type
+            && member.protocols == call.req.protocols;
         match self.state {
             GroupState::PreparingRebalance => {
-                self.update_member(now_ms, token, req, &member_id, out);
+                self.update_member(call, &member_id, out);
                 self.try_complete_join(now_ms, out);
                 None
             }
@@ -215,15 +223,15 @@ impl ConsumerGroup {
             // fits it. Not after a static replacement: the leader is
             // assigning to the old member id, so the group must rebalance.
             GroupState::CompletingRebalance if unchanged && !replaced => {
-                member.update_client(&req, now_ms);
+                member.update_client(&call.req, now_ms);
                 Some(self.join_response_for(&member_id))
             }
             GroupState::Stable if unchanged && !is_leader => {
-                member.update_client(&req, now_ms);
+                member.update_client(&call.req, now_ms);
                 Some(self.join_response_for(&member_id))
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
-                self.update_member(now_ms, token, req, &member_id, out);
+                self.update_member(call, &member_id, out);
                 self.prepare_rebalance(now_ms, config, out);
                 self.try_complete_join(now_ms, out);
                 None
@@ -296,14 +304,8 @@ impl ConsumerGroup {
         }
     }
 
-    fn update_member(
-        &mut self,
-        now_ms: u64,
-        token: Token,
-        req: JoinRequest,
-        member_id: &str,
-        out: &mut Vec<Released>,
-    ) {
+    fn update_member(&mut self, call: JoinCall, member_id: &str, out: &mut Vec<Released>) {
+        let JoinCall { now_ms, token, req } = call;
         let Some(m) = self.members.get_mut(member_id) else {
             return;
         };
@@ -323,13 +325,12 @@ impl ConsumerGroup {
 
     fn add_member_and_rebalance(
         &mut self,
-        now_ms: u64,
-        token: Token,
-        req: JoinRequest,
+        call: JoinCall,
         member_id: String,
         config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) {
+        let JoinCall { now_ms, token, req } = call;
         let mut member = Member {
             member_id: member_id.clone(),
             group_instance_id: req.group_instance_id,
