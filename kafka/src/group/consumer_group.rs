@@ -59,10 +59,17 @@ pub(crate) struct ConsumerGroup {
     /// generation but never sent SyncGroup are removed.
     sync_deadline_ms: Option<u64>,
     pub(crate) offsets: GroupOffsets,
+    /// The most members and pending members at once
+    /// (`group_members_max`).
+    members_max: usize,
+    /// How long a join phase from Empty waits for more members
+    /// (`initial_rebalance_delay_ms`).
+    initial_rebalance_delay_ms: u32,
 }
 
 impl ConsumerGroup {
-    pub(crate) fn new(group_id: String) -> ConsumerGroup {
+    /// An Empty group under the limits of `config`.
+    pub(crate) fn new(group_id: String, config: &CoordinatorConfig) -> ConsumerGroup {
         ConsumerGroup {
             group_id,
             state: GroupState::Empty,
@@ -78,6 +85,8 @@ impl ConsumerGroup {
             join_not_before_ms: 0,
             sync_deadline_ms: None,
             offsets: GroupOffsets::default(),
+            members_max: config.group_members_max,
+            initial_rebalance_delay_ms: config.initial_rebalance_delay_ms,
         }
     }
 
@@ -127,7 +136,6 @@ impl ConsumerGroup {
         token: Token,
         req: JoinRequest,
         fresh_member_id: String,
-        config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
         let call = JoinCall { now_ms, token, req };
@@ -151,15 +159,15 @@ impl ConsumerGroup {
             ));
         }
         if !req.member_id.is_empty() {
-            return self.join_known(call, config, out);
+            return self.join_known(call, out);
         }
         if let Some(old_id) = static_owner {
             // A static member restarting: the new id takes the old one's
             // place (and assignment); the old id is fenced.
             self.replace_static_member(&old_id, &fresh_member_id, out);
-            return self.join_existing(call, fresh_member_id, true, config, out);
+            return self.join_existing(call, fresh_member_id, true, out);
         }
-        if self.members.len() + self.pending_members.len() >= config.group_members_max {
+        if self.members.len() + self.pending_members.len() >= self.members_max {
             return Some(JoinResponse::error(ErrorCode::GROUP_MAX_SIZE_REACHED, ""));
         }
         if req.group_instance_id.is_none() && req.require_known_member_id {
@@ -171,26 +179,21 @@ impl ConsumerGroup {
                 &fresh_member_id,
             ));
         }
-        self.add_member_and_rebalance(call, fresh_member_id, config, out);
+        self.add_member_and_rebalance(call, fresh_member_id, out);
         None
     }
 
-    fn join_known(
-        &mut self,
-        call: JoinCall,
-        config: &CoordinatorConfig,
-        out: &mut Vec<Released>,
-    ) -> Option<JoinResponse> {
+    fn join_known(&mut self, call: JoinCall, out: &mut Vec<Released>) -> Option<JoinResponse> {
         let member_id = call.req.member_id.clone();
         if self.pending_members.remove(&member_id).is_some() {
-            self.add_member_and_rebalance(call, member_id, config, out);
+            self.add_member_and_rebalance(call, member_id, out);
             return None;
         }
         let instance_id = call.req.group_instance_id.as_deref();
         if let Some(error) = self.check_member(&member_id, instance_id) {
             return Some(JoinResponse::error(error, &member_id));
         }
-        self.join_existing(call, member_id, false, config, out)
+        self.join_existing(call, member_id, false, out)
     }
 
     /// A join by a current member: updated in place, its assignment kept.
@@ -200,7 +203,6 @@ impl ConsumerGroup {
         call: JoinCall,
         member_id: String,
         replaced: bool,
-        config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
         let now_ms = call.now_ms;
@@ -232,7 +234,7 @@ impl ConsumerGroup {
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
                 self.update_member(call, &member_id, out);
-                self.prepare_rebalance(now_ms, config, out);
+                self.prepare_rebalance(now_ms, out);
                 self.try_complete_join(now_ms, out);
                 None
             }
@@ -327,7 +329,6 @@ impl ConsumerGroup {
         &mut self,
         call: JoinCall,
         member_id: String,
-        config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) {
         let JoinCall { now_ms, token, req } = call;
@@ -360,7 +361,7 @@ impl ConsumerGroup {
         self.protocol_type = Some(req.protocol_type);
         self.members.insert(member_id, member);
         if self.state != GroupState::PreparingRebalance {
-            self.prepare_rebalance(now_ms, config, out);
+            self.prepare_rebalance(now_ms, out);
         }
         self.try_complete_join(now_ms, out);
     }
@@ -394,12 +395,7 @@ impl ConsumerGroup {
 
     /// Starts a rebalance: every member must rejoin within the largest
     /// rebalance timeout.
-    fn prepare_rebalance(
-        &mut self,
-        now_ms: u64,
-        config: &CoordinatorConfig,
-        out: &mut Vec<Released>,
-    ) {
+    fn prepare_rebalance(&mut self, now_ms: u64, out: &mut Vec<Released>) {
         if self.state == GroupState::CompletingRebalance {
             // The generation being assigned is abandoned: parked followers
             // must rejoin, they get no (empty) assignment.
@@ -414,7 +410,7 @@ impl ConsumerGroup {
         }
         let rebalance_timeout_ms = self.rebalance_timeout_ms();
         let delay_ms = if self.state == GroupState::Empty {
-            config.initial_rebalance_delay_ms.min(rebalance_timeout_ms)
+            self.initial_rebalance_delay_ms.min(rebalance_timeout_ms)
         } else {
             0
         };
@@ -602,12 +598,12 @@ impl ConsumerGroup {
     }
 
     /// After members left or died: the rest must rebalance.
-    fn after_removal(&mut self, now_ms: u64, config: &CoordinatorConfig, out: &mut Vec<Released>) {
+    fn after_removal(&mut self, now_ms: u64, out: &mut Vec<Released>) {
         if matches!(
             self.state,
             GroupState::Stable | GroupState::CompletingRebalance
         ) {
-            self.prepare_rebalance(now_ms, config, out);
+            self.prepare_rebalance(now_ms, out);
         }
         self.try_complete_join(now_ms, out);
     }
@@ -744,7 +740,6 @@ impl ConsumerGroup {
         &mut self,
         now_ms: u64,
         req: LeaveRequest,
-        config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> LeaveResponse {
         let mut removed = false;
@@ -772,7 +767,7 @@ impl ConsumerGroup {
             });
         }
         if removed {
-            self.after_removal(now_ms, config, out);
+            self.after_removal(now_ms, out);
         } else if pending_removed {
             self.try_complete_join(now_ms, out);
         }
@@ -923,12 +918,7 @@ impl ConsumerGroup {
 
     /// Expires sessions, member ids never used, and rebalance and sync
     /// timeouts.
-    pub(crate) fn tick(
-        &mut self,
-        now_ms: u64,
-        config: &CoordinatorConfig,
-        out: &mut Vec<Released>,
-    ) {
+    pub(crate) fn tick(&mut self, now_ms: u64, out: &mut Vec<Released>) {
         let pending_before = self.pending_members.len();
         self.pending_members
             .retain(|_, deadline| *deadline > now_ms);
@@ -967,7 +957,7 @@ impl ConsumerGroup {
             removed |= self.remove_member(&id, out);
         }
         if removed {
-            self.after_removal(now_ms, config, out);
+            self.after_removal(now_ms, out);
         } else if pending_expired {
             self.try_complete_join(now_ms, out);
         }
