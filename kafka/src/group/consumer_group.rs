@@ -21,7 +21,8 @@ use crate::group::{
 };
 
 /// A JoinGroup as the group received it: when, and the token its answer
-/// goes under if it is parked.
+/// goes under if it is parked. Once the group gives the member a fresh id,
+/// the request names that id: it is the member the call joins as.
 #[derive(Debug)]
 struct JoinCall {
     now_ms: u64,
@@ -138,7 +139,7 @@ impl ConsumerGroup {
         fresh_member_id: String,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
-        let call = JoinCall { now_ms, token, req };
+        let mut call = JoinCall { now_ms, token, req };
         let req = &call.req;
         let static_owner = req
             .group_instance_id
@@ -165,7 +166,8 @@ impl ConsumerGroup {
             // A static member restarting: the new id takes the old one's
             // place (and assignment); the old id is fenced.
             self.replace_static_member(&old_id, &fresh_member_id, out);
-            return self.join_existing(call, fresh_member_id, true, out);
+            call.req.member_id = fresh_member_id;
+            return self.join_existing(call, true, out);
         }
         if self.members.len() + self.pending_members.len() >= self.members_max {
             return Some(JoinResponse::error(ErrorCode::GROUP_MAX_SIZE_REACHED, ""));
@@ -179,33 +181,35 @@ impl ConsumerGroup {
                 &fresh_member_id,
             ));
         }
-        self.add_member_and_rebalance(call, fresh_member_id, out);
+        call.req.member_id = fresh_member_id;
+        self.add_member_and_rebalance(call, out);
         None
     }
 
     fn join_known(&mut self, call: JoinCall, out: &mut Vec<Released>) -> Option<JoinResponse> {
-        let member_id = call.req.member_id.clone();
-        if self.pending_members.remove(&member_id).is_some() {
-            self.add_member_and_rebalance(call, member_id, out);
+        let member_id = &call.req.member_id;
+        if self.pending_members.remove(member_id).is_some() {
+            self.add_member_and_rebalance(call, out);
             return None;
         }
         let instance_id = call.req.group_instance_id.as_deref();
-        if let Some(error) = self.check_member(&member_id, instance_id) {
-            return Some(JoinResponse::error(error, &member_id));
+        if let Some(error) = self.check_member(member_id, instance_id) {
+            return Some(JoinResponse::error(error, member_id));
         }
-        self.join_existing(call, member_id, false, out)
+        self.join_existing(call, false, out)
     }
 
-    /// A join by a current member: updated in place, its assignment kept.
-    /// `replaced`: a static member just took over an old member id.
+    /// A join by the current member `call` names: updated in place, its
+    /// assignment kept. `replaced`: that member is a static member's fresh
+    /// id, which just took over an old member id.
     fn join_existing(
         &mut self,
         call: JoinCall,
-        member_id: String,
         replaced: bool,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
         let now_ms = call.now_ms;
+        let member_id = call.req.member_id.clone();
         let is_leader = self.leader_id.as_deref() == Some(member_id.as_str());
         let Some(member) = self.members.get_mut(&member_id) else {
             return Some(JoinResponse::error(
@@ -325,13 +329,10 @@ impl ConsumerGroup {
         self.protocol_type = Some(req.protocol_type);
     }
 
-    fn add_member_and_rebalance(
-        &mut self,
-        call: JoinCall,
-        member_id: String,
-        out: &mut Vec<Released>,
-    ) {
+    /// Adds the member `call` names and rebalances.
+    fn add_member_and_rebalance(&mut self, call: JoinCall, out: &mut Vec<Released>) {
         let JoinCall { now_ms, token, req } = call;
+        let member_id = req.member_id;
         let mut member = Member {
             member_id: member_id.clone(),
             group_instance_id: req.group_instance_id,
