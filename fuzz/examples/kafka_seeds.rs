@@ -16,7 +16,7 @@ use kelp_kafka::group::{
 use kelp_kafka::record_batch::ATTR_TRANSACTIONAL;
 use kelp_kafka::{
     encode_record_batch, encode_response_frame, ApiKey, Compression, Record, RecordBatchHeader,
-    RecordHeader, RecordHeaders, Request, RequestHeader,
+    RecordHeader, RecordHeaders, Request,
 };
 
 #[path = "../../kafka/tests/common/samples.rs"]
@@ -94,15 +94,7 @@ fn requests(records: &[u8]) -> AnyResult {
     for body in samples::requests(records) {
         let api_key = body.api_key();
         for version in seed_versions(api_key) {
-            let request = Request {
-                header: RequestHeader {
-                    api_key: api_key.code(),
-                    api_version: version,
-                    correlation_id: 7,
-                    client_id: Some("c".into()),
-                },
-                body: body.clone(),
-            };
+            let request = Request::new(body.clone(), version, 7, Some("c".into()));
             let mut frame = Vec::new();
             request.encode_frame(&mut frame)?;
             // The target reads a frame after its size prefix.

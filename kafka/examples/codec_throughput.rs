@@ -18,7 +18,7 @@ use kelp_kafka::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use kelp_kafka::{
     decode_response, encode_record_batch, encode_response_frame, ApiKey, Compression, Record,
     RecordBatch, RecordBatchHeader, RecordHeader, RecordHeaders, Request, RequestBody,
-    RequestHeader, ResponseBody, Uuid,
+    ResponseBody, Uuid,
 };
 
 const RECORDS: usize = 1000;
@@ -119,26 +119,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // A Produce v9 request frame carrying the uncompressed batch: decoding
     // it borrows the records, so it costs the header and field parsing only.
-    let request = Request {
-        header: RequestHeader {
-            api_key: 0,
-            api_version: 9,
-            correlation_id: 1,
-            client_id: Some("bench".into()),
-        },
-        body: RequestBody::Produce(ProduceRequest {
-            transactional_id: None,
-            acks: -1,
-            timeout_ms: 30_000,
-            topics: vec![ProduceTopic {
-                name: "orders".into(),
-                partitions: vec![ProducePartition {
-                    index: 0,
-                    records: Some(&plain),
-                }],
+    let produce = RequestBody::Produce(ProduceRequest {
+        transactional_id: None,
+        acks: -1,
+        timeout_ms: 30_000,
+        topics: vec![ProduceTopic {
+            name: "orders".into(),
+            partitions: vec![ProducePartition {
+                index: 0,
+                records: Some(&plain),
             }],
-        }),
-    };
+        }],
+    });
+    let request = Request::new(produce, 9, 1, Some("bench".into()));
     let mut frame = Vec::new();
     request.encode_frame(&mut frame)?;
     let decode = time(ROUNDS * 10, || {

@@ -91,12 +91,25 @@ impl Compression {
         }
     }
 
+    /// The error of this codec failing to compress.
+    fn compress_error(self, reason: impl ToString) -> EncodeError {
+        EncodeError::Compression {
+            codec: self.name(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// The error of this codec failing to decompress.
+    fn decompress_error(self, reason: impl ToString) -> DecodeError {
+        DecodeError::Decompression {
+            codec: self.name(),
+            reason: reason.to_string(),
+        }
+    }
+
     /// Appends `input` compressed with this codec to `out`.
     pub fn compress(self, input: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        let fail = |e: std::io::Error| EncodeError::Compression {
-            codec: self.name(),
-            reason: e.to_string(),
-        };
+        let fail = |e| self.compress_error(e);
         match self {
             Compression::None => out.extend_from_slice(input),
             Compression::Gzip => {
@@ -111,10 +124,7 @@ impl Compression {
                     .block_mode(lz4_flex::frame::BlockMode::Independent);
                 let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, out);
                 enc.write_all(input).map_err(fail)?;
-                enc.finish().map_err(|e| EncodeError::Compression {
-                    codec: self.name(),
-                    reason: e.to_string(),
-                })?;
+                enc.finish().map_err(|e| self.compress_error(e))?;
             }
             Compression::Zstd => {
                 zstd::stream::copy_encode(input, out, ZSTD_LEVEL).map_err(fail)?;
@@ -132,74 +142,54 @@ impl Compression {
         max_bytes: usize,
     ) -> Result<(), DecodeError> {
         out.clear();
-        match self {
+        let fail = |e| self.decompress_error(e);
+        let stream: Box<dyn Read + '_> = match self {
             Compression::None => {
                 if input.len() > max_bytes {
                     return Err(DecodeError::DecompressedTooLarge { max_bytes });
                 }
                 out.extend_from_slice(input);
-                Ok(())
+                return Ok(());
             }
-            Compression::Gzip => read_bounded(
-                self,
-                flate2::read::MultiGzDecoder::new(input),
-                out,
-                max_bytes,
-            ),
-            Compression::Snappy => {
-                if input.starts_with(&XERIAL_MAGIC) {
-                    decompress_xerial(input, out, max_bytes)
-                } else {
-                    decompress_raw_snappy(input, out, max_bytes)
-                }
+            Compression::Snappy if input.starts_with(&XERIAL_MAGIC) => {
+                return decompress_xerial(input, out, max_bytes);
             }
-            Compression::Lz4 => read_bounded(
-                self,
-                lz4_flex::frame::FrameDecoder::new(input),
-                out,
-                max_bytes,
-            ),
+            Compression::Snappy => return decompress_raw_snappy(input, out, max_bytes),
+            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
+            Compression::Lz4 => Box::new(lz4_flex::frame::FrameDecoder::new(input)),
             Compression::Zstd => {
-                let fail = |e: std::io::Error| DecodeError::Decompression {
-                    codec: self.name(),
-                    reason: e.to_string(),
-                };
                 let mut dec = zstd::stream::read::Decoder::with_buffer(input).map_err(fail)?;
                 dec.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(fail)?;
-                read_bounded(self, dec, out, max_bytes)
+                Box::new(dec)
             }
-        }
+        };
+        read_bounded(self, stream, out, max_bytes)
     }
 }
 
-/// Reads `reader` to its end into `out`, at most `max_bytes`.
+/// Reads `codec`'s decompressing `stream` to its end into `out`, at most
+/// `max_bytes`.
 fn read_bounded(
     codec: Compression,
-    reader: impl Read,
+    stream: impl Read,
     out: &mut Vec<u8>,
     max_bytes: usize,
 ) -> Result<(), DecodeError> {
     let limit = u64::try_from(max_bytes)
         .unwrap_or(u64::MAX)
         .saturating_add(1);
-    reader
+    stream
         .take(limit)
         .read_to_end(out)
-        .map_err(|e| DecodeError::Decompression {
-            codec: codec.name(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| codec.decompress_error(e))?;
     if out.len() > max_bytes {
         return Err(DecodeError::DecompressedTooLarge { max_bytes });
     }
     Ok(())
 }
 
-fn snappy_error(e: snap::Error) -> DecodeError {
-    DecodeError::Decompression {
-        codec: "snappy",
-        reason: e.to_string(),
-    }
+fn snappy_error(e: impl ToString) -> DecodeError {
+    Compression::Snappy.decompress_error(e)
 }
 
 /// Appends one raw snappy block's decompressed bytes to `out`, keeping the
@@ -227,24 +217,20 @@ fn decompress_raw_snappy(
 fn decompress_xerial(input: &[u8], out: &mut Vec<u8>, max_bytes: usize) -> Result<(), DecodeError> {
     let mut rest = input
         .get(XERIAL_HEADER_BYTES..)
-        .ok_or(DecodeError::Decompression {
-            codec: "snappy",
-            reason: "xerial header truncated".to_owned(),
-        })?;
+        .ok_or_else(|| snappy_error("xerial header truncated"))?;
     while !rest.is_empty() {
         let Some((len, tail)) = rest.split_first_chunk::<4>() else {
-            return Err(DecodeError::Decompression {
-                codec: "snappy",
-                reason: "xerial block length truncated".to_owned(),
-            });
+            return Err(snappy_error("xerial block length truncated"));
         };
         let len = i32::from_be_bytes(*len);
         let block = usize::try_from(len)
             .ok()
             .and_then(|n| tail.get(..n))
-            .ok_or(DecodeError::Decompression {
-                codec: "snappy",
-                reason: format!("xerial block of {len} bytes with {} left", tail.len()),
+            .ok_or_else(|| {
+                snappy_error(format!(
+                    "xerial block of {len} bytes with {} left",
+                    tail.len()
+                ))
             })?;
         decompress_raw_snappy(block, out, max_bytes)?;
         rest = &tail[block.len()..];
@@ -262,13 +248,9 @@ fn compress_xerial(input: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
         out.extend_from_slice(&[0; 4]);
         let start = out.len();
         out.resize(start + snap::raw::max_compress_len(chunk.len()), 0);
-        let written =
-            encoder
-                .compress(chunk, &mut out[start..])
-                .map_err(|e| EncodeError::Compression {
-                    codec: "snappy",
-                    reason: e.to_string(),
-                })?;
+        let written = encoder
+            .compress(chunk, &mut out[start..])
+            .map_err(|e| Compression::Snappy.compress_error(e))?;
         out.truncate(start + written);
         // A block holds at most a 32 KiB chunk, so its length fits an i32.
         out[len_at..start].copy_from_slice(&(written as i32).to_be_bytes());

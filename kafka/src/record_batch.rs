@@ -233,6 +233,16 @@ impl<'a> RecordBatch<'a> {
             failed: false,
         })
     }
+
+    /// Every record of the batch, or the first error: [`RecordBatch::records`]
+    /// collected.
+    pub fn record_list<'b>(
+        &'b self,
+        scratch: &'b mut Vec<u8>,
+        decompressed_bytes_max: usize,
+    ) -> Result<Vec<Record<'b>>, DecodeError> {
+        self.records(scratch, decompressed_bytes_max)?.collect()
+    }
 }
 
 /// Iterates the record batches in a records field (Produce, Fetch),
@@ -653,11 +663,9 @@ mod tests {
         let (batch, used) = RecordBatch::decode(&bytes).expect("the batch decodes");
         assert_eq!(used, bytes.len());
         let mut scratch = Vec::new();
-        let records: Vec<Record<'_>> = batch
-            .records(&mut scratch, DECOMPRESSED_BYTES_MAX)
-            .expect("the records decompress")
-            .collect::<Result<_, _>>()
-            .expect("the records decode");
+        let records = batch
+            .record_list(&mut scratch, DECOMPRESSED_BYTES_MAX)
+            .expect("the records decompress and decode");
         assert!(records.last().is_some_and(|r| r.offset_delta < 0));
 
         let mut out = vec![7];

@@ -48,6 +48,25 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    /// A request of `body` at `api_version`, its header's api key the
+    /// body's.
+    pub fn new(
+        body: RequestBody<'a>,
+        api_version: i16,
+        correlation_id: i32,
+        client_id: Option<String>,
+    ) -> Self {
+        Request {
+            header: RequestHeader {
+                api_key: body.api_key().code(),
+                api_version,
+                correlation_id,
+                client_id,
+            },
+            body,
+        }
+    }
+
     /// Decodes a request frame (the bytes after the size prefix). An
     /// unknown api key or a version outside [`crate::SUPPORTED_APIS`] is an
     /// error carrying the correlation id, so the caller can answer it (an

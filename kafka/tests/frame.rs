@@ -40,15 +40,12 @@ fn request_header_v1_frame() {
             .null_str()
             .done(),
     );
-    let request = Request {
-        header: RequestHeader {
-            api_key: 12,
-            api_version: 3,
-            correlation_id: 7,
-            client_id: Some("client".into()),
-        },
-        body: RequestBody::Heartbeat(heartbeat()),
-    };
+    let request = Request::new(
+        RequestBody::Heartbeat(heartbeat()),
+        3,
+        7,
+        Some("client".into()),
+    );
     let mut frame = Vec::new();
     request.encode_frame(&mut frame).expect("encode");
     assert_eq!(frame, expected);
@@ -70,15 +67,7 @@ fn request_header_v2_frame_keeps_a_classic_client_id_and_skips_tags() {
             .raw(&body)
             .done(),
     );
-    let request = Request {
-        header: RequestHeader {
-            api_key: 12,
-            api_version: 4,
-            correlation_id: 7,
-            client_id: None,
-        },
-        body: RequestBody::Heartbeat(heartbeat()),
-    };
+    let request = Request::new(RequestBody::Heartbeat(heartbeat()), 4, 7, None);
     let mut frame = Vec::new();
     request.encode_frame(&mut frame).expect("encode");
     assert_eq!(frame, expected);

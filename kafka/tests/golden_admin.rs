@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{golden, B};
+use common::{golden, golden_versions, since, B};
 use kelp_kafka::api::api_versions::*;
 use kelp_kafka::api::create_topics::*;
 use kelp_kafka::api::delete_topics::*;
@@ -19,8 +19,10 @@ use kelp_kafka::{Message, Uuid};
 
 #[test]
 fn api_versions_response_v0_v2_v3() {
-    for version in [0, 2, 3] {
-        let msg = ApiVersionsResponse {
+    golden_versions(
+        &[0, 2, 3],
+        3,
+        |version| ApiVersionsResponse {
             error_code: 0,
             api_keys: vec![
                 ApiVersion {
@@ -34,24 +36,23 @@ fn api_versions_response_v0_v2_v3() {
                     max_version: 4,
                 },
             ],
-            throttle_time_ms: if version >= 1 { 1 } else { 0 },
-        };
-        let expected = B::at(version >= 3)
-            .i16(0)
-            .array(2)
-            .i16(0)
-            .i16(3)
-            .i16(9)
-            .tagged()
-            .i16(18)
-            .i16(0)
-            .i16(4)
-            .tagged()
-            .when(version >= 1, |b| b.i32(1))
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+            throttle_time_ms: since(version, 1, 1),
+        },
+        |b, version| {
+            b.i16(0)
+                .array(2)
+                .i16(0)
+                .i16(3)
+                .i16(9)
+                .tagged()
+                .i16(18)
+                .i16(0)
+                .i16(4)
+                .tagged()
+                .when(version >= 1, |b| b.i32(1))
+                .tagged()
+        },
+    );
 }
 
 #[test]
@@ -98,18 +99,20 @@ fn find_coordinator_response_v0_v2_v3_v4() {
             error_message: None,
         }],
     };
-    for version in [0, 2, 3] {
-        let expected = B::at(version >= 3)
-            .when(version >= 1, |b| b.i32(0))
-            .i16(0)
-            .when(version >= 1, |b| b.null_string())
-            .i32(1)
-            .string("localhost")
-            .i32(9092)
-            .tagged()
-            .done();
-        golden(&resp, version, &expected);
-    }
+    golden_versions(
+        &[0, 2, 3],
+        3,
+        |_| resp.clone(),
+        |b, version| {
+            b.when(version >= 1, |b| b.i32(0))
+                .i16(0)
+                .when(version >= 1, |b| b.null_string())
+                .i32(1)
+                .string("localhost")
+                .i32(9092)
+                .tagged()
+        },
+    );
     resp.coordinators[0].key = "g".into();
     golden(
         &resp,
@@ -148,25 +151,29 @@ fn create_topics_response_v4_v5_v7_and_its_tagged_field() {
     // topic_config_error_code is 0, its default: the tag buffer is empty.
     let mut id = [0u8; 16];
     id[0] = 1;
-    for version in [5, 7] {
-        msg.topics[0].topic_id = if version >= 7 { Uuid(id) } else { Uuid::ZERO };
-        let expected = B::new()
-            .i32(0)
-            .carr(1)
-            .cstr("t")
-            .when(version >= 7, |b| b.uuid(id))
-            .i16(36)
-            .cstr("exists")
-            .i32(-1)
-            .i16(-1)
-            .cnull()
-            .tags()
-            .tags()
-            .done();
-        golden(&msg, version, &expected);
-    }
+    golden_versions(
+        &[5, 7],
+        5,
+        |version| {
+            let mut msg = msg.clone();
+            msg.topics[0].topic_id = since(version, 7, Uuid(id));
+            msg
+        },
+        |b, version| {
+            b.i32(0)
+                .carr(1)
+                .cstr("t")
+                .when(version >= 7, |b| b.uuid(id))
+                .i16(36)
+                .cstr("exists")
+                .i32(-1)
+                .i16(-1)
+                .cnull()
+                .tags()
+                .tags()
+        },
+    );
     // A non-default value is written as tag 0, size 2, INT16.
-    msg.topics[0].topic_id = Uuid::ZERO;
     msg.topics[0].topic_config_error_code = 29;
     msg.topics[0].configs = Some(vec![CreatableTopicConfigs {
         name: "k".into(),
@@ -204,27 +211,28 @@ fn create_topics_response_v4_v5_v7_and_its_tagged_field() {
 
 #[test]
 fn delete_topics_response_v1_v3_v4_v5() {
-    for version in [1, 3, 4, 5] {
-        let resp = DeleteTopicsResponse {
+    golden_versions(
+        &[1, 3, 4, 5],
+        4,
+        |version| DeleteTopicsResponse {
             throttle_time_ms: 0,
             responses: vec![DeletableTopicResult {
                 name: Some("t".into()),
                 topic_id: Uuid::ZERO,
                 error_code: 3,
-                error_message: (version >= 5).then(|| "unknown".into()),
+                error_message: since(version, 5, Some("unknown".into())),
             }],
-        };
-        let expected = B::at(version >= 4)
-            .i32(0)
-            .array(1)
-            .string("t")
-            .i16(3)
-            .when(version >= 5, |b| b.string("unknown"))
-            .tagged()
-            .tagged()
-            .done();
-        golden(&resp, version, &expected);
-    }
+        },
+        |b, version| {
+            b.i32(0)
+                .array(1)
+                .string("t")
+                .i16(3)
+                .when(version >= 5, |b| b.string("unknown"))
+                .tagged()
+                .tagged()
+        },
+    );
 }
 
 #[test]
@@ -235,16 +243,12 @@ fn init_producer_id_response_v1_v2() {
         producer_id: 1000,
         producer_epoch: 0,
     };
-    for version in [1, 2] {
-        let expected = B::at(version >= 2)
-            .i32(0)
-            .i16(0)
-            .i64(1000)
-            .i16(0)
-            .tagged()
-            .done();
-        golden(&resp, version, &expected);
-    }
+    golden_versions(
+        &[1, 2],
+        2,
+        |_| resp,
+        |b, _| b.i32(0).i16(0).i64(1000).i16(0).tagged(),
+    );
 }
 
 #[test]
@@ -294,31 +298,33 @@ fn describe_configs_response_v0_v3_v4() {
     }];
     c.config_type = 2;
     c.documentation = None;
-    for version in [3, 4] {
-        let expected = B::at(version >= 4)
-            .i32(0)
-            .array(1)
-            .i16(0)
-            .null_string()
-            .i8(2)
-            .string("t")
-            .array(1)
-            .string("cleanup.policy")
-            .string("delete")
-            .bool(true)
-            .i8(5)
-            .bool(false)
-            .array(1)
-            .string("log.cleanup.policy")
-            .string("delete")
-            .i8(5)
-            .tagged()
-            .i8(2)
-            .null_string()
-            .tagged()
-            .tagged()
-            .tagged()
-            .done();
-        golden(&resp, version, &expected);
-    }
+    golden_versions(
+        &[3, 4],
+        4,
+        |_| resp.clone(),
+        |b, _| {
+            b.i32(0)
+                .array(1)
+                .i16(0)
+                .null_string()
+                .i8(2)
+                .string("t")
+                .array(1)
+                .string("cleanup.policy")
+                .string("delete")
+                .bool(true)
+                .i8(5)
+                .bool(false)
+                .array(1)
+                .string("log.cleanup.policy")
+                .string("delete")
+                .i8(5)
+                .tagged()
+                .i8(2)
+                .null_string()
+                .tagged()
+                .tagged()
+                .tagged()
+        },
+    );
 }

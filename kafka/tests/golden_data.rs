@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{golden, B};
+use common::{golden, golden_versions, since, B};
 use kelp_kafka::api::fetch::*;
 use kelp_kafka::api::list_offsets::*;
 use kelp_kafka::api::metadata::*;
@@ -17,51 +17,53 @@ use kelp_kafka::Uuid;
 
 const RECORDS: &[u8] = &[0xde, 0xad, 0xbe, 0xef];
 
+/// From v8 the partition's error comes with the failed batch's index and
+/// a message.
 #[test]
 fn produce_response_v3_v5_v8_v9() {
-    for version in [3, 5, 8, 9] {
-        let with_errors = version >= 8;
-        let msg = ProduceResponse {
+    golden_versions(
+        &[3, 5, 8, 9],
+        9,
+        |version| ProduceResponse {
             topics: vec![ProduceTopicResult {
                 name: "t".into(),
                 partitions: vec![ProducePartitionResult {
                     index: 2,
-                    error_code: if with_errors { 87 } else { 0 },
+                    error_code: since(version, 8, 87),
                     base_offset: 100,
                     log_append_time_ms: -1,
                     log_start_offset: if version >= 5 { 7 } else { -1 },
-                    record_errors: if with_errors {
+                    record_errors: since(
+                        version,
+                        8,
                         vec![BatchIndexError {
                             batch_index: 0,
                             batch_index_error_message: Some("bad".into()),
-                        }]
-                    } else {
-                        vec![]
-                    },
-                    error_message: with_errors.then(|| "invalid".into()),
+                        }],
+                    ),
+                    error_message: since(version, 8, Some("invalid".into())),
                 }],
             }],
             throttle_time_ms: 0,
-        };
-        let expected = B::at(version >= 9)
-            .array(1)
-            .string("t")
-            .array(1)
-            .i32(2)
-            .i16(if with_errors { 87 } else { 0 })
-            .i64(100)
-            .i64(-1)
-            .when(version >= 5, |b| b.i64(7))
-            .when(with_errors, |b| {
-                b.array(1).i32(0).string("bad").tagged().string("invalid")
-            })
-            .tagged()
-            .tagged()
-            .i32(0)
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+        },
+        |b, version| {
+            b.array(1)
+                .string("t")
+                .array(1)
+                .i32(2)
+                .i16(since(version, 8, 87))
+                .i64(100)
+                .i64(-1)
+                .when(version >= 5, |b| b.i64(7))
+                .when(version >= 8, |b| {
+                    b.array(1).i32(0).string("bad").tagged().string("invalid")
+                })
+                .tagged()
+                .tagged()
+                .i32(0)
+                .tagged()
+        },
+    );
 }
 
 #[test]
@@ -157,15 +159,18 @@ fn fetch_response_v4_v11_v12() {
             .tagged()
             .tagged()
             .done();
+        // Not golden_versions: the response borrows its records.
         golden(&msg, version, &expected);
     }
 }
 
 #[test]
 fn list_offsets_response_v1_v5_v6() {
-    for version in [1, 5, 6] {
-        let resp = ListOffsetsResponse {
-            throttle_time_ms: if version >= 2 { 2 } else { 0 },
+    golden_versions(
+        &[1, 5, 6],
+        6,
+        |version| ListOffsetsResponse {
+            throttle_time_ms: since(version, 2, 2),
             topics: vec![ListOffsetsTopicResult {
                 name: "t".into(),
                 partitions: vec![ListOffsetsPartitionResult {
@@ -176,23 +181,22 @@ fn list_offsets_response_v1_v5_v6() {
                     leader_epoch: if version >= 4 { 0 } else { -1 },
                 }],
             }],
-        };
-        let expected = B::at(version >= 6)
-            .when(version >= 2, |b| b.i32(2))
-            .array(1)
-            .string("t")
-            .array(1)
-            .i32(0)
-            .i16(0)
-            .i64(-1)
-            .i64(17)
-            .when(version >= 4, |b| b.i32(0))
-            .tagged()
-            .tagged()
-            .tagged()
-            .done();
-        golden(&resp, version, &expected);
-    }
+        },
+        |b, version| {
+            b.when(version >= 2, |b| b.i32(2))
+                .array(1)
+                .string("t")
+                .array(1)
+                .i32(0)
+                .i16(0)
+                .i64(-1)
+                .i64(17)
+                .when(version >= 4, |b| b.i32(0))
+                .tagged()
+                .tagged()
+                .tagged()
+        },
+    );
 }
 
 /// "All topics", which no captured request asks for (the capture sessions
@@ -287,43 +291,47 @@ fn metadata_response_v0_v8_v9_v12() {
     );
     let mut id = [0u8; 16];
     id[15] = 7;
-    for version in [8, 9, 12] {
-        let mut msg = metadata_response();
-        if version >= 12 {
-            msg.topics[0].topic_id = Uuid(id);
-        }
-        let expected = B::at(version >= 9)
-            .i32(0)
-            .array(1)
-            .i32(1)
-            .string("localhost")
-            .i32(9092)
-            .null_string()
-            .tagged()
-            .string("kelp")
-            .i32(1)
-            .array(1)
-            .i16(0)
-            .string("t")
-            .when(version >= 10, |b| b.uuid(id))
-            .bool(false)
-            .array(1)
-            .i16(0)
-            .i32(0)
-            .i32(1)
-            .i32(0)
-            .array(1)
-            .i32(1)
-            .array(1)
-            .i32(1)
-            .array(0)
-            .tagged()
-            .i32(i32::MIN)
-            .tagged()
-            // cluster_authorized_operations: v8 to v10.
-            .when(version <= 10, |b| b.i32(i32::MIN))
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+    golden_versions(
+        &[8, 9, 12],
+        9,
+        |version| {
+            let mut msg = metadata_response();
+            if version >= 12 {
+                msg.topics[0].topic_id = Uuid(id);
+            }
+            msg
+        },
+        |b, version| {
+            b.i32(0)
+                .array(1)
+                .i32(1)
+                .string("localhost")
+                .i32(9092)
+                .null_string()
+                .tagged()
+                .string("kelp")
+                .i32(1)
+                .array(1)
+                .i16(0)
+                .string("t")
+                .when(version >= 10, |b| b.uuid(id))
+                .bool(false)
+                .array(1)
+                .i16(0)
+                .i32(0)
+                .i32(1)
+                .i32(0)
+                .array(1)
+                .i32(1)
+                .array(1)
+                .i32(1)
+                .array(0)
+                .tagged()
+                .i32(i32::MIN)
+                .tagged()
+                // cluster_authorized_operations: v8 to v10.
+                .when(version <= 10, |b| b.i32(i32::MIN))
+                .tagged()
+        },
+    );
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{golden, B};
+use common::{golden, golden_versions, since, B};
 use kelp_kafka::api::describe_groups::*;
 use kelp_kafka::api::heartbeat::*;
 use kelp_kafka::api::join_group::*;
@@ -19,84 +19,75 @@ use kelp_kafka::api::sync_group::*;
 
 #[test]
 fn heartbeat_response_v0_v3_v4() {
-    for version in [0, 3, 4] {
-        let msg = HeartbeatResponse {
-            throttle_time_ms: if version >= 1 { 5 } else { 0 },
+    golden_versions(
+        &[0, 3, 4],
+        4,
+        |version| HeartbeatResponse {
+            throttle_time_ms: since(version, 1, 5),
             error_code: 27,
-        };
-        let expected = B::at(version >= 4)
-            .when(version >= 1, |b| b.i32(5))
-            .i16(27)
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
-}
-
-fn join_response() -> JoinGroupResponse {
-    JoinGroupResponse {
-        throttle_time_ms: 1,
-        error_code: 0,
-        generation_id: 3,
-        protocol_type: None,
-        protocol_name: Some("range".into()),
-        leader: "m-1".into(),
-        skip_assignment: false,
-        member_id: "m-2".into(),
-        members: vec![JoinGroupMember {
-            member_id: "m-1".into(),
-            group_instance_id: None,
-            metadata: vec![9],
-        }],
-    }
+        },
+        |b, version| b.when(version >= 1, |b| b.i32(5)).i16(27).tagged(),
+    );
 }
 
 #[test]
 fn join_group_response_v5_v6_v7() {
-    for version in [5, 6, 7] {
-        let mut msg = join_response();
-        if version >= 7 {
-            msg.protocol_type = Some("consumer".into());
-        }
-        let expected = B::at(version >= 6)
-            .i32(1)
-            .i16(0)
-            .i32(3)
-            .when(version >= 7, |b| b.string("consumer"))
-            .string("range")
-            .string("m-1")
-            .string("m-2")
-            .array(1)
-            .string("m-1")
-            .null_string()
-            .blob(&[9])
-            .tagged()
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+    golden_versions(
+        &[5, 6, 7],
+        6,
+        |version| JoinGroupResponse {
+            throttle_time_ms: 1,
+            error_code: 0,
+            generation_id: 3,
+            protocol_type: since(version, 7, Some("consumer".into())),
+            protocol_name: Some("range".into()),
+            leader: "m-1".into(),
+            skip_assignment: false,
+            member_id: "m-2".into(),
+            members: vec![JoinGroupMember {
+                member_id: "m-1".into(),
+                group_instance_id: None,
+                metadata: vec![9],
+            }],
+        },
+        |b, version| {
+            b.i32(1)
+                .i16(0)
+                .i32(3)
+                .when(version >= 7, |b| b.string("consumer"))
+                .string("range")
+                .string("m-1")
+                .string("m-2")
+                .array(1)
+                .string("m-1")
+                .null_string()
+                .blob(&[9])
+                .tagged()
+                .tagged()
+        },
+    );
 }
 
 #[test]
 fn sync_group_response_v0_v3_v4_v5() {
-    for version in [0, 3, 4, 5] {
-        let with_protocol = |name: &str| (version >= 5).then(|| name.to_owned());
-        let msg = SyncGroupResponse {
-            throttle_time_ms: if version >= 1 { 2 } else { 0 },
+    golden_versions(
+        &[0, 3, 4, 5],
+        4,
+        |version| SyncGroupResponse {
+            throttle_time_ms: since(version, 1, 2),
             error_code: 27,
-            protocol_type: with_protocol("consumer"),
-            protocol_name: with_protocol("range"),
+            protocol_type: since(version, 5, Some("consumer".into())),
+            protocol_name: since(version, 5, Some("range".into())),
             assignment: vec![],
-        };
-        let expected = B::at(version >= 4)
-            .when(version >= 1, |b| b.i32(2))
-            .i16(27)
-            .when(version >= 5, |b| b.string("consumer").string("range"))
-            .blob(&[])
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+        },
+        |b, version| {
+            b.when(version >= 1, |b| b.i32(2))
+                .i16(27)
+                .when(version >= 5, |b| b.string("consumer").string("range"))
+                .blob(&[])
+                .tagged()
+        },
+    );
 }
 
 #[test]
@@ -120,30 +111,34 @@ fn leave_group_response_v0_v3_v4() {
             error_code: 25,
         },
     ];
-    for version in [3, 4] {
-        let expected = B::at(version >= 4)
-            .i32(4)
-            .i16(0)
-            .array(2)
-            .string("m-1")
-            .null_string()
-            .i16(0)
-            .tagged()
-            .string("m-9")
-            .null_string()
-            .i16(25)
-            .tagged()
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+    golden_versions(
+        &[3, 4],
+        4,
+        |_| msg.clone(),
+        |b, _| {
+            b.i32(4)
+                .i16(0)
+                .array(2)
+                .string("m-1")
+                .null_string()
+                .i16(0)
+                .tagged()
+                .string("m-9")
+                .null_string()
+                .i16(25)
+                .tagged()
+                .tagged()
+        },
+    );
 }
 
 #[test]
 fn offset_commit_response_v2_v7_v8() {
-    for version in [2, 7, 8] {
-        let msg = OffsetCommitResponse {
-            throttle_time_ms: if version >= 3 { 3 } else { 0 },
+    golden_versions(
+        &[2, 7, 8],
+        8,
+        |version| OffsetCommitResponse {
+            throttle_time_ms: since(version, 3, 3),
             topics: vec![OffsetCommitTopicResult {
                 name: "t".into(),
                 partitions: vec![OffsetCommitPartitionResult {
@@ -151,47 +146,49 @@ fn offset_commit_response_v2_v7_v8() {
                     error_code: 22,
                 }],
             }],
-        };
-        let expected = B::at(version >= 8)
-            .when(version >= 3, |b| b.i32(3))
-            .array(1)
-            .string("t")
-            .array(1)
-            .i32(1)
-            .i16(22)
-            .tagged()
-            .tagged()
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+        },
+        |b, version| {
+            b.when(version >= 3, |b| b.i32(3))
+                .array(1)
+                .string("t")
+                .array(1)
+                .i32(1)
+                .i16(22)
+                .tagged()
+                .tagged()
+                .tagged()
+        },
+    );
 }
 
 /// "All partitions", which no captured request asks for (the capture
 /// sessions name their topic): a null array, classic and flexible.
 #[test]
 fn offset_fetch_request_for_all_partitions_v5_v7() {
-    for version in [5, 7] {
-        let msg = OffsetFetchRequest {
+    golden_versions(
+        &[5, 7],
+        6,
+        |version| OffsetFetchRequest {
             group_id: "g".into(),
             topics: None,
-            require_stable: version >= 7, // v5 has no require_stable
-        };
-        let expected = B::at(version >= 6)
-            .string("g")
-            .null_array()
-            .when(version >= 7, |b| b.bool(true))
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+            require_stable: since(version, 7, true),
+        },
+        |b, version| {
+            b.string("g")
+                .null_array()
+                .when(version >= 7, |b| b.bool(true))
+                .tagged()
+        },
+    );
 }
 
 #[test]
 fn offset_fetch_response_v1_v5_v6() {
-    for version in [1, 5, 6] {
-        let msg = OffsetFetchResponse {
-            throttle_time_ms: if version >= 3 { 1 } else { 0 },
+    golden_versions(
+        &[1, 5, 6],
+        6,
+        |version| OffsetFetchResponse {
+            throttle_time_ms: since(version, 3, 1),
             topics: vec![OffsetFetchTopicResult {
                 name: "t".into(),
                 partitions: vec![OffsetFetchPartition {
@@ -203,24 +200,23 @@ fn offset_fetch_response_v1_v5_v6() {
                 }],
             }],
             error_code: 0,
-        };
-        let expected = B::at(version >= 6)
-            .when(version >= 3, |b| b.i32(1))
-            .array(1)
-            .string("t")
-            .array(1)
-            .i32(0)
-            .i64(42)
-            .when(version >= 5, |b| b.i32(2))
-            .string("")
-            .i16(0)
-            .tagged()
-            .tagged()
-            .when(version >= 2, |b| b.i16(0))
-            .tagged()
-            .done();
-        golden(&msg, version, &expected);
-    }
+        },
+        |b, version| {
+            b.when(version >= 3, |b| b.i32(1))
+                .array(1)
+                .string("t")
+                .array(1)
+                .i32(0)
+                .i64(42)
+                .when(version >= 5, |b| b.i32(2))
+                .string("")
+                .i16(0)
+                .tagged()
+                .tagged()
+                .when(version >= 2, |b| b.i16(0))
+                .tagged()
+        },
+    );
 }
 
 #[test]
@@ -244,54 +240,56 @@ fn describe_groups_response_v4_v5() {
             authorized_operations: i32::MIN,
         }],
     };
-    for version in [4, 5] {
-        let expected = B::at(version >= 5)
-            .i32(0)
-            .array(1)
-            .i16(0)
-            .string("g")
-            .string("Stable")
-            .string("consumer")
-            .string("range")
-            .array(1)
-            .string("m-1")
-            .null_string()
-            .string("c")
-            .string("/127.0.0.1")
-            .blob(&[1])
-            .blob(&[2])
-            .tagged()
-            .i32(i32::MIN)
-            .tagged()
-            .tagged()
-            .done();
-        golden(&resp, version, &expected);
-    }
+    golden_versions(
+        &[4, 5],
+        5,
+        |_| resp.clone(),
+        |b, _| {
+            b.i32(0)
+                .array(1)
+                .i16(0)
+                .string("g")
+                .string("Stable")
+                .string("consumer")
+                .string("range")
+                .array(1)
+                .string("m-1")
+                .null_string()
+                .string("c")
+                .string("/127.0.0.1")
+                .blob(&[1])
+                .blob(&[2])
+                .tagged()
+                .i32(i32::MIN)
+                .tagged()
+                .tagged()
+        },
+    );
 }
 
 #[test]
 fn list_groups_response_v0_v2_v3_v4() {
-    for version in [0, 2, 3, 4] {
-        let state = if version >= 4 { "Empty" } else { "" };
-        let resp = ListGroupsResponse {
+    golden_versions(
+        &[0, 2, 3, 4],
+        3,
+        |version| ListGroupsResponse {
             throttle_time_ms: 0,
             error_code: 0,
             groups: vec![ListedGroup {
                 group_id: "g".into(),
                 protocol_type: "consumer".into(),
-                group_state: state.into(),
+                group_state: since(version, 4, "Empty".into()),
             }],
-        };
-        let expected = B::at(version >= 3)
-            .when(version >= 1, |b| b.i32(0))
-            .i16(0)
-            .array(1)
-            .string("g")
-            .string("consumer")
-            .when(version >= 4, |b| b.string(state))
-            .tagged()
-            .tagged()
-            .done();
-        golden(&resp, version, &expected);
-    }
+        },
+        |b, version| {
+            b.when(version >= 1, |b| b.i32(0))
+                .i16(0)
+                .array(1)
+                .string("g")
+                .string("consumer")
+                .when(version >= 4, |b| b.string("Empty"))
+                .tagged()
+                .tagged()
+        },
+    );
 }

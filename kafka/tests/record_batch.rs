@@ -119,11 +119,7 @@ fn golden_batch_encodes_and_decodes() {
     assert_eq!(batch.header, golden_header());
     assert_eq!(batch.header.last_offset(), 0);
     let mut scratch = Vec::new();
-    let decoded: Vec<Record<'_>> = batch
-        .records(&mut scratch, MAX)
-        .expect("records")
-        .collect::<Result<_, _>>()
-        .expect("record");
+    let decoded = batch.record_list(&mut scratch, MAX).expect("records");
     assert_eq!(decoded.len(), 1);
     let r = &decoded[0];
     assert_eq!((r.timestamp_delta, r.offset_delta), (5, 0));
@@ -289,10 +285,8 @@ fn every_codec_round_trips() {
         assert_eq!(batch.header.producer_id, 42);
         assert_eq!(batch.header.base_sequence, 100);
         let mut dec = Vec::new();
-        let decoded: Vec<Record<'_>> = batch
-            .records(&mut dec, MAX)
-            .expect("records")
-            .collect::<Result<_, _>>()
+        let decoded = batch
+            .record_list(&mut dec, MAX)
             .unwrap_or_else(|e| panic!("{codec:?}: {e}"));
         assert_eq!(decoded.len(), records.len());
         for (d, r) in decoded.iter().zip(&records) {
@@ -405,11 +399,7 @@ fn snappy_is_read_raw_and_xerial_framed() {
         let bytes = batch_with_payload(2, 1, 0, &payload);
         let (batch, _) = RecordBatch::decode(&bytes).expect("batch");
         let mut scratch = Vec::new();
-        let records: Vec<Record<'_>> = batch
-            .records(&mut scratch, MAX)
-            .expect("records")
-            .collect::<Result<_, _>>()
-            .expect("record");
+        let records = batch.record_list(&mut scratch, MAX).expect("records");
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].value, Some(&b"v"[..]));
     }
@@ -434,11 +424,7 @@ fn lz4_and_gzip_and_zstd_from_their_reference_encoders() {
         let bytes = batch_with_payload(codec, 1, 0, &payload);
         let (batch, _) = RecordBatch::decode(&bytes).expect("batch");
         let mut scratch = Vec::new();
-        let records: Vec<Record<'_>> = batch
-            .records(&mut scratch, MAX)
-            .expect("records")
-            .collect::<Result<_, _>>()
-            .expect("record");
+        let records = batch.record_list(&mut scratch, MAX).expect("records");
         assert_eq!(records[0].key, Some(&b"k"[..]), "codec {codec}");
     }
 }

@@ -9,7 +9,7 @@ use common::samples::{requests, responses};
 use kelp_kafka::request::REQUEST_FRAME_BYTES_MAX;
 use kelp_kafka::{
     decode_response, encode_response_frame, frame_size, ApiKey, Decoder, Request, RequestBody,
-    RequestHeader, ResponseBody, SUPPORTED_APIS,
+    ResponseBody, SUPPORTED_APIS,
 };
 
 const RECORDS: &[u8] = b"opaque record bytes";
@@ -23,59 +23,85 @@ fn samples_cover_every_api() {
     assert_eq!(resp, all);
 }
 
+const REQUEST_CORRELATION_ID: i32 = 0x0102_0304;
+const RESPONSE_CORRELATION_ID: i32 = 77;
+
 fn request_frame(body: &RequestBody<'_>, version: i16) -> Vec<u8> {
-    let request = Request {
-        header: RequestHeader {
-            api_key: body.api_key().code(),
-            api_version: version,
-            correlation_id: 0x0102_0304,
-            client_id: Some("rt-client".into()),
-        },
-        body: body.clone(),
-    };
+    let request = Request::new(
+        body.clone(),
+        version,
+        REQUEST_CORRELATION_ID,
+        Some("rt-client".into()),
+    );
     let mut frame = Vec::new();
     request.encode_frame(&mut frame).expect("encode request");
     frame
 }
 
+fn response_frame(body: &ResponseBody<'_>, version: i16) -> Vec<u8> {
+    let mut frame = Vec::new();
+    encode_response_frame(&mut frame, RESPONSE_CORRELATION_ID, version, body)
+        .expect("encode response");
+    frame
+}
+
+/// Each of `bodies` framed by `frame` at every version of its API.
+fn at_every_version<T>(
+    bodies: &[T],
+    api_key: impl Fn(&T) -> ApiKey,
+    frame: impl Fn(&T, i16) -> Vec<u8>,
+) -> Vec<(ApiKey, i16, Vec<u8>)> {
+    let mut frames = Vec::new();
+    for body in bodies {
+        let key = api_key(body);
+        let range = key.versions();
+        for version in range.min..=range.max {
+            frames.push((key, version, frame(body, version)));
+        }
+    }
+    frames
+}
+
+/// Every sample request, framed at every version of its API.
+fn request_frames() -> Vec<(ApiKey, i16, Vec<u8>)> {
+    at_every_version(&requests(RECORDS), RequestBody::api_key, request_frame)
+}
+
+/// Every sample response, framed at every version of its API.
+fn response_frames() -> Vec<(ApiKey, i16, Vec<u8>)> {
+    at_every_version(&responses(RECORDS), ResponseBody::api_key, response_frame)
+}
+
 #[test]
 fn every_request_round_trips_at_every_version() {
-    for body in requests(RECORDS) {
-        let range = body.api_key().versions();
-        for version in range.min..=range.max {
-            let frame = request_frame(&body, version);
-            let size = frame_size(&frame, REQUEST_FRAME_BYTES_MAX)
-                .expect("size")
-                .expect("complete prefix");
-            assert_eq!(size, frame.len() - 4);
-            let decoded = Request::decode(&frame[4..])
-                .unwrap_or_else(|e| panic!("{:?} v{version}: {e}", body.api_key()));
-            assert_eq!(decoded.header.api_version, version);
-            assert_eq!(decoded.header.correlation_id, 0x0102_0304);
-            assert_eq!(decoded.header.client_id.as_deref(), Some("rt-client"));
-            assert_eq!(decoded.body.api_key(), body.api_key());
-            let mut again = Vec::new();
-            decoded.encode_frame(&mut again).expect("re-encode");
-            assert_eq!(again, frame, "{:?} v{version}", body.api_key());
-        }
+    for (api_key, version, frame) in request_frames() {
+        let size = frame_size(&frame, REQUEST_FRAME_BYTES_MAX)
+            .expect("size")
+            .expect("complete prefix");
+        assert_eq!(size, frame.len() - 4);
+        let decoded =
+            Request::decode(&frame[4..]).unwrap_or_else(|e| panic!("{api_key:?} v{version}: {e}"));
+        assert_eq!(decoded.header.api_version, version);
+        assert_eq!(decoded.header.correlation_id, REQUEST_CORRELATION_ID);
+        assert_eq!(decoded.header.client_id.as_deref(), Some("rt-client"));
+        assert_eq!(decoded.body.api_key(), api_key);
+        let mut again = Vec::new();
+        decoded.encode_frame(&mut again).expect("re-encode");
+        assert_eq!(again, frame, "{api_key:?} v{version}");
     }
 }
 
 #[test]
 fn every_response_round_trips_at_every_version() {
-    for body in responses(RECORDS) {
-        let api_key = body.api_key();
-        let range = api_key.versions();
-        for version in range.min..=range.max {
-            let mut frame = Vec::new();
-            encode_response_frame(&mut frame, 77, version, &body).expect("encode response");
-            let (header, decoded) = decode_response(&frame[4..], api_key, version)
-                .unwrap_or_else(|e| panic!("{api_key:?} v{version}: {e}"));
-            assert_eq!(header.correlation_id, 77);
-            let mut again = Vec::new();
-            encode_response_frame(&mut again, 77, version, &decoded).expect("re-encode");
-            assert_eq!(again, frame, "{api_key:?} v{version}");
-        }
+    for (api_key, version, frame) in response_frames() {
+        let (header, decoded) = decode_response(&frame[4..], api_key, version)
+            .unwrap_or_else(|e| panic!("{api_key:?} v{version}: {e}"));
+        assert_eq!(header.correlation_id, RESPONSE_CORRELATION_ID);
+        assert_eq!(
+            response_frame(&decoded, version),
+            frame,
+            "{api_key:?} v{version}"
+        );
     }
 }
 
@@ -128,8 +154,7 @@ fn highest_versions_carry_every_current_field_of_the_sample() {
     for body in responses(RECORDS) {
         let api_key = body.api_key();
         let version = api_key.versions().max;
-        let mut frame = Vec::new();
-        encode_response_frame(&mut frame, 1, version, &body).expect("encode");
+        let frame = response_frame(&body, version);
         let (_, decoded) = decode_response(&frame[4..], api_key, version).expect("decode");
         let expected = without_removed_response_fields(body.clone());
         assert_eq!(decoded, expected, "{api_key:?} v{version}");
@@ -138,33 +163,22 @@ fn highest_versions_carry_every_current_field_of_the_sample() {
 
 #[test]
 fn every_truncated_frame_is_an_error() {
-    for body in requests(RECORDS) {
-        let range = body.api_key().versions();
-        for version in range.min..=range.max {
-            let frame = request_frame(&body, version);
-            let payload = &frame[4..];
-            for cut in 0..payload.len() {
-                assert!(
-                    Request::decode(&payload[..cut]).is_err(),
-                    "{:?} v{version}: request cut at {cut} decoded",
-                    body.api_key()
-                );
-            }
+    for (api_key, version, frame) in request_frames() {
+        let payload = &frame[4..];
+        for cut in 0..payload.len() {
+            assert!(
+                Request::decode(&payload[..cut]).is_err(),
+                "{api_key:?} v{version}: request cut at {cut} decoded"
+            );
         }
     }
-    for body in responses(RECORDS) {
-        let api_key = body.api_key();
-        let range = api_key.versions();
-        for version in range.min..=range.max {
-            let mut frame = Vec::new();
-            encode_response_frame(&mut frame, 1, version, &body).expect("encode");
-            let payload = &frame[4..];
-            for cut in 0..payload.len() {
-                assert!(
-                    decode_response(&payload[..cut], api_key, version).is_err(),
-                    "{api_key:?} v{version}: response cut at {cut} decoded"
-                );
-            }
+    for (api_key, version, frame) in response_frames() {
+        let payload = &frame[4..];
+        for cut in 0..payload.len() {
+            assert!(
+                decode_response(&payload[..cut], api_key, version).is_err(),
+                "{api_key:?} v{version}: response cut at {cut} decoded"
+            );
         }
     }
 }
@@ -191,22 +205,18 @@ fn corrupted_frames_never_panic() {
     let mut rng = Rng(SEED);
     let mut decoded_ok = 0usize;
     let mut rejected = 0usize;
-    for body in requests(RECORDS) {
-        let range = body.api_key().versions();
-        for version in range.min..=range.max {
-            let frame = request_frame(&body, version);
-            for _ in 0..MUTATIONS_PER_FRAME {
-                let mut bad = frame[4..].to_vec();
-                let flips = 1 + rng.below(3);
-                for _ in 0..flips {
-                    let at = rng.below(bad.len());
-                    bad[at] = rng.next() as u8;
-                }
-                // Either outcome is fine; a panic fails the test (seed above).
-                match Request::decode(&bad) {
-                    Ok(_) => decoded_ok += 1,
-                    Err(_) => rejected += 1,
-                }
+    for (_, _, frame) in request_frames() {
+        for _ in 0..MUTATIONS_PER_FRAME {
+            let mut bad = frame[4..].to_vec();
+            let flips = 1 + rng.below(3);
+            for _ in 0..flips {
+                let at = rng.below(bad.len());
+                bad[at] = rng.next() as u8;
+            }
+            // Either outcome is fine; a panic fails the test (seed above).
+            match Request::decode(&bad) {
+                Ok(_) => decoded_ok += 1,
+                Err(_) => rejected += 1,
             }
         }
     }
@@ -244,26 +254,32 @@ fn huge_length_prefixes_are_rejected_before_allocating() {
 
 #[test]
 fn unsupported_versions_and_unknown_keys_name_the_correlation_id() {
-    // Produce v2 (legacy message sets) is below the supported range.
-    let frame = [0, 0, 0, 2, 0, 0, 0, 42, 0xff, 0xff];
-    assert_eq!(
-        Request::decode(&frame),
-        Err(kelp_kafka::DecodeError::UnsupportedVersion {
-            api_key: ApiKey::Produce,
-            version: 2,
-            correlation_id: 42
-        })
-    );
-    // ApiVersions v9 (newer than supported): answerable with v0.
-    let frame = [0, 18, 0, 9, 0, 0, 0, 43, 0xff, 0xff, 0];
-    assert_eq!(
-        Request::decode(&frame),
-        Err(kelp_kafka::DecodeError::UnsupportedVersion {
-            api_key: ApiKey::ApiVersions,
-            version: 9,
-            correlation_id: 43
-        })
-    );
+    let unsupported: [(&[u8], ApiKey, i16, i32); 2] = [
+        // Produce v2 (legacy message sets) is below the supported range.
+        (
+            &[0, 0, 0, 2, 0, 0, 0, 42, 0xff, 0xff],
+            ApiKey::Produce,
+            2,
+            42,
+        ),
+        // ApiVersions v9 (newer than supported): answerable with v0.
+        (
+            &[0, 18, 0, 9, 0, 0, 0, 43, 0xff, 0xff, 0],
+            ApiKey::ApiVersions,
+            9,
+            43,
+        ),
+    ];
+    for (frame, api_key, version, correlation_id) in unsupported {
+        assert_eq!(
+            Request::decode(frame),
+            Err(kelp_kafka::DecodeError::UnsupportedVersion {
+                api_key,
+                version,
+                correlation_id
+            })
+        );
+    }
     // Api key 99 does not exist.
     let frame = [0, 99, 0, 0, 0, 0, 0, 44, 0xff, 0xff];
     assert_eq!(
@@ -290,8 +306,7 @@ fn trailing_bytes_after_a_request_are_an_error() {
 #[test]
 fn a_flexible_response_read_as_non_flexible_fails() {
     let body = &responses(RECORDS)[8]; // Heartbeat
-    let mut frame = Vec::new();
-    encode_response_frame(&mut frame, 1, 4, body).expect("encode");
+    let frame = response_frame(body, 4);
     assert!(decode_response(&frame[4..], ApiKey::Heartbeat, 4).is_ok());
     // Read as the non-flexible v3, the header has no tag byte, so the body
     // is off by one and the decoder notices the trailing byte.

@@ -9,6 +9,9 @@
 //!   same over a quinn stream, [`quic_endpoint`] its client.
 //! - [`SeededRng`]: the one seed and generator of randomized tests: the
 //!   seed printed, `KELP_TEST_SEED` replaying it.
+//! - [`seeded`]: the one runner of seeded simulations: each seed printed
+//!   with its replay, one seed replayed from an environment variable, a
+//!   failure naming its seed.
 //!
 //! - [`S3Server`]: a real S3-compatible server (moto) on loopback with a
 //!   fresh bucket.
@@ -36,9 +39,11 @@ mod etcd_server;
 mod http;
 mod quic;
 mod s3_server;
+mod seeded;
 pub use etcd_server::EtcdServer;
 pub use quic::{quic_endpoint, QuicConn};
 pub use s3_server::{S3Server, S3_ACCESS_KEY_ID, S3_REGION, S3_SECRET_ACCESS_KEY};
+pub use seeded::seeded;
 
 /// A randomized test's numbers (xorshift64), from `KELP_TEST_SEED` when it
 /// is set, else from the clock; the seed is printed, so a failure can be

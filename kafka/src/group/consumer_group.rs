@@ -20,6 +20,16 @@ use crate::group::{
     Token, TopicCommitResult,
 };
 
+/// A JoinGroup as the group received it: when, and the token its answer
+/// goes under if it is parked. Once the group gives the member a fresh id,
+/// the request names that id: it is the member the call joins as.
+#[derive(Debug)]
+struct JoinCall {
+    now_ms: u64,
+    token: Token,
+    req: JoinRequest,
+}
+
 /// One consumer group. Compared whole by the tests that check a refused
 /// request left the group exactly as it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,10 +60,17 @@ pub(crate) struct ConsumerGroup {
     /// generation but never sent SyncGroup are removed.
     sync_deadline_ms: Option<u64>,
     pub(crate) offsets: GroupOffsets,
+    /// The most members and pending members at once
+    /// (`group_members_max`).
+    members_max: usize,
+    /// How long a join phase from Empty waits for more members
+    /// (`initial_rebalance_delay_ms`).
+    initial_rebalance_delay_ms: u32,
 }
 
 impl ConsumerGroup {
-    pub(crate) fn new(group_id: String) -> ConsumerGroup {
+    /// An Empty group under the limits of `config`.
+    pub(crate) fn new(group_id: String, config: &CoordinatorConfig) -> ConsumerGroup {
         ConsumerGroup {
             group_id,
             state: GroupState::Empty,
@@ -69,6 +86,8 @@ impl ConsumerGroup {
             join_not_before_ms: 0,
             sync_deadline_ms: None,
             offsets: GroupOffsets::default(),
+            members_max: config.group_members_max,
+            initial_rebalance_delay_ms: config.initial_rebalance_delay_ms,
         }
     }
 
@@ -118,9 +137,10 @@ impl ConsumerGroup {
         token: Token,
         req: JoinRequest,
         fresh_member_id: String,
-        config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
+        let mut call = JoinCall { now_ms, token, req };
+        let req = &call.req;
         let static_owner = req
             .group_instance_id
             .as_ref()
@@ -140,15 +160,16 @@ impl ConsumerGroup {
             ));
         }
         if !req.member_id.is_empty() {
-            return self.join_known(now_ms, token, req, config, out);
+            return self.join_known(call, out);
         }
         if let Some(old_id) = static_owner {
             // A static member restarting: the new id takes the old one's
             // place (and assignment); the old id is fenced.
             self.replace_static_member(&old_id, &fresh_member_id, out);
-            return self.join_existing(now_ms, token, req, fresh_member_id, true, config, out);
+            call.req.member_id = fresh_member_id;
+            return self.join_existing(call, true, out);
         }
-        if self.members.len() + self.pending_members.len() >= config.group_members_max {
+        if self.members.len() + self.pending_members.len() >= self.members_max {
             return Some(JoinResponse::error(ErrorCode::GROUP_MAX_SIZE_REACHED, ""));
         }
         if req.group_instance_id.is_none() && req.require_known_member_id {
@@ -160,42 +181,35 @@ impl ConsumerGroup {
                 &fresh_member_id,
             ));
         }
-        self.add_member_and_rebalance(now_ms, token, req, fresh_member_id, config, out);
+        call.req.member_id = fresh_member_id;
+        self.add_member_and_rebalance(call, out);
         None
     }
 
-    fn join_known(
-        &mut self,
-        now_ms: u64,
-        token: Token,
-        req: JoinRequest,
-        config: &CoordinatorConfig,
-        out: &mut Vec<Released>,
-    ) -> Option<JoinResponse> {
-        let member_id = req.member_id.clone();
-        if self.pending_members.remove(&member_id).is_some() {
-            self.add_member_and_rebalance(now_ms, token, req, member_id, config, out);
+    fn join_known(&mut self, call: JoinCall, out: &mut Vec<Released>) -> Option<JoinResponse> {
+        let member_id = &call.req.member_id;
+        if self.pending_members.remove(member_id).is_some() {
+            self.add_member_and_rebalance(call, out);
             return None;
         }
-        if let Some(error) = self.check_member(&member_id, req.group_instance_id.as_deref()) {
-            return Some(JoinResponse::error(error, &member_id));
+        let instance_id = call.req.group_instance_id.as_deref();
+        if let Some(error) = self.check_member(member_id, instance_id) {
+            return Some(JoinResponse::error(error, member_id));
         }
-        self.join_existing(now_ms, token, req, member_id, false, config, out)
+        self.join_existing(call, false, out)
     }
 
-    /// A join by a current member: updated in place, its assignment kept.
-    /// `replaced`: a static member just took over an old member id.
-    #[allow(clippy::too_many_arguments)]
+    /// A join by the current member `call` names: updated in place, its
+    /// assignment kept. `replaced`: that member is a static member's fresh
+    /// id, which just took over an old member id.
     fn join_existing(
         &mut self,
-        now_ms: u64,
-        token: Token,
-        req: JoinRequest,
-        member_id: String,
+        call: JoinCall,
         replaced: bool,
-        config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> Option<JoinResponse> {
+        let now_ms = call.now_ms;
+        let member_id = call.req.member_id.clone();
         let is_leader = self.leader_id.as_deref() == Some(member_id.as_str());
         let Some(member) = self.members.get_mut(&member_id) else {
             return Some(JoinResponse::error(
@@ -203,11 +217,11 @@ impl ConsumerGroup {
                 &member_id,
             ));
         };
-        let unchanged =
-            member.protocol_type == req.protocol_type && member.protocols == req.protocols;
+        let unchanged = member.protocol_type == call.req.protocol_type
+            && member.protocols == call.req.protocols;
         match self.state {
             GroupState::PreparingRebalance => {
-                self.update_member(now_ms, token, req, &member_id, out);
+                self.update_member(call, &member_id, out);
                 self.try_complete_join(now_ms, out);
                 None
             }
@@ -215,16 +229,16 @@ impl ConsumerGroup {
             // fits it. Not after a static replacement: the leader is
             // assigning to the old member id, so the group must rebalance.
             GroupState::CompletingRebalance if unchanged && !replaced => {
-                member.update_client(&req, now_ms);
+                member.update_client(&call.req, now_ms);
                 Some(self.join_response_for(&member_id))
             }
             GroupState::Stable if unchanged && !is_leader => {
-                member.update_client(&req, now_ms);
+                member.update_client(&call.req, now_ms);
                 Some(self.join_response_for(&member_id))
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
-                self.update_member(now_ms, token, req, &member_id, out);
-                self.prepare_rebalance(now_ms, config, out);
+                self.update_member(call, &member_id, out);
+                self.prepare_rebalance(now_ms, out);
                 self.try_complete_join(now_ms, out);
                 None
             }
@@ -296,14 +310,8 @@ impl ConsumerGroup {
         }
     }
 
-    fn update_member(
-        &mut self,
-        now_ms: u64,
-        token: Token,
-        req: JoinRequest,
-        member_id: &str,
-        out: &mut Vec<Released>,
-    ) {
+    fn update_member(&mut self, call: JoinCall, member_id: &str, out: &mut Vec<Released>) {
+        let JoinCall { now_ms, token, req } = call;
         let Some(m) = self.members.get_mut(member_id) else {
             return;
         };
@@ -321,15 +329,10 @@ impl ConsumerGroup {
         self.protocol_type = Some(req.protocol_type);
     }
 
-    fn add_member_and_rebalance(
-        &mut self,
-        now_ms: u64,
-        token: Token,
-        req: JoinRequest,
-        member_id: String,
-        config: &CoordinatorConfig,
-        out: &mut Vec<Released>,
-    ) {
+    /// Adds the member `call` names and rebalances.
+    fn add_member_and_rebalance(&mut self, call: JoinCall, out: &mut Vec<Released>) {
+        let JoinCall { now_ms, token, req } = call;
+        let member_id = req.member_id;
         let mut member = Member {
             member_id: member_id.clone(),
             group_instance_id: req.group_instance_id,
@@ -359,7 +362,7 @@ impl ConsumerGroup {
         self.protocol_type = Some(req.protocol_type);
         self.members.insert(member_id, member);
         if self.state != GroupState::PreparingRebalance {
-            self.prepare_rebalance(now_ms, config, out);
+            self.prepare_rebalance(now_ms, out);
         }
         self.try_complete_join(now_ms, out);
     }
@@ -393,12 +396,7 @@ impl ConsumerGroup {
 
     /// Starts a rebalance: every member must rejoin within the largest
     /// rebalance timeout.
-    fn prepare_rebalance(
-        &mut self,
-        now_ms: u64,
-        config: &CoordinatorConfig,
-        out: &mut Vec<Released>,
-    ) {
+    fn prepare_rebalance(&mut self, now_ms: u64, out: &mut Vec<Released>) {
         if self.state == GroupState::CompletingRebalance {
             // The generation being assigned is abandoned: parked followers
             // must rejoin, they get no (empty) assignment.
@@ -413,7 +411,7 @@ impl ConsumerGroup {
         }
         let rebalance_timeout_ms = self.rebalance_timeout_ms();
         let delay_ms = if self.state == GroupState::Empty {
-            config.initial_rebalance_delay_ms.min(rebalance_timeout_ms)
+            self.initial_rebalance_delay_ms.min(rebalance_timeout_ms)
         } else {
             0
         };
@@ -601,12 +599,12 @@ impl ConsumerGroup {
     }
 
     /// After members left or died: the rest must rebalance.
-    fn after_removal(&mut self, now_ms: u64, config: &CoordinatorConfig, out: &mut Vec<Released>) {
+    fn after_removal(&mut self, now_ms: u64, out: &mut Vec<Released>) {
         if matches!(
             self.state,
             GroupState::Stable | GroupState::CompletingRebalance
         ) {
-            self.prepare_rebalance(now_ms, config, out);
+            self.prepare_rebalance(now_ms, out);
         }
         self.try_complete_join(now_ms, out);
     }
@@ -743,7 +741,6 @@ impl ConsumerGroup {
         &mut self,
         now_ms: u64,
         req: LeaveRequest,
-        config: &CoordinatorConfig,
         out: &mut Vec<Released>,
     ) -> LeaveResponse {
         let mut removed = false;
@@ -771,7 +768,7 @@ impl ConsumerGroup {
             });
         }
         if removed {
-            self.after_removal(now_ms, config, out);
+            self.after_removal(now_ms, out);
         } else if pending_removed {
             self.try_complete_join(now_ms, out);
         }
@@ -922,12 +919,7 @@ impl ConsumerGroup {
 
     /// Expires sessions, member ids never used, and rebalance and sync
     /// timeouts.
-    pub(crate) fn tick(
-        &mut self,
-        now_ms: u64,
-        config: &CoordinatorConfig,
-        out: &mut Vec<Released>,
-    ) {
+    pub(crate) fn tick(&mut self, now_ms: u64, out: &mut Vec<Released>) {
         let pending_before = self.pending_members.len();
         self.pending_members
             .retain(|_, deadline| *deadline > now_ms);
@@ -966,7 +958,7 @@ impl ConsumerGroup {
             removed |= self.remove_member(&id, out);
         }
         if removed {
-            self.after_removal(now_ms, config, out);
+            self.after_removal(now_ms, out);
         } else if pending_expired {
             self.try_complete_join(now_ms, out);
         }

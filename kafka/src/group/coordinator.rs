@@ -114,7 +114,7 @@ impl Coordinator {
             }
             self.groups.insert(
                 req.group_id.clone(),
-                ConsumerGroup::new(req.group_id.clone()),
+                ConsumerGroup::new(req.group_id.clone(), &self.config),
             );
         }
         let group_id = req.group_id.clone();
@@ -125,14 +125,7 @@ impl Coordinator {
             String::new()
         };
         let group = self.groups.get_mut(&group_id)?;
-        let answer = group.join(
-            now_ms,
-            token,
-            req,
-            fresh_member_id,
-            &self.config,
-            &mut self.released,
-        );
+        let answer = group.join(now_ms, token, req, fresh_member_id, &mut self.released);
         self.drop_if_disposable(&group_id);
         answer
     }
@@ -199,7 +192,7 @@ impl Coordinator {
                 members,
             };
         };
-        let answer = group.leave(now_ms, req, &self.config, &mut self.released);
+        let answer = group.leave(now_ms, req, &mut self.released);
         self.drop_if_disposable(&group_id);
         answer
     }
@@ -237,7 +230,7 @@ impl Coordinator {
             }
             self.groups.insert(
                 req.group_id.clone(),
-                ConsumerGroup::new(req.group_id.clone()),
+                ConsumerGroup::new(req.group_id.clone(), &self.config),
             );
         }
         let group_id = req.group_id.clone();
@@ -353,7 +346,7 @@ impl Coordinator {
     /// including any released by earlier calls and not yet taken.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Released> {
         for group in self.groups.values_mut() {
-            group.tick(now_ms, &self.config, &mut self.released);
+            group.tick(now_ms, &mut self.released);
         }
         self.groups.retain(|_, g| !g.is_disposable());
         self.take_released()
@@ -388,7 +381,7 @@ impl Coordinator {
         let group = self
             .groups
             .entry(group_id.clone())
-            .or_insert_with(|| ConsumerGroup::new(group_id.clone()));
+            .or_insert_with(|| ConsumerGroup::new(group_id.clone(), &self.config));
         group.offsets = offsets;
         self.drop_if_disposable(&group_id);
         Ok(group_id)

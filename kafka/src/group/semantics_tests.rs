@@ -134,9 +134,9 @@ impl Harness {
             .collect()
     }
 
-    /// `clients.len()` members join and sync; the group ends Stable. Returns
+    /// `clients.len()` members join; the join phase completes. Returns
     /// member ids in join order (the first is the leader) and the generation.
-    fn stable_group(&mut self, group: &str, clients: &[&str]) -> (Vec<String>, i32) {
+    fn joined_group(&mut self, group: &str, clients: &[&str]) -> (Vec<String>, i32) {
         let ids: Vec<String> = clients
             .iter()
             .map(|c| self.member_id_for(group, c))
@@ -147,20 +147,48 @@ impl Harness {
         }
         let joins = self.released_joins();
         assert_eq!(joins.len(), ids.len());
-        let generation = joins[0].1.generation_id;
+        (ids, joins[0].1.generation_id)
+    }
+
+    /// `clients.len()` members join and sync; the group ends Stable. Returns
+    /// member ids in join order (the first is the leader) and the generation.
+    fn stable_group(&mut self, group: &str, clients: &[&str]) -> (Vec<String>, i32) {
+        let (ids, generation) = self.joined_group(group, clients);
         self.sync_all(group, &ids, generation);
         assert_eq!(self.group(group).state, GroupState::Stable);
         (ids, generation)
     }
 
+    /// A follower's SyncGroup, which waits for the leader: its token.
+    fn parked_sync(&mut self, group: &str, generation: i32, member_id: &str) -> Token {
+        let (token, r) = self.sync(sync_request(group, generation, member_id, Vec::new()));
+        assert!(
+            r.is_none(),
+            "follower sync is parked until the leader assigns"
+        );
+        token
+    }
+
+    /// A LeaveGroup of dynamic members.
+    fn leave(&mut self, group: &str, member_ids: &[&str]) -> LeaveResponse {
+        let members = member_ids
+            .iter()
+            .map(|id| LeavingMember {
+                member_id: (*id).to_owned(),
+                group_instance_id: None,
+            })
+            .collect();
+        let req = LeaveRequest {
+            group_id: group.to_owned(),
+            members,
+        };
+        self.c.leave(self.now, req)
+    }
+
     /// Followers sync (parked), then the leader `ids[0]` assigns.
     fn sync_all(&mut self, group: &str, ids: &[String], generation: i32) {
         for id in &ids[1..] {
-            let (_, r) = self.sync(sync_request(group, generation, id, Vec::new()));
-            assert!(
-                r.is_none(),
-                "follower sync is parked until the leader assigns"
-            );
+            self.parked_sync(group, generation, id);
         }
         let assignments = ids
             .iter()
@@ -366,13 +394,8 @@ fn follower_sync_while_not_stable_is_refused_or_parked_never_empty() {
 #[test]
 fn parked_follower_sync_is_released_with_rebalance_in_progress_when_a_rebalance_interrupts() {
     let mut h = Harness::new();
-    let ids: Vec<String> = ["a", "b"].iter().map(|c| h.member_id_for("g", c)).collect();
-    for id in &ids {
-        let _ = h.join(join_request("g", id, "x", DEFAULT_PROTOCOLS));
-    }
-    let generation = h.released_joins()[0].1.generation_id;
-    let (token, r) = h.sync(sync_request("g", generation, &ids[1], Vec::new()));
-    assert!(r.is_none());
+    let (ids, generation) = h.joined_group("g", &["a", "b"]);
+    let token = h.parked_sync("g", generation, &ids[1]);
     // A third member arrives before the leader assigns.
     let c = h.member_id_for("g", "c");
     let _ = h.join(join_request("g", &c, "c", DEFAULT_PROTOCOLS));
@@ -438,16 +461,7 @@ fn leave_of_one_member_rebalances_the_rest() {
     let mut h = Harness::new();
     let (ids, g1) = h.stable_group("g", &["a", "b"]);
     // The leader leaves: b becomes leader of the next generation.
-    let r = h.c.leave(
-        h.now,
-        LeaveRequest {
-            group_id: "g".into(),
-            members: vec![LeavingMember {
-                member_id: ids[0].clone(),
-                group_instance_id: None,
-            }],
-        },
-    );
+    let r = h.leave("g", &[&ids[0]]);
     assert_eq!(r.error, ErrorCode::NONE);
     assert_eq!(r.members[0].error, ErrorCode::NONE);
     assert_eq!(h.group("g").state, GroupState::PreparingRebalance);
@@ -472,31 +486,7 @@ fn leave_of_one_member_rebalances_the_rest() {
 fn leave_of_a_list_gives_each_member_its_own_error() {
     let mut h = Harness::new();
     let (ids, _) = h.stable_group("g", &["a", "b", "c", "d"]);
-    let members = vec![
-        LeavingMember {
-            member_id: ids[1].clone(),
-            group_instance_id: None,
-        },
-        LeavingMember {
-            member_id: "ghost".into(),
-            group_instance_id: None,
-        },
-        LeavingMember {
-            member_id: ids[2].clone(),
-            group_instance_id: None,
-        },
-        LeavingMember {
-            member_id: ids[1].clone(),
-            group_instance_id: None,
-        },
-    ];
-    let r = h.c.leave(
-        h.now,
-        LeaveRequest {
-            group_id: "g".into(),
-            members,
-        },
-    );
+    let r = h.leave("g", &[&ids[1], "ghost", &ids[2], &ids[1]]);
     let errors: Vec<ErrorCode> = r.members.iter().map(|m| m.error).collect();
     assert_eq!(
         errors,
@@ -513,16 +503,7 @@ fn leave_of_a_list_gives_each_member_its_own_error() {
     assert_eq!(left.len(), 2);
     assert!(g.members.contains_key(&ids[0]) && g.members.contains_key(&ids[3]));
     // An unknown group: every member unknown, nothing created.
-    let r = h.c.leave(
-        h.now,
-        LeaveRequest {
-            group_id: "other".into(),
-            members: vec![LeavingMember {
-                member_id: "x".into(),
-                group_instance_id: None,
-            }],
-        },
-    );
+    let r = h.leave("other", &["x"]);
     assert_eq!(r.members[0].error, ErrorCode::UNKNOWN_MEMBER_ID);
     assert!(!h.c.groups.contains_key("other"));
 }
@@ -646,13 +627,8 @@ fn rebalance_timeout_evicts_member_that_does_not_rejoin() {
 #[test]
 fn sync_timeout_evicts_leader_that_never_assigns() {
     let mut h = Harness::new();
-    let ids: Vec<String> = ["a", "b"].iter().map(|c| h.member_id_for("g", c)).collect();
-    for id in &ids {
-        let _ = h.join(join_request("g", id, "x", DEFAULT_PROTOCOLS));
-    }
-    let generation = h.released_joins()[0].1.generation_id;
-    let (tb, r) = h.sync(sync_request("g", generation, &ids[1], Vec::new()));
-    assert!(r.is_none());
+    let (ids, generation) = h.joined_group("g", &["a", "b"]);
+    let tb = h.parked_sync("g", generation, &ids[1]);
     h.now += u64::from(REBALANCE_MS);
     let released = h.c.tick(h.now);
     assert_eq!(released.len(), 1);
@@ -1034,40 +1010,34 @@ fn limits_and_bad_input_are_refused_without_changes() {
         groups_max: 1,
         ..CoordinatorConfig::default()
     };
+    /// Each JoinGroup in turn, by group, member id and session timeout,
+    /// with the error it is answered at once.
+    fn joins(c: &mut Coordinator, joins: &[(&str, &str, u32, ErrorCode)]) {
+        for &(group, member_id, session_timeout_ms, error) in joins {
+            let mut req = join_request(group, member_id, "a", DEFAULT_PROTOCOLS);
+            req.session_timeout_ms = session_timeout_ms;
+            let answer = c.join(T0, Token(1), req).map(|r| r.error);
+            assert_eq!(answer, Some(error), "{group:?} {member_id:?}");
+        }
+    }
     let mut c = Coordinator::new(config, 5);
-    let mut req = join_request("g", "", "a", DEFAULT_PROTOCOLS);
-    req.session_timeout_ms = 1;
-    assert_eq!(
-        c.join(T0, Token(1), req).map(|r| r.error),
-        Some(ErrorCode::INVALID_SESSION_TIMEOUT)
-    );
-    assert_eq!(
-        c.join(T0, Token(1), join_request("", "", "a", DEFAULT_PROTOCOLS))
-            .map(|r| r.error),
-        Some(ErrorCode::INVALID_GROUP_ID)
-    );
-    assert_eq!(
-        c.join(T0, Token(1), join_request("g", "m", "a", DEFAULT_PROTOCOLS))
-            .map(|r| r.error),
-        Some(ErrorCode::UNKNOWN_MEMBER_ID)
+    joins(
+        &mut c,
+        &[
+            ("g", "", 1, ErrorCode::INVALID_SESSION_TIMEOUT),
+            ("", "", SESSION_MS, ErrorCode::INVALID_GROUP_ID),
+            ("g", "m", SESSION_MS, ErrorCode::UNKNOWN_MEMBER_ID),
+        ],
     );
     assert!(c.list(&[]).is_empty());
-    for _ in 0..2 {
-        assert_eq!(
-            c.join(T0, Token(1), join_request("g", "", "a", DEFAULT_PROTOCOLS))
-                .map(|r| r.error),
-            Some(ErrorCode::MEMBER_ID_REQUIRED)
-        );
-    }
-    assert_eq!(
-        c.join(T0, Token(1), join_request("g", "", "a", DEFAULT_PROTOCOLS))
-            .map(|r| r.error),
-        Some(ErrorCode::GROUP_MAX_SIZE_REACHED)
-    );
-    assert_eq!(
-        c.join(T0, Token(1), join_request("h", "", "a", DEFAULT_PROTOCOLS))
-            .map(|r| r.error),
-        Some(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    joins(
+        &mut c,
+        &[
+            ("g", "", SESSION_MS, ErrorCode::MEMBER_ID_REQUIRED),
+            ("g", "", SESSION_MS, ErrorCode::MEMBER_ID_REQUIRED),
+            ("g", "", SESSION_MS, ErrorCode::GROUP_MAX_SIZE_REACHED),
+            ("h", "", SESSION_MS, ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        ],
     );
     assert_eq!(c.delete_group("g"), ErrorCode::NON_EMPTY_GROUP);
     assert_eq!(c.delete_group("h"), ErrorCode::GROUP_ID_NOT_FOUND);
@@ -1125,16 +1095,7 @@ fn describe_and_list_report_state_protocol_and_members() {
     );
     assert!(h.c.list(&[GroupState::Empty]).is_empty());
     // Mid-rebalance: no protocol, no assignments shown.
-    let _ = h.c.leave(
-        h.now,
-        LeaveRequest {
-            group_id: "g".into(),
-            members: vec![LeavingMember {
-                member_id: ids[1].clone(),
-                group_instance_id: None,
-            }],
-        },
-    );
+    let _ = h.leave("g", &[&ids[1]]);
     let d = &h.c.describe(&["g".into()])[0];
     assert_eq!(d.state, GroupState::PreparingRebalance);
     assert!(d.protocol_name.is_empty() && d.members.iter().all(|m| m.assignment.is_empty()));

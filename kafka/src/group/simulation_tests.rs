@@ -4,7 +4,7 @@
 //! names its seed; `GROUP_SIM_SEED=<seed>` reruns that seed alone, and
 //! `GROUP_SIM_SEEDS=<n>` runs n seeds instead of the default 48.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::collections::BTreeMap;
 
 use super::consumer_group::ConsumerGroup;
 use super::*;
@@ -52,48 +52,56 @@ struct Client {
     prefer_roundrobin: bool,
 }
 
-/// How often each kind of event happened: the test fails if one never
-/// did, so a change that makes the simulation vacuous does not pass.
-#[derive(Debug, Default, Clone, Copy)]
-struct Stats {
-    generations_joined: u64,
-    assignments_received: u64,
-    parked_syncs_released: u64,
-    rebalance_heartbeats: u64,
-    members_evicted: u64,
-    incompatible_refused: u64,
-    batch_leaves: u64,
-    fenced: u64,
-    commits: u64,
+/// The kinds of event the simulation counts: the test fails if one never
+/// happened, so a change that makes the simulation vacuous does not pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    GenerationJoined,
+    AssignmentReceived,
+    ParkedSyncReleased,
+    RebalanceHeartbeat,
+    MemberEvicted,
+    IncompatibleRefused,
+    BatchLeave,
+    Fenced,
+    Commit,
 }
 
+impl Event {
+    const ALL: [Event; 9] = [
+        Event::GenerationJoined,
+        Event::AssignmentReceived,
+        Event::ParkedSyncReleased,
+        Event::RebalanceHeartbeat,
+        Event::MemberEvicted,
+        Event::IncompatibleRefused,
+        Event::BatchLeave,
+        Event::Fenced,
+        Event::Commit,
+    ];
+}
+
+/// How often each kind of event happened.
+#[derive(Debug, Default, Clone)]
+struct Stats(BTreeMap<Event, u64>);
+
 impl Stats {
-    fn add(&mut self, o: Stats) {
-        self.generations_joined += o.generations_joined;
-        self.assignments_received += o.assignments_received;
-        self.parked_syncs_released += o.parked_syncs_released;
-        self.rebalance_heartbeats += o.rebalance_heartbeats;
-        self.members_evicted += o.members_evicted;
-        self.incompatible_refused += o.incompatible_refused;
-        self.batch_leaves += o.batch_leaves;
-        self.fenced += o.fenced;
-        self.commits += o.commits;
+    fn saw(&mut self, event: Event) {
+        *self.0.entry(event).or_default() += 1;
     }
 
-    fn all_seen(&self) -> bool {
-        [
-            self.generations_joined,
-            self.assignments_received,
-            self.parked_syncs_released,
-            self.rebalance_heartbeats,
-            self.members_evicted,
-            self.incompatible_refused,
-            self.batch_leaves,
-            self.fenced,
-            self.commits,
-        ]
-        .iter()
-        .all(|&n| n > 0)
+    fn add(&mut self, other: &Stats) {
+        for (&event, &count) in &other.0 {
+            *self.0.entry(event).or_default() += count;
+        }
+    }
+
+    /// The kinds of event that never happened.
+    fn unseen(&self) -> Vec<Event> {
+        Event::ALL
+            .into_iter()
+            .filter(|e| !self.0.contains_key(e))
+            .collect()
     }
 }
 
@@ -183,7 +191,7 @@ impl Sim {
         {
             let g = self.c.groups.get(GROUP);
             if !g.is_some_and(|g| g.has_id(&c.member_id)) {
-                self.stats.members_evicted += 1;
+                self.stats.saw(Event::MemberEvicted);
                 c.member_id.clear();
             } else {
                 // Worst case: parked in a join phase (rebalance timeout),
@@ -253,7 +261,7 @@ impl Sim {
 
     /// FENCED_INSTANCE_ID is fatal to a Kafka client: it stops.
     fn fenced(&mut self, i: usize) {
-        self.stats.fenced += 1;
+        self.stats.saw(Event::Fenced);
         self.die(i);
         self.clients[i].member_id.clear();
     }
@@ -378,11 +386,11 @@ impl Sim {
                     state.is_some_and(|s| s.is_rebalancing()),
                     "REBALANCE_IN_PROGRESS in {state:?}"
                 );
-                self.stats.rebalance_heartbeats += 1;
+                self.stats.saw(Event::RebalanceHeartbeat);
                 self.clients[i].phase = Phase::NeedJoin;
             }
             ErrorCode::UNKNOWN_MEMBER_ID => {
-                self.stats.members_evicted += 1;
+                self.stats.saw(Event::MemberEvicted);
                 self.clients[i].phase = Phase::Idle;
             }
             ErrorCode::FENCED_INSTANCE_ID => self.fenced(i),
@@ -424,7 +432,7 @@ impl Sim {
             .and_then(|o| o.get("orders", partition))
             .map(|c| c.offset);
         if error.is_ok() {
-            self.stats.commits += 1;
+            self.stats.saw(Event::Commit);
             assert_eq!(committed, Some(offset));
         } else if error == ErrorCode::FENCED_INSTANCE_ID {
             self.fenced(i);
@@ -497,7 +505,7 @@ impl Sim {
             r.members[1..].iter().all(|m| m.error == ErrorCode::NONE),
             "{r:?}"
         );
-        self.stats.batch_leaves += 1;
+        self.stats.saw(Event::BatchLeave);
         for m in &chosen {
             assert!(!self.group().is_some_and(|g| g.members.contains_key(m)));
             // The clients learn on their next call; the simulation moves them on now.
@@ -548,7 +556,7 @@ impl Sim {
             "a refused join changed the group"
         );
         assert!(self.c.take_released().is_empty());
-        self.stats.incompatible_refused += 1;
+        self.stats.saw(Event::IncompatibleRefused);
     }
 
     fn client_by_token(&self, token: Token) -> Option<usize> {
@@ -589,7 +597,7 @@ impl Sim {
                 Released::Join { response, .. } => self.on_join(i, token, response),
                 Released::Sync { response, .. } => {
                     if response.error.is_ok() {
-                        self.stats.parked_syncs_released += 1;
+                        self.stats.saw(Event::ParkedSyncReleased);
                     }
                     self.on_sync(i, token, response)
                 }
@@ -631,7 +639,7 @@ impl Sim {
                 } else {
                     assert!(r.members.is_empty(), "only the leader gets the member list");
                 }
-                self.stats.generations_joined += 1;
+                self.stats.saw(Event::GenerationJoined);
                 self.clients[i].member_id = r.member_id;
                 let members = r.members.into_iter().map(|m| m.member_id).collect();
                 self.clients[i].phase = Phase::Joined {
@@ -681,7 +689,7 @@ impl Sim {
                         "someone else's assignment"
                     );
                 }
-                self.stats.assignments_received += 1;
+                self.stats.saw(Event::AssignmentReceived);
                 self.clients[i].phase = Phase::Stable { generation };
             }
             ErrorCode::REBALANCE_IN_PROGRESS | ErrorCode::ILLEGAL_GENERATION => {
@@ -763,30 +771,19 @@ fn run(seed: u64) -> (usize, Stats) {
 
 #[test]
 fn randomized_members_against_tick_keep_invariants() {
-    let seeds: Vec<u64> = match std::env::var("GROUP_SIM_SEED") {
-        Ok(s) => vec![s.parse().expect("GROUP_SIM_SEED is a u64")],
-        Err(_) => {
-            // GROUP_SIM_SEEDS=<n> runs more seeds (a longer soak by hand).
-            let count = std::env::var("GROUP_SIM_SEEDS")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(SEEDS);
-            (0..count).map(|i| 0x6b65_6c70_0000 + i).collect()
-        }
-    };
+    // GROUP_SIM_SEEDS=<n> runs more seeds (a longer soak by hand).
+    let count = std::env::var("GROUP_SIM_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(SEEDS);
+    let seeds = (0..count).map(|i| 0x6b65_6c70_0000 + i);
     let mut steps = 0;
     let mut stats = Stats::default();
-    for seed in seeds {
-        match catch_unwind(AssertUnwindSafe(|| run(seed))) {
-            Ok((n, s)) => {
-                steps += n;
-                stats.add(s);
-            }
-            Err(_) => {
-                panic!("group simulation failed with seed {seed}; rerun with GROUP_SIM_SEED={seed}")
-            }
-        }
+    for (n, s) in test_support::seeded("GROUP_SIM_SEED", seeds, run) {
+        steps += n;
+        stats.add(&s);
     }
     eprintln!("group simulation: {steps} steps, {stats:?}");
-    assert!(stats.all_seen(), "some event never happened: {stats:?}");
+    let unseen = stats.unseen();
+    assert!(unseen.is_empty(), "never happened: {unseen:?} ({stats:?})");
 }

@@ -16,13 +16,12 @@ pub(super) fn batch(producer_id: i64, epoch: i16, first: i32, last: i32) -> Prod
 pub(super) fn appended(p: &mut PartitionProducers, b: ProducerBatch, base: i64) {
     let append = p.begin(b);
     let end = base as u64 + (b.last - b.first) as u64 + 1;
-    p.end(
-        append,
-        AppendOutcome::Stored {
-            base_offset: base,
-            end_offset: end,
-        },
-    );
+    p.end(append, stored(base, end));
+}
+
+/// The appends of `batches`, begun in order and all in flight.
+fn begun<const N: usize>(p: &mut PartitionProducers, batches: [ProducerBatch; N]) -> [Append; N] {
+    batches.map(|b| p.begin(b))
 }
 
 fn stored(base_offset: i64, end_offset: u64) -> AppendOutcome {
@@ -283,8 +282,7 @@ fn past_the_limit_the_lowest_id_is_dropped() {
 #[test]
 fn covered_waits_for_every_append_in_flight() {
     let mut p = PartitionProducers::new(10);
-    let one = p.begin(batch(1, 0, 0, 0));
-    let two = p.begin(batch(2, 0, 0, 8));
+    let [one, two] = begun(&mut p, [batch(1, 0, 0, 0), batch(2, 0, 0, 8)]);
     p.end(one, stored(10, 11));
     assert_eq!(p.covered, 10, "one append still in flight");
     p.end(two, stored(11, 20));
@@ -300,9 +298,10 @@ fn covered_waits_for_every_append_in_flight() {
 #[test]
 fn interleaved_appends_end_in_any_order() {
     let mut p = PartitionProducers::new(100);
-    let a = p.begin(batch(1, 0, 0, 4));
-    let b = p.begin(batch(2, 0, 0, 2));
-    let c = p.begin(batch(3, 0, 0, 0));
+    let [a, b, c] = begun(
+        &mut p,
+        [batch(1, 0, 0, 4), batch(2, 0, 0, 2), batch(3, 0, 0, 0)],
+    );
     assert_eq!(a.batch(), &batch(1, 0, 0, 4));
     // Until it ends, a batch in flight is not in the state: its producer's
     // next batch is not the next yet, and a resend is not a duplicate.
@@ -327,8 +326,7 @@ fn interleaved_appends_end_in_any_order() {
 fn an_unanswered_append_among_others_freezes_covered() {
     // acks 0 ends Unknown too: its append may or may not be stored.
     let mut p = PartitionProducers::new(0);
-    let lost = p.begin(batch(1, 0, 0, 0));
-    let kept = p.begin(batch(2, 0, 0, 0));
+    let [lost, kept] = begun(&mut p, [batch(1, 0, 0, 0), batch(2, 0, 0, 0)]);
     p.end(kept, stored(0, 1));
     p.end(lost, AppendOutcome::Unknown);
     assert_eq!(p.covered, 0);

@@ -193,4 +193,32 @@ where
     }
 }
 
+/// Checks the golden vectors of one message at each of `versions`: the
+/// message `msg` makes for a version against the bytes `fields` writes for
+/// it on a builder for its side of the flexible boundary, the first
+/// flexible version being `flexible_from` (see [`golden`]).
+pub fn golden_versions<M>(
+    versions: &[i16],
+    flexible_from: i16,
+    msg: impl Fn(i16) -> M,
+    fields: impl Fn(B, i16) -> B,
+) where
+    M: for<'a> Message<'a> + PartialEq + Debug,
+{
+    for &version in versions {
+        let expected = fields(B::at(version >= flexible_from), version).done();
+        golden(&msg(version), version, &expected);
+    }
+}
+
+/// `value` from version `first` on, the default before it: what a field
+/// that older versions lack holds (they decode it as the default).
+pub fn since<T: Default>(version: i16, first: i16, value: T) -> T {
+    if version >= first {
+        value
+    } else {
+        T::default()
+    }
+}
+
 pub mod samples;
