@@ -42,16 +42,21 @@ fn port() -> u16 {
     test_support::free_port_pair()
 }
 
-fn start(dir: &std::path::Path, port: u16) -> Broker {
-    Broker::start(BrokerConfig {
+/// Two unpinned shards in `dir` on `port`, the Kafka gateway on any free
+/// loopback port.
+fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
+    BrokerConfig {
         data_dir: dir.to_path_buf(),
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
         shards: 2,
         pin_shards: false,
         kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..BrokerConfig::default()
-    })
-    .unwrap()
+    }
+}
+
+fn start(dir: &std::path::Path, port: u16) -> Broker {
+    Broker::start(config(dir, port)).unwrap()
 }
 
 /// A broker with a Kafka gateway, started on fresh ports in a fresh data
@@ -269,6 +274,16 @@ fn produce_records(
     produce(c, topic, partition, &batch, acks)
 }
 
+/// An InitProducerId for a new idempotent (not transactional) producer.
+fn new_producer_id_request() -> RequestBody<'static> {
+    RequestBody::InitProducerId(InitProducerIdRequest {
+        transactional_id: None,
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+    })
+}
+
 fn metadata_request(names: &[&str], auto: bool) -> RequestBody<'static> {
     RequestBody::Metadata(MetadataRequest {
         topics: Some(
@@ -479,15 +494,7 @@ fn every_api_answers() {
     assert_eq!(f.coordinators[0].port, i32::from(addr.port()));
     assert_eq!(f.coordinators[0].error_code, k::NONE);
 
-    let r = c.call(
-        RequestBody::InitProducerId(InitProducerIdRequest {
-            transactional_id: None,
-            transaction_timeout_ms: 60_000,
-            producer_id: -1,
-            producer_epoch: -1,
-        }),
-        4,
-    );
+    let r = c.call(new_producer_id_request(), 4);
     let p = expect!(r, InitProducerId);
     assert_eq!((p.error_code, p.producer_epoch), (k::NONE, 0));
 
@@ -716,15 +723,7 @@ fn acks_all_and_committed_offsets_survive_a_restart() {
     assert_eq!(committed(&mut c, "resume", "durable", 0), 25);
     // Producer ids are never handed out twice across restarts.
     let init = |c: &mut Kafka| {
-        let r = c.call(
-            RequestBody::InitProducerId(InitProducerIdRequest {
-                transactional_id: None,
-                transaction_timeout_ms: 60_000,
-                producer_id: -1,
-                producer_epoch: -1,
-            }),
-            2,
-        );
+        let r = c.call(new_producer_id_request(), 2);
         expect!(r, InitProducerId).producer_id
     };
     let first = init(&mut c);
@@ -1299,14 +1298,10 @@ fn idle_and_trickling_kafka_connections_are_closed() {
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(BrokerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: format!("127.0.0.1:{}", port()).parse().unwrap(),
         shards: 1,
-        pin_shards: false,
-        kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
         idle_timeout_ms: 300,
         frame_timeout_ms: 300,
-        ..BrokerConfig::default()
+        ..config(dir.path(), port())
     })
     .unwrap();
     // A close is waited for far past the timeouts: a slow machine does
@@ -1351,14 +1346,11 @@ fn clients_are_told_the_advertised_address_not_the_bound_one() {
     let dir = tempfile::tempdir().unwrap();
     let advertised: kelp_engine::AdvertisedAddress = "kafka-1.example.com:19092".parse().unwrap();
     let broker = Broker::start(BrokerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: format!("127.0.0.1:{}", port()).parse().unwrap(),
         shards: 1,
-        pin_shards: false,
         // Every address: without --kafka-advertise it would tell 127.0.0.1.
         kafka_listen: Some("0.0.0.0:0".parse().unwrap()),
         kafka_advertised: Some(advertised),
-        ..BrokerConfig::default()
+        ..config(dir.path(), port())
     })
     .unwrap();
     let bound = broker.kafka_address().unwrap();

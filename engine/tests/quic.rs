@@ -59,6 +59,16 @@ fn client_on(local: &str, data_dir: &std::path::Path) -> quinn::Endpoint {
     test_support::quic_endpoint(local, tls, quinn::TransportConfig::default())
 }
 
+/// A leader-acknowledged produce of `batch` to segment 0 of `topic`.
+fn produce<'a>(topic: &'a str, batch: &'a [u8]) -> DataRequest<'a> {
+    DataRequest::Produce {
+        topic,
+        segment: 0,
+        ack: AckMode::Leader,
+        batch,
+    }
+}
+
 /// 100 records whose values name the producer and the record's sequence.
 fn batch(producer: u32, first: u64) -> Vec<u8> {
     let mut b = BatchBuilder::new();
@@ -111,13 +121,7 @@ async fn produce_pipelined(c: &mut Conn, topic: &str, producer: u32, batches: u6
     while acked < batches {
         while sent < batches && sent - acked < PIPELINE_DEPTH as u64 {
             let b = batch(producer, sent * 100);
-            c.send(DataRequest::Produce {
-                topic,
-                segment: 0,
-                ack: AckMode::Leader,
-                batch: &b,
-            })
-            .await;
+            c.send(produce(topic, &b)).await;
             sent += 1;
         }
         let frame = c.read_frame().await.unwrap();
@@ -244,25 +248,12 @@ fn garbage_closes_only_its_own_connection() {
     on_a_fresh_topic("t/bad", async |endpoint, owner| {
         let mut good = Conn::open(endpoint, owner).await;
         let b = batch(0, 0);
-        let r = good
-            .call(DataRequest::Produce {
-                topic: "t/bad",
-                segment: 0,
-                ack: AckMode::Leader,
-                batch: &b,
-            })
-            .await;
+        let r = good.call(produce("t/bad", &b)).await;
         assert!(matches!(decode(&r), Response::Produced { .. }));
 
         // A corrupt payload is answered and the connection goes on.
         let mut frame = Vec::new();
-        DataRequest::Produce {
-            topic: "t/bad",
-            segment: 0,
-            ack: AckMode::Leader,
-            batch: &b,
-        }
-        .encode(77, &mut frame);
+        produce("t/bad", &b).encode(77, &mut frame);
         let last = frame.len() - 1;
         frame[last] ^= 1;
         good.send.write_all(&frame).await.unwrap();
@@ -291,14 +282,7 @@ fn garbage_closes_only_its_own_connection() {
             .await
             .expect("bad connection closed in time");
 
-        let r = good
-            .call(DataRequest::Produce {
-                topic: "t/bad",
-                segment: 0,
-                ack: AckMode::Leader,
-                batch: &b,
-            })
-            .await;
+        let r = good.call(produce("t/bad", &b)).await;
         assert!(matches!(
             decode(&r),
             Response::Produced {
@@ -434,14 +418,7 @@ fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
             "{:?}",
             decode(&goodbye)
         );
-        let late = c
-            .send(DataRequest::Produce {
-                topic: "t/bye",
-                segment: 0,
-                ack: AckMode::Leader,
-                batch: &batch(1, 100),
-            })
-            .await;
+        let late = c.send(produce("t/bye", &batch(1, 100))).await;
         c.send.finish().unwrap();
         let mut answers = Vec::new();
         while let Some(frame) = tokio::time::timeout(STEP_TIMEOUT, c.read_frame())

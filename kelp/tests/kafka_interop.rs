@@ -320,20 +320,23 @@ fn round_trip(client: Client) {
     gateway.broker.stop();
 }
 
-#[test]
-fn confluent_kafka_round_trips_a_million_records_with_every_codec() {
-    round_trip(Client::Confluent);
+/// One `#[test]` per client library for a scenario that takes the client.
+macro_rules! test_per_client {
+    ($scenario:ident: $($test:ident => $client:expr),+ $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                $scenario($client);
+            }
+        )+
+    };
 }
 
-#[test]
-fn kafka_python_round_trips_a_million_records_with_every_codec() {
-    round_trip(Client::KafkaPython);
-}
-
-#[test]
-fn kafkajs_round_trips_a_million_records_with_every_codec() {
-    round_trip(Client::Kafkajs);
-}
+test_per_client!(round_trip:
+    confluent_kafka_round_trips_a_million_records_with_every_codec => Client::Confluent,
+    kafka_python_round_trips_a_million_records_with_every_codec => Client::KafkaPython,
+    kafkajs_round_trips_a_million_records_with_every_codec => Client::Kafkajs,
+);
 
 /// A long-running client process the test talks to: stdin closed = stop,
 /// stdout = JSON events, the last one the summary.
@@ -705,15 +708,10 @@ impl Running {
     }
 }
 
-#[test]
-fn confluent_kafka_consumer_group_rebalances_and_resumes() {
-    group_scenario(Client::Confluent);
-}
-
-#[test]
-fn kafkajs_consumer_group_rebalances_and_resumes() {
-    group_scenario(Client::Kafkajs);
-}
+test_per_client!(group_scenario:
+    confluent_kafka_consumer_group_rebalances_and_resumes => Client::Confluent,
+    kafkajs_consumer_group_rebalances_and_resumes => Client::Kafkajs,
+);
 
 /// The gateway on an S3 bucket (a real S3-compatible server): an
 /// idempotent confluent-kafka producer and a consumer group that commits;
