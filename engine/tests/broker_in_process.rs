@@ -3,17 +3,15 @@
 //! back, bad input, restart.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use kelp_engine::{Broker, BrokerConfig};
+use support::{config, port};
 use wire::chunk::BatchWalk;
 use wire::frame::FrameHeader;
 use wire::{AckMode, AdminRequest, BatchBuilder, DataRequest, ErrorCode, FetchFrom, Response};
 
 use test_support::{decode, error_code, TestConn as Conn};
-
-/// Two consecutive ports, free for TCP and UDP now.
-fn port() -> u16 {
-    test_support::free_port_pair()
-}
 
 /// A broker with one shard on fresh ports; returns it and its port.
 fn one_shard_broker(dir: &std::path::Path) -> (Broker, u16) {
@@ -26,14 +24,13 @@ fn one_shard_broker(dir: &std::path::Path) -> (Broker, u16) {
     (broker, port)
 }
 
-fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
-    BrokerConfig {
-        data_dir: dir.to_path_buf(),
-        listen: format!("127.0.0.1:{port}").parse().unwrap(),
-        shards: 2,
-        pin_shards: false,
-        ..BrokerConfig::default()
-    }
+/// [`one_shard_broker`] with a topic of `segments` segments created over a
+/// connection: the broker, its port and the connection.
+fn one_shard_topic(dir: &std::path::Path, topic: &str, segments: u32) -> (Broker, u16, Conn) {
+    let (broker, port) = one_shard_broker(dir);
+    let mut c = Conn::open(port);
+    c.create_topic(topic, segments);
+    (broker, port, c)
 }
 
 /// `frame` acknowledges `records` records.
@@ -268,9 +265,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
 #[test]
 fn keys_outside_the_segment_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (broker, port) = one_shard_broker(dir.path());
-    let mut c = Conn::open(port);
-    c.create_topic("t/range", 4);
+    let (broker, _, mut c) = one_shard_topic(dir.path(), "t/range", 4);
     // Find a key that does not hash into segment 0 ([0, 2^30)).
     let key = (0..)
         .map(|i| format!("k{i}"))
@@ -299,9 +294,7 @@ fn keys_outside_the_segment_are_refused() {
 #[test]
 fn bad_frames_get_clear_errors_and_hurt_no_one() {
     let dir = tempfile::tempdir().unwrap();
-    let (broker, port) = one_shard_broker(dir.path());
-    let mut good = Conn::open(port);
-    good.create_topic("t/bad", 1);
+    let (broker, port, mut good) = one_shard_topic(dir.path(), "t/bad", 1);
     let b = batch(&["k"], "acked");
     let r = good.produce("t/bad", AckMode::Leader, &b);
     assert!(matches!(decode(&r), Response::Produced { .. }));
@@ -407,9 +400,7 @@ fn bad_frames_get_clear_errors_and_hurt_no_one() {
 #[test]
 fn a_stopping_broker_says_goodbye_and_answers_every_request() {
     let dir = tempfile::tempdir().unwrap();
-    let (broker, port) = one_shard_broker(dir.path());
-    let mut c = Conn::open(port);
-    c.create_topic("t/bye", 1);
+    let (broker, _, mut c) = one_shard_topic(dir.path(), "t/bye", 1);
     let produce = |c: &mut Conn, key: &str, ack: AckMode| -> u32 {
         c.send(DataRequest::Produce {
             topic: "t/bye",
@@ -499,9 +490,7 @@ fn a_stopping_broker_says_goodbye_and_answers_every_request() {
 fn payload_upload_path_and_bad_references() {
     use wire::{PayloadId, PayloadRef};
     let dir = tempfile::tempdir().unwrap();
-    let (broker, port) = one_shard_broker(dir.path());
-    let mut c = Conn::open(port);
-    c.create_topic("t/big", 1);
+    let (broker, _, mut c) = one_shard_topic(dir.path(), "t/big", 1);
     let payload: Vec<u8> = (0..5_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
     let reference = PayloadRef {
         id: PayloadId {

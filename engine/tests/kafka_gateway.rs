@@ -3,6 +3,8 @@
 //! as the client (and the wire crate for native requests).
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
@@ -31,27 +33,18 @@ use kafka::{
     Uuid,
 };
 use kelp_engine::{Broker, BrokerConfig};
+use support::port;
 use wire::chunk::BatchWalk;
 use wire::message::Fetched;
 use wire::{AckMode, BatchBuilder, FetchFrom, Response};
 
 use test_support::TestConn;
 
-/// Two consecutive ports, free for TCP and UDP now.
-fn port() -> u16 {
-    test_support::free_port_pair()
-}
-
-/// Two unpinned shards in `dir` on `port`, the Kafka gateway on any free
-/// loopback port.
+/// [`support::config`] with the Kafka gateway on any free loopback port.
 fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
     BrokerConfig {
-        data_dir: dir.to_path_buf(),
-        listen: format!("127.0.0.1:{port}").parse().unwrap(),
-        shards: 2,
-        pin_shards: false,
         kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
-        ..BrokerConfig::default()
+        ..support::config(dir, port)
     }
 }
 

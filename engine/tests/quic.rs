@@ -6,10 +6,13 @@
 //! `engine/src/quic_shard/simulation_tests.rs`.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use kelp_engine::{Broker, BrokerConfig};
+use support::{config, port};
 use wire::{AckMode, AdminRequest, BatchBuilder, DataRequest, ErrorCode, FetchFrom, Response};
 
 /// Produce requests a pipelined producer keeps in flight.
@@ -19,23 +22,8 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 use test_support::{decode, error_code, QuicConn as Conn, TestConn};
 
-/// A port `p` such that TCP and UDP on `p` and `p + 1` are free now.
-fn ports() -> u16 {
-    test_support::free_port_pair()
-}
-
-fn config(dir: &std::path::Path, port: u16) -> BrokerConfig {
-    BrokerConfig {
-        shards: 2,
-        pin_shards: false,
-        data_dir: dir.to_path_buf(),
-        listen: format!("127.0.0.1:{port}").parse().unwrap(),
-        ..BrokerConfig::default()
-    }
-}
-
 fn start(dir: &std::path::Path) -> (Broker, u16) {
-    let port = ports();
+    let port = port();
     (Broker::start(config(dir, port)).unwrap(), port)
 }
 
@@ -297,7 +285,7 @@ fn garbage_closes_only_its_own_connection() {
 #[test]
 fn limits_hold() {
     let dir = tempfile::tempdir().unwrap();
-    let port = ports();
+    let port = port();
     let broker = Broker::start(BrokerConfig {
         connection_requests_in_flight_max: 4,
         connections_per_shard_max: 2,
@@ -378,7 +366,7 @@ fn stopping_the_broker_closes_quic_connections() {
 #[test]
 fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
     let dir = tempfile::tempdir().unwrap();
-    let port = ports();
+    let port = port();
     let broker = Broker::start(config(dir.path(), port)).unwrap();
     let shard = create_topic_over_tcp(port, "t/bye");
     let rt = runtime();
@@ -432,7 +420,7 @@ fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
     stopper.join().unwrap().unwrap();
 
     // Only the acknowledged batch is stored.
-    let port = ports();
+    let port = support::port();
     let broker = Broker::start(config(dir.path(), port)).unwrap();
     rt.block_on(async {
         let endpoint = client(dir.path());
@@ -450,7 +438,7 @@ fn a_stopping_broker_says_goodbye_over_quic_and_answers_every_request() {
 fn one_address_cannot_take_every_quic_connection() {
     {
         let dir = tempfile::tempdir().unwrap();
-        let port = ports();
+        let port = port();
         let broker = Broker::start(BrokerConfig {
             connections_per_ip_max: 2,
             ..config(dir.path(), port)
