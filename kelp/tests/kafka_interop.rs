@@ -222,7 +222,7 @@ fn run(mut cmd: Command, timeout_s: u64) -> Value {
         .expect("start interop client");
     let lines = read_lines(&mut child);
     let status = wait_bounded(&mut child, timeout_s);
-    let summary = last_json(&lines, status);
+    let summary = last_json("client", &lines, status);
     assert_eq!(summary["timed_out"], Value::Bool(false), "{summary}");
     summary
 }
@@ -256,12 +256,14 @@ fn wait_bounded(child: &mut Child, timeout_s: u64) -> std::process::ExitStatus {
     }
 }
 
-fn last_json(lines: &Receiver<String>, status: std::process::ExitStatus) -> Value {
+/// The JSON summary `name` printed last, once it exited with `status`,
+/// which must be success.
+fn last_json(name: &str, lines: &Receiver<String>, status: std::process::ExitStatus) -> Value {
     let all: Vec<String> = lines.iter().collect();
     let last = all.last().map(String::as_str).unwrap_or("");
     let summary: Value = serde_json::from_str(last)
-        .unwrap_or_else(|e| panic!("client printed no JSON summary ({e}): {all:?}"));
-    assert!(status.success(), "client exited with {status}: {summary}");
+        .unwrap_or_else(|e| panic!("{name}: no JSON summary ({e}): {all:?}"));
+    assert!(status.success(), "{name} exited with {status}: {summary}");
     summary
 }
 
@@ -399,16 +401,7 @@ impl Running {
     fn stop(mut self) -> Value {
         drop(self.stdin.take());
         let status = wait_bounded(&mut self.child, GROUP_WAIT_S_MAX);
-        let rest: Vec<String> = self.lines.iter().collect();
-        let last = rest.last().cloned().unwrap_or_default();
-        let summary: Value = serde_json::from_str(&last)
-            .unwrap_or_else(|e| panic!("{}: no JSON summary ({e}): {rest:?}", self.name));
-        assert!(
-            status.success(),
-            "{} exited with {status}: {summary}",
-            self.name
-        );
-        summary
+        last_json(&self.name, &self.lines, status)
     }
 }
 
@@ -695,16 +688,7 @@ impl Running {
     /// Waits for a member started with `--idle-exit-s` to exit by itself.
     fn stop_when_idle(mut self) -> Value {
         let status = wait_bounded(&mut self.child, GROUP_SCENARIO_S_MAX);
-        let rest: Vec<String> = self.lines.iter().collect();
-        let last = rest.last().cloned().unwrap_or_default();
-        let summary: Value = serde_json::from_str(&last)
-            .unwrap_or_else(|e| panic!("{}: no JSON summary ({e}): {rest:?}", self.name));
-        assert!(
-            status.success(),
-            "{} exited with {status}: {summary}",
-            self.name
-        );
-        summary
+        last_json(&self.name, &self.lines, status)
     }
 }
 
