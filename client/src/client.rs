@@ -290,20 +290,15 @@ impl Client {
     /// Create a topic `namespace/name` with `segments` segments splitting
     /// the key-hash ring evenly.
     pub async fn create_topic(&self, topic: &str, segments: u32) -> Result<TopicInfo, ClientError> {
-        let frame = self
-            .admin_call(
-                &AdminRequest::CreateTopic {
-                    topic: topic.to_owned(),
-                    segments,
-                }
-                .into(),
-                "creating a topic",
-            )
-            .await?;
-        match frame.response()? {
-            Response::Topic(info) => Ok(info),
-            _ => Err(unexpected(&frame, "topic")),
-        }
+        self.topic_call(
+            &AdminRequest::CreateTopic {
+                topic: topic.to_owned(),
+                segments,
+            }
+            .into(),
+            "creating a topic",
+        )
+        .await
     }
 
     /// Delete a topic and its data.
@@ -336,19 +331,14 @@ impl Client {
 
     /// A topic's layout: its segments, their ranges, owners and offsets.
     pub async fn describe_topic(&self, topic: &str) -> Result<TopicInfo, ClientError> {
-        let frame = self
-            .admin_call(
-                &AdminRequest::DescribeTopic {
-                    topic: topic.to_owned(),
-                }
-                .into(),
-                "describing a topic",
-            )
-            .await?;
-        match frame.response()? {
-            Response::Topic(info) => Ok(info),
-            _ => Err(unexpected(&frame, "topic")),
-        }
+        self.topic_call(
+            &AdminRequest::DescribeTopic {
+                topic: topic.to_owned(),
+            }
+            .into(),
+            "describing a topic",
+        )
+        .await
     }
 
     /// The layout of `topic` as the broker behind `target` holds it, asked
@@ -370,10 +360,7 @@ impl Client {
                 self.request_timeout(),
             )
             .await?;
-        match frame.response()? {
-            Response::Topic(info) => Ok(info),
-            _ => Err(unexpected(&frame, "topic")),
-        }
+        topic_answer(&frame)
     }
 
     /// Seal open segment `segment` of `topic` and open `pieces` successors
@@ -475,10 +462,7 @@ impl Client {
         operation: &'static str,
     ) -> Result<TopicInfo, ClientError> {
         let frame = self.admin_call(request, operation).await?;
-        match frame.response()? {
-            Response::Topic(info) => Ok(info),
-            _ => Err(unexpected(&frame, "topic")),
-        }
+        topic_answer(&frame)
     }
 
     /// A producer for `topic` that routes each record by its key.
@@ -692,6 +676,14 @@ fn limits(options: &ClientOptions) -> ConnectionLimits {
     ConnectionLimits {
         in_flight_requests_max: options.in_flight_requests_max,
         write_queue_frames_max: options.write_queue_frames_max,
+    }
+}
+
+/// The topic layout `frame` answers with.
+fn topic_answer(frame: &ResponseFrame) -> Result<TopicInfo, ClientError> {
+    match frame.response()? {
+        Response::Topic(info) => Ok(info),
+        _ => Err(unexpected(frame, "topic")),
     }
 }
 
