@@ -40,7 +40,7 @@
 //! the filer straight from that mapping.
 
 use crate::batch::BatchView;
-use crate::checksum::crc32c;
+use crate::checksum::{self, crc32c};
 use crate::codec::{le_i64, le_u16, le_u32, le_u64};
 use crate::error::DecodeError;
 use crate::limits::{CHUNK_DATA_BYTES_MAX, CHUNK_INDEX_INTERVAL_BYTES};
@@ -150,13 +150,7 @@ impl ChunkHeader {
         }
         let stored = le_u32(bytes, HEADER_CHECKSUM_OFFSET);
         let computed = crc32c(&bytes[..HEADER_CHECKSUM_OFFSET]);
-        if stored != computed {
-            return Err(DecodeError::Checksum {
-                what: "chunk header",
-                stored,
-                computed,
-            });
-        }
+        checksum::expect_match("chunk header", stored, computed)?;
         let flags = le_u16(bytes, FLAGS_OFFSET);
         if flags & !CHUNK_FLAG_REFERENCES != 0 {
             return Err(DecodeError::Invalid {
@@ -260,13 +254,7 @@ pub fn decode_index(
     let body = n * CHUNK_INDEX_ENTRY_BYTES;
     let stored = le_u32(bytes, body);
     let computed = crc32c(&bytes[..body]);
-    if stored != computed {
-        return Err(DecodeError::Checksum {
-            what: "chunk index",
-            stored,
-            computed,
-        });
-    }
+    checksum::expect_match("chunk index", stored, computed)?;
     let mut entries = Vec::with_capacity(n);
     for slot in bytes[..body].chunks_exact(CHUNK_INDEX_ENTRY_BYTES) {
         let entry = ChunkIndexEntry {
