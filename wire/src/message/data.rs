@@ -9,7 +9,6 @@
 use crate::codec::{Reader, Writer};
 use crate::error::DecodeError;
 use crate::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
-use crate::limits::STRING_BYTES_MAX;
 use crate::payload_ref::{PayloadId, PayloadRef, PAYLOAD_REF_BYTES};
 
 use super::common::{read_whole, seal_frame};
@@ -233,22 +232,14 @@ impl<'a> DataRequest<'a> {
                         what: "produce request",
                         reason: "unknown ack mode",
                     })?;
-                    let len = r.u16()?;
-                    // The same bound as every other string field: the encoder
-                    // never writes more, so the decoder accepts no more.
-                    if u32::from(len) > STRING_BYTES_MAX {
-                        return Err(DecodeError::TooLarge {
-                            what: "string",
-                            len: u64::from(len),
-                            max: u64::from(STRING_BYTES_MAX),
-                        });
-                    }
-                    let len = usize::from(len);
-                    let topic =
-                        std::str::from_utf8(r.take(len)?).map_err(|_| DecodeError::Invalid {
+                    // Borrowed, not copied, with the same bound as every
+                    // other string field.
+                    let topic = std::str::from_utf8(r.string_bytes()?).map_err(|_| {
+                        DecodeError::Invalid {
                             what: "produce request",
                             reason: "topic is not UTF-8",
-                        })?;
+                        }
+                    })?;
                     DataRequest::Produce {
                         topic,
                         segment,
@@ -438,6 +429,7 @@ fn read_payload_id(r: &mut Reader<'_>) -> Result<PayloadId, DecodeError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::limits::STRING_BYTES_MAX;
     use crate::message::testing::{decode_frame, good_batch, produce_frame};
     use crate::message::Response;
 
