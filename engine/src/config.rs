@@ -228,21 +228,12 @@ impl BrokerConfig {
                 max: BUFFER_BYTES_MAX,
             });
         }
-        if self.unflushed_bytes_max == 0 {
-            return Err(ConfigError::ZeroLimit {
-                setting: "unflushed_bytes_max",
-            });
-        }
-        if self.connection_requests_in_flight_max == 0 {
-            return Err(ConfigError::ZeroLimit {
-                setting: "connection_requests_in_flight_max",
-            });
-        }
-        if self.inbox_requests_max == 0 {
-            return Err(ConfigError::InboxEmpty);
-        }
-        if self.payload_sweep_interval_ms == 0 {
-            return Err(ConfigError::SweepIntervalZero);
+        let zero = self
+            .at_least_one()
+            .into_iter()
+            .find(|(value, _)| *value == 0);
+        if let Some((_, refusal)) = zero {
+            return Err(refusal);
         }
         let frame_bytes_max = u64::from(wire::limits::FRAME_PAYLOAD_BYTES_MAX);
         if self.payload_upload_bytes_max < frame_bytes_max {
@@ -261,30 +252,11 @@ impl BrokerConfig {
                 quic_window_bytes,
             });
         }
-        if self.connections_per_ip_max == 0 {
-            return Err(ConfigError::ConnectionsPerIpZero);
-        }
-        if self.idle_timeout_ms == 0 {
-            return Err(ConfigError::TimeoutZero {
-                setting: "idle_timeout_ms",
-            });
-        }
-        if self.frame_timeout_ms == 0 {
-            return Err(ConfigError::TimeoutZero {
-                setting: "frame_timeout_ms",
-            });
-        }
-        if self.tick_ms == 0 {
-            return Err(ConfigError::TickZero);
-        }
         if self.control.is_some() && self.kafka_listen.is_some() {
             return Err(ConfigError::KafkaInCluster);
         }
         if self.kafka_advertised.is_some() && self.kafka_listen.is_none() {
             return Err(ConfigError::AdvertisedWithoutKafka);
-        }
-        if self.capacity_bytes_per_s_per_shard == 0 || self.capacity_records_per_s_per_shard == 0 {
-            return Err(ConfigError::CapacityZero);
         }
         let lane = 1..=crate::filer_lane::LANE_THREADS_MAX;
         if !lane.contains(&self.filer_uploads) || !lane.contains(&self.filer_reads) {
@@ -294,10 +266,42 @@ impl BrokerConfig {
                 max: crate::filer_lane::LANE_THREADS_MAX,
             });
         }
-        if self.load_report_ms == 0 {
-            return Err(ConfigError::LoadReportZero);
-        }
         Ok(())
+    }
+
+    /// The settings that must be at least 1, each with the refusal that
+    /// names it when it is 0; `validate` refuses the first that is.
+    fn at_least_one(&self) -> [(u64, ConfigError); 11] {
+        let zero_limit = |setting| ConfigError::ZeroLimit { setting };
+        let zero_timeout = |setting| ConfigError::TimeoutZero { setting };
+        [
+            (self.unflushed_bytes_max, zero_limit("unflushed_bytes_max")),
+            (
+                self.connection_requests_in_flight_max as u64,
+                zero_limit("connection_requests_in_flight_max"),
+            ),
+            (self.inbox_requests_max as u64, ConfigError::InboxEmpty),
+            (
+                self.payload_sweep_interval_ms,
+                ConfigError::SweepIntervalZero,
+            ),
+            (
+                self.connections_per_ip_max as u64,
+                ConfigError::ConnectionsPerIpZero,
+            ),
+            (self.idle_timeout_ms, zero_timeout("idle_timeout_ms")),
+            (self.frame_timeout_ms, zero_timeout("frame_timeout_ms")),
+            (self.tick_ms, ConfigError::TickZero),
+            (
+                self.capacity_bytes_per_s_per_shard,
+                ConfigError::CapacityZero,
+            ),
+            (
+                self.capacity_records_per_s_per_shard,
+                ConfigError::CapacityZero,
+            ),
+            (self.load_report_ms, ConfigError::LoadReportZero),
+        ]
     }
 }
 
