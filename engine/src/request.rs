@@ -230,71 +230,12 @@ async fn handle_data(
                 }
             }))
         }
-        DataRequest::PayloadWrite {
-            topic,
-            id: payload,
-            offset,
-            bytes,
-        } => {
-            let name = match payload_topic(shard, &topic) {
-                Ok(n) => n,
-                Err(e) => return Reply::Now(error_frame(id, &e)),
-            };
-            // Waiting here stops this connection from reading more until
-            // earlier pieces are on disk: the shard's memory stays bounded.
-            let permit = match shard
-                .payload_budget
-                .acquire_static_permit(bytes.len() as u64)
-                .await
-            {
-                Ok(p) => p,
-                Err(_) => return Reply::Now(error_frame(id, &ServeError::internal())),
-            };
-            let store = shard.payloads.clone();
-            let piece = bytes.to_vec();
-            Reply::Later(Box::pin(async move {
-                let result = blocking(move || store.write(&name, &payload, offset, &piece)).await;
-                drop(permit);
-                answer(id, result, |()| response_frame(id, &Response::Done))
-            }))
-        }
-        DataRequest::PayloadCommit { topic, reference } => {
-            let name = match payload_topic(shard, &topic) {
-                Ok(n) => n,
-                Err(e) => return Reply::Now(error_frame(id, &e)),
-            };
-            let store = shard.payloads.clone();
-            Reply::Later(Box::pin(async move {
-                let result = blocking(move || store.commit(&name, &reference)).await;
-                answer(id, result, |()| response_frame(id, &Response::Done))
-            }))
-        }
-        DataRequest::PayloadRead {
-            topic,
-            id: payload,
-            offset,
-            max_bytes,
-        } => {
-            let name = match payload_topic(shard, &topic) {
-                Ok(n) => n,
-                Err(e) => return Reply::Now(error_frame(id, &e)),
-            };
-            let max_bytes = (max_bytes as usize).clamp(1, PAYLOAD_READ_BYTES_MAX);
-            let store = shard.payloads.clone();
-            Reply::Later(Box::pin(async move {
-                let result = blocking(move || store.read(&name, &payload, offset, max_bytes)).await;
-                answer(id, result, |(length, bytes)| {
-                    response_frame(
-                        id,
-                        &Response::PayloadBytes {
-                            length,
-                            offset,
-                            bytes: &bytes,
-                        },
-                    )
-                })
-            }))
-        }
+        request @ (DataRequest::PayloadWrite { .. }
+        | DataRequest::PayloadCommit { .. }
+        | DataRequest::PayloadRead { .. }) => match handle_payload(shard, id, request).await {
+            Ok(reply) => reply,
+            Err(e) => Reply::Now(error_frame(id, &e)),
+        },
         DataRequest::HeldLayout { topic } => Reply::Now(match shard.held_layout(&topic) {
             Some(info) => response_frame(id, &Response::Topic(info)),
             None => error_frame(
@@ -499,6 +440,70 @@ async fn ask_every_shard<T>(
 /// Most payload bytes one read answers with: a frame's payload less the
 /// response's two u64 fields.
 const PAYLOAD_READ_BYTES_MAX: usize = FRAME_PAYLOAD_BYTES_MAX as usize - 16;
+
+/// A payload request of a topic this broker knows: a piece of an upload
+/// written, an upload committed, or bytes of a stored payload read, each
+/// in the filer off the shard's thread. A refusal is the caller's to send.
+async fn handle_payload(
+    shard: &Rc<Shard>,
+    id: u32,
+    request: DataRequest<'_>,
+) -> Result<Reply, ServeError> {
+    let store = shard.payloads.clone();
+    Ok(match request {
+        DataRequest::PayloadWrite {
+            topic,
+            id: payload,
+            offset,
+            bytes,
+        } => {
+            let name = payload_topic(shard, &topic)?;
+            // Waiting here stops this connection from reading more until
+            // earlier pieces are on disk: the shard's memory stays bounded.
+            let permit = shard
+                .payload_budget
+                .acquire_static_permit(bytes.len() as u64)
+                .await
+                .map_err(|_| ServeError::internal())?;
+            let piece = bytes.to_vec();
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.write(&name, &payload, offset, &piece)).await;
+                drop(permit);
+                answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        DataRequest::PayloadCommit { topic, reference } => {
+            let name = payload_topic(shard, &topic)?;
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.commit(&name, &reference)).await;
+                answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        DataRequest::PayloadRead {
+            topic,
+            id: payload,
+            offset,
+            max_bytes,
+        } => {
+            let name = payload_topic(shard, &topic)?;
+            let max_bytes = (max_bytes as usize).clamp(1, PAYLOAD_READ_BYTES_MAX);
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.read(&name, &payload, offset, max_bytes)).await;
+                answer(id, result, |(length, bytes)| {
+                    response_frame(
+                        id,
+                        &Response::PayloadBytes {
+                            length,
+                            offset,
+                            bytes: &bytes,
+                        },
+                    )
+                })
+            }))
+        }
+        _ => return Err(ServeError::internal()),
+    })
+}
 
 /// The topic of a payload request, which must exist on this broker.
 fn payload_topic(shard: &Shard, topic: &str) -> Result<control::TopicName, ServeError> {
