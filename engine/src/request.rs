@@ -18,8 +18,8 @@ use wire::message::{
     BrokerShards, Fetched, Successors, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES,
 };
 use wire::{
-    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, LayoutCommand,
-    Response,
+    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchRequest,
+    LayoutCommand, Response,
 };
 
 use crate::control_plane::{ControlRequest, ShardCommand};
@@ -200,11 +200,18 @@ async fn handle_data(
             max_wait_ms,
             checks,
         } => {
-            let read =
-                match start_fetch(shard, topic, segment, from, max_bytes, max_wait_ms, checks) {
-                    Ok(read) => read,
-                    Err(e) => return Reply::Now(error_frame(id, &e)),
-                };
+            let request = FetchRequest {
+                topic,
+                segment,
+                from,
+                max_bytes,
+                max_wait_ms,
+                checks,
+            };
+            let read = match start_fetch(shard, request) {
+                Ok(read) => read,
+                Err(e) => return Reply::Now(error_frame(id, &e)),
+            };
             Reply::Fetched(Box::pin(async move {
                 let f = match read.await {
                     Ok(f) => f,
@@ -551,39 +558,35 @@ fn local_segment(shard: &Shard, topic: &str, segment: u32) -> Result<Segment, Se
     }
 }
 
-/// Start a read of `segment` of `topic`: the segment is looked up now (an
+/// Start the read `request` asks for: the segment is looked up now (an
 /// error if this shard neither owns it nor can read it sealed), the read
 /// itself runs in the future, waiting at most `max_wait_ms` for data.
 pub(crate) fn start_fetch(
     shard: &Rc<Shard>,
-    topic: String,
-    segment: u32,
-    from: wire::FetchFrom,
-    max_bytes: u32,
-    max_wait_ms: u32,
-    checks: wire::FetchChecks,
+    request: FetchRequest,
 ) -> Result<impl Future<Output = Result<FetchResult, ServeError>> + 'static, ServeError> {
     // A segment sealed elsewhere is read from the filer through a view
     // this shard opens on first use.
-    let cell = match local_segment(shard, &topic, segment) {
+    let cell = match local_segment(shard, &request.topic, request.segment) {
         Ok(c) => Some(c),
         Err(e) if e.code == ErrorCode::SegmentSealed => None,
         Err(e) => return Err(e),
     };
-    let max_bytes =
-        (max_bytes as usize).clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
-    let max_wait =
-        Duration::from_millis(u64::from(max_wait_ms.min(shard.config.fetch_wait_ms_max)));
+    let max_bytes = (request.max_bytes as usize)
+        .clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
+    let max_wait_ms = request.max_wait_ms.min(shard.config.fetch_wait_ms_max);
+    let max_wait = Duration::from_millis(u64::from(max_wait_ms));
     let shard = shard.clone();
     Ok(async move {
         let cell = match cell {
             Some(c) => c,
             None => shard
-                .sealed_view(&topic, segment)
+                .sealed_view(&request.topic, request.segment)
                 .await
                 .map_err(|e| ServeError::storage(&e))?,
         };
-        cell.fetch(from, max_bytes, max_wait, checks).await
+        cell.fetch(request.from, max_bytes, max_wait, request.checks)
+            .await
     })
 }
 

@@ -84,6 +84,21 @@ impl FetchChecks {
     }
 }
 
+/// What a fetch asks of a broker: batches of `segment` of `topic` from
+/// `from`, what a broker's shard is handed to read, whoever asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRequest {
+    pub topic: String,
+    pub segment: u32,
+    pub from: FetchFrom,
+    /// Soft limit: at least one whole batch is returned if there is one.
+    pub max_bytes: u32,
+    /// How long to wait for data when there is none yet.
+    pub max_wait_ms: u32,
+    /// Whether the broker verifies the batches it sends.
+    pub checks: FetchChecks,
+}
+
 /// What a client asks a broker about its data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataRequest<'a> {

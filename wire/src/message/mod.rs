@@ -63,7 +63,7 @@ pub use common::{
 };
 pub use control::{BrokerShards, LayoutCommand, MembershipRequest, SegmentLoadReport};
 pub use data::{
-    produce_frame_head, AckMode, DataRequest, FetchChecks, FetchFrom, Fetched,
+    produce_frame_head, AckMode, DataRequest, FetchChecks, FetchFrom, FetchRequest, Fetched,
     FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES, PRODUCE_PREFIX_BYTES,
 };
 pub use port::{BrokerPortRequest, ControlPortRequest, VerifiedRequest};
