@@ -473,9 +473,14 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// What `validate` says of `config`, which must be refused.
-    fn refused(config: BrokerConfig) -> ConfigError {
-        config.validate().unwrap_err()
+    /// What `validate` says of `config`, which must be refused with an
+    /// error that matches `pattern`.
+    macro_rules! refused_as {
+        ($config:expr, $pattern:pat $(if $guard:expr)?) => {{
+            let err = $config.validate().unwrap_err();
+            assert!(matches!(err, $pattern $(if $guard)?), "{err:?}");
+            err
+        }};
     }
 
     fn config() -> BrokerConfig {
@@ -488,102 +493,79 @@ mod tests {
     #[test]
     fn validate_names_the_setting_and_the_numbers() {
         config().validate().unwrap();
-        let err = refused(BrokerConfig {
-            shards: 300,
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::ShardCount {
-                    shards: 300,
-                    max: 256
-                }
-            ),
-            "{err:?}"
+        let err = refused_as!(
+            BrokerConfig {
+                shards: 300,
+                ..config()
+            },
+            ConfigError::ShardCount {
+                shards: 300,
+                max: 256
+            }
         );
         assert_eq!(err.to_string(), "--shards must be 1..=256, got 300");
-        let err = refused(BrokerConfig {
-            listen: "127.0.0.1:65535".parse().unwrap(),
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::PortsPastEnd {
-                    port: 65535,
-                    shards: 2
-                }
-            ),
-            "{err:?}"
+        refused_as!(
+            BrokerConfig {
+                listen: "127.0.0.1:65535".parse().unwrap(),
+                ..config()
+            },
+            ConfigError::PortsPastEnd {
+                port: 65535,
+                shards: 2
+            }
         );
-        let err = refused(BrokerConfig {
-            buffer_bytes: 1,
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::BufferBytes {
-                    bytes: 1,
-                    min: 65_536,
-                    max: 1_073_741_824
-                }
-            ),
-            "{err:?}"
+        let err = refused_as!(
+            BrokerConfig {
+                buffer_bytes: 1,
+                ..config()
+            },
+            ConfigError::BufferBytes {
+                bytes: 1,
+                min: 65_536,
+                max: 1_073_741_824
+            }
         );
         assert_eq!(
             err.to_string(),
             "buffer bytes must be between 64 KiB and 1 GiB"
         );
-        let err = refused(BrokerConfig {
-            connection_requests_in_flight_max: 0,
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::ZeroLimit {
-                    setting: "connection_requests_in_flight_max"
-                }
-            ),
-            "{err:?}"
+        refused_as!(
+            BrokerConfig {
+                connection_requests_in_flight_max: 0,
+                ..config()
+            },
+            ConfigError::ZeroLimit {
+                setting: "connection_requests_in_flight_max"
+            }
         );
-        let err = refused(BrokerConfig {
-            frame_timeout_ms: 0,
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::TimeoutZero {
-                    setting: "frame_timeout_ms"
-                }
-            ),
-            "{err:?}"
+        refused_as!(
+            BrokerConfig {
+                frame_timeout_ms: 0,
+                ..config()
+            },
+            ConfigError::TimeoutZero {
+                setting: "frame_timeout_ms"
+            }
         );
-        let err = refused(BrokerConfig {
+        let budget_one = BrokerConfig {
             receive_bytes_max: 1,
             ..config()
-        });
-        assert!(
-            matches!(err, ConfigError::ReceiveBudget { bytes: 1, frame_bytes, .. } if frame_bytes == 8 << 20),
-            "{err:?}"
+        };
+        refused_as!(
+            budget_one,
+            ConfigError::ReceiveBudget { bytes: 1, frame_bytes, .. } if frame_bytes == 8 << 20
         );
         // One largest frame alone is not enough: a QUIC connection's
         // window is paid from the same budget.
         let quic_window = crate::quic_shard::window::WINDOW_BYTES_MIN;
-        let err = refused(BrokerConfig {
+        let budget_one_frame = BrokerConfig {
             receive_bytes_max: 8 << 20,
             ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::ReceiveBudget { bytes, quic_window_bytes, .. }
-                    if bytes == 8 << 20 && quic_window_bytes == quic_window
-            ),
-            "{err:?}"
+        };
+        refused_as!(
+            budget_one_frame,
+            ConfigError::ReceiveBudget { bytes, quic_window_bytes, .. }
+                if bytes == 8 << 20 && quic_window_bytes == quic_window
         );
         BrokerConfig {
             receive_bytes_max: (8 << 20) + quic_window,
@@ -591,13 +573,12 @@ mod tests {
         }
         .validate()
         .unwrap();
-        let err = refused(BrokerConfig {
-            filer_reads: 0,
-            ..config()
-        });
-        assert!(
-            matches!(err, ConfigError::FilerLanes { reads: 0, .. }),
-            "{err:?}"
+        let err = refused_as!(
+            BrokerConfig {
+                filer_reads: 0,
+                ..config()
+            },
+            ConfigError::FilerLanes { reads: 0, .. }
         );
         assert_eq!(
             err.to_string(),
@@ -606,12 +587,14 @@ mod tests {
                 crate::filer_lane::LANE_THREADS_MAX
             )
         );
-        let err = refused(BrokerConfig {
-            control: Some("127.0.0.1:7400".into()),
-            kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
-            ..config()
-        });
-        assert!(matches!(err, ConfigError::KafkaInCluster), "{err:?}");
+        refused_as!(
+            BrokerConfig {
+                control: Some("127.0.0.1:7400".into()),
+                kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
+                ..config()
+            },
+            ConfigError::KafkaInCluster
+        );
         let err = crate::EngineError::from(ConfigError::PortZero);
         assert_eq!(
             err.to_string(),
