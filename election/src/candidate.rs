@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::{CandidateConfig, ConfigError};
 use crate::control::Signal;
-use crate::driver::{Driver, Request, REQUESTS_QUEUED_MAX};
+use crate::driver::{Driver, Op, Request, REQUESTS_QUEUED_MAX};
 use crate::guarded_write::{GuardedBatch, WriteError};
 use crate::keys::ClusterKeys;
 use crate::leadership::{Leadership, LeadershipCell, Term};
@@ -140,32 +140,19 @@ impl Candidate {
     /// every expectation of the batch is met, else none; the revision it
     /// was applied at. [`WriteError::NotLeader`] if the term is over.
     pub fn write_if_leader(&self, term: Term, batch: GuardedBatch) -> Result<i64, WriteError> {
-        self.submit(|expires, reply| Request::Write {
-            term,
-            batch,
-            expires,
-            reply,
-        })
+        self.submit(|reply| Op::Write { term, batch, reply })
     }
 
     /// State key `key`, if it exists.
     pub fn get(&self, key: &str) -> Result<Option<StateEntry>, ReadError> {
         let key = key.to_owned();
-        self.submit(|expires, reply| Request::Get {
-            key,
-            expires,
-            reply,
-        })
+        self.submit(|reply| Op::Get { key, reply })
     }
 
     /// Every state key under `prefix` (empty: all of them) at one revision.
     pub fn get_prefix(&self, prefix: &str) -> Result<StateSnapshot, ReadError> {
         let prefix = prefix.to_owned();
-        self.submit(|expires, reply| Request::GetPrefix {
-            prefix,
-            expires,
-            reply,
-        })
+        self.submit(|reply| Op::GetPrefix { prefix, reply })
     }
 
     /// Step down and stop: the lease is revoked, which deletes the leader
@@ -178,12 +165,15 @@ impl Candidate {
     /// timeout to be sent, and one more for etcd to answer it.
     fn submit<T, E: From<RequestError>>(
         &self,
-        request: impl FnOnce(Instant, SyncSender<Result<T, E>>) -> Request,
+        op: impl FnOnce(SyncSender<Result<T, E>>) -> Op,
     ) -> Result<T, E> {
         let timeout = self.config.request_timeout();
         let (reply, answer) = sync_channel(1);
-        let expires = Instant::now() + timeout;
-        match self.requests.try_send(request(expires, reply)) {
+        let request = Request {
+            expires: Instant::now() + timeout,
+            op: op(reply),
+        };
+        match self.requests.try_send(request) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 return Err(RequestError::Busy {

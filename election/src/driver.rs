@@ -40,21 +40,25 @@ pub const REQUESTS_QUEUED_MAX: usize = 64;
 /// stops waiting for it to be *sent*, so a request that queued too long
 /// is answered with a timeout instead of being sent late.
 #[derive(Debug)]
-pub(crate) enum Request {
+pub(crate) struct Request {
+    pub(crate) expires: Instant,
+    pub(crate) op: Op,
+}
+
+/// What a [`Request`] asks etcd for, and where its answer goes.
+#[derive(Debug)]
+pub(crate) enum Op {
     Write {
         term: Term,
         batch: GuardedBatch,
-        expires: Instant,
         reply: SyncSender<Result<i64, WriteError>>,
     },
     Get {
         key: String,
-        expires: Instant,
         reply: SyncSender<Result<Option<StateEntry>, ReadError>>,
     },
     GetPrefix {
         prefix: String,
-        expires: Instant,
         reply: SyncSender<Result<StateSnapshot, ReadError>>,
     },
 }
@@ -209,52 +213,42 @@ async fn serve(
     mut requests: mpsc::Receiver<Request>,
     timeout: Duration,
 ) {
-    while let Some(request) = requests.recv().await {
-        // A reply nobody waits for any more is dropped: the caller gave up.
-        match request {
-            Request::Write {
-                term,
-                batch,
-                expires,
-                reply,
-            } => {
+    while let Some(Request { expires, op }) = requests.recv().await {
+        match op {
+            Op::Write { term, batch, reply } => {
                 let work = guarded_write::write(&mut client, keys, term, &batch, timeout);
-                let _ = reply.try_send(unless_late(expires, timeout, work).await);
+                answer_unless_late(reply, expires, timeout, work).await;
             }
-            Request::Get {
-                key,
-                expires,
-                reply,
-            } => {
+            Op::Get { key, reply } => {
                 let work = state_read::get(&mut client, keys, &key, timeout);
-                let _ = reply.try_send(unless_late(expires, timeout, work).await);
+                answer_unless_late(reply, expires, timeout, work).await;
             }
-            Request::GetPrefix {
-                prefix,
-                expires,
-                reply,
-            } => {
+            Op::GetPrefix { prefix, reply } => {
                 let work = state_read::get_prefix(&mut client, keys, &prefix, timeout);
-                let _ = reply.try_send(unless_late(expires, timeout, work).await);
+                answer_unless_late(reply, expires, timeout, work).await;
             }
         }
     }
     std::future::pending::<()>().await
 }
 
-/// Run `work` unless the request waited in the queue past `expires`: a
-/// caller that gave up must not have it carried out after all.
-async fn unless_late<T, E: From<RequestError>>(
+/// Answer `reply` with what `work` gives, unless the request waited in the
+/// queue past `expires`: a caller that gave up must not have it carried
+/// out after all. A reply nobody waits for any more is dropped.
+async fn answer_unless_late<T, E: From<RequestError>>(
+    reply: SyncSender<Result<T, E>>,
     expires: Instant,
     timeout: Duration,
     work: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, E> {
-    if Instant::now() >= expires {
-        return Err(RequestError::Timeout {
+) {
+    let answer = if Instant::now() >= expires {
+        Err(RequestError::Timeout {
             operation: "queued request",
             timeout,
         }
-        .into());
-    }
-    work.await
+        .into())
+    } else {
+        work.await
+    };
+    let _ = reply.try_send(answer);
 }

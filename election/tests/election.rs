@@ -67,15 +67,21 @@ fn refs(candidates: &[Candidate]) -> Vec<&Candidate> {
     candidates.iter().collect()
 }
 
+/// Wait (at most `timeout`) until `candidates` settle on one leader: its
+/// index and term.
+fn wait_settled(what: &str, timeout: Duration, candidates: &[Candidate]) -> (usize, Term) {
+    wait_until(what, timeout, || settled(&refs(candidates)))
+}
+
 #[test]
 fn three_candidates_elect_exactly_one_leader_and_followers_name_it() {
     init_log();
     let etcd = EtcdServer::start();
     let candidates = start(&etcd, 3, 3);
-    let (leader, term) = wait_until(
+    let (leader, term) = wait_settled(
         "one leader, two followers naming it",
         SETTLE_TIMEOUT,
-        || settled(&refs(&candidates)),
+        &candidates,
     );
     // Watch it for a few seconds (past a whole TTL, so several keepalives
     // go by): never a second leader, never another term.
@@ -103,15 +109,13 @@ fn a_resigning_leader_is_replaced_before_its_lease_would_expire() {
     // A long TTL: a takeover well inside it cannot be lease expiry.
     let lease_ttl_s = 10;
     let mut candidates = start(&etcd, 3, lease_ttl_s);
-    let (leader, old_term) = wait_until("a first leader", SETTLE_TIMEOUT, || {
-        settled(&refs(&candidates))
-    });
+    let (leader, old_term) = wait_settled("a first leader", SETTLE_TIMEOUT, &candidates);
     let resigned_at = Instant::now();
     candidates.remove(leader).stop();
-    let (_, new_term) = wait_until(
+    let (_, new_term) = wait_settled(
         "a new leader after the resignation",
         Duration::from_secs(u64::from(lease_ttl_s) / 2),
-        || settled(&refs(&candidates)),
+        &candidates,
     );
     assert!(new_term.revision() > old_term.revision());
     println!("failover after a resignation: {:?}", resigned_at.elapsed());
@@ -128,16 +132,12 @@ fn a_killed_leader_is_replaced_within_its_ttl_and_a_second() {
     let etcd = EtcdServer::start();
     let lease_ttl_s = 3;
     let mut candidates = start(&etcd, 3, lease_ttl_s);
-    let (leader, old_term) = wait_until("a first leader", SETTLE_TIMEOUT, || {
-        settled(&refs(&candidates))
-    });
+    let (leader, old_term) = wait_settled("a first leader", SETTLE_TIMEOUT, &candidates);
     let killed_at = Instant::now();
     // As a kill -9: no resign, no revoke; the lease has to expire.
     candidates.remove(leader).abandon();
     let failover_max = Duration::from_secs(u64::from(lease_ttl_s) + 1);
-    let (_, new_term) = wait_until("a new leader after the kill", failover_max, || {
-        settled(&refs(&candidates))
-    });
+    let (_, new_term) = wait_settled("a new leader after the kill", failover_max, &candidates);
     assert!(new_term.revision() > old_term.revision());
     assert!(killed_at.elapsed() <= failover_max);
     println!("failover after a kill: {:?}", killed_at.elapsed());
@@ -195,7 +195,7 @@ fn guarded_batches_apply_all_or_nothing() {
     init_log();
     let etcd = EtcdServer::start();
     let mut candidates = start(&etcd, 2, 3);
-    let (leader, term) = wait_until("a leader", SETTLE_TIMEOUT, || settled(&refs(&candidates)));
+    let (leader, term) = wait_settled("a leader", SETTLE_TIMEOUT, &candidates);
     let c = &candidates[leader];
 
     let revision = c
@@ -253,9 +253,7 @@ fn guarded_batches_apply_all_or_nothing() {
 
     // A term that is over writes nothing, whoever sends it.
     candidates.remove(leader).stop();
-    let (successor, _) = wait_until("a successor", SETTLE_TIMEOUT, || {
-        settled(&refs(&candidates))
-    });
+    let (successor, _) = wait_settled("a successor", SETTLE_TIMEOUT, &candidates);
     let refused = candidates[successor].write_if_leader(
         term,
         GuardedBatch::new().put("topics/d", "4").delete("topics/b"),

@@ -630,15 +630,26 @@ mod tests {
         b.finish(0, 0).to_vec()
     }
 
+    /// A 64 KiB buffer at `path` for `segment` from `base_offset`, with
+    /// `copies` copies of the batch `bytes` appended.
+    fn filled(
+        path: PathBuf,
+        segment: u32,
+        base_offset: u64,
+        bytes: &[u8],
+        copies: usize,
+    ) -> ActiveBuffer {
+        let mut buf = ActiveBuffer::create(path, segment, base_offset, 64 << 10).unwrap();
+        for _ in 0..copies {
+            buf.append(&BatchView::validate(bytes).unwrap()).unwrap();
+        }
+        buf
+    }
+
     #[test]
     fn append_seal_is_a_valid_chunk() {
         let dir = tempfile::tempdir().unwrap();
-        let mut buf = ActiveBuffer::create(dir.path().join("b"), 3, 10, 64 << 10).unwrap();
-        let bytes = batch(5);
-        for _ in 0..20 {
-            let v = BatchView::validate(&bytes).unwrap();
-            buf.append(&v).unwrap();
-        }
+        let buf = filled(dir.path().join("b"), 3, 10, &batch(5), 20);
         assert_eq!(buf.next_offset(), 110);
         let sealed = buf.seal().unwrap();
         let chunk = ChunkView::open(sealed.chunk_bytes()).unwrap();
@@ -654,10 +665,7 @@ mod tests {
         let path = dir.path().join("b");
         let bytes = batch(3);
         {
-            let mut buf = ActiveBuffer::create(path.clone(), 1, 0, 64 << 10).unwrap();
-            for _ in 0..4 {
-                buf.append(&BatchView::validate(&bytes).unwrap()).unwrap();
-            }
+            let buf = filled(path.clone(), 1, 0, &bytes, 4);
             // Simulate a torn fifth batch: half its bytes.
             let at = (CHUNK_HEADER_BYTES + buf.data_bytes) as u64;
             let half = bytes.len() / 2;
@@ -697,10 +705,7 @@ mod tests {
     fn recover_sealed_buffer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b");
-        let bytes = batch(2);
-        let mut buf = ActiveBuffer::create(path.clone(), 1, 7, 64 << 10).unwrap();
-        buf.append(&BatchView::validate(&bytes).unwrap()).unwrap();
-        let sealed = buf.seal().unwrap();
+        let sealed = filled(path.clone(), 1, 7, &batch(2), 1).seal().unwrap();
         drop(sealed);
         let again = ActiveBuffer::recover(path, 1).unwrap();
         assert_eq!(again.base_offset(), 7);

@@ -228,21 +228,12 @@ impl BrokerConfig {
                 max: BUFFER_BYTES_MAX,
             });
         }
-        if self.unflushed_bytes_max == 0 {
-            return Err(ConfigError::ZeroLimit {
-                setting: "unflushed_bytes_max",
-            });
-        }
-        if self.connection_requests_in_flight_max == 0 {
-            return Err(ConfigError::ZeroLimit {
-                setting: "connection_requests_in_flight_max",
-            });
-        }
-        if self.inbox_requests_max == 0 {
-            return Err(ConfigError::InboxEmpty);
-        }
-        if self.payload_sweep_interval_ms == 0 {
-            return Err(ConfigError::SweepIntervalZero);
+        let zero = self
+            .at_least_one()
+            .into_iter()
+            .find(|(value, _)| *value == 0);
+        if let Some((_, refusal)) = zero {
+            return Err(refusal);
         }
         let frame_bytes_max = u64::from(wire::limits::FRAME_PAYLOAD_BYTES_MAX);
         if self.payload_upload_bytes_max < frame_bytes_max {
@@ -261,30 +252,11 @@ impl BrokerConfig {
                 quic_window_bytes,
             });
         }
-        if self.connections_per_ip_max == 0 {
-            return Err(ConfigError::ConnectionsPerIpZero);
-        }
-        if self.idle_timeout_ms == 0 {
-            return Err(ConfigError::TimeoutZero {
-                setting: "idle_timeout_ms",
-            });
-        }
-        if self.frame_timeout_ms == 0 {
-            return Err(ConfigError::TimeoutZero {
-                setting: "frame_timeout_ms",
-            });
-        }
-        if self.tick_ms == 0 {
-            return Err(ConfigError::TickZero);
-        }
         if self.control.is_some() && self.kafka_listen.is_some() {
             return Err(ConfigError::KafkaInCluster);
         }
         if self.kafka_advertised.is_some() && self.kafka_listen.is_none() {
             return Err(ConfigError::AdvertisedWithoutKafka);
-        }
-        if self.capacity_bytes_per_s_per_shard == 0 || self.capacity_records_per_s_per_shard == 0 {
-            return Err(ConfigError::CapacityZero);
         }
         let lane = 1..=crate::filer_lane::LANE_THREADS_MAX;
         if !lane.contains(&self.filer_uploads) || !lane.contains(&self.filer_reads) {
@@ -294,10 +266,42 @@ impl BrokerConfig {
                 max: crate::filer_lane::LANE_THREADS_MAX,
             });
         }
-        if self.load_report_ms == 0 {
-            return Err(ConfigError::LoadReportZero);
-        }
         Ok(())
+    }
+
+    /// The settings that must be at least 1, each with the refusal that
+    /// names it when it is 0; `validate` refuses the first that is.
+    fn at_least_one(&self) -> [(u64, ConfigError); 11] {
+        let zero_limit = |setting| ConfigError::ZeroLimit { setting };
+        let zero_timeout = |setting| ConfigError::TimeoutZero { setting };
+        [
+            (self.unflushed_bytes_max, zero_limit("unflushed_bytes_max")),
+            (
+                self.connection_requests_in_flight_max as u64,
+                zero_limit("connection_requests_in_flight_max"),
+            ),
+            (self.inbox_requests_max as u64, ConfigError::InboxEmpty),
+            (
+                self.payload_sweep_interval_ms,
+                ConfigError::SweepIntervalZero,
+            ),
+            (
+                self.connections_per_ip_max as u64,
+                ConfigError::ConnectionsPerIpZero,
+            ),
+            (self.idle_timeout_ms, zero_timeout("idle_timeout_ms")),
+            (self.frame_timeout_ms, zero_timeout("frame_timeout_ms")),
+            (self.tick_ms, ConfigError::TickZero),
+            (
+                self.capacity_bytes_per_s_per_shard,
+                ConfigError::CapacityZero,
+            ),
+            (
+                self.capacity_records_per_s_per_shard,
+                ConfigError::CapacityZero,
+            ),
+            (self.load_report_ms, ConfigError::LoadReportZero),
+        ]
     }
 }
 
@@ -469,9 +473,14 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// What `validate` says of `config`, which must be refused.
-    fn refused(config: BrokerConfig) -> ConfigError {
-        config.validate().unwrap_err()
+    /// What `validate` says of `config`, which must be refused with an
+    /// error that matches `pattern`.
+    macro_rules! refused_as {
+        ($config:expr, $pattern:pat $(if $guard:expr)?) => {{
+            let err = $config.validate().unwrap_err();
+            assert!(matches!(err, $pattern $(if $guard)?), "{err:?}");
+            err
+        }};
     }
 
     fn config() -> BrokerConfig {
@@ -484,102 +493,79 @@ mod tests {
     #[test]
     fn validate_names_the_setting_and_the_numbers() {
         config().validate().unwrap();
-        let err = refused(BrokerConfig {
-            shards: 300,
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::ShardCount {
-                    shards: 300,
-                    max: 256
-                }
-            ),
-            "{err:?}"
+        let err = refused_as!(
+            BrokerConfig {
+                shards: 300,
+                ..config()
+            },
+            ConfigError::ShardCount {
+                shards: 300,
+                max: 256
+            }
         );
         assert_eq!(err.to_string(), "--shards must be 1..=256, got 300");
-        let err = refused(BrokerConfig {
-            listen: "127.0.0.1:65535".parse().unwrap(),
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::PortsPastEnd {
-                    port: 65535,
-                    shards: 2
-                }
-            ),
-            "{err:?}"
+        refused_as!(
+            BrokerConfig {
+                listen: "127.0.0.1:65535".parse().unwrap(),
+                ..config()
+            },
+            ConfigError::PortsPastEnd {
+                port: 65535,
+                shards: 2
+            }
         );
-        let err = refused(BrokerConfig {
-            buffer_bytes: 1,
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::BufferBytes {
-                    bytes: 1,
-                    min: 65_536,
-                    max: 1_073_741_824
-                }
-            ),
-            "{err:?}"
+        let err = refused_as!(
+            BrokerConfig {
+                buffer_bytes: 1,
+                ..config()
+            },
+            ConfigError::BufferBytes {
+                bytes: 1,
+                min: 65_536,
+                max: 1_073_741_824
+            }
         );
         assert_eq!(
             err.to_string(),
             "buffer bytes must be between 64 KiB and 1 GiB"
         );
-        let err = refused(BrokerConfig {
-            connection_requests_in_flight_max: 0,
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::ZeroLimit {
-                    setting: "connection_requests_in_flight_max"
-                }
-            ),
-            "{err:?}"
+        refused_as!(
+            BrokerConfig {
+                connection_requests_in_flight_max: 0,
+                ..config()
+            },
+            ConfigError::ZeroLimit {
+                setting: "connection_requests_in_flight_max"
+            }
         );
-        let err = refused(BrokerConfig {
-            frame_timeout_ms: 0,
-            ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::TimeoutZero {
-                    setting: "frame_timeout_ms"
-                }
-            ),
-            "{err:?}"
+        refused_as!(
+            BrokerConfig {
+                frame_timeout_ms: 0,
+                ..config()
+            },
+            ConfigError::TimeoutZero {
+                setting: "frame_timeout_ms"
+            }
         );
-        let err = refused(BrokerConfig {
+        let budget_one = BrokerConfig {
             receive_bytes_max: 1,
             ..config()
-        });
-        assert!(
-            matches!(err, ConfigError::ReceiveBudget { bytes: 1, frame_bytes, .. } if frame_bytes == 8 << 20),
-            "{err:?}"
+        };
+        refused_as!(
+            budget_one,
+            ConfigError::ReceiveBudget { bytes: 1, frame_bytes, .. } if frame_bytes == 8 << 20
         );
         // One largest frame alone is not enough: a QUIC connection's
         // window is paid from the same budget.
         let quic_window = crate::quic_shard::window::WINDOW_BYTES_MIN;
-        let err = refused(BrokerConfig {
+        let budget_one_frame = BrokerConfig {
             receive_bytes_max: 8 << 20,
             ..config()
-        });
-        assert!(
-            matches!(
-                err,
-                ConfigError::ReceiveBudget { bytes, quic_window_bytes, .. }
-                    if bytes == 8 << 20 && quic_window_bytes == quic_window
-            ),
-            "{err:?}"
+        };
+        refused_as!(
+            budget_one_frame,
+            ConfigError::ReceiveBudget { bytes, quic_window_bytes, .. }
+                if bytes == 8 << 20 && quic_window_bytes == quic_window
         );
         BrokerConfig {
             receive_bytes_max: (8 << 20) + quic_window,
@@ -587,13 +573,12 @@ mod tests {
         }
         .validate()
         .unwrap();
-        let err = refused(BrokerConfig {
-            filer_reads: 0,
-            ..config()
-        });
-        assert!(
-            matches!(err, ConfigError::FilerLanes { reads: 0, .. }),
-            "{err:?}"
+        let err = refused_as!(
+            BrokerConfig {
+                filer_reads: 0,
+                ..config()
+            },
+            ConfigError::FilerLanes { reads: 0, .. }
         );
         assert_eq!(
             err.to_string(),
@@ -602,12 +587,14 @@ mod tests {
                 crate::filer_lane::LANE_THREADS_MAX
             )
         );
-        let err = refused(BrokerConfig {
-            control: Some("127.0.0.1:7400".into()),
-            kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
-            ..config()
-        });
-        assert!(matches!(err, ConfigError::KafkaInCluster), "{err:?}");
+        refused_as!(
+            BrokerConfig {
+                control: Some("127.0.0.1:7400".into()),
+                kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
+                ..config()
+            },
+            ConfigError::KafkaInCluster
+        );
         let err = crate::EngineError::from(ConfigError::PortZero);
         assert_eq!(
             err.to_string(),

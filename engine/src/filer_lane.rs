@@ -14,6 +14,9 @@
 //! holds at most twice its threads in calls.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use filer::Filer;
 
 /// One call for a lane thread to make.
 type Job = Box<dyn FnOnce() + Send>;
@@ -24,12 +27,17 @@ pub(crate) const LANE_THREADS_MAX: usize = 64;
 #[derive(Debug)]
 pub(crate) struct FilerLane {
     jobs: flume::Sender<Job>,
+    filer: Arc<dyn Filer>,
 }
 
 impl FilerLane {
-    /// A lane of `threads` threads named `name-N`. They end when the lane
-    /// is dropped and their last call returns.
-    pub(crate) fn start(name: &str, threads: usize) -> std::io::Result<FilerLane> {
+    /// A lane of `threads` threads named `name-N` that call `filer`. They
+    /// end when the lane is dropped and their last call returns.
+    pub(crate) fn start(
+        name: &str,
+        threads: usize,
+        filer: Arc<dyn Filer>,
+    ) -> std::io::Result<FilerLane> {
         assert!((1..=LANE_THREADS_MAX).contains(&threads));
         let (jobs, queue) = flume::bounded::<Job>(threads);
         for i in 0..threads {
@@ -44,17 +52,18 @@ impl FilerLane {
                     }
                 })?;
         }
-        Ok(FilerLane { jobs })
+        Ok(FilerLane { jobs, filer })
     }
 
-    /// Make `call` on a lane thread and wait for its result.
+    /// Make `call` on the filer on a lane thread and wait for its result.
     pub(crate) async fn run<R: Send + 'static>(
         &self,
-        call: impl FnOnce() -> R + Send + 'static,
+        call: impl FnOnce(&dyn Filer) -> R + Send + 'static,
     ) -> R {
         let (answer, answered) = flume::bounded(1);
+        let filer = self.filer.clone();
         let job: Job = Box::new(move || {
-            let _ = answer.send(call());
+            let _ = answer.send(call(filer.as_ref()));
         });
         self.jobs
             .send_async(job)

@@ -9,7 +9,7 @@
 use std::rc::Rc;
 
 use wire::batch::BatchView;
-use wire::{AckMode, FetchChecks, FetchFrom};
+use wire::{AckMode, FetchRequest};
 
 use crate::request::{append, not_applied, start_fetch, Appended, Origin};
 use crate::segment::FetchResult;
@@ -29,15 +29,11 @@ pub(crate) enum ShardRequest {
         batch: Vec<u8>,
         reply: flume::Sender<Result<Option<Produced>, ServeError>>,
     },
-    /// Read `segment` of `topic` from `from`, waiting at most
-    /// `max_wait_ms` for data. The answer's batches stay where they are
-    /// (a buffer's or a chunk file's mapping) for the sender to read.
+    /// Read a segment as `request` asks. The answer's batches stay where
+    /// they are (a buffer's or a chunk file's mapping) for the sender to
+    /// read.
     Fetch {
-        topic: String,
-        segment: u32,
-        from: FetchFrom,
-        max_bytes: u32,
-        max_wait_ms: u32,
+        request: FetchRequest,
         reply: flume::Sender<Result<FetchResult, ServeError>>,
     },
 }
@@ -119,29 +115,17 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
                     }
                 }
             }
-            ShardRequest::Fetch {
-                topic,
-                segment,
-                from,
-                max_bytes,
-                max_wait_ms,
-                reply,
-            } => {
-                // The gateway reads what it is sent; batches were
-                // validated when they were appended.
-                let checks = FetchChecks::Trust;
-                match start_fetch(&shard, topic, segment, from, max_bytes, max_wait_ms, checks) {
-                    Ok(read) => {
-                        glommio::spawn_local(async move {
-                            let _ = reply.try_send(read.await);
-                        })
-                        .detach();
-                    }
-                    Err(e) => {
-                        let _ = reply.try_send(Err(e));
-                    }
+            ShardRequest::Fetch { request, reply } => match start_fetch(&shard, request) {
+                Ok(read) => {
+                    glommio::spawn_local(async move {
+                        let _ = reply.try_send(read.await);
+                    })
+                    .detach();
                 }
-            }
+                Err(e) => {
+                    let _ = reply.try_send(Err(e));
+                }
+            },
         }
     }
 }

@@ -18,8 +18,8 @@ use wire::message::{
     BrokerShards, Fetched, Successors, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES,
 };
 use wire::{
-    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, LayoutCommand,
-    Response,
+    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchRequest,
+    LayoutCommand, Response,
 };
 
 use crate::control_plane::{ControlRequest, ShardCommand};
@@ -200,11 +200,18 @@ async fn handle_data(
             max_wait_ms,
             checks,
         } => {
-            let read =
-                match start_fetch(shard, topic, segment, from, max_bytes, max_wait_ms, checks) {
-                    Ok(read) => read,
-                    Err(e) => return Reply::Now(error_frame(id, &e)),
-                };
+            let request = FetchRequest {
+                topic,
+                segment,
+                from,
+                max_bytes,
+                max_wait_ms,
+                checks,
+            };
+            let read = match start_fetch(shard, request) {
+                Ok(read) => read,
+                Err(e) => return Reply::Now(error_frame(id, &e)),
+            };
             Reply::Fetched(Box::pin(async move {
                 let f = match read.await {
                     Ok(f) => f,
@@ -230,71 +237,12 @@ async fn handle_data(
                 }
             }))
         }
-        DataRequest::PayloadWrite {
-            topic,
-            id: payload,
-            offset,
-            bytes,
-        } => {
-            let name = match payload_topic(shard, &topic) {
-                Ok(n) => n,
-                Err(e) => return Reply::Now(error_frame(id, &e)),
-            };
-            // Waiting here stops this connection from reading more until
-            // earlier pieces are on disk: the shard's memory stays bounded.
-            let permit = match shard
-                .payload_budget
-                .acquire_static_permit(bytes.len() as u64)
-                .await
-            {
-                Ok(p) => p,
-                Err(_) => return Reply::Now(error_frame(id, &ServeError::internal())),
-            };
-            let store = shard.payloads.clone();
-            let piece = bytes.to_vec();
-            Reply::Later(Box::pin(async move {
-                let result = blocking(move || store.write(&name, &payload, offset, &piece)).await;
-                drop(permit);
-                answer(id, result, |()| response_frame(id, &Response::Done))
-            }))
-        }
-        DataRequest::PayloadCommit { topic, reference } => {
-            let name = match payload_topic(shard, &topic) {
-                Ok(n) => n,
-                Err(e) => return Reply::Now(error_frame(id, &e)),
-            };
-            let store = shard.payloads.clone();
-            Reply::Later(Box::pin(async move {
-                let result = blocking(move || store.commit(&name, &reference)).await;
-                answer(id, result, |()| response_frame(id, &Response::Done))
-            }))
-        }
-        DataRequest::PayloadRead {
-            topic,
-            id: payload,
-            offset,
-            max_bytes,
-        } => {
-            let name = match payload_topic(shard, &topic) {
-                Ok(n) => n,
-                Err(e) => return Reply::Now(error_frame(id, &e)),
-            };
-            let max_bytes = (max_bytes as usize).clamp(1, PAYLOAD_READ_BYTES_MAX);
-            let store = shard.payloads.clone();
-            Reply::Later(Box::pin(async move {
-                let result = blocking(move || store.read(&name, &payload, offset, max_bytes)).await;
-                answer(id, result, |(length, bytes)| {
-                    response_frame(
-                        id,
-                        &Response::PayloadBytes {
-                            length,
-                            offset,
-                            bytes: &bytes,
-                        },
-                    )
-                })
-            }))
-        }
+        request @ (DataRequest::PayloadWrite { .. }
+        | DataRequest::PayloadCommit { .. }
+        | DataRequest::PayloadRead { .. }) => match handle_payload(shard, id, request).await {
+            Ok(reply) => reply,
+            Err(e) => Reply::Now(error_frame(id, &e)),
+        },
         DataRequest::HeldLayout { topic } => Reply::Now(match shard.held_layout(&topic) {
             Some(info) => response_frame(id, &Response::Topic(info)),
             None => error_frame(
@@ -500,6 +448,70 @@ async fn ask_every_shard<T>(
 /// response's two u64 fields.
 const PAYLOAD_READ_BYTES_MAX: usize = FRAME_PAYLOAD_BYTES_MAX as usize - 16;
 
+/// A payload request of a topic this broker knows: a piece of an upload
+/// written, an upload committed, or bytes of a stored payload read, each
+/// in the filer off the shard's thread. A refusal is the caller's to send.
+async fn handle_payload(
+    shard: &Rc<Shard>,
+    id: u32,
+    request: DataRequest<'_>,
+) -> Result<Reply, ServeError> {
+    let store = shard.payloads.clone();
+    Ok(match request {
+        DataRequest::PayloadWrite {
+            topic,
+            id: payload,
+            offset,
+            bytes,
+        } => {
+            let name = payload_topic(shard, &topic)?;
+            // Waiting here stops this connection from reading more until
+            // earlier pieces are on disk: the shard's memory stays bounded.
+            let permit = shard
+                .payload_budget
+                .acquire_static_permit(bytes.len() as u64)
+                .await
+                .map_err(|_| ServeError::internal())?;
+            let piece = bytes.to_vec();
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.write(&name, &payload, offset, &piece)).await;
+                drop(permit);
+                answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        DataRequest::PayloadCommit { topic, reference } => {
+            let name = payload_topic(shard, &topic)?;
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.commit(&name, &reference)).await;
+                answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        DataRequest::PayloadRead {
+            topic,
+            id: payload,
+            offset,
+            max_bytes,
+        } => {
+            let name = payload_topic(shard, &topic)?;
+            let max_bytes = (max_bytes as usize).clamp(1, PAYLOAD_READ_BYTES_MAX);
+            Reply::Later(Box::pin(async move {
+                let result = blocking(move || store.read(&name, &payload, offset, max_bytes)).await;
+                answer(id, result, |(length, bytes)| {
+                    response_frame(
+                        id,
+                        &Response::PayloadBytes {
+                            length,
+                            offset,
+                            bytes: &bytes,
+                        },
+                    )
+                })
+            }))
+        }
+        _ => return Err(ServeError::internal()),
+    })
+}
+
 /// The topic of a payload request, which must exist on this broker.
 fn payload_topic(shard: &Shard, topic: &str) -> Result<control::TopicName, ServeError> {
     let name = control::TopicName::parse(topic)?;
@@ -546,39 +558,35 @@ fn local_segment(shard: &Shard, topic: &str, segment: u32) -> Result<Segment, Se
     }
 }
 
-/// Start a read of `segment` of `topic`: the segment is looked up now (an
+/// Start the read `request` asks for: the segment is looked up now (an
 /// error if this shard neither owns it nor can read it sealed), the read
 /// itself runs in the future, waiting at most `max_wait_ms` for data.
 pub(crate) fn start_fetch(
     shard: &Rc<Shard>,
-    topic: String,
-    segment: u32,
-    from: wire::FetchFrom,
-    max_bytes: u32,
-    max_wait_ms: u32,
-    checks: wire::FetchChecks,
+    request: FetchRequest,
 ) -> Result<impl Future<Output = Result<FetchResult, ServeError>> + 'static, ServeError> {
     // A segment sealed elsewhere is read from the filer through a view
     // this shard opens on first use.
-    let cell = match local_segment(shard, &topic, segment) {
+    let cell = match local_segment(shard, &request.topic, request.segment) {
         Ok(c) => Some(c),
         Err(e) if e.code == ErrorCode::SegmentSealed => None,
         Err(e) => return Err(e),
     };
-    let max_bytes =
-        (max_bytes as usize).clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
-    let max_wait =
-        Duration::from_millis(u64::from(max_wait_ms.min(shard.config.fetch_wait_ms_max)));
+    let max_bytes = (request.max_bytes as usize)
+        .clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
+    let max_wait_ms = request.max_wait_ms.min(shard.config.fetch_wait_ms_max);
+    let max_wait = Duration::from_millis(u64::from(max_wait_ms));
     let shard = shard.clone();
     Ok(async move {
         let cell = match cell {
             Some(c) => c,
             None => shard
-                .sealed_view(&topic, segment)
+                .sealed_view(&request.topic, request.segment)
                 .await
                 .map_err(|e| ServeError::storage(&e))?,
         };
-        cell.fetch(from, max_bytes, max_wait, checks).await
+        cell.fetch(request.from, max_bytes, max_wait, request.checks)
+            .await
     })
 }
 

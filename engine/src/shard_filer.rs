@@ -53,8 +53,16 @@ impl ShardFiler {
             config.chunk_cache_bytes / config.shard_count() as u64
         };
         Ok(ShardFiler {
-            uploads: FilerLane::start(&format!("kelp-up-{shard}"), config.filer_uploads)?,
-            reads: FilerLane::start(&format!("kelp-read-{shard}"), config.filer_reads)?,
+            uploads: FilerLane::start(
+                &format!("kelp-up-{shard}"),
+                config.filer_uploads,
+                filer.clone(),
+            )?,
+            reads: FilerLane::start(
+                &format!("kelp-read-{shard}"),
+                config.filer_reads,
+                filer.clone(),
+            )?,
             filer,
             cache: RefCell::new(ChunkCache::new(cache_bytes)),
             flush_errors: RefCell::new(LogLimit::new(FLUSH_ERROR_LOG_INTERVAL)),
@@ -67,8 +75,7 @@ impl ShardFiler {
         &self,
         call: impl FnOnce(&dyn Filer) -> R + Send + 'static,
     ) -> R {
-        let filer = self.filer.clone();
-        self.uploads.run(move || call(filer.as_ref())).await
+        self.uploads.run(call).await
     }
 
     /// Make a call that reads (a range, a listing, a size) on the read lane.
@@ -76,8 +83,7 @@ impl ShardFiler {
         &self,
         call: impl FnOnce(&dyn Filer) -> R + Send + 'static,
     ) -> R {
-        let filer = self.filer.clone();
-        self.reads.run(move || call(filer.as_ref())).await
+        self.reads.run(call).await
     }
 
     /// `len` bytes of `path` from `offset`, after `room` zero bytes; from

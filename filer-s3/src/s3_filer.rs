@@ -218,20 +218,11 @@ impl Filer for S3Filer {
     }
 
     fn put_file(&self, path: &ObjectPath, local: &LocalPath, len: u64) -> Result<(), FilerError> {
-        let io = |op: &'static str| {
-            move |source: std::io::Error| FilerError::Io {
-                op,
-                path: local.display().to_string(),
-                source,
-            }
-        };
+        let io = |op| FilerError::local_io(op, local);
         let file = File::open(local).map_err(io("open"))?;
         let file_len = file.metadata().map_err(io("stat"))?.len();
         if file_len < len {
-            return Err(io("read")(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "file is shorter than the length to store",
-            )));
+            return Err(FilerError::local_file_short("read", local));
         }
         let payload = if len == 0 {
             PutPayload::new()

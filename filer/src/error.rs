@@ -1,5 +1,7 @@
 //! The one error type of the filer boundary.
 
+use std::path::Path;
+
 /// Why a [`Filer`](crate::Filer) operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -58,6 +60,29 @@ pub enum FilerError {
 }
 
 impl FilerError {
+    /// What turns an I/O error of `op` on the local file or directory
+    /// `path` into [`FilerError::Io`], for `map_err`.
+    pub fn local_io<'a>(
+        op: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(std::io::Error) -> FilerError + 'a {
+        move |source| FilerError::Io {
+            op,
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    /// The [`FilerError::Io`] of `op` for a local file handed to
+    /// [`Filer::put_file`](crate::Filer::put_file) that is shorter than the
+    /// length to store.
+    pub fn local_file_short(op: &'static str, path: &Path) -> FilerError {
+        FilerError::local_io(op, path)(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "file is shorter than the length to store",
+        ))
+    }
+
     /// True if this is [`FilerError::NotFound`].
     pub fn is_not_found(&self) -> bool {
         matches!(self, FilerError::NotFound { .. })

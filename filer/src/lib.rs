@@ -109,26 +109,12 @@ pub trait Filer: Send + Sync + std::fmt::Debug + 'static {
     /// filesystem moves the file into place instead of copying its bytes;
     /// this default reads it and calls `create`.
     fn put_file(&self, path: &ObjectPath, local: &Path, len: u64) -> Result<(), FilerError> {
-        let io = |op: &'static str| {
-            move |source: std::io::Error| FilerError::Io {
-                op,
-                path: local.display().to_string(),
-                source,
-            }
-        };
-        let mut bytes = std::fs::read(local).map_err(io("read"))?;
+        let mut bytes = std::fs::read(local).map_err(FilerError::local_io("read", local))?;
         if (bytes.len() as u64) < len {
-            return Err(FilerError::Io {
-                op: "read",
-                path: local.display().to_string(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "file is shorter than the length to store",
-                ),
-            });
+            return Err(FilerError::local_file_short("read", local));
         }
         bytes.truncate(len as usize);
         self.create(path, &bytes)?;
-        std::fs::remove_file(local).map_err(io("remove"))
+        std::fs::remove_file(local).map_err(FilerError::local_io("remove", local))
     }
 }

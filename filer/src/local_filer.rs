@@ -173,10 +173,7 @@ impl Filer for LocalFiler {
             .map_err(io_error("open", local))?;
         let file_len = file.metadata().map_err(io_error("stat", local))?.len();
         if file_len < len {
-            return Err(io_error("truncate", local)(io::Error::new(
-                ErrorKind::UnexpectedEof,
-                "file is shorter than the length to store",
-            )));
+            return Err(FilerError::local_file_short("truncate", local));
         }
         file.set_len(len).map_err(io_error("truncate", local))?;
         file.sync_data().map_err(io_error("fdatasync", local))?;
@@ -387,11 +384,7 @@ fn is_absent(e: &io::Error) -> bool {
 }
 
 fn io_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> FilerError + 'a {
-    move |source| FilerError::Io {
-        op,
-        path: path.display().to_string(),
-        source,
-    }
+    FilerError::local_io(op, path)
 }
 
 /// Map "nothing there" (including a directory where an object was expected)

@@ -36,7 +36,7 @@
 //! place after copying the batch into its buffer. Record `i` has offset
 //! `base offset + i`.
 
-use crate::checksum::crc32c;
+use crate::checksum::{self, crc32c};
 use crate::codec::{le_i64, le_u16, le_u32, le_u64};
 use crate::error::DecodeError;
 use crate::limits::{BATCH_BYTES_MAX, BATCH_RECORDS_MAX, RECORD_BYTES_MAX, RECORD_HEADERS_MAX};
@@ -462,13 +462,7 @@ impl<'a> BatchView<'a> {
             });
         }
         let stored = le_u32(bytes, CHECKSUM_OFFSET);
-        if stored != computed {
-            return Err(DecodeError::Checksum {
-                what: "batch",
-                stored,
-                computed,
-            });
-        }
+        checksum::expect_match("batch", stored, computed)?;
         let count = le_u32(bytes, RECORD_COUNT_OFFSET);
         if count == 0 || count > BATCH_RECORDS_MAX {
             return Err(DecodeError::Invalid {

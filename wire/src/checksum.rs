@@ -2,6 +2,8 @@
 //! polynomial as iSCSI, ext4 metadata and Kafka record batches, computed with
 //! the SSE 4.2 instruction where the CPU has it.
 
+use crate::error::DecodeError;
+
 /// CRC-32C of `bytes`.
 #[inline]
 pub fn crc32c(bytes: &[u8]) -> u32 {
@@ -29,6 +31,27 @@ pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
 #[inline]
 pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
     multiply_mod_p(x_pow_8n_mod_p(len_b as u64), crc_a) ^ crc_b
+}
+
+/// `Ok` if the checksum stored with `what` is the one computed over its
+/// bytes, else `DecodeError::Checksum` naming `what` and both values: the
+/// one check every checksummed structure (frame, batch, chunk header and
+/// index) makes.
+#[inline]
+pub(crate) fn expect_match(
+    what: &'static str,
+    stored: u32,
+    computed: u32,
+) -> Result<(), DecodeError> {
+    if stored == computed {
+        Ok(())
+    } else {
+        Err(DecodeError::Checksum {
+            what,
+            stored,
+            computed,
+        })
+    }
 }
 
 /// Below this many bytes, checksumming the bytes again costs less than

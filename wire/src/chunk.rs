@@ -40,7 +40,7 @@
 //! the filer straight from that mapping.
 
 use crate::batch::BatchView;
-use crate::checksum::crc32c;
+use crate::checksum::{self, crc32c};
 use crate::codec::{le_i64, le_u16, le_u32, le_u64};
 use crate::error::DecodeError;
 use crate::limits::{CHUNK_DATA_BYTES_MAX, CHUNK_INDEX_INTERVAL_BYTES};
@@ -150,13 +150,7 @@ impl ChunkHeader {
         }
         let stored = le_u32(bytes, HEADER_CHECKSUM_OFFSET);
         let computed = crc32c(&bytes[..HEADER_CHECKSUM_OFFSET]);
-        if stored != computed {
-            return Err(DecodeError::Checksum {
-                what: "chunk header",
-                stored,
-                computed,
-            });
-        }
+        checksum::expect_match("chunk header", stored, computed)?;
         let flags = le_u16(bytes, FLAGS_OFFSET);
         if flags & !CHUNK_FLAG_REFERENCES != 0 {
             return Err(DecodeError::Invalid {
@@ -260,13 +254,7 @@ pub fn decode_index(
     let body = n * CHUNK_INDEX_ENTRY_BYTES;
     let stored = le_u32(bytes, body);
     let computed = crc32c(&bytes[..body]);
-    if stored != computed {
-        return Err(DecodeError::Checksum {
-            what: "chunk index",
-            stored,
-            computed,
-        });
-    }
+    checksum::expect_match("chunk index", stored, computed)?;
     let mut entries = Vec::with_capacity(n);
     for slot in bytes[..body].chunks_exact(CHUNK_INDEX_ENTRY_BYTES) {
         let entry = ChunkIndexEntry {
@@ -602,11 +590,17 @@ mod tests {
         out
     }
 
+    /// The chunk of segment `segment_id` holding `bs`, which start at
+    /// offset 100 as `batches` makes them.
+    fn chunk_of(segment_id: u32, bs: &[Vec<u8>]) -> Result<Vec<u8>, DecodeError> {
+        let refs: Vec<&[u8]> = bs.iter().map(|b| b.as_slice()).collect();
+        build_chunk(segment_id, 100, &refs)
+    }
+
     #[test]
     fn build_open_and_seek() {
         let bs = batches(50, 10, 100);
-        let refs: Vec<&[u8]> = bs.iter().map(|b| b.as_slice()).collect();
-        let chunk = build_chunk(7, 100, &refs).unwrap();
+        let chunk = chunk_of(7, &bs).unwrap();
         let view = ChunkView::open(&chunk).unwrap();
         assert_eq!(view.header().segment_id, 7);
         assert_eq!(view.header().next_offset, 600);
@@ -693,8 +687,7 @@ mod tests {
     #[test]
     fn refuses_corruption() {
         let bs = batches(5, 3, 10);
-        let refs: Vec<&[u8]> = bs.iter().map(|b| b.as_slice()).collect();
-        let chunk = build_chunk(1, 100, &refs).unwrap();
+        let chunk = chunk_of(1, &bs).unwrap();
         for i in 0..chunk.len() {
             let mut c = chunk.clone();
             c[i] ^= 0x01;
@@ -752,8 +745,7 @@ mod tests {
     #[test]
     fn refuses_index_that_disagrees_with_the_batches() {
         let bs = batches(50, 10, 100);
-        let refs: Vec<&[u8]> = bs.iter().map(|b| b.as_slice()).collect();
-        let chunk = build_chunk(7, 100, &refs).unwrap();
+        let chunk = chunk_of(7, &bs).unwrap();
         let header = ChunkHeader::decode(&chunk).unwrap();
         let at = header.index_position() as usize;
         let entries = decode_index(&header, &chunk[at..]).unwrap();
@@ -781,7 +773,6 @@ mod tests {
     fn refuses_non_contiguous() {
         let mut bs = batches(2, 3, 10);
         set_base_offset(&mut bs[1], 999);
-        let refs: Vec<&[u8]> = bs.iter().map(|b| b.as_slice()).collect();
-        assert!(build_chunk(1, 100, &refs).is_err());
+        assert!(chunk_of(1, &bs).is_err());
     }
 }

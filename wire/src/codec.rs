@@ -46,8 +46,9 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 
-    /// A string: u16 length, then that many UTF-8 bytes.
-    pub(crate) fn string(&mut self) -> Result<String, DecodeError> {
+    /// A string's bytes, not yet checked to be UTF-8: u16 length (at most
+    /// `STRING_BYTES_MAX`, the most an encoder writes), then that many bytes.
+    pub(crate) fn string_bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let len = self.u16()?;
         if u32::from(len) > STRING_BYTES_MAX {
             return Err(DecodeError::TooLarge {
@@ -56,7 +57,12 @@ impl<'a> Reader<'a> {
                 max: u64::from(STRING_BYTES_MAX),
             });
         }
-        let bytes = self.take(usize::from(len))?;
+        self.take(usize::from(len))
+    }
+
+    /// A string: u16 length, then that many UTF-8 bytes.
+    pub(crate) fn string(&mut self) -> Result<String, DecodeError> {
+        let bytes = self.string_bytes()?;
         String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::Invalid {
             what: self.what,
             reason: "string is not UTF-8",

@@ -16,7 +16,7 @@
 //! the receiver reports the error and closes the stream. A payload whose
 //! checksum fails was framed correctly, so the stream stays usable.
 
-use crate::checksum::{crc32c, crc32c_append, crc32c_combine};
+use crate::checksum::{self, crc32c, crc32c_append, crc32c_combine};
 use crate::codec::le_u32;
 use crate::error::DecodeError;
 use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
@@ -246,14 +246,7 @@ impl FrameHeader {
             });
         }
         let computed = self.split_checksum(head, tail_crc, tail_len);
-        if computed != self.checksum {
-            return Err(DecodeError::Checksum {
-                what: "frame",
-                stored: self.checksum,
-                computed,
-            });
-        }
-        Ok(())
+        checksum::expect_match("frame", self.checksum, computed)
     }
 }
 

@@ -27,6 +27,6 @@ pub use frame_decoder::{Frame, FrameDecoder};
 pub use key_hash::key_hash;
 pub use message::{
     AckMode, AdminRequest, BrokerPortRequest, ControlPortRequest, DataRequest, ErrorCode,
-    FetchChecks, FetchFrom, LayoutCommand, MembershipRequest, Response,
+    FetchChecks, FetchFrom, FetchRequest, LayoutCommand, MembershipRequest, Response,
 };
 pub use payload_ref::{PayloadId, PayloadRef};

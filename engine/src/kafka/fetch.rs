@@ -17,7 +17,7 @@ use kafka::api::fetch::{FetchPartitionData, FetchRequest, FetchResponse, FetchTo
 use kafka::error_code as k;
 use kafka::{encode_record_batch, Compression, Record, RecordBatchHeader, RecordHeaders};
 use wire::batch::BatchView;
-use wire::message::{FetchFrom, SegmentInfo};
+use wire::message::{FetchChecks, FetchFrom, SegmentInfo};
 
 use super::topics::{is_stale, kafka_error, kelp_name};
 use super::Gateway;
@@ -259,17 +259,18 @@ pub(crate) async fn read_segment<R>(
     max_wait_ms: u32,
     read: impl FnOnce(wire::message::Fetched<'_>) -> R,
 ) -> Result<R, ServeError> {
-    let answer = gateway
-        .shards
-        .fetch(
-            segment.shard,
-            kelp_name(topic),
-            segment.id,
-            from,
-            max_bytes,
-            max_wait_ms,
-        )
-        .await;
+    // Kafka's own fetch request is `FetchRequest` here.
+    let request = wire::FetchRequest {
+        topic: kelp_name(topic),
+        segment: segment.id,
+        from,
+        max_bytes,
+        max_wait_ms,
+        // The gateway reads what it is sent; batches were validated when
+        // they were appended.
+        checks: FetchChecks::Trust,
+    };
+    let answer = gateway.shards.fetch(segment.shard, request).await;
     match answer {
         Ok(f) => {
             let mut scratch = Vec::new();

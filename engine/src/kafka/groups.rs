@@ -95,24 +95,36 @@ impl Groups {
         (Token(token), rx)
     }
 
+    /// Calls the coordinator with the time now, then hands the answers it
+    /// released (to requests it parked earlier) to their connections.
+    fn call<T>(&self, call: impl FnOnce(&mut Coordinator, u64) -> T) -> T {
+        let now = self.now_ms();
+        let answer = call(&mut self.coordinator.borrow_mut(), now);
+        self.deliver_pending();
+        answer
+    }
+
     /// Runs a JoinGroup or SyncGroup, which the coordinator may park: `call`
     /// gets the time and the request's token and returns its answer if it
     /// has one now. Otherwise the answer is the one released for the token
-    /// later; `None` if the request is dropped unanswered.
-    async fn answer_or_park(
+    /// later, taken out by `released`; `None` if the request is dropped
+    /// unanswered.
+    async fn answer_or_park<R>(
         &self,
-        call: impl FnOnce(&mut Coordinator, u64, Token) -> Option<Released>,
-    ) -> Option<Released> {
+        call: impl FnOnce(&mut Coordinator, u64, Token) -> Option<R>,
+        released: impl FnOnce(Released) -> Option<R>,
+    ) -> Option<R> {
         let (token, rx) = self.park();
-        let now = self.now_ms();
-        let answered = call(&mut self.coordinator.borrow_mut(), now, token);
-        if answered.is_some() {
-            self.parked.borrow_mut().remove(&token.0);
-        }
-        self.deliver_pending();
+        let answered = self.call(|coordinator, now| {
+            let answer = call(coordinator, now, token);
+            if answer.is_some() {
+                self.parked.borrow_mut().remove(&token.0);
+            }
+            answer
+        });
         match answered {
-            Some(released) => Some(released),
-            None => rx.await.ok(),
+            Some(answer) => Some(answer),
+            None => rx.await.ok().and_then(released),
         }
     }
 
@@ -243,15 +255,18 @@ pub(crate) async fn join(
         // KIP-394: from v4 a first join is answered MEMBER_ID_REQUIRED.
         require_known_member_id: version >= 4,
     };
-    let released = groups
-        .answer_or_park(|coordinator, now, token| {
-            let response = coordinator.join(now, token, req)?;
-            Some(Released::Join { token, response })
-        })
+    let answer = groups
+        .answer_or_park(
+            |coordinator, now, token| coordinator.join(now, token, req),
+            |released| match released {
+                Released::Join { response, .. } => Some(response),
+                _ => None,
+            },
+        )
         .await;
-    match released {
-        Some(Released::Join { response, .. }) => join_response(response),
-        _ => join_error(kafka::error_code::UNKNOWN_SERVER_ERROR),
+    match answer {
+        Some(response) => join_response(response),
+        None => join_error(kafka::error_code::UNKNOWN_SERVER_ERROR),
     }
 }
 
@@ -283,15 +298,18 @@ pub(crate) async fn sync(gateway: &Gateway, request: SyncGroupRequest) -> SyncGr
             })
             .collect(),
     };
-    let released = groups
-        .answer_or_park(|coordinator, now, token| {
-            let response = coordinator.sync(now, token, req)?;
-            Some(Released::Sync { token, response })
-        })
+    let answer = groups
+        .answer_or_park(
+            |coordinator, now, token| coordinator.sync(now, token, req),
+            |released| match released {
+                Released::Sync { response, .. } => Some(response),
+                _ => None,
+            },
+        )
         .await;
-    match released {
-        Some(Released::Sync { response, .. }) => sync_response(response),
-        _ => SyncGroupResponse {
+    match answer {
+        Some(response) => sync_response(response),
+        None => SyncGroupResponse {
             throttle_time_ms: 0,
             error_code: kafka::error_code::UNKNOWN_SERVER_ERROR,
             protocol_type: None,
@@ -309,11 +327,7 @@ pub(crate) fn heartbeat(gateway: &Gateway, request: HeartbeatRequest) -> Heartbe
         member_id: request.member_id,
         group_instance_id: request.group_instance_id,
     };
-    let error = groups
-        .coordinator
-        .borrow_mut()
-        .heartbeat(groups.now_ms(), &req);
-    groups.deliver_pending();
+    let error = groups.call(|coordinator, now| coordinator.heartbeat(now, &req));
     HeartbeatResponse {
         throttle_time_ms: 0,
         error_code: error.0,
@@ -337,8 +351,7 @@ pub(crate) fn leave(
             })
             .collect(),
     };
-    let response = groups.coordinator.borrow_mut().leave(groups.now_ms(), req);
-    groups.deliver_pending();
+    let response = groups.call(|coordinator, now| coordinator.leave(now, req));
     // The codec writes v0-v2's single error from `error_code` and v3+'s
     // members list.
     LeaveGroupResponse {
@@ -397,11 +410,7 @@ pub(crate) async fn commit_offsets(
             .get(topic)
             .is_some_and(|n| usize::try_from(partition).is_ok_and(|p| p < *n))
     };
-    let mut response = groups
-        .coordinator
-        .borrow_mut()
-        .commit_offsets(groups.now_ms(), req, exists);
-    groups.deliver_pending();
+    let mut response = groups.call(|coordinator, now| coordinator.commit_offsets(now, req, exists));
     let any_committed = response.topics.iter().any(|t| {
         t.partitions
             .iter()

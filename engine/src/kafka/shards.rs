@@ -3,7 +3,7 @@
 //! channel. Nothing is encoded to cross the thread.
 
 use wire::message::FETCHED_FRAME_PREFIX_BYTES;
-use wire::{AckMode, ErrorCode, FetchFrom};
+use wire::{AckMode, ErrorCode, FetchRequest};
 
 use crate::inbox::{Produced, ShardRequest};
 use crate::segment::{FetchBody, FetchResult};
@@ -51,25 +51,14 @@ impl Shards {
         .await
     }
 
-    /// Read `segment` of `topic` on `shard`.
+    /// Read a segment on `shard` as `request` asks.
     pub(crate) async fn fetch(
         &self,
         shard: u16,
-        topic: String,
-        segment: u32,
-        from: FetchFrom,
-        max_bytes: u32,
-        max_wait_ms: u32,
+        request: FetchRequest,
     ) -> Result<FetchResult, ServeError> {
-        self.ask(shard, |reply| ShardRequest::Fetch {
-            topic,
-            segment,
-            from,
-            max_bytes,
-            max_wait_ms,
-            reply,
-        })
-        .await
+        self.ask(shard, |reply| ShardRequest::Fetch { request, reply })
+            .await
     }
 
     /// The request `make` builds around a reply channel, sent to `shard`,

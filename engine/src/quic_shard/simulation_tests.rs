@@ -579,23 +579,30 @@ fn an_unanswered_connection_stops_at_the_in_flight_bound() {
     assert!(sim.client.answers.is_empty());
 }
 
+/// An echo server's simulation under `conditions`, run until the client's
+/// `count` random frames (seeded by `seed`) are answered; the client keeps
+/// its side of the stream open (it never finishes it).
+fn echoed_and_open(seed: u64, count: u32, conditions: Conditions) -> Simulation {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let outgoing = frames(&mut rng, count, 1_000);
+    let mut sim = Simulation::new(seed, conditions, App::Echo, outgoing);
+    sim.client.finished = true;
+    sim.run_until(|sim| answers(&sim.client.answers).len() == count as usize);
+    sim
+}
+
 /// A client that vanishes (every datagram from then on lost, both ways) is
 /// dropped at the idle timeout: the connection is freed, its request
 /// handler ends, and nothing else is needed to get there but time.
 #[test]
 fn a_vanished_client_is_dropped_at_the_idle_timeout() {
     let seed = seed();
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let outgoing = frames(&mut rng, 4, 1_000);
     let conditions = Conditions {
         loss_per_mille: 0,
         latency: Duration::from_micros(200),
         jitter: Duration::from_micros(100),
     };
-    let mut sim = Simulation::new(seed, conditions, App::Echo, outgoing);
-    // Keep the client's side open: it never finishes.
-    sim.client.finished = true;
-    sim.run_until(|sim| answers(&sim.client.answers).len() == 4);
+    let mut sim = echoed_and_open(seed, 4, conditions);
     let vanished_at = sim.now;
     sim.network.cut = true;
     sim.run_until(|sim| sim.server.open() == 0);
@@ -614,16 +621,12 @@ fn a_vanished_client_is_dropped_at_the_idle_timeout() {
 #[test]
 fn the_goodbye_follows_owed_answers_and_refuses_later_frames() {
     let seed = seed();
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let early = frames(&mut rng, 3, 1_000);
     let conditions = Conditions {
         loss_per_mille: 20,
         latency: Duration::from_micros(300),
         jitter: Duration::from_millis(1),
     };
-    let mut sim = Simulation::new(seed, conditions, App::Echo, early);
-    sim.client.finished = true;
-    sim.run_until(|sim| answers(&sim.client.answers).len() == 3);
+    let mut sim = echoed_and_open(seed, 3, conditions);
     sim.server.say_goodbye(sim.now, Duration::from_secs(30));
     sim.run_until(|sim| answers(&sim.client.answers).len() == 4);
     let (goodbye_id, goodbye) = answers(&sim.client.answers).pop().unwrap();

@@ -374,6 +374,15 @@ mod tests {
         SegmentLog::new(SealState::Open, Vec::new(), 0, VecDeque::new(), 0)
     }
 
+    /// An open log whose records `0..next` are appended and sealed in one
+    /// buffer of 10 data bytes, not yet flushed.
+    fn one_sealed_buffer(next: u64) -> SegmentLog<Buffer> {
+        let mut log = empty();
+        log.handle_append(0, next);
+        log.handle_sealed(buffer(0, next, 10));
+        log
+    }
+
     /// Append, seal, flush: offsets move in order, the queue's bytes are
     /// held until the chunk is stored, and the chunk is found by offset.
     #[test]
@@ -405,10 +414,8 @@ mod tests {
     /// than the stored chunks is left in memory.
     #[test]
     fn the_flusher_takes_the_oldest_buffer_and_durable_waits_end_when_caught_up() {
-        let mut log = empty();
+        let mut log = one_sealed_buffer(2);
         let start = Instant::now();
-        log.handle_append(0, 2);
-        log.handle_sealed(buffer(0, 2, 10));
         log.handle_append(2, 4);
         log.handle_sealed(buffer(2, 4, 10));
         log.handle_append(4, 6);
@@ -449,9 +456,7 @@ mod tests {
     /// reason is the one kept.
     #[test]
     fn a_failed_segment_flushes_nothing_more() {
-        let mut log = empty();
-        log.handle_append(0, 1);
-        log.handle_sealed(buffer(0, 1, 10));
+        let mut log = one_sealed_buffer(1);
         assert!(log.claim_flusher());
         assert!(log.fail("first".into()));
         assert!(!log.fail("second".into()));
@@ -499,9 +504,7 @@ mod tests {
     /// is sealed for good once everything is stored.
     #[test]
     fn a_seal_refuses_writes_first_and_ends_when_everything_is_stored() {
-        let mut log = empty();
-        log.handle_append(0, 2);
-        log.handle_sealed(buffer(0, 2, 10));
+        let mut log = one_sealed_buffer(2);
         assert!(log.handle_refuse_writes());
         assert!(!log.handle_refuse_writes(), "once");
         assert_eq!(log.seal_state(), SealState::Sealing);
@@ -524,9 +527,7 @@ mod tests {
     #[test]
     #[should_panic]
     fn sealing_for_good_with_buffers_unstored_is_a_bug() {
-        let mut log = empty();
-        log.handle_append(0, 2);
-        log.handle_sealed(buffer(0, 2, 10));
+        let mut log = one_sealed_buffer(2);
         log.handle_refuse_writes();
         log.handle_sealed_for_good();
     }

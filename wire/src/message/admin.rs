@@ -5,11 +5,11 @@
 //! forwards the rest; the control port takes them too
 //! (`port::BrokerPortRequest`, `port::ControlPortRequest`).
 
-use crate::codec::Writer;
+use crate::codec::{Reader, Writer};
 use crate::error::DecodeError;
 use crate::frame::FrameType;
 
-use super::common::{read_whole, some_u32, ShardAddress, NONE_U32};
+use super::common::{some_u32, ShardAddress, NONE_U32};
 
 /// What an operator (or a client) asks about topics and the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub struct BrokerStatus {
     pub silent_ms: u64,
 }
 
-frame_types!(AdminRequest {
+frame_types!(AdminRequest as "request" {
     CreateTopic => CreateTopicRequest,
     DeleteTopic => DeleteTopicRequest,
     ListTopics => ListTopicsRequest,
@@ -129,42 +129,36 @@ impl AdminRequest {
         }
     }
 
-    /// Decode a request payload whose frame header and checksum were
-    /// verified; a frame type of another protocol is `Foreign`.
-    pub fn decode(frame_type: FrameType, payload: &[u8]) -> Result<AdminRequest, DecodeError> {
-        read_whole(payload, "request", |r| {
-            Ok(match frame_type {
-                FrameType::ListTopicsRequest => AdminRequest::ListTopics,
-                FrameType::ListBrokersRequest => AdminRequest::ListBrokers,
-                FrameType::CreateTopicRequest => AdminRequest::CreateTopic {
-                    topic: r.string()?,
-                    segments: r.u32()?,
-                },
-                FrameType::DeleteTopicRequest => AdminRequest::DeleteTopic { topic: r.string()? },
-                FrameType::DescribeTopicRequest => {
-                    AdminRequest::DescribeTopic { topic: r.string()? }
-                }
-                FrameType::SplitSegmentRequest => AdminRequest::SplitSegment {
-                    topic: r.string()?,
-                    segment: r.u32()?,
-                    pieces: r.u32()?,
-                },
-                FrameType::MergeSegmentsRequest => AdminRequest::MergeSegments {
-                    topic: r.string()?,
-                    a: r.u32()?,
-                    b: r.u32()?,
-                },
-                FrameType::MoveSegmentRequest => AdminRequest::MoveSegment {
-                    topic: r.string()?,
-                    segment: r.u32()?,
-                    to: some_u32(r.u32()?),
-                },
-                FrameType::SetPolicyRequest => AdminRequest::SetPolicy {
-                    topic: r.string()?,
-                    policy: r.string()?,
-                },
-                frame_type => return Err(DecodeError::Foreign { frame_type }),
-            })
+    fn read(frame_type: FrameType, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(match frame_type {
+            FrameType::ListTopicsRequest => AdminRequest::ListTopics,
+            FrameType::ListBrokersRequest => AdminRequest::ListBrokers,
+            FrameType::CreateTopicRequest => AdminRequest::CreateTopic {
+                topic: r.string()?,
+                segments: r.u32()?,
+            },
+            FrameType::DeleteTopicRequest => AdminRequest::DeleteTopic { topic: r.string()? },
+            FrameType::DescribeTopicRequest => AdminRequest::DescribeTopic { topic: r.string()? },
+            FrameType::SplitSegmentRequest => AdminRequest::SplitSegment {
+                topic: r.string()?,
+                segment: r.u32()?,
+                pieces: r.u32()?,
+            },
+            FrameType::MergeSegmentsRequest => AdminRequest::MergeSegments {
+                topic: r.string()?,
+                a: r.u32()?,
+                b: r.u32()?,
+            },
+            FrameType::MoveSegmentRequest => AdminRequest::MoveSegment {
+                topic: r.string()?,
+                segment: r.u32()?,
+                to: some_u32(r.u32()?),
+            },
+            FrameType::SetPolicyRequest => AdminRequest::SetPolicy {
+                topic: r.string()?,
+                policy: r.string()?,
+            },
+            frame_type => return Err(DecodeError::Foreign { frame_type }),
         })
     }
 }

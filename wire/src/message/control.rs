@@ -4,13 +4,12 @@
 //! commands a broker's port to apply a topic's layout or drop a topic
 //! ([`LayoutCommand`], `port::BrokerPortRequest`). Clients send neither.
 
-use crate::codec::Writer;
+use crate::codec::{Reader, Writer};
 use crate::error::DecodeError;
 use crate::frame::FrameType;
 
 use super::common::{
-    read_shard_addresses, read_whole, shard_addresses, some_u32, some_u64, ShardAddress, NONE_U32,
-    NONE_U64,
+    read_shard_addresses, shard_addresses, some_u32, some_u64, ShardAddress, NONE_U32, NONE_U64,
 };
 
 /// What a broker tells the control plane about itself.
@@ -75,7 +74,7 @@ pub struct SegmentLoadReport {
     pub lost_records: u64,
 }
 
-frame_types!(MembershipRequest {
+frame_types!(MembershipRequest as "request" {
     RegisterBroker => RegisterBrokerRequest,
     LoadReport => LoadReportRequest,
     LeaveBroker => LeaveBrokerRequest,
@@ -112,44 +111,38 @@ impl MembershipRequest {
         }
     }
 
-    /// Decode a request payload whose frame header and checksum were
-    /// verified; a frame type of another protocol is `Foreign`.
-    pub fn decode(frame_type: FrameType, payload: &[u8]) -> Result<MembershipRequest, DecodeError> {
-        read_whole(payload, "request", |r| {
-            Ok(match frame_type {
-                FrameType::RegisterBrokerRequest => MembershipRequest::RegisterBroker {
-                    id: some_u32(r.u32()?),
-                    shards: read_shard_addresses(r)?,
-                    capacity_bytes_per_s: r.u64()?,
-                    capacity_records_per_s: r.u64()?,
-                },
-                FrameType::LoadReportRequest => {
-                    let broker = r.u32()?;
-                    let n = r.count(2 + 4 + 8 * 5)?;
-                    let mut segments = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        segments.push(SegmentLoadReport {
-                            topic: r.string()?,
-                            segment: r.u32()?,
-                            bytes_per_s: r.u64()?,
-                            records_per_s: r.u64()?,
-                            next_offset: r.u64()?,
-                            first_append_ms: some_u64(r.u64()?),
-                            lost_records: r.u64()?,
-                        });
-                    }
-                    MembershipRequest::LoadReport { broker, segments }
+    fn read(frame_type: FrameType, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(match frame_type {
+            FrameType::RegisterBrokerRequest => MembershipRequest::RegisterBroker {
+                id: some_u32(r.u32()?),
+                shards: read_shard_addresses(r)?,
+                capacity_bytes_per_s: r.u64()?,
+                capacity_records_per_s: r.u64()?,
+            },
+            FrameType::LoadReportRequest => {
+                let broker = r.u32()?;
+                let n = r.count(2 + 4 + 8 * 5)?;
+                let mut segments = Vec::with_capacity(n);
+                for _ in 0..n {
+                    segments.push(SegmentLoadReport {
+                        topic: r.string()?,
+                        segment: r.u32()?,
+                        bytes_per_s: r.u64()?,
+                        records_per_s: r.u64()?,
+                        next_offset: r.u64()?,
+                        first_append_ms: some_u64(r.u64()?),
+                        lost_records: r.u64()?,
+                    });
                 }
-                FrameType::LeaveBrokerRequest => {
-                    MembershipRequest::LeaveBroker { broker: r.u32()? }
-                }
-                frame_type => return Err(DecodeError::Foreign { frame_type }),
-            })
+                MembershipRequest::LoadReport { broker, segments }
+            }
+            FrameType::LeaveBrokerRequest => MembershipRequest::LeaveBroker { broker: r.u32()? },
+            frame_type => return Err(DecodeError::Foreign { frame_type }),
         })
     }
 }
 
-frame_types!(LayoutCommand<'a> {
+frame_types!(LayoutCommand<'a> as "request" {
     ApplyLayout => ApplyLayoutRequest,
     DropTopic => DropTopicRequest,
 });
@@ -170,35 +163,28 @@ impl<'a> LayoutCommand<'a> {
         }
     }
 
-    /// Decode a command payload whose frame header and checksum were
-    /// verified; a frame type of another protocol is `Foreign`.
-    pub fn decode(
-        frame_type: FrameType,
-        payload: &'a [u8],
-    ) -> Result<LayoutCommand<'a>, DecodeError> {
-        read_whole(payload, "request", |r| {
-            Ok(match frame_type {
-                FrameType::ApplyLayoutRequest => LayoutCommand::ApplyLayout {
-                    topic_json: {
-                        // A byte length, bounded by the frame (`take`).
-                        let n = r.u32()? as usize;
-                        r.take(n)?
-                    },
-                    owners: {
-                        let n = r.count(8)?;
-                        let mut owners = Vec::with_capacity(n);
-                        for _ in 0..n {
-                            owners.push(BrokerShards {
-                                broker: r.u32()?,
-                                shards: read_shard_addresses(r)?,
-                            });
-                        }
-                        owners
-                    },
+    fn read(frame_type: FrameType, r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+        Ok(match frame_type {
+            FrameType::ApplyLayoutRequest => LayoutCommand::ApplyLayout {
+                topic_json: {
+                    // A byte length, bounded by the frame (`take`).
+                    let n = r.u32()? as usize;
+                    r.take(n)?
                 },
-                FrameType::DropTopicRequest => LayoutCommand::DropTopic { topic: r.string()? },
-                frame_type => return Err(DecodeError::Foreign { frame_type }),
-            })
+                owners: {
+                    let n = r.count(8)?;
+                    let mut owners = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        owners.push(BrokerShards {
+                            broker: r.u32()?,
+                            shards: read_shard_addresses(r)?,
+                        });
+                    }
+                    owners
+                },
+            },
+            FrameType::DropTopicRequest => LayoutCommand::DropTopic { topic: r.string()? },
+            frame_type => return Err(DecodeError::Foreign { frame_type }),
         })
     }
 }

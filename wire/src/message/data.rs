@@ -9,10 +9,9 @@
 use crate::codec::{Reader, Writer};
 use crate::error::DecodeError;
 use crate::frame::{FrameHeader, FrameType, FRAME_HEADER_BYTES};
-use crate::limits::STRING_BYTES_MAX;
 use crate::payload_ref::{PayloadId, PayloadRef, PAYLOAD_REF_BYTES};
 
-use super::common::{read_whole, seal_frame};
+use super::common::seal_frame;
 
 /// When the broker acknowledges a produce request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -85,6 +84,21 @@ impl FetchChecks {
     }
 }
 
+/// What a fetch asks of a broker: batches of `segment` of `topic` from
+/// `from`, what a broker's shard is handed to read, whoever asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRequest {
+    pub topic: String,
+    pub segment: u32,
+    pub from: FetchFrom,
+    /// Soft limit: at least one whole batch is returned if there is one.
+    pub max_bytes: u32,
+    /// How long to wait for data when there is none yet.
+    pub max_wait_ms: u32,
+    /// Whether the broker verifies the batches it sends.
+    pub checks: FetchChecks,
+}
+
 /// What a client asks a broker about its data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataRequest<'a> {
@@ -140,7 +154,7 @@ pub enum DataRequest<'a> {
 /// Bytes of a produce request's payload before its topic name and batch.
 pub const PRODUCE_PREFIX_BYTES: usize = 4 + 1 + 2;
 
-frame_types!(DataRequest<'a> {
+frame_types!(DataRequest<'a> as "request" {
     Shards => ShardsRequest,
     HeldLayout => HeldLayoutRequest,
     Produce => ProduceRequest,
@@ -217,95 +231,79 @@ impl<'a> DataRequest<'a> {
         }
     }
 
-    /// Decode a request payload whose frame header and checksum were
-    /// verified; a frame type of another protocol is `Foreign`.
-    pub fn decode(
-        frame_type: FrameType,
-        payload: &'a [u8],
-    ) -> Result<DataRequest<'a>, DecodeError> {
-        read_whole(payload, "request", |r| {
-            Ok(match frame_type {
-                FrameType::ShardsRequest => DataRequest::Shards,
-                FrameType::HeldLayoutRequest => DataRequest::HeldLayout { topic: r.string()? },
-                FrameType::ProduceRequest => {
-                    let segment = r.u32()?;
-                    let ack = AckMode::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
+    fn read(frame_type: FrameType, r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+        Ok(match frame_type {
+            FrameType::ShardsRequest => DataRequest::Shards,
+            FrameType::HeldLayoutRequest => DataRequest::HeldLayout { topic: r.string()? },
+            FrameType::ProduceRequest => {
+                let segment = r.u32()?;
+                let ack = AckMode::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
+                    what: "produce request",
+                    reason: "unknown ack mode",
+                })?;
+                // Borrowed, not copied, with the same bound as every
+                // other string field.
+                let topic =
+                    std::str::from_utf8(r.string_bytes()?).map_err(|_| DecodeError::Invalid {
                         what: "produce request",
-                        reason: "unknown ack mode",
+                        reason: "topic is not UTF-8",
                     })?;
-                    let len = r.u16()?;
-                    // The same bound as every other string field: the encoder
-                    // never writes more, so the decoder accepts no more.
-                    if u32::from(len) > STRING_BYTES_MAX {
-                        return Err(DecodeError::TooLarge {
-                            what: "string",
-                            len: u64::from(len),
-                            max: u64::from(STRING_BYTES_MAX),
-                        });
-                    }
-                    let len = usize::from(len);
-                    let topic =
-                        std::str::from_utf8(r.take(len)?).map_err(|_| DecodeError::Invalid {
-                            what: "produce request",
-                            reason: "topic is not UTF-8",
-                        })?;
-                    DataRequest::Produce {
-                        topic,
-                        segment,
-                        ack,
-                        batch: r.rest(),
-                    }
+                DataRequest::Produce {
+                    topic,
+                    segment,
+                    ack,
+                    batch: r.rest(),
                 }
-                FrameType::FetchRequest => {
-                    let topic = r.string()?;
-                    let segment = r.u32()?;
-                    let kind = r.u8()?;
-                    let value = r.u64()?;
-                    let from = match kind {
-                        0 => FetchFrom::Offset(value),
-                        1 => FetchFrom::Timestamp(value as i64),
-                        2 => FetchFrom::Earliest,
-                        3 => FetchFrom::Latest,
-                        _ => {
-                            return Err(DecodeError::Invalid {
-                                what: "fetch request",
-                                reason: "unknown start kind",
-                            })
-                        }
-                    };
-                    let max_bytes = r.u32()?;
-                    let max_wait_ms = r.u32()?;
-                    let checks = FetchChecks::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
-                        what: "fetch request",
-                        reason: "unknown checks value",
-                    })?;
-                    DataRequest::Fetch {
-                        topic,
-                        segment,
-                        from,
-                        max_bytes,
-                        max_wait_ms,
-                        checks,
+            }
+            FrameType::FetchRequest => {
+                let topic = r.string()?;
+                let segment = r.u32()?;
+                let kind = r.u8()?;
+                let value = r.u64()?;
+                let from = match kind {
+                    0 => FetchFrom::Offset(value),
+                    1 => FetchFrom::Timestamp(value as i64),
+                    2 => FetchFrom::Earliest,
+                    3 => FetchFrom::Latest,
+                    _ => {
+                        return Err(DecodeError::Invalid {
+                            what: "fetch request",
+                            reason: "unknown start kind",
+                        })
                     }
+                };
+                let max_bytes = r.u32()?;
+                let max_wait_ms = r.u32()?;
+                let checks = FetchChecks::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
+                    what: "fetch request",
+                    reason: "unknown checks value",
+                })?;
+                DataRequest::Fetch {
+                    topic,
+                    segment,
+                    from,
+                    max_bytes,
+                    max_wait_ms,
+                    checks,
                 }
-                FrameType::PayloadWriteRequest => DataRequest::PayloadWrite {
-                    topic: r.string()?,
-                    id: read_payload_id(r)?,
-                    offset: r.u64()?,
-                    bytes: r.rest(),
-                },
-                FrameType::PayloadCommitRequest => DataRequest::PayloadCommit {
-                    topic: r.string()?,
-                    reference: PayloadRef::decode(r.take(PAYLOAD_REF_BYTES)?)?,
-                },
-                FrameType::PayloadReadRequest => DataRequest::PayloadRead {
-                    topic: r.string()?,
-                    id: read_payload_id(r)?,
-                    offset: r.u64()?,
-                    max_bytes: r.u32()?,
-                },
-                frame_type => return Err(DecodeError::Foreign { frame_type }),
-            })
+            }
+            FrameType::PayloadWriteRequest => DataRequest::PayloadWrite {
+                topic: r.string()?,
+                id: read_payload_id(r)?,
+                offset: r.u64()?,
+                bytes: r.rest(),
+            },
+            FrameType::PayloadCommitRequest => DataRequest::PayloadCommit {
+                topic: r.string()?,
+                reference: PayloadRef::decode(r.take(PAYLOAD_REF_BYTES)?)?,
+            },
+            FrameType::PayloadReadRequest => DataRequest::PayloadRead {
+                topic: r.string()?,
+                id: read_payload_id(r)?,
+                offset: r.u64()?,
+                max_bytes: r.u32()?,
+            },
+            frame_type => return Err(DecodeError::Foreign { frame_type }),
         })
     }
 }
@@ -438,6 +436,7 @@ fn read_payload_id(r: &mut Reader<'_>) -> Result<PayloadId, DecodeError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::limits::STRING_BYTES_MAX;
     use crate::message::testing::{decode_frame, good_batch, produce_frame};
     use crate::message::Response;
 

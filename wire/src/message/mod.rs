@@ -20,11 +20,12 @@
 //! ([`FrameType`](crate::FrameType)): the split is in the types, not on the wire.
 
 /// The frame-type table of one message enum, written once: each variant
-/// and the frame type it travels as. Gives the enum `FRAME_TYPES`, `owns`,
-/// `frame_type` and `encode` (the frame around the payload the enum's own
-/// `write` puts down).
+/// and the frame type it travels as, and what a decoding error calls its
+/// payload. Gives the enum `FRAME_TYPES`, `owns`, `frame_type`, `encode`
+/// (the frame around the payload the enum's own `write` puts down) and
+/// `decode` (the payload read whole by the enum's own `read`).
 macro_rules! frame_types {
-    ($enum:ident $(<$lt:lifetime>)? { $($variant:ident => $frame_type:ident),+ $(,)? }) => {
+    ($enum:ident $(<$lt:lifetime>)? as $what:literal { $($variant:ident => $frame_type:ident),+ $(,)? }) => {
         impl$(<$lt>)? $enum$(<$lt>)? {
             /// The frame types of these messages.
             pub const FRAME_TYPES: &'static [FrameType] = &[$(FrameType::$frame_type),+];
@@ -43,6 +44,16 @@ macro_rules! frame_types {
             /// Append the whole frame (header and payload) to `out`.
             pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
                 super::common::write_frame(out, self.frame_type(), request_id, |w| self.write(w));
+            }
+
+            /// Decode a payload whose frame header and checksum were
+            /// verified. A frame type not in [`Self::FRAME_TYPES`] is an
+            /// error: `Foreign` where it is a request of another protocol.
+            pub fn decode(
+                frame_type: FrameType,
+                payload: &$($lt)? [u8],
+            ) -> Result<Self, crate::error::DecodeError> {
+                super::common::read_whole(payload, $what, |r| Self::read(frame_type, r))
             }
         }
     };
@@ -63,7 +74,7 @@ pub use common::{
 };
 pub use control::{BrokerShards, LayoutCommand, MembershipRequest, SegmentLoadReport};
 pub use data::{
-    produce_frame_head, AckMode, DataRequest, FetchChecks, FetchFrom, Fetched,
+    produce_frame_head, AckMode, DataRequest, FetchChecks, FetchFrom, FetchRequest, Fetched,
     FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES, PRODUCE_PREFIX_BYTES,
 };
 pub use port::{BrokerPortRequest, ControlPortRequest, VerifiedRequest};

@@ -3,14 +3,14 @@
 //! requests of all three protocols), under the request's id.
 
 use crate::batch::BatchView;
-use crate::codec::Writer;
+use crate::codec::{Reader, Writer};
 use crate::error::DecodeError;
 use crate::frame::{FrameHeader, FrameType};
 
 use super::admin::BrokerStatus;
 use super::common::{
-    read_segment, read_shard_addresses, read_whole, shard_addresses, write_segment, ErrorCode,
-    ShardAddress, Successors, TopicInfo, SEGMENT_INFO_BYTES_MIN,
+    read_segment, read_shard_addresses, shard_addresses, write_segment, ErrorCode, ShardAddress,
+    Successors, TopicInfo, SEGMENT_INFO_BYTES_MIN,
 };
 use super::data::Fetched;
 
@@ -127,7 +127,7 @@ fn verify_batches<'a>(
     )
 }
 
-frame_types!(Response<'a> {
+frame_types!(Response<'a> as "response" {
     Shards => ShardsResponse,
     Topic => TopicResponse,
     Done => DoneResponse,
@@ -253,100 +253,96 @@ impl<'a> Response<'a> {
         Ok(VerifiedResponse { response, batches })
     }
 
-    /// Decode a response payload whose frame header and checksum were
-    /// verified.
-    pub fn decode(frame_type: FrameType, payload: &'a [u8]) -> Result<Response<'a>, DecodeError> {
-        read_whole(payload, "response", |r| {
-            Ok(match frame_type {
-                FrameType::ShardsResponse => Response::Shards {
-                    shards: read_shard_addresses(r)?,
-                },
-                FrameType::BrokersResponse => {
-                    let n = r.count(4 + 4 + 8 * 4 + 4 + 4 + 8)?;
-                    let mut brokers = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        brokers.push(BrokerStatus {
-                            id: r.u32()?,
-                            shards: read_shard_addresses(r)?,
-                            capacity_bytes_per_s: r.u64()?,
-                            capacity_records_per_s: r.u64()?,
-                            bytes_per_s: r.u64()?,
-                            records_per_s: r.u64()?,
-                            utilization_permille: r.u32()?,
-                            open_segments: r.u32()?,
-                            silent_ms: r.u64()?,
-                        });
-                    }
-                    Response::Brokers { brokers }
+    fn read(frame_type: FrameType, r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+        Ok(match frame_type {
+            FrameType::ShardsResponse => Response::Shards {
+                shards: read_shard_addresses(r)?,
+            },
+            FrameType::BrokersResponse => {
+                let n = r.count(4 + 4 + 8 * 4 + 4 + 4 + 8)?;
+                let mut brokers = Vec::with_capacity(n);
+                for _ in 0..n {
+                    brokers.push(BrokerStatus {
+                        id: r.u32()?,
+                        shards: read_shard_addresses(r)?,
+                        capacity_bytes_per_s: r.u64()?,
+                        capacity_records_per_s: r.u64()?,
+                        bytes_per_s: r.u64()?,
+                        records_per_s: r.u64()?,
+                        utilization_permille: r.u32()?,
+                        open_segments: r.u32()?,
+                        silent_ms: r.u64()?,
+                    });
                 }
-                FrameType::RegisteredResponse => Response::Registered {
-                    id: r.u32()?,
-                    filer: r.string()?,
-                },
-                FrameType::TopicResponse => {
-                    let name = r.string()?;
+                Response::Brokers { brokers }
+            }
+            FrameType::RegisteredResponse => Response::Registered {
+                id: r.u32()?,
+                filer: r.string()?,
+            },
+            FrameType::TopicResponse => {
+                let name = r.string()?;
+                let n = r.count(SEGMENT_INFO_BYTES_MIN)?;
+                let mut segments = Vec::with_capacity(n);
+                for _ in 0..n {
+                    segments.push(read_segment(r, "topic response")?);
+                }
+                Response::Topic(TopicInfo { name, segments })
+            }
+            FrameType::DoneResponse => Response::Done,
+            FrameType::TopicListResponse => {
+                let n = r.count(2)?;
+                let mut topics = Vec::with_capacity(n);
+                for _ in 0..n {
+                    topics.push(r.string()?);
+                }
+                Response::TopicList { topics }
+            }
+            FrameType::ProduceResponse => Response::Produced {
+                segment: r.u32()?,
+                base_offset: r.u64()?,
+                record_count: r.u32()?,
+            },
+            FrameType::FetchResponse => Response::Fetched(Fetched {
+                segment: r.u32()?,
+                start_offset: r.u64()?,
+                next_offset: r.u64()?,
+                high_watermark: r.u64()?,
+                sealed: r.u8()? != 0,
+                batches: r.rest(),
+            }),
+            FrameType::PayloadReadResponse => Response::PayloadBytes {
+                length: r.u64()?,
+                offset: r.u64()?,
+                bytes: r.rest(),
+            },
+            FrameType::ErrorResponse => {
+                let code = ErrorCode::from_u16(r.u16()?);
+                let message = r.string()?;
+                if code == ErrorCode::SegmentSealed && !r.is_empty() {
+                    let layout_version = r.u32()?;
                     let n = r.count(SEGMENT_INFO_BYTES_MIN)?;
                     let mut segments = Vec::with_capacity(n);
                     for _ in 0..n {
-                        segments.push(read_segment(r, "topic response")?);
+                        segments.push(read_segment(r, "sealed refusal")?);
                     }
-                    Response::Topic(TopicInfo { name, segments })
-                }
-                FrameType::DoneResponse => Response::Done,
-                FrameType::TopicListResponse => {
-                    let n = r.count(2)?;
-                    let mut topics = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        topics.push(r.string()?);
+                    Response::Sealed {
+                        message,
+                        successors: Successors {
+                            layout_version,
+                            segments,
+                        },
                     }
-                    Response::TopicList { topics }
+                } else {
+                    Response::Error { code, message }
                 }
-                FrameType::ProduceResponse => Response::Produced {
-                    segment: r.u32()?,
-                    base_offset: r.u64()?,
-                    record_count: r.u32()?,
-                },
-                FrameType::FetchResponse => Response::Fetched(Fetched {
-                    segment: r.u32()?,
-                    start_offset: r.u64()?,
-                    next_offset: r.u64()?,
-                    high_watermark: r.u64()?,
-                    sealed: r.u8()? != 0,
-                    batches: r.rest(),
-                }),
-                FrameType::PayloadReadResponse => Response::PayloadBytes {
-                    length: r.u64()?,
-                    offset: r.u64()?,
-                    bytes: r.rest(),
-                },
-                FrameType::ErrorResponse => {
-                    let code = ErrorCode::from_u16(r.u16()?);
-                    let message = r.string()?;
-                    if code == ErrorCode::SegmentSealed && !r.is_empty() {
-                        let layout_version = r.u32()?;
-                        let n = r.count(SEGMENT_INFO_BYTES_MIN)?;
-                        let mut segments = Vec::with_capacity(n);
-                        for _ in 0..n {
-                            segments.push(read_segment(r, "sealed refusal")?);
-                        }
-                        Response::Sealed {
-                            message,
-                            successors: Successors {
-                                layout_version,
-                                segments,
-                            },
-                        }
-                    } else {
-                        Response::Error { code, message }
-                    }
-                }
-                _ => {
-                    return Err(DecodeError::Invalid {
-                        what: "response",
-                        reason: "frame type is not a response",
-                    })
-                }
-            })
+            }
+            _ => {
+                return Err(DecodeError::Invalid {
+                    what: "response",
+                    reason: "frame type is not a response",
+                })
+            }
         })
     }
 }
