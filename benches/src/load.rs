@@ -424,14 +424,14 @@ async fn send_fetch(
     frame: &mut Vec<u8>,
 ) -> Result<()> {
     frame.clear();
-    DataRequest::Fetch {
+    DataRequest::Fetch(wire::FetchRequest {
         topic: plan.topic.clone(),
         segment: plan.segment,
         from: FetchFrom::Offset(from),
         max_bytes: plan.fetch_bytes_max,
         max_wait_ms: FETCH_WAIT_MS,
         checks: wire::FetchChecks::Trust,
-    }
+    })
     .encode(id, frame);
     write.write_all(frame).await?;
     Ok(())

@@ -444,14 +444,14 @@ impl SegmentFetch {
         // to verify (and, with `skip_corrupt`, to skip) for one fetch.
         let mut checks = FetchChecks::Trust;
         loop {
-            let request = BrokerPortRequest::Data(DataRequest::Fetch {
+            let request = BrokerPortRequest::Data(DataRequest::Fetch(wire::FetchRequest {
                 topic: self.topic.clone(),
                 segment: self.segment.id,
                 from,
                 max_bytes: self.options.max_bytes,
                 max_wait_ms: self.options.max_wait_ms,
                 checks,
-            });
+            }));
             let answer = match self.client.connection_to(self.target).await {
                 Ok(conn) => conn.call(&request, "fetching records", timeout).await,
                 Err(e) => Err(e),

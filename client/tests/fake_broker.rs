@@ -312,7 +312,9 @@ fn answer(
             ErrorCode::PayloadNotFound,
             "this fake broker stores no payloads",
         ),
-        BrokerPortRequest::Data(DataRequest::Fetch { segment, from, .. }) => {
+        BrokerPortRequest::Data(DataRequest::Fetch(wire::FetchRequest {
+            segment, from, ..
+        })) => {
             if let Some(refused) = refusal(&mut st, *segment, shard, false) {
                 return (Some(refused), None);
             }

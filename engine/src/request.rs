@@ -192,22 +192,8 @@ async fn handle_data(
             Some(batch) => produce(shard, id, topic, segment, ack, &batch, origin).await,
             None => Reply::Now(error_frame(id, &ServeError::internal())),
         },
-        DataRequest::Fetch {
-            topic,
-            segment,
-            from,
-            max_bytes,
-            max_wait_ms,
-            checks,
-        } => {
-            let request = FetchRequest {
-                topic,
-                segment,
-                from,
-                max_bytes,
-                max_wait_ms,
-                checks,
-            };
+        DataRequest::Fetch(request) => {
+            let segment = request.segment;
             let read = match start_fetch(shard, request) {
                 Ok(read) => read,
                 Err(e) => return Reply::Now(error_frame(id, &e)),

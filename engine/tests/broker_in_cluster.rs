@@ -125,14 +125,14 @@ impl Conn {
         let mut values = Vec::new();
         let mut from = FetchFrom::Earliest;
         loop {
-            let response = self.call(DataRequest::Fetch {
+            let response = self.call(DataRequest::Fetch(wire::FetchRequest {
                 topic: TOPIC.into(),
                 segment,
                 from,
                 max_bytes: 1 << 16,
                 max_wait_ms: 0,
                 checks: wire::FetchChecks::Trust,
-            });
+            }));
             let Fetched {
                 start_offset,
                 next_offset,

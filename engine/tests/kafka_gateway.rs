@@ -863,14 +863,14 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
     };
     let segment = info.segments[0].clone();
     let mut n = TestConn::open(port + segment.shard);
-    let frame = n.call(wire::DataRequest::Fetch {
+    let frame = n.call(wire::DataRequest::Fetch(wire::FetchRequest {
         topic: "kafka/both".into(),
         segment: segment.id,
         from: FetchFrom::Earliest,
         max_bytes: 1 << 20,
         max_wait_ms: 0,
         checks: wire::FetchChecks::Trust,
-    });
+    }));
     let Response::Fetched(Fetched { batches, .. }) =
         Response::decode(frame.0.frame_type, &frame.1).unwrap()
     else {

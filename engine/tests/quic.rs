@@ -134,14 +134,14 @@ async fn fetch_all(c: &mut Conn, topic: &str) -> Vec<(u64, Vec<u8>)> {
     let mut from = Some(FetchFrom::Earliest);
     while let Some(at) = from {
         let frame = c
-            .call(DataRequest::Fetch {
+            .call(DataRequest::Fetch(wire::FetchRequest {
                 topic: topic.into(),
                 segment: 0,
                 from: at,
                 max_bytes: 1 << 20,
                 max_wait_ms: 0,
                 checks: wire::FetchChecks::Trust,
-            })
+            }))
             .await;
         let (records, next) = test_support::fetched_records(&frame);
         out.extend(

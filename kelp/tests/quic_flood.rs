@@ -82,14 +82,14 @@ async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -
         "{answer:?}"
     );
     let fetched = c
-        .call(DataRequest::Fetch {
+        .call(DataRequest::Fetch(wire::FetchRequest {
             topic: topic.into(),
             segment: 0,
             from: FetchFrom::Earliest,
             max_bytes: 1 << 20,
             max_wait_ms: 0,
             checks: wire::FetchChecks::Trust,
-        })
+        }))
         .await;
     let Response::Fetched(Fetched { batches, .. }) = test_support::decode(&fetched) else {
         panic!("not a fetch answer: {:?}", test_support::decode(&fetched));

@@ -278,14 +278,14 @@ impl TestConn {
         max_bytes: u32,
         max_wait_ms: u32,
     ) -> Frame {
-        self.call(DataRequest::Fetch {
+        self.call(DataRequest::Fetch(wire::FetchRequest {
             topic: topic.into(),
             segment,
             from,
             max_bytes,
             max_wait_ms,
             checks: FetchChecks::Trust,
-        })
+        }))
     }
 
     /// Produce `batch` to segment 0 of `topic` and read the answer.

@@ -99,6 +99,54 @@ pub struct FetchRequest {
     pub checks: FetchChecks,
 }
 
+impl FetchRequest {
+    fn write(&self, w: &mut Writer<'_>) {
+        w.string(&self.topic);
+        w.u32(self.segment);
+        let (kind, value) = match self.from {
+            FetchFrom::Offset(o) => (0u8, o),
+            FetchFrom::Timestamp(t) => (1, t as u64),
+            FetchFrom::Earliest => (2, 0),
+            FetchFrom::Latest => (3, 0),
+        };
+        w.u8(kind);
+        w.u64(value);
+        w.u32(self.max_bytes);
+        w.u32(self.max_wait_ms);
+        w.u8(self.checks.to_u8());
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<FetchRequest, DecodeError> {
+        let topic = r.string()?;
+        let segment = r.u32()?;
+        let kind = r.u8()?;
+        let value = r.u64()?;
+        let from = match kind {
+            0 => FetchFrom::Offset(value),
+            1 => FetchFrom::Timestamp(value as i64),
+            2 => FetchFrom::Earliest,
+            3 => FetchFrom::Latest,
+            _ => {
+                return Err(DecodeError::Invalid {
+                    what: "fetch request",
+                    reason: "unknown start kind",
+                })
+            }
+        };
+        Ok(FetchRequest {
+            topic,
+            segment,
+            from,
+            max_bytes: r.u32()?,
+            max_wait_ms: r.u32()?,
+            checks: FetchChecks::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
+                what: "fetch request",
+                reason: "unknown checks value",
+            })?,
+        })
+    }
+}
+
 /// What a client asks a broker about its data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataRequest<'a> {
@@ -117,17 +165,7 @@ pub enum DataRequest<'a> {
         batch: &'a [u8],
     },
     /// Read batches of a segment.
-    Fetch {
-        topic: String,
-        segment: u32,
-        from: FetchFrom,
-        /// Soft limit: at least one whole batch is returned if there is one.
-        max_bytes: u32,
-        /// How long to wait for data when there is none yet.
-        max_wait_ms: u32,
-        /// Whether the broker verifies the batches it sends.
-        checks: FetchChecks,
-    },
+    Fetch(FetchRequest),
     /// Write bytes of a payload being uploaded through the broker, at
     /// `offset`: pieces go in order, the first at 0.
     PayloadWrite {
@@ -180,28 +218,7 @@ impl<'a> DataRequest<'a> {
                 w.string(topic);
                 w.bytes(batch);
             }
-            DataRequest::Fetch {
-                topic,
-                segment,
-                from,
-                max_bytes,
-                max_wait_ms,
-                checks,
-            } => {
-                w.string(topic);
-                w.u32(*segment);
-                let (kind, value) = match from {
-                    FetchFrom::Offset(o) => (0u8, *o),
-                    FetchFrom::Timestamp(t) => (1, *t as u64),
-                    FetchFrom::Earliest => (2, 0),
-                    FetchFrom::Latest => (3, 0),
-                };
-                w.u8(kind);
-                w.u64(value);
-                w.u32(*max_bytes);
-                w.u32(*max_wait_ms);
-                w.u8(checks.to_u8());
-            }
+            DataRequest::Fetch(fetch) => fetch.write(w),
             DataRequest::PayloadWrite {
                 topic,
                 id,
@@ -255,38 +272,7 @@ impl<'a> DataRequest<'a> {
                     batch: r.rest(),
                 }
             }
-            FrameType::FetchRequest => {
-                let topic = r.string()?;
-                let segment = r.u32()?;
-                let kind = r.u8()?;
-                let value = r.u64()?;
-                let from = match kind {
-                    0 => FetchFrom::Offset(value),
-                    1 => FetchFrom::Timestamp(value as i64),
-                    2 => FetchFrom::Earliest,
-                    3 => FetchFrom::Latest,
-                    _ => {
-                        return Err(DecodeError::Invalid {
-                            what: "fetch request",
-                            reason: "unknown start kind",
-                        })
-                    }
-                };
-                let max_bytes = r.u32()?;
-                let max_wait_ms = r.u32()?;
-                let checks = FetchChecks::from_u8(r.u8()?).ok_or(DecodeError::Invalid {
-                    what: "fetch request",
-                    reason: "unknown checks value",
-                })?;
-                DataRequest::Fetch {
-                    topic,
-                    segment,
-                    from,
-                    max_bytes,
-                    max_wait_ms,
-                    checks,
-                }
-            }
+            FrameType::FetchRequest => DataRequest::Fetch(FetchRequest::read(r)?),
             FrameType::PayloadWriteRequest => DataRequest::PayloadWrite {
                 topic: r.string()?,
                 id: read_payload_id(r)?,
@@ -540,14 +526,14 @@ mod tests {
     #[test]
     fn golden_fetch_request_frame() {
         let mut out = Vec::new();
-        DataRequest::Fetch {
+        DataRequest::Fetch(FetchRequest {
             topic: "ns/t".into(),
             segment: 1,
             from: FetchFrom::Offset(42),
             max_bytes: 1 << 20,
             max_wait_ms: 500,
             checks: FetchChecks::Trust,
-        }
+        })
         .encode(7, &mut out);
         let expected: &[u8] = &[
             0x4b, 0x4c, 0x01, 0x11, 0x1c, 0x00, 0x00, 0x00, // "KL", v1, Fetch, 28 bytes

@@ -7,8 +7,8 @@ use crate::payload_ref::{PayloadId, PayloadRef};
 
 use super::{
     AckMode, AdminRequest, BrokerShards, BrokerStatus, DataRequest, ErrorCode, FetchChecks,
-    FetchFrom, Fetched, LayoutCommand, MembershipRequest, Response, SegmentInfo, SegmentLoadReport,
-    ShardAddress, Successors, TopicInfo,
+    FetchFrom, FetchRequest, Fetched, LayoutCommand, MembershipRequest, Response, SegmentInfo,
+    SegmentLoadReport, ShardAddress, Successors, TopicInfo,
 };
 
 /// Data requests, client to broker.
@@ -24,22 +24,22 @@ pub fn data_requests() -> Vec<DataRequest<'static>> {
             ack: AckMode::Durable,
             batch: b"batch",
         },
-        DataRequest::Fetch {
+        DataRequest::Fetch(FetchRequest {
             topic: "ns/t".into(),
             segment: 1,
             from: FetchFrom::Timestamp(-5),
             max_bytes: 1 << 20,
             max_wait_ms: 500,
             checks: FetchChecks::Trust,
-        },
-        DataRequest::Fetch {
+        }),
+        DataRequest::Fetch(FetchRequest {
             topic: "a/b".into(),
             segment: 2,
             from: FetchFrom::Latest,
             max_bytes: 1,
             max_wait_ms: 0,
             checks: FetchChecks::Trust,
-        },
+        }),
         DataRequest::PayloadWrite {
             topic: "ns/t".into(),
             id: PayloadId {
