@@ -29,8 +29,7 @@ use kafka::api::sync_group::{SyncGroupAssignment, SyncGroupRequest};
 use kafka::error_code as k;
 use kafka::{
     decode_response, encode_record_batch, ApiKey, Compression, Record, RecordBatchHeader,
-    RecordBatches, RecordHeader, RecordHeaders, Request, RequestBody, RequestHeader, ResponseBody,
-    Uuid,
+    RecordBatches, RecordHeader, RecordHeaders, Request, RequestBody, ResponseBody, Uuid,
 };
 use kelp_engine::{Broker, BrokerConfig};
 use support::port;
@@ -92,15 +91,7 @@ impl Kafka {
     fn send(&mut self, body: RequestBody<'_>, version: i16) -> i32 {
         let id = self.next_id;
         self.next_id += 1;
-        let request = Request {
-            header: RequestHeader {
-                api_key: body.api_key().code(),
-                api_version: version,
-                correlation_id: id,
-                client_id: Some(self.client_id.clone()),
-            },
-            body,
-        };
+        let request = Request::new(body, version, id, Some(self.client_id.clone()));
         let mut out = Vec::new();
         request.encode_frame(&mut out).unwrap();
         self.stream.write_all(&out).unwrap();
