@@ -143,27 +143,32 @@ impl Compression {
     ) -> Result<(), DecodeError> {
         out.clear();
         let fail = |e| self.decompress_error(e);
-        let stream: Box<dyn Read + '_> = match self {
+        match self {
             Compression::None => {
                 if input.len() > max_bytes {
                     return Err(DecodeError::DecompressedTooLarge { max_bytes });
                 }
                 out.extend_from_slice(input);
-                return Ok(());
+                Ok(())
             }
             Compression::Snappy if input.starts_with(&XERIAL_MAGIC) => {
-                return decompress_xerial(input, out, max_bytes);
+                decompress_xerial(input, out, max_bytes)
             }
-            Compression::Snappy => return decompress_raw_snappy(input, out, max_bytes),
-            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
-            Compression::Lz4 => Box::new(lz4_flex::frame::FrameDecoder::new(input)),
+            Compression::Snappy => decompress_raw_snappy(input, out, max_bytes),
+            Compression::Gzip => {
+                let stream = flate2::read::MultiGzDecoder::new(input);
+                read_bounded(self, stream, out, max_bytes)
+            }
+            Compression::Lz4 => {
+                let stream = lz4_flex::frame::FrameDecoder::new(input);
+                read_bounded(self, stream, out, max_bytes)
+            }
             Compression::Zstd => {
-                let mut dec = zstd::stream::read::Decoder::with_buffer(input).map_err(fail)?;
-                dec.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(fail)?;
-                Box::new(dec)
+                let mut stream = zstd::stream::read::Decoder::with_buffer(input).map_err(fail)?;
+                stream.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(fail)?;
+                read_bounded(self, stream, out, max_bytes)
             }
-        };
-        read_bounded(self, stream, out, max_bytes)
+        }
     }
 }
 
