@@ -258,10 +258,7 @@ pub(crate) async fn join(
     let answer = groups
         .answer_or_park(
             |coordinator, now, token| coordinator.join(now, token, req),
-            |released| match released {
-                Released::Join { response, .. } => Some(response),
-                _ => None,
-            },
+            Released::into_join,
         )
         .await;
     match answer {
@@ -301,10 +298,7 @@ pub(crate) async fn sync(gateway: &Gateway, request: SyncGroupRequest) -> SyncGr
     let answer = groups
         .answer_or_park(
             |coordinator, now, token| coordinator.sync(now, token, req),
-            |released| match released {
-                Released::Sync { response, .. } => Some(response),
-                _ => None,
-            },
+            Released::into_sync,
         )
         .await;
     match answer {

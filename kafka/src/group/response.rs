@@ -105,6 +105,22 @@ impl Released {
             Released::Join { token, .. } | Released::Sync { token, .. } => *token,
         }
     }
+
+    /// The JoinGroup response this is, if it is one.
+    pub fn into_join(self) -> Option<JoinResponse> {
+        match self {
+            Released::Join { response, .. } => Some(response),
+            Released::Sync { .. } => None,
+        }
+    }
+
+    /// The SyncGroup response this is, if it is one.
+    pub fn into_sync(self) -> Option<SyncResponse> {
+        match self {
+            Released::Sync { response, .. } => Some(response),
+            Released::Join { .. } => None,
+        }
+    }
 }
 
 /// One member's outcome in a [`LeaveResponse`].
