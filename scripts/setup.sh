@@ -23,11 +23,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 check_only=false
-case "${1:-}" in
-  --check) check_only=true ;;
-  "") ;;
-  *) echo "usage: bash scripts/setup.sh [--check]" >&2; exit 2 ;;
-esac
+if [ "${1:-}" = --check ]; then
+  check_only=true
+elif [ $# -ne 0 ]; then
+  echo "usage: bash scripts/setup.sh [--check]" >&2
+  exit 2
+fi
 
 font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 venv_python="$PWD/interop/.venv/bin/python"

@@ -206,6 +206,30 @@ impl State {
         self.seal(b, &[m]);
         m
     }
+
+    /// Segment `id`, which the test's requests name.
+    fn segment(&self, id: u32) -> SegmentInfo {
+        let found = self.segments.iter().find(|s| s.id == id);
+        found.expect("the test names a segment it made").clone()
+    }
+
+    /// The answer to an admin request that changed or reads the layout.
+    fn topic(&self, name: &str) -> Response<'static> {
+        Response::Topic(TopicInfo {
+            name: name.to_owned(),
+            segments: self.segments.clone(),
+        })
+    }
+
+    /// The shards a shards request lists, each on one address for both
+    /// transports.
+    fn listed_shards(&self) -> Vec<ShardAddress> {
+        let address = |a: &String| ShardAddress {
+            tcp: a.clone(),
+            quic: a.clone(),
+        };
+        self.addrs[..self.listed].iter().map(address).collect()
+    }
 }
 
 fn answer(
@@ -216,13 +240,7 @@ fn answer(
     let mut st = state.lock().unwrap();
     let r = match request {
         BrokerPortRequest::Data(DataRequest::Shards) => Some(Response::Shards {
-            shards: st.addrs[..st.listed]
-                .iter()
-                .map(|a| ShardAddress {
-                    tcp: a.clone(),
-                    quic: a.clone(),
-                })
-                .collect(),
+            shards: st.listed_shards(),
         }),
         BrokerPortRequest::Admin(AdminRequest::CreateTopic { topic, segments }) => {
             let n = u64::from(*segments);
@@ -240,16 +258,10 @@ fn answer(
                     ..SegmentInfo::default()
                 })
                 .collect();
-            Some(Response::Topic(TopicInfo {
-                name: topic.clone(),
-                segments: st.segments.clone(),
-            }))
+            Some(st.topic(topic))
         }
         BrokerPortRequest::Admin(AdminRequest::DescribeTopic { topic }) if topic == TOPIC => {
-            Some(Response::Topic(TopicInfo {
-                name: topic.clone(),
-                segments: st.segments.clone(),
-            }))
+            Some(st.topic(topic))
         }
         BrokerPortRequest::Admin(AdminRequest::DescribeTopic { .. }) => {
             error(ErrorCode::TopicNotFound, "no such topic")
@@ -272,12 +284,7 @@ fn answer(
             } else if let Some(refused) = refusal(&mut st, *segment, shard, true) {
                 Some(refused)
             } else {
-                let seg = st
-                    .segments
-                    .iter()
-                    .find(|s| s.id == *segment)
-                    .unwrap()
-                    .clone();
+                let seg = st.segment(*segment);
                 let view = BatchView::validate(batch).unwrap();
                 let in_range = view.records().all(|r| {
                     let h = u64::from(key_hash(r.key));
@@ -318,12 +325,7 @@ fn answer(
             if let Some(refused) = refusal(&mut st, *segment, shard, false) {
                 return (Some(refused), None);
             }
-            let seg = st
-                .segments
-                .iter()
-                .find(|s| s.id == *segment)
-                .unwrap()
-                .clone();
+            let seg = st.segment(*segment);
             let start = match from {
                 FetchFrom::Offset(o) => *o,
                 FetchFrom::Earliest | FetchFrom::Timestamp(_) => 0,
@@ -349,34 +351,17 @@ fn answer(
         }
         BrokerPortRequest::Admin(AdminRequest::SplitSegment { topic, segment, .. }) => {
             st.split(*segment, 0, 0);
-            Some(Response::Topic(TopicInfo {
-                name: topic.clone(),
-                segments: st.segments.clone(),
-            }))
+            Some(st.topic(topic))
         }
         BrokerPortRequest::Admin(AdminRequest::MergeSegments { topic, a, b }) => {
             st.merge(*a, *b, 0, 0);
-            Some(Response::Topic(TopicInfo {
-                name: topic.clone(),
-                segments: st.segments.clone(),
-            }))
+            Some(st.topic(topic))
         }
-        BrokerPortRequest::Admin(AdminRequest::SetPolicy { topic, .. }) => {
-            Some(Response::Topic(TopicInfo {
-                name: topic.clone(),
-                segments: st.segments.clone(),
-            }))
-        }
+        BrokerPortRequest::Admin(AdminRequest::SetPolicy { topic, .. }) => Some(st.topic(topic)),
         BrokerPortRequest::Admin(AdminRequest::ListBrokers) => Some(Response::Brokers {
             brokers: vec![BrokerStatus {
                 id: 0,
-                shards: st.addrs[..st.listed]
-                    .iter()
-                    .map(|a| ShardAddress {
-                        tcp: a.clone(),
-                        quic: a.clone(),
-                    })
-                    .collect(),
+                shards: st.listed_shards(),
                 ..BrokerStatus::default()
             }],
         }),
@@ -396,6 +381,17 @@ async fn client(broker: &FakeBroker) -> Client {
 /// A producer of `TOPIC` with `config`.
 async fn new_producer(client: &Client, config: ProducerConfig) -> Producer {
     client.producer(TOPIC, config).await.unwrap()
+}
+
+/// A producer config that keeps up to `in_flight` batches of at most
+/// `batch_bytes` unacknowledged, each sent `linger_ms` after its first record.
+fn pipelined(in_flight: usize, batch_bytes: usize, linger_ms: u64) -> ProducerConfig {
+    ProducerConfig {
+        batch_bytes_max: batch_bytes,
+        linger_ms,
+        in_flight_batches_max: in_flight,
+        ..ProducerConfig::default()
+    }
 }
 
 /// A subscriber to `TOPIC` from `from`.
@@ -458,15 +454,8 @@ async fn produce_then_subscribe_keeps_per_key_order() {
     assert_eq!(info.segments.len(), 4);
     assert_eq!(client.list_topics().await.unwrap(), vec![TOPIC.to_string()]);
 
-    let producer = new_producer(
-        &client,
-        ProducerConfig {
-            batch_bytes_max: 4096,
-            in_flight_batches_max: 4,
-            ..ProducerConfig::default()
-        },
-    )
-    .await;
+    let linger_ms = ProducerConfig::default().linger_ms;
+    let producer = new_producer(&client, pipelined(4, 4096, linger_ms)).await;
     let n = 20_000u32;
     send_numbered(&producer, 0..n, 101).await;
     assert_eq!(producer.flush().await.unwrap(), u64::from(n));
@@ -576,16 +565,7 @@ async fn producer_follows_a_split_a_move_and_a_merge_under_load() {
     let broker = fake_cluster(2, 1).await;
     let client = client(&broker).await;
     client.create_topic(TOPIC, 2).await.unwrap();
-    let producer = new_producer(
-        &client,
-        ProducerConfig {
-            batch_bytes_max: 2048,
-            in_flight_batches_max: 8,
-            linger_ms: 1,
-            ..ProducerConfig::default()
-        },
-    )
-    .await;
+    let producer = new_producer(&client, pipelined(8, 2048, 1)).await;
     let n = 30_000u32;
     let keys = 97;
     let (mut halves, mut merged, mut moved) = (None, None, None);
@@ -721,15 +701,8 @@ async fn a_segment_not_open_yet_is_not_overtaken_by_pipelined_batches() {
     let broker = fake_broker(1).await;
     let client = client(&broker).await;
     client.create_topic(TOPIC, 1).await.unwrap();
-    let producer = new_producer(
-        &client,
-        ProducerConfig {
-            linger_ms: 0,
-            in_flight_batches_max: 8,
-            ..ProducerConfig::default()
-        },
-    )
-    .await;
+    let batch_bytes = ProducerConfig::default().batch_bytes_max;
+    let producer = new_producer(&client, pipelined(8, batch_bytes, 0)).await;
     // The segment refuses its first few requests as if not opened yet;
     // batches pipelined behind the first must not land before its resend.
     broker.state.lock().unwrap().not_open.insert(0, 4);

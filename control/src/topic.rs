@@ -805,48 +805,33 @@ mod tests {
         ));
         let good = String::from_utf8(split_topic().to_json_bytes()).unwrap();
         let t = TopicName::parse("ns/t").unwrap();
+        // Each case breaks one invariant; the error names the topic and what broke.
         let cases = [
             (
                 good.replace("\"id\": 2", "\"id\": 1"),
-                InvalidTopic::DuplicateSegment {
-                    topic: t.clone(),
-                    segment: SegmentId(1),
-                },
+                "duplicate segment id 1",
             ),
             (
                 good.replace("\"id\": 0", "\"id\": 9"),
-                InvalidTopic::SegmentsOutOfOrder {
-                    topic: t.clone(),
-                    earlier: SegmentId(9),
-                    later: SegmentId(1),
-                },
+                "segment id 1 listed after 9",
             ),
             (
                 good.replace("\"sealed\"", "\"open\""),
-                InvalidTopic::OpenWithSuccessors {
-                    topic: t.clone(),
-                    segment: SegmentId(0),
-                },
+                "open segment 0 has successors",
             ),
             (
                 good.replace("\n        2\n", "\n        7\n"),
-                InvalidTopic::MissingSuccessor {
-                    topic: t.clone(),
-                    segment: SegmentId(0),
-                    successor: SegmentId(7),
-                },
+                "segment 0 names missing successor 7",
             ),
             (
                 good.replace("\n        1,\n", "\n        0,\n"),
-                InvalidTopic::SucceedsItself {
-                    topic: t.clone(),
-                    segment: SegmentId(0),
-                },
+                "segment 0 succeeds itself",
             ),
         ];
         for (text, expected) in cases {
             assert_ne!(text, good, "case {expected:?} did not change the input");
-            assert_eq!(invalid(text.as_bytes()), expected);
+            let error = invalid(text.as_bytes()).to_string();
+            assert_eq!(error, format!("topic ns/t: {expected}"));
         }
 
         let mut gap = split_topic();

@@ -805,31 +805,25 @@ mod tests {
     #[test]
     fn format_strings() {
         use FormatPiece::*;
-        assert_eq!(
-            parse_format("%t/%p@%o %T [%h] %K:%S %k=%s 100%%\\n")
-                .unwrap()
-                .0,
-            vec![
-                Topic,
-                Literal(b"/".to_vec()),
-                Segment,
-                Literal(b"@".to_vec()),
-                Offset,
-                Literal(b" ".to_vec()),
-                Timestamp,
-                Literal(b" [".to_vec()),
-                Headers,
-                Literal(b"] ".to_vec()),
-                KeyLength,
-                Literal(b":".to_vec()),
-                ValueLength,
-                Literal(b" ".to_vec()),
-                Key,
-                Literal(b"=".to_vec()),
-                Value,
-                Literal(b" 100%\n".to_vec()),
-            ]
-        );
+        let literal = |s: &str| Literal(s.as_bytes().to_vec());
+        let directives = [
+            ("%t", Topic),
+            ("%p", Segment),
+            ("%o", Offset),
+            ("%T", Timestamp),
+            ("%h", Headers),
+            ("%K", KeyLength),
+            ("%S", ValueLength),
+            ("%k", Key),
+            ("%s", Value),
+        ];
+        for (directive, piece) in directives {
+            let format = format!("<{directive}>");
+            let expected = [literal("<"), piece, literal(">")];
+            assert_eq!(parse_format(&format).unwrap().0, expected, "{format}");
+        }
+        let pieces = parse_format("%k=%s 100%%\\n").unwrap().0;
+        assert_eq!(pieces, [Key, literal("="), Value, literal(" 100%\n")]);
         assert_eq!(
             parse_format("\\t\\\\é").unwrap().0,
             vec![Literal("\t\\é".as_bytes().to_vec())]

@@ -255,13 +255,8 @@ pub(crate) async fn join(
         // KIP-394: from v4 a first join is answered MEMBER_ID_REQUIRED.
         require_known_member_id: version >= 4,
     };
-    let answer = groups
-        .answer_or_park(
-            |coordinator, now, token| coordinator.join(now, token, req),
-            Released::into_join,
-        )
-        .await;
-    match answer {
+    let join = |coordinator: &mut Coordinator, now, token| coordinator.join(now, token, req);
+    match groups.answer_or_park(join, Released::into_join).await {
         Some(response) => join_response(response),
         None => join_error(kafka::error_code::UNKNOWN_SERVER_ERROR),
     }
@@ -295,13 +290,8 @@ pub(crate) async fn sync(gateway: &Gateway, request: SyncGroupRequest) -> SyncGr
             })
             .collect(),
     };
-    let answer = groups
-        .answer_or_park(
-            |coordinator, now, token| coordinator.sync(now, token, req),
-            Released::into_sync,
-        )
-        .await;
-    match answer {
+    let sync = |coordinator: &mut Coordinator, now, token| coordinator.sync(now, token, req);
+    match groups.answer_or_park(sync, Released::into_sync).await {
         Some(response) => sync_response(response),
         None => SyncGroupResponse {
             throttle_time_ms: 0,
