@@ -119,6 +119,10 @@ cargo build --release -p kelp-benches --bin handoff --bin zero_copy_send
 target/release/handoff --messages 20000 --round-trips 500
 target/release/zero_copy_send --bytes 16777216 --rounds 1 --dir "$smoke_dir"
 
+step "split_follow smoke (one split, merge and move under load; every record sent is acknowledged)"
+cargo build --release -p kelp-benches --bin split_follow
+target/release/split_follow --rounds 1 --rate 2000 --kelp target/release/kelp
+
 step "criterion smoke (every micro-benchmark once, in test mode)"
 cargo bench -p kelp-benches --bench hot_path -- --test
 
