@@ -36,7 +36,9 @@ pub struct BrokerConfig {
     pub buffer_bytes: u64,
     /// ... or when its first batch is this old.
     pub flush_age_ms: u64,
-    /// ... or when a `durable` producer has waited this long.
+    /// ... or when a `durable` producer waits: at once, unless the last
+    /// such early seal is less than this long ago, then once it is (at
+    /// most one early seal, so one small chunk, per this period).
     pub durable_linger_ms: u64,
     /// Bytes of one segment's sealed buffers waiting for the filer; past
     /// this, producers of that segment wait (backpressure). One sealed

@@ -390,7 +390,7 @@ impl SegmentCell {
     async fn flush_everything(self: &Rc<Self>) -> Result<(), ServeError> {
         let target = {
             let mut state = self.core.state.borrow_mut();
-            seal_active(&mut state)?;
+            seal_active(&mut state, Instant::now())?;
             state.log.next_offset()
         };
         self.start_flush();
@@ -505,7 +505,7 @@ impl SegmentCell {
                     .log
                     .may_seal(active_bytes, core.config.unflushed_bytes_max)
                 {
-                    let sealed_one = seal_active(&mut state)?;
+                    let sealed_one = seal_active(&mut state, Instant::now())?;
                     let capacity = (core.config.buffer_bytes as usize).max(len);
                     let base = state.log.next_offset();
                     let path = self.buffers_dir.join(format!("{base:020}.buf"));
@@ -544,6 +544,13 @@ impl SegmentCell {
     /// Called by the shard's ticker: seal by age, or early for waiting
     /// `durable` producers.
     pub(crate) fn tick(self: &Rc<Self>, now: Instant) {
+        self.seal_if_due(now);
+    }
+
+    /// Seal the active buffer and start its flush if it is old enough, or
+    /// if a `durable` producer waits and the last seal is a linger ago
+    /// ([`SegmentLog::durable_seal_due`]).
+    fn seal_if_due(self: &Rc<Self>, now: Instant) {
         let core = &self.core;
         let sealed = {
             let mut state = core.state.borrow_mut();
@@ -560,11 +567,11 @@ impl SegmentCell {
             let aged = now.duration_since(active.opened_at()) >= core.config.flush_age();
             let durable = state
                 .log
-                .durable_wait_over(now, core.config.durable_linger());
+                .durable_seal_due(now, core.config.durable_linger());
             if !(aged || durable) {
                 return;
             }
-            match seal_active(&mut state) {
+            match seal_active(&mut state, now) {
                 Ok(sealed) => sealed,
                 Err(e) => {
                     log::error!("segment {}: seal failed: {}", core.chunk_prefix, e.message);
@@ -658,10 +665,15 @@ impl SegmentCell {
         self.core.appended.notify(usize::MAX);
     }
 
-    /// Wait until every offset below `offset` is in the filer.
-    pub(crate) async fn wait_flushed(&self, offset: u64) -> Result<(), EngineError> {
+    /// Wait until every offset below `offset` is in the filer. A wait
+    /// that needs the active buffer stored seals it at once if the last
+    /// seal is a linger ago (else the tick does, once it is).
+    pub(crate) async fn wait_flushed(self: &Rc<Self>, offset: u64) -> Result<(), EngineError> {
         loop {
             let listener = self.flushed.listen();
+            let now = Instant::now();
+            // Whether some of what it waits for is still in the active buffer.
+            let in_active;
             {
                 let mut state = self.core.state.borrow_mut();
                 if state.log.flushed_offset() >= offset {
@@ -679,7 +691,11 @@ impl SegmentCell {
                         reason: "closed before flush".into(),
                     });
                 }
-                state.log.note_durable_wait(Instant::now());
+                state.log.note_durable_wait(now);
+                in_active = offset > state.log.sealed_end().unwrap_or(state.log.flushed_offset());
+            }
+            if in_active {
+                self.seal_if_due(now);
             }
             listener.await;
         }
@@ -703,12 +719,13 @@ impl SegmentCell {
     }
 }
 
-/// Seal the active buffer if it holds anything. Returns whether it did.
-fn seal_active(state: &mut SegmentState) -> Result<bool, ServeError> {
+/// Seal the active buffer at `now` if it holds anything. Returns whether
+/// it did.
+fn seal_active(state: &mut SegmentState, now: Instant) -> Result<bool, ServeError> {
     match state.active.take() {
         Some(active) if !active.is_empty() => {
             let sealed = active.seal().map_err(|e| ServeError::storage(&e))?;
-            state.log.handle_sealed(Arc::new(sealed));
+            state.log.handle_sealed(Arc::new(sealed), now);
             Ok(true)
         }
         Some(active) => {

@@ -80,6 +80,10 @@ pub(crate) struct SegmentLog<S> {
     flushing: bool,
     /// When the oldest unanswered `durable` producer started waiting.
     durable_waiting_since: Option<Instant>,
+    /// When the last buffer was sealed (for any reason): an early seal
+    /// for a waiting `durable` producer comes one linger after it at the
+    /// soonest, so early seals add at most one chunk per linger.
+    sealed_at: Option<Instant>,
     /// Set when bytes of the segment could not be stored and cannot be
     /// trusted: it takes no more writes, flushes nothing more and
     /// acknowledges nothing more as durable.
@@ -108,6 +112,7 @@ impl<S: QueuedBuffer + Clone> SegmentLog<S> {
             lost: Vec::new(),
             flushing: false,
             durable_waiting_since: None,
+            sealed_at: None,
             failed: None,
         };
         for (a, b) in log.sealed.iter().zip(log.sealed.iter().skip(1)) {
@@ -216,8 +221,10 @@ impl<S: QueuedBuffer + Clone> SegmentLog<S> {
         self.next_offset = next;
     }
 
-    /// The active buffer was sealed: it waits in the queue for the flusher.
-    pub(crate) fn handle_sealed(&mut self, buffer: S) {
+    /// The active buffer was sealed at `now`: it waits in the queue for
+    /// the flusher.
+    pub(crate) fn handle_sealed(&mut self, buffer: S, now: Instant) {
+        self.sealed_at = Some(now);
         let header = *buffer.header();
         assert!(header.next_offset <= self.next_offset);
         assert!(header.base_offset >= self.flushed_offset);
@@ -295,10 +302,16 @@ impl<S: QueuedBuffer + Clone> SegmentLog<S> {
         self.durable_waiting_since.get_or_insert(now);
     }
 
-    /// Whether a `durable` producer has waited `linger` or longer.
-    pub(crate) fn durable_wait_over(&self, now: Instant, linger: Duration) -> bool {
-        self.durable_waiting_since
-            .is_some_and(|t| now.duration_since(t) >= linger)
+    /// Whether to seal the active buffer early for a waiting `durable`
+    /// producer now: one waits, and the last seal is `linger` or more ago.
+    /// A lone durable write is so stored at once, and a steady stream of
+    /// them is sealed once per `linger` (or sooner, by size), each chunk
+    /// holding everything that waited meanwhile.
+    pub(crate) fn durable_seal_due(&self, now: Instant, linger: Duration) -> bool {
+        self.durable_waiting_since.is_some()
+            && self
+                .sealed_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= linger)
     }
 
     /// The topic was deleted: the queued buffers are gone.
@@ -379,7 +392,7 @@ mod tests {
     fn one_sealed_buffer(next: u64) -> SegmentLog<Buffer> {
         let mut log = empty();
         log.handle_append(0, next);
-        log.handle_sealed(buffer(0, next, 10));
+        log.handle_sealed(buffer(0, next, 10), Instant::now());
         log
     }
 
@@ -393,7 +406,7 @@ mod tests {
         assert_eq!((log.next_offset(), log.flushed_offset()), (5, 0));
         let first = buffer(0, 5, 100);
         let bytes = first.header().file_bytes();
-        log.handle_sealed(first);
+        log.handle_sealed(first, Instant::now());
         assert!(!log.may_seal(u64::MAX - bytes, u64::MAX - 1));
         assert!(log.may_seal(10, bytes + 10));
         assert!(log.claim_flusher());
@@ -417,19 +430,46 @@ mod tests {
         let mut log = one_sealed_buffer(2);
         let start = Instant::now();
         log.handle_append(2, 4);
-        log.handle_sealed(buffer(2, 4, 10));
+        log.handle_sealed(buffer(2, 4, 10), start);
         log.handle_append(4, 6);
+        let linger = Duration::from_millis(5);
+        let later = start + linger;
+        assert!(!log.durable_seal_due(later, linger), "nobody waits");
         log.note_durable_wait(start);
         log.note_durable_wait(start + Duration::from_secs(1));
-        assert!(log.durable_wait_over(start + Duration::from_millis(5), Duration::from_millis(5)));
+        assert!(
+            log.durable_seal_due(later, linger),
+            "a linger after the last seal"
+        );
         assert!(log.claim_flusher());
         log.handle_flushed(path(0), false);
         assert_eq!(log.poll_flush().unwrap().header().base_offset, 2);
-        assert!(log.durable_wait_over(start + Duration::from_millis(5), Duration::from_millis(5)));
+        assert!(log.durable_seal_due(later, linger), "the wait goes on");
         log.handle_flushed(path(2), true);
-        assert!(!log.durable_wait_over(start + Duration::from_secs(9), Duration::ZERO));
+        assert!(!log.durable_seal_due(start + Duration::from_secs(9), Duration::ZERO));
         assert_eq!(log.flushed_offset(), 4);
         assert_eq!(log.first_stored_offset(), Some(0));
+    }
+
+    /// Early seals for `durable` producers come one linger after the last
+    /// seal at the soonest, however many producers wait.
+    #[test]
+    fn early_durable_seals_are_one_linger_apart() {
+        let mut log = empty();
+        let start = Instant::now();
+        let linger = Duration::from_millis(10);
+        log.handle_append(0, 3);
+        log.note_durable_wait(start);
+        assert!(log.durable_seal_due(start, linger), "never sealed: at once");
+        log.handle_sealed(buffer(0, 3, 1), start);
+        for ms in [0, 1, 9] {
+            let now = start + Duration::from_millis(ms);
+            log.note_durable_wait(now);
+            assert!(!log.durable_seal_due(now, linger), "{ms} ms after a seal");
+        }
+        assert!(log.durable_seal_due(start + linger, linger));
+        // A clock that went back (an `Instant` from before the seal) waits.
+        assert!(!log.durable_seal_due(start - Duration::from_millis(1), linger));
     }
 
     /// Lost offsets count as flushed and are skipped by readers.
@@ -491,7 +531,7 @@ mod tests {
         log.handle_append(0, 1);
         let one = buffer(0, 1, 1000);
         let bytes = one.header().file_bytes();
-        log.handle_sealed(one);
+        log.handle_sealed(one, Instant::now());
         log.handle_append(1, 2);
         assert!(log.may_seal(bytes, 2 * bytes));
         assert!(!log.may_seal(bytes + 1, 2 * bytes));
@@ -546,7 +586,7 @@ mod tests {
     fn a_buffer_queued_out_of_order_is_a_bug() {
         let mut log = empty();
         log.handle_append(0, 4);
-        log.handle_sealed(buffer(2, 4, 1));
-        log.handle_sealed(buffer(0, 2, 1));
+        log.handle_sealed(buffer(2, 4, 1), Instant::now());
+        log.handle_sealed(buffer(0, 2, 1), Instant::now());
     }
 }
