@@ -105,6 +105,7 @@ s = doc["summary"]["throughput_mb_s"]
 assert s["min"] <= s["median"] <= s["max"], s' "$smoke_dir/repeat.json"
 kelp_bench produce --transport quic
 kelp_bench produce --ack none
+kelp_bench produce --in-flight 1 --load-cpus 0
 kelp_bench consume --from buffers
 kelp_bench consume --from chunks --segments 2 --consumers 2
 kelp_bench end-to-end --rate 100000

@@ -57,6 +57,7 @@ use crate::{
         Progress, SendBudget,
     },
     meter::Meter,
+    placement::Placement,
     report::{Baselines, Report, Sample},
     workload::Workload,
 };
@@ -120,6 +121,9 @@ fn validate(args: &BenchArgs) -> Result<AckArg> {
         Scenario::Backfill => AckArg::Durable,
         _ => AckArg::Leader,
     });
+    if !args.load_cpus.is_empty() {
+        Placement::check(&args.load_cpus)?;
+    }
     if let Some(rate) = args.rate {
         ensure!(
             rate.is_finite() && rate > 0.0,
@@ -247,6 +251,12 @@ fn run_once(args: &BenchArgs, launcher: &BrokerLauncher, ack: AckArg) -> Result<
         workload: None,
         dialer: None,
     };
+    // Pinned after the broker started (it does not inherit the mask) and
+    // released before the baselines.
+    let placement = match args.load_cpus.as_slice() {
+        [] => None,
+        cpus => Some(Placement::pin(cpus)?),
+    };
     let measured = rt.block_on(async {
         run.prepare(cert).await?;
         let measured = match args.scenario {
@@ -257,6 +267,9 @@ fn run_once(args: &BenchArgs, launcher: &BrokerLauncher, ack: AckArg) -> Result<
         run.check_topic(measured.produced_records).await?;
         anyhow::Ok(measured)
     });
+    if let Some(placement) = placement {
+        placement.release()?;
+    }
     let measured = match measured {
         Ok(m) => m,
         Err(e) => {

@@ -126,6 +126,12 @@ pub struct BenchArgs {
     /// PEM, e.g. `<data-dir>/tls/cert.der`).
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// Pin the load generator's threads to these CPUs while it measures
+    /// (e.g. `1`: off the CPU of the own broker's shard 0, which shard
+    /// `i` is pinned to); the baselines run unpinned. By default the OS
+    /// places them.
+    #[arg(long, value_name = "CPU,CPU", value_delimiter = ',', num_args = 1..)]
+    pub load_cpus: Vec<usize>,
     /// Shards of the bench's own broker.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub shards: u32,

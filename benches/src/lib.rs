@@ -11,6 +11,7 @@ pub mod frames;
 pub mod host_limits;
 pub mod load;
 pub mod meter;
+pub mod placement;
 pub mod plot;
 pub mod report;
 pub mod summary;

@@ -371,14 +371,31 @@ fn refuses_repeat_out_of_bounds() {
     }
 }
 
+/// Arguments that do not fit each other or the host are refused, naming
+/// what is wrong, before a broker starts.
 #[test]
-fn refuses_more_consumers_than_segments() {
-    let output = Command::new(kelp_bin())
-        .args(["bench", "consume", "--consumers", "2", "--segments", "1"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--consumers 2"));
+fn refuses_arguments_that_cannot_run() {
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &["consume", "--consumers", "2", "--segments", "1"],
+            "--consumers 2",
+        ),
+        (
+            &["produce", "--load-cpus", "0,4096"],
+            "CPU 4096 is not one of this host's",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = Command::new(kelp_bin())
+            .arg("bench")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("broker pid"), "{args:?} started a broker");
+    }
 }
 
 /// A running broker (`kelp serve`), killed on drop.
