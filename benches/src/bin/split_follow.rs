@@ -28,8 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use clap::{Parser, ValueEnum};
-use client::{AckMode, Client, ClientOptions, Producer, ProducerConfig, TopicInfo, Transport};
+use clap::Parser;
+use client::{Client, ClientOptions, Producer, ProducerConfig, TopicInfo, Transport};
+use kelp_benches::bench_args::AckArg;
 use kelp_benches::broker_process::{
     free_base_port, BrokerLauncher, BrokerProcess, BrokerSettings, TempDir,
 };
@@ -65,9 +66,10 @@ struct Args {
     /// Rounds of split, merge and move.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: u32,
-    /// When the broker acknowledges the load's batches.
-    #[arg(long, value_enum, default_value_t = Ack::Durable)]
-    ack: Ack,
+    /// When the broker acknowledges the load's batches: leader or
+    /// durable (a round trip needs an ack).
+    #[arg(long, value_enum, default_value_t = AckArg::Durable)]
+    ack: AckArg,
     /// Records per second of the load.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1000..=1_000_000))]
     rate: u64,
@@ -78,21 +80,6 @@ struct Args {
     /// beside this program.
     #[arg(long)]
     kelp: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Ack {
-    Leader,
-    Durable,
-}
-
-impl Ack {
-    fn mode(self) -> AckMode {
-        match self {
-            Ack::Leader => AckMode::Leader,
-            Ack::Durable => AckMode::Durable,
-        }
-    }
 }
 
 /// The change a round makes.
@@ -117,6 +104,10 @@ impl Change {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    ensure!(
+        args.ack != AckArg::None,
+        "--ack none has no round trip to measure; use leader or durable"
+    );
     let kelp = match &args.kelp {
         Some(path) => path.clone(),
         None => std::env::current_exe()
@@ -139,15 +130,15 @@ fn main() -> Result<()> {
     let (round_trip_ms, follow) = measured?;
 
     println!(
-        "split_follow: {}, ack {:?}, {} records/s of {VALUE_BYTES} B over {KEYS} keys, {} rounds",
+        "split_follow: {}, ack {}, {} records/s of {VALUE_BYTES} B over {KEYS} keys, {} rounds",
         cluster_name(args.brokers),
-        args.ack,
+        args.ack.name(),
         args.rate,
         args.rounds
     );
     println!(
-        "baseline: one produce round trip (send + ack, ack {:?}, a quiet segment): p50 {round_trip_ms:.2} ms",
-        args.ack
+        "baseline: one produce round trip (send + ack, ack {}, a quiet segment): p50 {round_trip_ms:.2} ms",
+        args.ack.name()
     );
     for change in Change::ALL {
         let mut ms: Vec<u64> = follow
@@ -182,7 +173,8 @@ async fn measure(args: &Args, brokers: &str) -> Result<(f64, Vec<(Change, u64)>)
         );
         tokio::time::sleep(POLL_INTERVAL).await;
     }
-    client.create_topic(TOPIC, 1).await?;
+    // Each change's answer is the layout the next one starts from.
+    let mut layout = client.create_topic(TOPIC, 1).await?;
     let config = ProducerConfig {
         ack: args.ack.mode(),
         linger_ms: LINGER_MS,
@@ -197,15 +189,14 @@ async fn measure(args: &Args, brokers: &str) -> Result<(f64, Vec<(Change, u64)>)
     let changed = async {
         for _ in 0..args.rounds {
             for change in Change::ALL {
-                let before = client.describe_topic(TOPIC).await?;
-                let open = open_ids(&before);
-                let after = match (change, open.as_slice()) {
+                let open = open_ids(&layout);
+                layout = match (change, open.as_slice()) {
                     (Change::Split, [one]) => client.split_segment(TOPIC, *one, 2).await?,
                     (Change::Merge, [a, b]) => client.merge_segments(TOPIC, *a, *b).await?,
                     (Change::Move, [one]) => client.move_segment(TOPIC, *one, None).await?,
                     _ => bail!("{} with open segments {open:?}", change.name()),
                 };
-                let new: Vec<u32> = open_ids(&after)
+                let new: Vec<u32> = open_ids(&layout)
                     .into_iter()
                     .filter(|id| !open.contains(id))
                     .collect();
