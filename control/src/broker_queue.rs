@@ -43,6 +43,14 @@ pub enum CommandRequest {
         /// The topic's name.
         topic: String,
     },
+    /// Refuse writes to what this layout seals, and nothing more yet (an
+    /// `ApplyLayout` of it follows).
+    RefuseWrites {
+        /// The layout.
+        topic_json: Arc<[u8]>,
+        /// As `ApplyLayout`'s.
+        owners: Arc<[BrokerShards]>,
+    },
 }
 
 impl CommandRequest {
@@ -55,6 +63,10 @@ impl CommandRequest {
             },
             CommandRequest::DropTopic { topic } => LayoutCommand::DropTopic {
                 topic: topic.clone(),
+            },
+            CommandRequest::RefuseWrites { topic_json, owners } => LayoutCommand::RefuseWrites {
+                topic_json,
+                owners: owners.to_vec(),
             },
         }
     }
@@ -76,6 +88,15 @@ impl Snapshot {
     /// The command that tells a broker this layout.
     pub(crate) fn apply_layout(&self) -> CommandRequest {
         CommandRequest::ApplyLayout {
+            topic_json: self.json.clone(),
+            owners: self.owners.clone(),
+        }
+    }
+
+    /// The command that has a broker refuse writes to what this layout
+    /// seals, ahead of its `ApplyLayout`.
+    pub(crate) fn refuse_writes(&self) -> CommandRequest {
+        CommandRequest::RefuseWrites {
             topic_json: self.json.clone(),
             owners: self.owners.clone(),
         }
@@ -116,15 +137,27 @@ pub(crate) enum ResyncState {
     /// Sending it every topic's layout, one at a time, in name order.
     Running {
         /// Topics still to send (fixed when the resync started; one deleted
-        /// since is skipped), each with whether a `DropTopic` goes first
-        /// (its drop was due: see [`BrokerQueue::drops_due`]).
-        topics: VecDeque<(TopicName, bool)>,
+        /// since is skipped), each with what goes next for it.
+        topics: VecDeque<(TopicName, ResyncNext)>,
         /// Whether every topic was sent (false: one was not persisted, so
         /// it could not be sent; the next report tries again).
         complete: bool,
         /// Load reports answered when the resync ends.
         waiters: Vec<u64>,
     },
+}
+
+/// What a resync sends next for one topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResyncNext {
+    /// A `DropTopic` (its drop was due: see [`BrokerQueue::drops_due`]),
+    /// then what its layout needs.
+    Drop,
+    /// A `RefuseWrites` if one is due newer than the layout to send (see
+    /// [`BrokerQueue::refusals_due`]), then the layout.
+    Refusal,
+    /// The layout.
+    Layout,
 }
 
 /// The commands for one broker (see the module docs).
@@ -145,6 +178,12 @@ pub(crate) struct BrokerQueue {
     /// layout of a topic created again under the name; its resync sends
     /// the drop first.
     pub(crate) drops_due: BTreeSet<TopicName>,
+    /// The latest `RefuseWrites` of each topic meant for this broker whose
+    /// layout is not due to it yet (the step that applies it comes after
+    /// the other sealers refused). Its resync sends the refusal before an
+    /// older layout, so a broker that missed it still stops taking writes
+    /// to what other brokers' successors now take.
+    pub(crate) refusals_due: HashMap<TopicName, Snapshot>,
 }
 
 impl BrokerQueue {
@@ -159,6 +198,7 @@ impl BrokerQueue {
             },
             layouts_due: HashMap::new(),
             drops_due: BTreeSet::new(),
+            refusals_due: HashMap::new(),
         }
     }
 

@@ -61,7 +61,7 @@ use wire::message::{
 };
 use wire::{AdminRequest, ControlPortRequest, ErrorCode, MembershipRequest, Response};
 
-use crate::broker_queue::{BrokerQueue, Origin, QueuedCommand, ResyncState, Snapshot};
+use crate::broker_queue::{BrokerQueue, Origin, QueuedCommand, ResyncNext, ResyncState, Snapshot};
 use crate::delivery::{Delivery, Step};
 use crate::filer_layout;
 use crate::state_store::StateStore;
@@ -167,6 +167,9 @@ struct DepartedDue {
     /// Its [`BrokerQueue::drops_due`], and the topics deleted since whose
     /// layout it may hold: its resync drops them first.
     drops: BTreeSet<TopicName>,
+    /// Its [`BrokerQueue::refusals_due`]: its resync refuses those writes
+    /// before it sends older layouts.
+    refusals: HashMap<TopicName, Snapshot>,
 }
 
 /// An answer waiting for deliveries to be released.
@@ -473,15 +476,15 @@ impl ClusterService {
                 ResyncState::Running { topics, .. } => topics.pop_front(),
                 _ => None,
             };
-            let Some((name, drop_first)) = next else {
+            let Some((name, what)) = next else {
                 return queue.queued.pop_front();
             };
-            if drop_first {
+            if what == ResyncNext::Drop {
                 // The broker may hold a layout of the name from before a
                 // delete: drop it, then send the topic's layout.
                 let topic = name.to_string();
                 if let ResyncState::Running { topics, .. } = &mut queue.resync {
-                    topics.push_front((name, false));
+                    topics.push_front((name, ResyncNext::Refusal));
                 }
                 return Some(QueuedCommand {
                     id: CommandId(self.next_id()),
@@ -502,6 +505,23 @@ impl ClusterService {
             };
             let id = CommandId(self.next_id());
             let queue = self.queues.get_mut(&broker)?;
+            let refusal = queue
+                .refusals_due
+                .get(&name)
+                .filter(|r| r.version > snapshot.version)
+                .cloned();
+            if let (ResyncNext::Refusal, Some(refusal)) = (what, refusal) {
+                // Kept due until a layout that covers it is: the refusal
+                // may fail too.
+                if let ResyncState::Running { topics, .. } = &mut queue.resync {
+                    topics.push_front((name, ResyncNext::Layout));
+                }
+                return Some(QueuedCommand {
+                    id,
+                    request: refusal.refuse_writes(),
+                    origin: Origin::Resync,
+                });
+            }
             queue.layouts_due.insert(name, snapshot.clone());
             return Some(QueuedCommand {
                 id,
@@ -603,9 +623,29 @@ impl ClusterService {
         match &request {
             CommandRequest::ApplyLayout { .. } => {
                 queue.layouts_due.insert(topic.clone(), snapshot.clone());
+                if queue
+                    .refusals_due
+                    .get(topic)
+                    .is_some_and(|r| r.version <= snapshot.version)
+                {
+                    queue.refusals_due.remove(topic);
+                }
+            }
+            // Not the layout, which a resync must not send before the step
+            // that applies it (its successors could open before the other
+            // sealers refuse): a refusal due, sent ahead of an older one.
+            CommandRequest::RefuseWrites { .. } => {
+                let newer = queue
+                    .refusals_due
+                    .get(topic)
+                    .is_none_or(|r| r.version < snapshot.version);
+                if newer {
+                    queue.refusals_due.insert(topic.clone(), snapshot.clone());
+                }
             }
             CommandRequest::DropTopic { .. } => {
                 queue.layouts_due.remove(topic);
+                queue.refusals_due.remove(topic);
                 queue.drops_due.insert(topic.clone());
             }
         }
@@ -741,11 +781,15 @@ impl ClusterService {
                 CommandRequest::DropTopic {
                     topic: topic.to_string(),
                 }
+            } else if matches!(step, Step::Refuse(_)) {
+                snapshot.refuse_writes()
             } else {
                 snapshot.apply_layout()
             };
+            // A refusal is not the layout: its brokers get that next.
+            let refusal = matches!(step, Step::Refuse(_));
             let brokers = match step {
-                Step::Seal(b) | Step::SealAndOpen(b) | Step::Open(b) => b,
+                Step::Refuse(b) | Step::Apply { brokers: b, .. } => b,
                 Step::InformOthers => self.live_brokers(),
                 // Every broker that may hold a layout of it, not only the
                 // owners of its open segments: informed brokers hold one
@@ -767,7 +811,9 @@ impl ClusterService {
                 if told.contains(&broker) {
                     continue;
                 }
-                told.push(broker);
+                if !refusal {
+                    told.push(broker);
+                }
                 if self.enqueue(
                     broker,
                     request.clone(),
@@ -876,10 +922,14 @@ impl ClusterService {
             .collect();
         for broker in departed {
             if let Some(queue) = self.queues.remove(&broker) {
-                if !queue.layouts_due.is_empty() || !queue.drops_due.is_empty() {
+                if !queue.layouts_due.is_empty()
+                    || !queue.drops_due.is_empty()
+                    || !queue.refusals_due.is_empty()
+                {
                     let due = DepartedDue {
                         layouts: queue.layouts_due,
                         drops: queue.drops_due,
+                        refusals: queue.refusals_due,
                     };
                     self.departed_due.insert(broker, due);
                 }
@@ -901,24 +951,30 @@ impl ClusterService {
     /// of the two anyway.
     fn prune_departed_due(&mut self) {
         let topic_deliveries = &self.topic_deliveries;
-        for due in self.departed_due.values_mut() {
-            let gone: Vec<TopicName> = due
-                .layouts
-                .iter()
+        // Of a topic gone: a drop due instead (the broker may hold it).
+        let gone = |due: &HashMap<TopicName, Snapshot>| -> Vec<TopicName> {
+            due.iter()
                 .filter(|(name, snapshot)| {
                     topic_deliveries
                         .get(*name)
                         .is_none_or(|t| snapshot.version < t.floor)
                 })
                 .map(|(name, _)| name.clone())
-                .collect();
-            for name in gone {
+                .collect()
+        };
+        for due in self.departed_due.values_mut() {
+            for name in gone(&due.layouts) {
                 due.layouts.remove(&name);
                 due.drops.insert(name);
             }
+            for name in gone(&due.refusals) {
+                due.refusals.remove(&name);
+                due.drops.insert(name);
+            }
         }
-        self.departed_due
-            .retain(|_, due| !due.layouts.is_empty() || !due.drops.is_empty());
+        self.departed_due.retain(|_, due| {
+            !due.layouts.is_empty() || !due.drops.is_empty() || !due.refusals.is_empty()
+        });
     }
 
     /// Refuse a change while too many are being carried out.
@@ -1186,6 +1242,7 @@ impl ClusterService {
             let due = departed_due.unwrap_or_default();
             queue.layouts_due = due.layouts;
             queue.drops_due = due.drops;
+            queue.refusals_due = due.refusals;
             queue
         });
         let before = std::mem::replace(
@@ -1258,11 +1315,15 @@ impl ClusterService {
             .map(|t| t.name().clone())
             .chain(queue.drops_due.iter().cloned())
             .collect();
-        let topics: VecDeque<(TopicName, bool)> = names
+        let topics: VecDeque<(TopicName, ResyncNext)> = names
             .into_iter()
             .map(|name| {
-                let drop_first = queue.drops_due.contains(&name);
-                (name, drop_first)
+                let next = if queue.drops_due.contains(&name) {
+                    ResyncNext::Drop
+                } else {
+                    ResyncNext::Refusal
+                };
+                (name, next)
             })
             .collect();
         match &mut queue.resync {
@@ -1331,7 +1392,8 @@ impl ClusterService {
                 t.floor = version;
                 let name = action.topic();
                 for due in self.departed_due.values_mut() {
-                    if due.layouts.remove(name).is_some() {
+                    let held = due.layouts.remove(name).is_some();
+                    if due.refusals.remove(name).is_some() || held {
                         due.drops.insert(name.clone());
                     }
                 }

@@ -5,16 +5,17 @@
 //! or failed, which sends its broker to resync).
 //!
 //! The steps, each skipped when it names nobody:
-//! 1. [`Step::Seal`]: the layout to each broker that seals a segment and
-//!    opens none;
-//! 2. [`Step::SealAndOpen`]: to each sealing broker that also opens one
-//!    (a move to another shard, a split kept on its broker): last among the
-//!    sealers, so it never opens a successor before the other sealers have
-//!    sealed;
-//! 3. [`Step::Open`]: to each opening broker not told yet. The delivery is
+//! 1. [`Step::Refuse`]: `RefuseWrites` to each sealing broker, when some
+//!    other broker opens a successor: writes to what the action seals stop
+//!    everywhere before any successor opens, and nothing waits for a
+//!    flush yet;
+//! 2. [`Step::Apply`]: the layout to every sealing and opening broker at
+//!    once: sealers flush and mark what they sealed while the successors
+//!    open. (A broker that seals and opens refuses before it opens on its
+//!    own, so an action on one broker needs no step 1.) The delivery is
 //!    *released* here: the admin request that caused it may be answered
 //!    and the next delivery of the same topic may start;
-//! 4. [`Step::InformOthers`]: to every other live broker, if anything was
+//! 3. [`Step::InformOthers`]: to every other live broker, if anything was
 //!    sealed (reads of a sealed segment go to any broker, which must know
 //!    it is sealed). A stalled broker here delays nobody.
 //!
@@ -29,16 +30,27 @@ use crate::{Action, BrokerCommand, BrokerId, TopicName};
 /// One step of a delivery (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
-    Seal(Vec<BrokerId>),
-    SealAndOpen(Vec<BrokerId>),
-    Open(Vec<BrokerId>),
+    Refuse(Vec<BrokerId>),
+    Apply {
+        brokers: Vec<BrokerId>,
+        /// Whether a broker among them seals a segment with no
+        /// [`Step::Refuse`] before (it refuses as it applies).
+        seals: bool,
+    },
     InformOthers,
     Drop(Vec<BrokerId>),
 }
 
 impl Step {
+    /// Whether, until it completes, its layout could open a successor
+    /// before every sealer stopped taking writes to its predecessor (so it
+    /// is not safe to send just any broker yet).
     fn seals(&self) -> bool {
-        matches!(self, Step::Seal(b) | Step::SealAndOpen(b) if !b.is_empty())
+        match self {
+            Step::Refuse(b) => !b.is_empty(),
+            Step::Apply { seals, .. } => *seals,
+            Step::InformOthers | Step::Drop(_) => false,
+        }
     }
 }
 
@@ -81,16 +93,22 @@ impl Delivery {
         if matches!(action, Action::DeleteTopic { .. }) {
             steps.push_back(Step::Drop(droppers));
         } else {
-            let (seal_and_open, seal_only): (Vec<BrokerId>, Vec<BrokerId>) =
-                sealers.iter().partition(|b| openers.contains(b));
-            let open_only: Vec<BrokerId> = openers
-                .iter()
-                .copied()
-                .filter(|b| !sealers.contains(b))
-                .collect();
-            steps.push_back(Step::Seal(seal_only));
-            steps.push_back(Step::SealAndOpen(seal_and_open));
-            steps.push_back(Step::Open(open_only));
+            // Another broker opens a successor: writes stop on every
+            // sealer first.
+            let refusers = if openers.iter().any(|o| sealers.iter().any(|s| s != o)) {
+                sealers.clone()
+            } else {
+                Vec::new()
+            };
+            let seals = !sealers.is_empty() && refusers.is_empty();
+            let mut brokers = sealers;
+            for opener in openers {
+                if !brokers.contains(&opener) {
+                    brokers.push(opener);
+                }
+            }
+            steps.push_back(Step::Refuse(refusers));
+            steps.push_back(Step::Apply { brokers, seals });
             if !action.sealed().is_empty() {
                 steps.push_back(Step::InformOthers);
             }
@@ -137,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sealer_that_also_opens_goes_after_the_other_sealers() {
+    fn sealers_refuse_writes_before_any_other_broker_opens() {
         let merge = Action::Merge {
             topic: TopicName::parse("ns/t").unwrap(),
             sealed: [sealed(1, Some(4)), sealed(2, Some(5))],
@@ -149,13 +167,34 @@ mod tests {
         assert_eq!(
             steps,
             [
-                Step::Seal(vec![BrokerId(4)]),
-                Step::SealAndOpen(vec![BrokerId(5)]),
-                Step::Open(vec![]),
+                Step::Refuse(vec![BrokerId(4), BrokerId(5)]),
+                Step::Apply {
+                    brokers: vec![BrokerId(4), BrokerId(5)],
+                    seals: false
+                },
                 Step::InformOthers,
             ]
         );
         assert!(delivery.seals_pending() && !delivery.drop);
+    }
+
+    #[test]
+    fn a_split_kept_on_its_broker_needs_no_refusal_first() {
+        let split = Action::Split {
+            topic: TopicName::parse("ns/t").unwrap(),
+            sealed: sealed(1, Some(4)),
+            opened: vec![placed(2, 4), placed(3, 4)],
+            cause: Cause::Manual,
+        };
+        let delivery = Delivery::new(&split, snapshot(), None);
+        assert_eq!(delivery.steps.front(), Some(&Step::Refuse(Vec::new())));
+        assert_eq!(
+            delivery.steps.get(1),
+            Some(&Step::Apply {
+                brokers: vec![BrokerId(4)],
+                seals: true
+            })
+        );
     }
 
     #[test]
@@ -169,7 +208,10 @@ mod tests {
         assert!(!delivery.seals_pending());
         assert_eq!(
             delivery.steps.back(),
-            Some(&Step::Open(vec![BrokerId(1), BrokerId(2)]))
+            Some(&Step::Apply {
+                brokers: vec![BrokerId(1), BrokerId(2)],
+                seals: false
+            })
         );
         let delete = Action::DeleteTopic {
             topic,

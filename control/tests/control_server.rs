@@ -131,6 +131,8 @@ struct Event {
     /// `seq` taken just before answering.
     answered_seq: u64,
     layout: Option<Topic>,
+    /// The layout of a `RefuseWrites`.
+    refused: Option<Topic>,
     dropped: Option<String>,
 }
 
@@ -158,6 +160,7 @@ impl FakeBroker {
                             seq,
                             answered_seq: 0,
                             layout: None,
+                            refused: None,
                             dropped: None,
                         };
                         match BrokerPortRequest::decode(header.frame_type, &payload).unwrap() {
@@ -169,6 +172,12 @@ impl FakeBroker {
                             }
                             BrokerPortRequest::Command(LayoutCommand::DropTopic { topic }) => {
                                 event.dropped = Some(topic)
+                            }
+                            BrokerPortRequest::Command(LayoutCommand::RefuseWrites {
+                                topic_json,
+                                ..
+                            }) => {
+                                event.refused = Some(Topic::from_json_bytes(topic_json).unwrap());
                             }
                             other => panic!("fake broker {name} got {other:?}"),
                         }
@@ -379,7 +388,7 @@ fn registration_creation_and_describe() {
 }
 
 #[test]
-fn manual_split_seals_before_it_opens() {
+fn manual_split_refuses_writes_before_it_opens_and_flushes_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 10_000, 1_000);
     let clock = Arc::new(AtomicU64::new(0));
@@ -414,31 +423,38 @@ fn manual_split_seals_before_it_opens() {
         "a piece on the other broker: {opened_on:?}"
     );
 
-    let seal = sealer
+    let events: Vec<Event> = sealer
         .events()
         .into_iter()
-        .find(|e| e.seq >= before)
-        .expect("the sealing broker was told");
-    let sealed = seal.layout.unwrap();
-    assert!(!sealed
-        .segment(kelp_control::SegmentId(0))
-        .unwrap()
-        .is_open());
+        .filter(|e| e.seq >= before)
+        .collect();
+    // The sealing broker, which also opens a piece, is told twice: refuse
+    // writes, then the layout.
+    assert_eq!(events.len(), 2, "{events:?}");
+    let (refusal, seal) = (&events[0], &events[1]);
+    for told in [&refusal.refused, &seal.layout] {
+        let told = told.as_ref().expect("a refusal, then the layout");
+        assert!(!told.segment(kelp_control::SegmentId(0)).unwrap().is_open());
+    }
     let open = other
         .events()
         .into_iter()
         .find(|e| e.seq >= before)
         .expect("the opening broker was told");
+    assert!(open.layout.is_some());
     assert!(
-        open.seq > seal.answered_seq,
-        "the opening broker got the layout (seq {}) before the seal was done (seq {})",
+        open.seq > refusal.answered_seq,
+        "the opening broker got the layout (seq {}) before writes were refused (seq {})",
+        open.seq,
+        refusal.answered_seq
+    );
+    // The piece elsewhere opens while the sealer flushes (its answer takes
+    // 200 ms), not after.
+    assert!(
+        open.seq < seal.answered_seq,
+        "the opening broker waited for the flush: told at {}, flush done at {}",
         open.seq,
         seal.answered_seq
-    );
-    // The sealing broker also opens a piece: told once, not twice.
-    assert_eq!(
-        sealer.events().iter().filter(|e| e.seq >= before).count(),
-        1
     );
     server.stop();
 }
@@ -468,15 +484,19 @@ fn a_leaving_broker_seals_its_segments_before_the_leave_is_answered() {
         Response::Done
     );
     let answered = clock.load(Ordering::SeqCst);
-    // The leaving broker was told to seal, and had answered, before the
-    // leave was answered; the other broker then opened the successor.
-    let seal = b0
+    // The leaving broker was told to refuse writes and then to seal, and
+    // had answered both, before the leave was answered; the other broker
+    // opened the successor after the refusal.
+    let told: Vec<Event> = b0
         .events()
         .into_iter()
-        .find(|e| e.seq >= before)
-        .expect("the leaving broker was told to seal");
+        .filter(|e| e.seq >= before)
+        .collect();
+    assert_eq!(told.len(), 2, "{told:?}");
+    let (refusal, seal) = (&told[0], &told[1]);
+    assert!(refusal.refused.is_some());
     assert!(seal.answered_seq < answered);
-    let layout = seal.layout.unwrap();
+    let layout = seal.layout.clone().unwrap();
     let moved = layout
         .segment(kelp_control::SegmentId(on_b0[0]))
         .unwrap()
@@ -488,7 +508,7 @@ fn a_leaving_broker_seals_its_segments_before_the_leave_is_answered() {
         .into_iter()
         .find(|e| e.seq >= before)
         .expect("the other broker was told");
-    assert!(open.seq > seal.answered_seq);
+    assert!(open.seq > refusal.answered_seq);
     let info = client.describe("ns/t");
     let s = info.segments.iter().find(|s| s.id == successor.0).unwrap();
     assert_eq!((s.broker, s.sealed), (Some(1), false));

@@ -622,9 +622,10 @@ fn the_same_seed_gives_the_same_run() {
 /// die of it and come back. Admin requests come all along. Checked after
 /// every input:
 ///
-/// - no broker has a segment of its own open whose predecessor is still
-///   open on the broker that owned it, unless that broker missed a command
-///   (it is due a resync) or is gone;
+/// - no broker has a segment of its own open whose predecessor still
+///   takes writes on the broker that owned it (neither sealed there nor
+///   refused by a `RefuseWrites`), unless that broker missed a command (it
+///   is due a resync) or is gone;
 /// - no broker goes back to an older layout of a topic that it then holds
 ///   (a segment it saw sealed is never open again, and a topic deleted and
 ///   created again never makes it take the older creation's layout back).
@@ -681,6 +682,9 @@ mod service_sim {
     #[derive(Debug)]
     struct SimBroker {
         applied: BTreeMap<TopicName, Topic>,
+        /// The layouts of the `RefuseWrites` it took: writes to what they
+        /// seal are refused, whatever it applied since.
+        refused: BTreeMap<TopicName, Topic>,
         stalled: bool,
         registered: bool,
         /// The token of its registration or report waiting for an answer.
@@ -693,6 +697,10 @@ mod service_sim {
     fn describe(request: &CommandRequest) -> String {
         match request {
             CommandRequest::DropTopic { topic } => format!("drop {topic}"),
+            CommandRequest::RefuseWrites { topic_json, .. } => {
+                let t = Topic::from_json_bytes(topic_json).unwrap();
+                format!("refuse writes to {}", t.name())
+            }
             CommandRequest::ApplyLayout { topic_json, .. } => {
                 let t = Topic::from_json_bytes(topic_json).unwrap();
                 let sealed: Vec<u32> = t
@@ -761,6 +769,7 @@ mod service_sim {
                         BrokerId(id),
                         SimBroker {
                             applied: BTreeMap::new(),
+                            refused: BTreeMap::new(),
                             stalled: false,
                             registered: false,
                             asking: None,
@@ -906,7 +915,22 @@ mod service_sim {
             let b = self.brokers.get_mut(&broker).unwrap();
             match request {
                 CommandRequest::DropTopic { topic } => {
-                    b.applied.remove(&TopicName::parse(topic).unwrap());
+                    let name = TopicName::parse(topic).unwrap();
+                    b.applied.remove(&name);
+                    b.refused.remove(&name);
+                }
+                CommandRequest::RefuseWrites { topic_json, .. } => {
+                    // Kept whole (a refusal of a topic created again
+                    // replaces one of the old).
+                    let topic = Topic::from_json_bytes(topic_json).unwrap();
+                    let newer = b.refused.get(topic.name()).is_none_or(|old| {
+                        old.created_ms() < topic.created_ms()
+                            || (old.created_ms() == topic.created_ms()
+                                && layout_age(old) <= layout_age(&topic))
+                    });
+                    if newer {
+                        b.refused.insert(topic.name().clone(), topic);
+                    }
                 }
                 CommandRequest::ApplyLayout { topic_json, .. } => {
                     let topic = Topic::from_json_bytes(topic_json).unwrap();
@@ -969,23 +993,33 @@ mod service_sim {
                             let Some(y) = p.broker.filter(|y| y != x) else {
                                 continue;
                             };
+                            // Sealed there, or at least refusing writes.
                             let sealed_on_y = self.brokers.get(&y).and_then(|b| {
-                                b.applied
-                                    .get(name)
-                                    .filter(|t| t.created_ms() == layout.created_ms())
-                                    .and_then(|t| t.segment(p.id))
-                                    .map(|q| q.state == SegmentState::Sealed)
+                                let held = |layouts: &BTreeMap<TopicName, Topic>| {
+                                    layouts
+                                        .get(name)
+                                        .filter(|t| t.created_ms() == layout.created_ms())
+                                        .and_then(|t| t.segment(p.id))
+                                        .map(|q| q.state == SegmentState::Sealed)
+                                };
+                                match (held(&b.applied), held(&b.refused)) {
+                                    (Some(true), _) | (_, Some(true)) => Some(true),
+                                    (applied, refused) => applied.or(refused),
+                                }
                             });
                             let excused = self.service.needs_resync(y)
                                 || !membership.is_live(y)
                                 || p.sealed_ms.is_some_and(|at| self.was_away(y, at));
                             if !(sealed_on_y == Some(true) || excused) {
-                                eprintln!("broker {y} lately: {:#?}", self.brokers[&y].log);
+                                eprintln!(
+                                    "broker {y} lately: {:#?}\nbroker {x} lately: {:#?}",
+                                    self.brokers[&y].log, self.brokers[x].log
+                                );
                             }
                             assert!(
                                 sealed_on_y == Some(true) || excused,
-                                "broker {x} has {name}/{} open, but its predecessor {} is \
-                                 not sealed on broker {y} ({sealed_on_y:?}; it holds {:?}, \
+                                "broker {x} has {name}/{} open, but its predecessor {} still \
+                                 takes writes on broker {y} ({sealed_on_y:?}; it holds {:?}, \
                                  created {})",
                                 s.id.0,
                                 p.id.0,

@@ -305,23 +305,13 @@ fn handle_admin(
 fn handle_command(shard: &Rc<Shard>, id: u32, command: LayoutCommand<'_>) -> Reply {
     match command {
         LayoutCommand::ApplyLayout { topic_json, owners } => {
-            let topic = match control::Topic::from_json_bytes(topic_json) {
-                Ok(t) => t,
-                Err(e) => {
-                    let e = ServeError::new(ErrorCode::InvalidArgument, format!("layout: {e}"));
-                    return Reply::Now(error_frame(id, &e));
-                }
+            let (topic, owners) = match layout(topic_json, owners) {
+                Ok(l) => l,
+                Err(e) => return Reply::Now(error_frame(id, &e)),
             };
             let commands = shard.shard_commands.clone();
-            let owners: Arc<[BrokerShards]> = Arc::from(owners);
             Reply::Later(Box::pin(async move {
-                let refused = ask_every_shard(&commands, |reply| ShardCommand::RefuseWrites {
-                    topic: topic.clone(),
-                    owners: owners.clone(),
-                    reply,
-                })
-                .await;
-                if let Err(e) = refused {
+                if let Err(e) = refuse_writes(&commands, &topic, &owners).await {
                     return error_frame(id, &e);
                 }
                 let result = ask_every_shard(&commands, |reply| ShardCommand::TopicLayout {
@@ -336,6 +326,19 @@ fn handle_command(shard: &Rc<Shard>, id: u32, command: LayoutCommand<'_>) -> Rep
                         .try_for_each(|a| a.map_err(|e| ServeError::storage(&e)))
                 });
                 answer(id, result, |()| response_frame(id, &Response::Done))
+            }))
+        }
+        // Only the first round of an `ApplyLayout`: successors open on
+        // another broker while this one flushes.
+        LayoutCommand::RefuseWrites { topic_json, owners } => {
+            let (topic, owners) = match layout(topic_json, owners) {
+                Ok(l) => l,
+                Err(e) => return Reply::Now(error_frame(id, &e)),
+            };
+            let commands = shard.shard_commands.clone();
+            Reply::Later(Box::pin(async move {
+                let refused = refuse_writes(&commands, &topic, &owners).await;
+                answer(id, refused, |()| response_frame(id, &Response::Done))
             }))
         }
         LayoutCommand::DropTopic { topic } => {
@@ -356,6 +359,32 @@ fn handle_command(shard: &Rc<Shard>, id: u32, command: LayoutCommand<'_>) -> Rep
             }))
         }
     }
+}
+
+/// Every shard refuses writes to what `topic` seals (the first round of
+/// applying a layout).
+async fn refuse_writes(
+    commands: &[flume::Sender<ShardCommand>],
+    topic: &control::Topic,
+    owners: &Arc<[BrokerShards]>,
+) -> Result<(), ServeError> {
+    ask_every_shard(commands, |reply| ShardCommand::RefuseWrites {
+        topic: topic.clone(),
+        owners: owners.clone(),
+        reply,
+    })
+    .await
+    .map(|_| ())
+}
+
+/// A layout command's topic and owners, decoded.
+fn layout(
+    topic_json: &[u8],
+    owners: Vec<BrokerShards>,
+) -> Result<(control::Topic, Arc<[BrokerShards]>), ServeError> {
+    let topic = control::Topic::from_json_bytes(topic_json)
+        .map_err(|e| ServeError::new(ErrorCode::InvalidArgument, format!("layout: {e}")))?;
+    Ok((topic, Arc::from(owners)))
 }
 
 /// The refusal of a layout change to a Kafka-facing topic: its partitions

@@ -60,6 +60,7 @@ pub enum FrameType {
     LeaveBrokerRequest = 0x32,
     ApplyLayoutRequest = 0x33,
     DropTopicRequest = 0x34,
+    RefuseWritesRequest = 0x35,
     ShardsResponse = 0x81,
     TopicResponse = 0x82,
     DoneResponse = 0x83,
@@ -74,7 +75,7 @@ pub enum FrameType {
 
 impl FrameType {
     /// Every frame type, for exhaustive tests.
-    pub const ALL: [FrameType; 31] = [
+    pub const ALL: [FrameType; 32] = [
         FrameType::ShardsRequest,
         FrameType::CreateTopicRequest,
         FrameType::DeleteTopicRequest,
@@ -96,6 +97,7 @@ impl FrameType {
         FrameType::LeaveBrokerRequest,
         FrameType::ApplyLayoutRequest,
         FrameType::DropTopicRequest,
+        FrameType::RefuseWritesRequest,
         FrameType::ShardsResponse,
         FrameType::TopicResponse,
         FrameType::DoneResponse,

@@ -45,6 +45,16 @@ pub enum LayoutCommand<'a> {
     },
     /// The control plane tells a broker a topic is gone.
     DropTopic { topic: String },
+    /// The first half of an `ApplyLayout` that seals segments here while
+    /// another broker opens their successors: the broker refuses writes
+    /// to the segments the layout seals (naming their successors) and
+    /// answers at once, flushing nothing and opening nothing. The
+    /// `ApplyLayout` that follows flushes and marks them, while the
+    /// successors open elsewhere.
+    RefuseWrites {
+        topic_json: &'a [u8],
+        owners: Vec<BrokerShards>,
+    },
 }
 
 /// A broker's shards, by its id: what an `ApplyLayout` carries for each
@@ -145,12 +155,14 @@ impl MembershipRequest {
 frame_types!(LayoutCommand<'a> as "request" {
     ApplyLayout => ApplyLayoutRequest,
     DropTopic => DropTopicRequest,
+    RefuseWrites => RefuseWritesRequest,
 });
 
 impl<'a> LayoutCommand<'a> {
     fn write(&self, w: &mut Writer<'_>) {
         match self {
-            LayoutCommand::ApplyLayout { topic_json, owners } => {
+            LayoutCommand::ApplyLayout { topic_json, owners }
+            | LayoutCommand::RefuseWrites { topic_json, owners } => {
                 w.u32(u32::try_from(topic_json.len()).unwrap_or(u32::MAX));
                 w.bytes(topic_json);
                 w.count(owners.len());
@@ -165,26 +177,33 @@ impl<'a> LayoutCommand<'a> {
 
     fn read(frame_type: FrameType, r: &mut Reader<'a>) -> Result<Self, DecodeError> {
         Ok(match frame_type {
-            FrameType::ApplyLayoutRequest => LayoutCommand::ApplyLayout {
-                topic_json: {
-                    // A byte length, bounded by the frame (`take`).
-                    let n = r.u32()? as usize;
-                    r.take(n)?
-                },
-                owners: {
-                    let n = r.count(8)?;
-                    let mut owners = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        owners.push(BrokerShards {
-                            broker: r.u32()?,
-                            shards: read_shard_addresses(r)?,
-                        });
-                    }
-                    owners
-                },
-            },
+            FrameType::ApplyLayoutRequest => {
+                let (topic_json, owners) = read_layout(r)?;
+                LayoutCommand::ApplyLayout { topic_json, owners }
+            }
+            FrameType::RefuseWritesRequest => {
+                let (topic_json, owners) = read_layout(r)?;
+                LayoutCommand::RefuseWrites { topic_json, owners }
+            }
             FrameType::DropTopicRequest => LayoutCommand::DropTopic { topic: r.string()? },
             frame_type => return Err(DecodeError::Foreign { frame_type }),
         })
     }
+}
+
+/// The body `ApplyLayout` and `RefuseWrites` share: the topic JSON and the
+/// owners' shards.
+fn read_layout<'a>(r: &mut Reader<'a>) -> Result<(&'a [u8], Vec<BrokerShards>), DecodeError> {
+    // A byte length, bounded by the frame (`take`).
+    let n = r.u32()? as usize;
+    let topic_json = r.take(n)?;
+    let n = r.count(8)?;
+    let mut owners = Vec::with_capacity(n);
+    for _ in 0..n {
+        owners.push(BrokerShards {
+            broker: r.u32()?,
+            shards: read_shard_addresses(r)?,
+        });
+    }
+    Ok((topic_json, owners))
 }

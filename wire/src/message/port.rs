@@ -347,6 +347,7 @@ mod tests {
             T::FetchRequest,
             T::ShardsRequest,
             T::ApplyLayoutRequest,
+            T::RefuseWritesRequest,
         ] {
             assert!(
                 BrokerPortRequest::owns(t) && !ControlPortRequest::owns(t),

@@ -164,6 +164,13 @@ pub fn layout_commands() -> Vec<LayoutCommand<'static>> {
         LayoutCommand::DropTopic {
             topic: "ns/t".into(),
         },
+        LayoutCommand::RefuseWrites {
+            topic_json: br#"{"name":"ns/u"}"#,
+            owners: vec![BrokerShards {
+                broker: 4,
+                shards: Vec::new(),
+            }],
+        },
     ]
 }
 
