@@ -94,6 +94,14 @@ const QUARANTINE_DIR: &str = "quarantine";
 /// get one.
 const SPARES_MAX: usize = 2;
 
+/// A spare's pages are brought in ahead only for a segment whose last
+/// sealed buffer held at least `buffer_bytes` over this. One that seals
+/// nearly empty buffers (a quiet segment with durable producers: a chunk a
+/// record) would otherwise pay for 8 MiB of page cache per chunk, and its
+/// durable writes wait on the truncate to the chunk's length that drops
+/// them again (1-2 ms against 0.2 ms, BENCHMARKS.md).
+const POPULATE_FILL_DIVISOR: u64 = 8;
+
 impl QueuedBuffer for Arc<SealedBuffer> {
     fn header(&self) -> &wire::chunk::ChunkHeader {
         SealedBuffer::header(self)
@@ -620,10 +628,14 @@ impl SegmentCell {
             };
             let cell = self.clone();
             let capacity = self.core.config.buffer_bytes as usize;
+            let populate = self.core.state.borrow().log.last_sealed_bytes()
+                >= self.core.config.buffer_bytes / POPULATE_FILL_DIVISOR;
             glommio::spawn_local(async move {
                 let made = blocking(move || {
                     let spare = SpareBuffer::create(path, capacity)?;
-                    spare.populate();
+                    if populate {
+                        spare.populate();
+                    }
                     Ok::<_, EngineError>(spare)
                 })
                 .await;

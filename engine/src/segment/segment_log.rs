@@ -84,6 +84,9 @@ pub(crate) struct SegmentLog<S> {
     /// for a waiting `durable` producer comes one linger after it at the
     /// soonest, so early seals add at most one chunk per linger.
     sealed_at: Option<Instant>,
+    /// The file bytes of the last buffer sealed (0 before any): whether
+    /// the segment fills its buffers or seals them early, nearly empty.
+    last_sealed_bytes: u64,
     /// Set when bytes of the segment could not be stored and cannot be
     /// trusted: it takes no more writes, flushes nothing more and
     /// acknowledges nothing more as durable.
@@ -113,6 +116,7 @@ impl<S: QueuedBuffer + Clone> SegmentLog<S> {
             flushing: false,
             durable_waiting_since: None,
             sealed_at: None,
+            last_sealed_bytes: 0,
             failed: None,
         };
         for (a, b) in log.sealed.iter().zip(log.sealed.iter().skip(1)) {
@@ -232,7 +236,13 @@ impl<S: QueuedBuffer + Clone> SegmentLog<S> {
             assert!(last.header().next_offset <= header.base_offset);
         }
         self.sealed_bytes += header.file_bytes();
+        self.last_sealed_bytes = header.file_bytes();
         self.sealed.push_back(buffer);
+    }
+
+    /// The file bytes of the last buffer sealed, 0 before any.
+    pub(crate) fn last_sealed_bytes(&self) -> u64 {
+        self.last_sealed_bytes
     }
 
     /// Claim the flusher: true when it should start (buffers wait, none
@@ -523,15 +533,17 @@ mod tests {
         assert_eq!(log.next_offset(), 9);
     }
 
-    /// The queue's byte count follows what is queued, and a deleted
-    /// topic's queue is emptied.
+    /// The queue's byte count follows what is queued, the last sealed
+    /// buffer's size is kept, and a deleted topic's queue is emptied.
     #[test]
     fn queued_bytes_follow_the_queue() {
         let mut log = empty();
+        assert_eq!(log.last_sealed_bytes(), 0);
         log.handle_append(0, 1);
         let one = buffer(0, 1, 1000);
         let bytes = one.header().file_bytes();
         log.handle_sealed(one, Instant::now());
+        assert_eq!(log.last_sealed_bytes(), bytes);
         log.handle_append(1, 2);
         assert!(log.may_seal(bytes, 2 * bytes));
         assert!(!log.may_seal(bytes + 1, 2 * bytes));
