@@ -67,7 +67,14 @@ have_venv_clients() {
   [ -x "$venv_python" ] && "$venv_python" -c "$python_modules" && [ -x interop/.venv/bin/moto_server ]
 }
 have_kafkajs() { [ -d interop/node/node_modules/kafkajs ] && command -v node; }
-have_etcd() { etcd --version | grep -q '^etcd Version: 3\.'; }
+# The whole output is read before matching: `etcd --version | grep -q` under
+# pipefail fails at random, when grep exits at the first line and etcd's
+# next write meets a closed pipe (SIGPIPE).
+have_etcd() {
+  local version
+  version="$(etcd --version 2>/dev/null)" || return 1
+  [[ "$version" =~ (^|$'\n')'etcd Version: 3.' ]]
+}
 
 check_all() {
   missing=0
