@@ -506,36 +506,56 @@ impl Client {
         request: &BrokerPortRequest<'_>,
         operation: &'static str,
     ) -> Result<ResponseFrame, ClientError> {
-        let conn = {
-            let mut slot = self.inner.admin.lock().await;
-            self.admin_connection(&mut slot).await?
+        let mut gone = None;
+        // A request that only reads is asked again, of the next reachable
+        // broker, when its broker went away mid-call (it left or died), at
+        // most once per broker of the list: a broker killed a moment ago
+        // may still complete a connection (its listening socket outlives
+        // the process until the kernel has torn down its io_uring) and
+        // then reset it. One that changes something is asked once: it may
+        // have been carried out, so the error is the caller's to judge.
+        let asks = if only_reads(request) {
+            1 + self.inner.brokers.len()
+        } else {
+            1
         };
-        let result = conn.call(request, operation, self.request_timeout()).await;
-        // A request that only reads is asked once more, of the next
-        // reachable broker, when its broker went away mid-call (it left
-        // or died). One that changes something is not: it may have been
-        // carried out, so the error is the caller's to judge.
-        let broker_gone = matches!(&result, Err(ClientError::Io { .. } | ClientError::Closed));
-        if !(broker_gone && only_reads(request) && self.inner.brokers.len() > 1) {
-            return result;
+        let mut ask = 1;
+        loop {
+            let (conn, addr) = {
+                let mut slot = self.inner.admin.lock().await;
+                (self.admin_connection(&mut slot, gone).await?, slot.addr)
+            };
+            let result = conn.call(request, operation, self.request_timeout()).await;
+            let broker_gone = matches!(&result, Err(ClientError::Io { .. } | ClientError::Closed));
+            if !broker_gone || ask >= asks || self.inner.brokers.len() < 2 {
+                return result;
+            }
+            gone = Some(addr);
+            ask += 1;
         }
-        let conn = {
-            let mut slot = self.inner.admin.lock().await;
-            self.admin_connection(&mut slot).await?
-        };
-        conn.call(request, operation, self.request_timeout()).await
     }
 
     /// The admin connection, reopened if it failed: to where it went, else
-    /// to the first broker of the bootstrap list that can be reached.
-    async fn admin_connection(&self, slot: &mut AdminSlot) -> Result<Arc<Connection>, ClientError> {
+    /// to the first broker of the bootstrap list that can be reached. A
+    /// broker that just went away mid-call (`gone`) is tried last.
+    async fn admin_connection(
+        &self,
+        slot: &mut AdminSlot,
+        gone: Option<SocketAddr>,
+    ) -> Result<Arc<Connection>, ClientError> {
         let addr = slot.addr;
-        let first = match self.fresh(&mut slot.conn, addr).await {
-            Ok(conn) => return Ok(conn),
-            Err(e) => e,
-        };
-        if self.inner.brokers.len() < 2 {
-            return Err(first);
+        let mut first = None;
+        if gone == Some(addr) {
+            slot.conn = None;
+        } else {
+            let e = match self.fresh(&mut slot.conn, addr).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) => e,
+            };
+            if self.inner.brokers.len() < 2 {
+                return Err(e);
+            }
+            first = Some(e);
         }
         for broker in &self.inner.brokers {
             let Ok(other) = resolve(broker).await else {
@@ -545,12 +565,21 @@ impl Client {
                 continue;
             }
             if let Ok(conn) = self.fresh(&mut slot.conn, other).await {
-                log::info!("admin requests go to {other}: {addr} cannot be reached ({first})");
+                match &first {
+                    Some(e) => {
+                        log::info!("admin requests go to {other}: {addr} cannot be reached ({e})")
+                    }
+                    None => log::info!("admin requests go to {other}: {addr} went away"),
+                }
                 slot.addr = other;
                 return Ok(conn);
             }
         }
-        Err(first)
+        match first {
+            Some(e) => Err(e),
+            // Nobody else answers: the broker that went away, once more.
+            None => self.fresh(&mut slot.conn, addr).await,
+        }
     }
 
     /// Where a segment's traffic goes: its `address` if it names one (a

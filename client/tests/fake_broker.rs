@@ -43,6 +43,10 @@ struct State {
     refuse_produces: usize,
     /// Answer every produce with this error.
     produce_error: Option<ErrorCode>,
+    /// Reset every connection at its next request, new ones too: a broker
+    /// killed a moment ago whose listening socket the kernel has not
+    /// closed yet.
+    dying: bool,
 }
 
 struct FakeBroker {
@@ -85,6 +89,10 @@ async fn serve(mut s: TcpStream, shard: u16, state: Arc<Mutex<State>>) {
     loop {
         let mut h = [0u8; FRAME_HEADER_BYTES];
         if s.read_exact(&mut h).await.is_err() {
+            return;
+        }
+        if state.lock().unwrap().dying {
+            s.set_zero_linger().unwrap();
             return;
         }
         let header = FrameHeader::decode(&h).unwrap();
@@ -535,6 +543,34 @@ async fn admin_errors_and_unreachable_brokers() {
     assert!(e
         .to_string()
         .starts_with(&format!("cannot reach broker at {addr}")));
+}
+
+#[tokio::test]
+async fn a_read_goes_to_the_next_broker_when_its_broker_dies_mid_call() {
+    let (dying, alive) = (fake_broker(1).await, fake_broker(1).await);
+    let list = format!("{},{}", dying.addrs[0], alive.addrs[0]);
+    let client = Client::connect(&list, Transport::Tcp, ClientOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(client.list_brokers().await.unwrap().len(), 1);
+    // The first broker resets the admin connection mid-call, then accepts
+    // the reconnection and resets that too.
+    dying.state.lock().unwrap().dying = true;
+    let brokers = client.list_brokers().await.unwrap();
+    assert_eq!(brokers.len(), 1);
+    // And later reads stay with the broker that answered.
+    client.list_brokers().await.unwrap();
+
+    // A request that changes something is not asked again, not even of a
+    // broker that would take it: it may have been carried out.
+    dying.state.lock().unwrap().dying = false;
+    alive.state.lock().unwrap().dying = true;
+    let e = client.create_topic(TOPIC, 2).await.unwrap_err();
+    assert!(
+        matches!(e, ClientError::Io { .. } | ClientError::Closed),
+        "{e}"
+    );
+    assert!(dying.state.lock().unwrap().segments.is_empty());
 }
 
 /// A segment's id and its stored records as (key, value).

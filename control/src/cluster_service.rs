@@ -777,17 +777,17 @@ impl ClusterService {
             let topic = delivery.topic.clone();
             let snapshot = delivery.snapshot.clone();
             let mut told = std::mem::take(&mut delivery.told);
+            // A refusal is not the layout: its brokers get that next.
+            let refusal = matches!(step, Step::Refuse(_));
             let request = if delivery.drop {
                 CommandRequest::DropTopic {
                     topic: topic.to_string(),
                 }
-            } else if matches!(step, Step::Refuse(_)) {
+            } else if refusal {
                 snapshot.refuse_writes()
             } else {
                 snapshot.apply_layout()
             };
-            // A refusal is not the layout: its brokers get that next.
-            let refusal = matches!(step, Step::Refuse(_));
             let brokers = match step {
                 Step::Refuse(b) | Step::Apply { brokers: b, .. } => b,
                 Step::InformOthers => self.live_brokers(),
