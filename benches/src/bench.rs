@@ -368,6 +368,7 @@ fn start_broker(
     let settings = BrokerSettings {
         shards: args.shards as usize,
         buffer_bytes,
+        buffer_bytes_max: args.buffer_max_mib.map(|mib| mib << 20),
         flush_age_ms,
         drop_flushed_pages: args.drop_flushed_pages,
         filer: args.filer.clone(),

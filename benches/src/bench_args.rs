@@ -138,6 +138,11 @@ pub struct BenchArgs {
     /// Buffer (chunk) size of the bench's own broker, MiB.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub buffer_mib: u64,
+    /// Largest buffer a busy segment of the bench's own broker grows to,
+    /// MiB (`kelp serve --buffer-bytes-max`); the broker's default (64)
+    /// without it. At or below `--buffer-mib`, buffers never grow.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub buffer_max_mib: Option<u64>,
     /// The bench's own broker drops flushed chunks from the page cache
     /// (`kelp serve --drop-flushed-pages`).
     #[arg(long)]

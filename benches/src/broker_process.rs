@@ -59,6 +59,8 @@ impl BrokerLauncher {
 pub struct BrokerSettings {
     pub shards: usize,
     pub buffer_bytes: u64,
+    /// Pass `--buffer-bytes-max` (else the broker's default).
+    pub buffer_bytes_max: Option<u64>,
     pub flush_age_ms: u64,
     /// Pass `--drop-flushed-pages`.
     pub drop_flushed_pages: bool,
@@ -104,6 +106,12 @@ impl BrokerProcess {
                     .filer
                     .iter()
                     .flat_map(|url| ["--filer", url.as_str()]),
+            )
+            .args(
+                settings
+                    .buffer_bytes_max
+                    .iter()
+                    .flat_map(|max| ["--buffer-bytes-max".to_owned(), max.to_string()]),
             )
             // The broker's info lines would interleave with the summary.
             .env("RUST_LOG", "warn")

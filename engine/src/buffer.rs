@@ -80,6 +80,8 @@ pub struct ActiveBuffer {
     data_capacity: usize,
     index: ChunkIndexBuilder,
     opened_at: Instant,
+    /// File bytes before this are being written back (or were).
+    writeback_from: u64,
 }
 
 impl ActiveBuffer {
@@ -181,6 +183,7 @@ impl ActiveBuffer {
             data_capacity,
             index,
             opened_at: Instant::now(),
+            writeback_from: 0,
         })
     }
 
@@ -193,6 +196,14 @@ impl ActiveBuffer {
     pub(crate) fn is_empty(&self) -> bool {
         self.data_bytes == 0
     }
+    /// Batch bytes appended so far.
+    pub(crate) fn data_bytes(&self) -> u64 {
+        self.data_bytes as u64
+    }
+    /// Batch bytes it can hold.
+    pub(crate) fn data_capacity(&self) -> u64 {
+        self.data_capacity as u64
+    }
     pub(crate) fn opened_at(&self) -> Instant {
         self.opened_at
     }
@@ -204,6 +215,20 @@ impl ActiveBuffer {
     pub(crate) fn file_bytes(&self) -> u64 {
         (CHUNK_HEADER_BYTES + self.data_bytes) as u64
             + index_bytes(self.index.entries().len() as u64)
+    }
+
+    /// The file range appended since the last call that returned one, once
+    /// it reaches `step` bytes: where to start the kernel's write-back, so
+    /// a large buffer's dirty pages go to disk as it fills, not in one
+    /// burst once it is sealed.
+    pub(crate) fn writeback_due(&mut self, step: u64) -> Option<(u64, u64)> {
+        let end = (CHUNK_HEADER_BYTES + self.data_bytes) as u64;
+        let len = end.saturating_sub(self.writeback_from);
+        if len < step {
+            return None;
+        }
+        let from = std::mem::replace(&mut self.writeback_from, end);
+        Some((from, len))
     }
 
     /// Whether a batch of `len` bytes fits.
@@ -382,6 +407,22 @@ pub(crate) fn rewrite_header(
         .map_err(|e| EngineError::io("rewrite buffer header", path, e))
 }
 
+impl MappedFile {
+    /// Ask the kernel to start writing `len` bytes at `from` to disk,
+    /// without waiting (`SYNC_FILE_RANGE_WRITE`). Only a hint that spreads
+    /// the disk's and the write-back's work: durability comes from the
+    /// filer's own sync, so a failure here is ignored.
+    pub(crate) fn start_writeback(&self, from: u64, len: u64) {
+        let (Ok(from), Ok(len)) = (i64::try_from(from), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: a plain syscall on a descriptor this file keeps open.
+        unsafe {
+            libc::sync_file_range(self.fd(), from, len, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+}
+
 /// A buffer file made ahead of time on the blocking pool (created, its
 /// blocks reserved, mapped), so the shard that takes it as its next active
 /// buffer makes no file-system call but a rename and one small write.
@@ -484,6 +525,7 @@ impl SpareBuffer {
             data_capacity: self.data_capacity,
             index: ChunkIndexBuilder::new(self.data_capacity as u64),
             opened_at: Instant::now(),
+            writeback_from: 0,
         })
     }
 
@@ -657,6 +699,28 @@ mod tests {
         assert_eq!(chunk.header().next_offset, 110);
         assert_eq!(chunk.header().segment_id, 3);
         assert_eq!(chunk.batches().count(), 20);
+    }
+
+    /// Write-back is due once per `step` bytes appended, over the range
+    /// appended since the last, and the ranges cover the file end to end.
+    #[test]
+    fn writeback_is_due_once_per_step_end_to_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = batch(5);
+        let step = 3 * bytes.len() as u64;
+        let mut buf = ActiveBuffer::create(dir.path().join("b"), 1, 0, 64 << 10).unwrap();
+        let mut ranges = Vec::new();
+        for _ in 0..10 {
+            buf.append(&BatchView::validate(&bytes).unwrap()).unwrap();
+            ranges.extend(buf.writeback_due(step));
+        }
+        assert_eq!(ranges.len(), 3, "{ranges:?}");
+        assert_eq!(ranges[0].0, 0);
+        for w in ranges.windows(2) {
+            assert_eq!(w[0].0 + w[0].1, w[1].0, "no gap, no overlap: {ranges:?}");
+        }
+        assert!(ranges.iter().all(|r| r.1 >= step));
+        assert_eq!(buf.writeback_due(step), None, "nothing new appended");
     }
 
     #[test]

@@ -33,7 +33,13 @@ pub struct BrokerConfig {
     /// Shards (glommio executors); 0 means one per available core.
     pub shards: usize,
     /// A segment's buffer is sealed and flushed when its batches reach this.
+    /// A segment's first buffer is this big, and so is a quiet one's.
     pub buffer_bytes: u64,
+    /// A segment that fills its buffers gets bigger ones, each twice the
+    /// last, up to this; one that seals them mostly empty gets smaller ones
+    /// again, down to `buffer_bytes` (`segment::buffer_size`). At or below
+    /// `buffer_bytes`, buffers never grow.
+    pub buffer_bytes_max: u64,
     /// ... or when its first batch is this old.
     pub flush_age_ms: u64,
     /// ... or when a `durable` producer waits: at once, unless the last
@@ -145,6 +151,7 @@ impl Default for BrokerConfig {
             listen: LISTEN_DEFAULT.parse().expect("constant address parses"),
             shards: 0,
             buffer_bytes: 8 << 20,
+            buffer_bytes_max: BUFFER_BYTES_MAX_DEFAULT,
             flush_age_ms: 1000,
             drop_flushed_pages: false,
             durable_linger_ms: 10,
@@ -223,12 +230,14 @@ impl BrokerConfig {
         if self.listen.port() == 0 {
             return Err(ConfigError::PortZero);
         }
-        if self.buffer_bytes < BUFFER_BYTES_MIN || self.buffer_bytes > BUFFER_BYTES_MAX {
-            return Err(ConfigError::BufferBytes {
-                bytes: self.buffer_bytes,
-                min: BUFFER_BYTES_MIN,
-                max: BUFFER_BYTES_MAX,
-            });
+        for bytes in [self.buffer_bytes, self.buffer_bytes_max] {
+            if !(BUFFER_BYTES_MIN..=BUFFER_BYTES_MAX).contains(&bytes) {
+                return Err(ConfigError::BufferBytes {
+                    bytes,
+                    min: BUFFER_BYTES_MIN,
+                    max: BUFFER_BYTES_MAX,
+                });
+            }
         }
         let zero = self
             .at_least_one()
@@ -311,8 +320,11 @@ impl BrokerConfig {
 const SHARDS_MAX: usize = 256;
 /// Smallest `buffer_bytes`: 64 KiB.
 const BUFFER_BYTES_MIN: u64 = 64 << 10;
-/// Largest `buffer_bytes`: 1 GiB.
+/// Largest `buffer_bytes` and `buffer_bytes_max`: 1 GiB.
 const BUFFER_BYTES_MAX: u64 = 1 << 30;
+/// Default `buffer_bytes_max`: 64 MiB, where a busy segment's fixed cost
+/// per buffer stops showing (BENCHMARKS.md, "Buffers that grow").
+pub const BUFFER_BYTES_MAX_DEFAULT: u64 = 64 << 20;
 // The messages below name these limits in words.
 const _: () = assert!(wire::limits::FRAME_PAYLOAD_BYTES_MAX == 8 << 20);
 
@@ -530,6 +542,17 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "buffer bytes must be between 64 KiB and 1 GiB"
+        );
+        refused_as!(
+            BrokerConfig {
+                buffer_bytes_max: 2 << 30,
+                ..config()
+            },
+            ConfigError::BufferBytes {
+                bytes: 2_147_483_648,
+                min: 65_536,
+                max: 1_073_741_824
+            }
         );
         refused_as!(
             BrokerConfig {

@@ -141,6 +141,78 @@ fn batch_at(keys: &[String], timestamp_ms: i64, value_bytes: usize) -> Vec<u8> {
     b.finish(0, 0).to_vec()
 }
 
+/// A segment that fills its buffers gets bigger ones, each twice the last,
+/// up to `buffer_bytes_max`: its chunks, by base offset, grow from
+/// `buffer_bytes` to the ceiling and never past it. Every record is still
+/// read back once, in order.
+#[test]
+fn a_busy_segments_buffers_grow_up_to_the_ceiling() {
+    const FLOOR: u64 = 64 << 10;
+    const CEILING: u64 = 256 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let cfg = BrokerConfig {
+        buffer_bytes: FLOOR,
+        buffer_bytes_max: CEILING,
+        shards: 1,
+        ..config(dir.path(), port)
+    };
+    let broker = Broker::start(cfg).unwrap();
+    let mut c = Conn::open(port);
+    c.create_topic("t/grow", 1);
+    let keys: Vec<String> = (0..8).map(|k| format!("key-{k}")).collect();
+    // 240 batches of 8 records of 1,000 B: about 2 MB, 8 KB a batch.
+    for i in 0..240i64 {
+        let b = batch_at(&keys, 1_000_000 + i, 1000);
+        let r = c.produce("t/grow", AckMode::Leader, &b);
+        assert!(matches!(decode(&r), Response::Produced { .. }));
+    }
+    let b = batch_at(&keys, 2_000_000, 1000);
+    let r = c.produce("t/grow", AckMode::Durable, &b);
+    assert!(matches!(decode(&r), Response::Produced { .. }));
+
+    let chunk_dir = dir.path().join("filer/topics/t/grow/0");
+    let mut chunks: Vec<(u64, u64)> = std::fs::read_dir(&chunk_dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let base = e
+                .file_name()
+                .to_str()?
+                .strip_suffix(".chunk")?
+                .parse::<u64>()
+                .ok()?;
+            Some((base, e.metadata().unwrap().len()))
+        })
+        .collect();
+    chunks.sort_unstable();
+    let sizes: Vec<u64> = chunks.iter().map(|c| c.1).collect();
+    // A chunk is its data plus a 64-byte header and an index.
+    let overhead = 8 << 10;
+    assert!(
+        sizes[0] <= FLOOR + overhead,
+        "the first buffer is the floor: {sizes:?}"
+    );
+    assert!(
+        sizes.iter().all(|s| *s <= CEILING + overhead),
+        "never past the ceiling: {sizes:?}"
+    );
+    let full: Vec<u64> = sizes[..sizes.len() - 1].to_vec();
+    assert!(
+        full.windows(2).all(|w| w[0] <= w[1] + overhead),
+        "each full buffer at least the size of the one before: {sizes:?}"
+    );
+    assert!(
+        full.iter().filter(|s| **s > CEILING / 2 + overhead).count() >= 4,
+        "most of 2 MB went into buffers at the ceiling: {sizes:?}"
+    );
+    let all = fetch_all(&mut c, "t/grow", 0);
+    assert_eq!(all.len(), 241 * 8);
+    assert!(all.iter().enumerate().all(|(i, r)| r.0 == i as u64));
+    drop(c);
+    broker.stop().unwrap();
+}
+
 #[test]
 fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
     let dir = tempfile::tempdir().unwrap();

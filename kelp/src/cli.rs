@@ -166,6 +166,12 @@ pub struct ServeArgs {
     /// A segment's buffer is sealed and flushed at this size (64 KiB to 1 GiB).
     #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(65_536..=1 << 30))]
     pub buffer_bytes: u64,
+    /// A segment that fills its buffers gets bigger ones, each twice the
+    /// last, up to this (64 KiB to 1 GiB); one that seals them mostly empty
+    /// gets smaller ones again, down to --buffer-bytes. At or below
+    /// --buffer-bytes, buffers never grow.
+    #[arg(long, value_name = "BYTES", default_value_t = engine::config::BUFFER_BYTES_MAX_DEFAULT, value_parser = clap::value_parser!(u64).range(65_536..=1 << 30))]
+    pub buffer_bytes_max: u64,
     /// ... or at this age.
     #[arg(long, default_value_t = 1000)]
     pub flush_age_ms: u64,

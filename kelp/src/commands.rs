@@ -25,6 +25,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         listen: args.listen,
         shards: args.shards,
         buffer_bytes: args.buffer_bytes,
+        buffer_bytes_max: args.buffer_bytes_max,
         flush_age_ms: args.flush_age_ms,
         drop_flushed_pages: args.drop_flushed_pages,
         payload_grace_ms: args.payload_grace_ms,

@@ -20,7 +20,14 @@ fn s3_broker(server: &S3Server, data_dir: &std::path::Path, port: u16) -> Broker
     Broker::start_with_env(
         data_dir,
         port,
-        &["--filer", &filer, "--buffer-bytes", "65536"],
+        &[
+            "--filer",
+            &filer,
+            "--buffer-bytes",
+            "65536",
+            "--buffer-bytes-max",
+            "65536",
+        ],
         &server.env(),
     )
 }

@@ -137,6 +137,8 @@ fn broker(
             &server.url("outage"),
             "--buffer-bytes",
             "65536",
+            "--buffer-bytes-max",
+            "65536",
             "--flush-age-ms",
             "100",
             "--s3-retry-timeout-ms",

@@ -216,6 +216,8 @@ fn a_slow_store_bounds_uploads_in_flight_and_stalls_no_read() {
             &server.url("slow"),
             "--buffer-bytes",
             "65536",
+            "--buffer-bytes-max",
+            "65536",
             "--flush-age-ms",
             "100",
             "--filer-uploads",

@@ -314,6 +314,7 @@ impl Cluster {
         let settings = BrokerSettings {
             shards: 2,
             buffer_bytes: BUFFER_BYTES,
+            buffer_bytes_max: None,
             flush_age_ms: FLUSH_AGE_MS,
             drop_flushed_pages: false,
             filer: None,

@@ -22,6 +22,7 @@
 //! sealed buffers are files whose pages the kernel writes back while the
 //! flusher works through them in order.
 
+mod buffer_size;
 mod flusher;
 mod reader;
 mod segment_log;
@@ -50,6 +51,7 @@ use crate::recovery::{recover_buffers, LostRange, SegmentDirs};
 use crate::serve_error::ServeError;
 use crate::shard_filer::ShardFiler;
 
+use self::buffer_size::BufferSize;
 pub(crate) use self::reader::{FetchBody, FetchResult};
 use self::reader::{ReadCache, Tail};
 pub(crate) use self::segment_log::SealState;
@@ -102,6 +104,12 @@ const SPARES_MAX: usize = 2;
 /// them again (1-2 ms against 0.2 ms, BENCHMARKS.md).
 const POPULATE_FILL_DIVISOR: u64 = 8;
 
+/// An active buffer's appended bytes are handed to the kernel's write-back
+/// (on the blocking pool) each time this many more have come in. Without
+/// it a 64 MiB buffer's pages were written back in one burst after its
+/// seal, stealing the shard's core for longer than a small buffer's did.
+const WRITEBACK_STEP_BYTES: u64 = 8 << 20;
+
 impl QueuedBuffer for Arc<SealedBuffer> {
     fn header(&self) -> &wire::chunk::ChunkHeader {
         SealedBuffer::header(self)
@@ -114,15 +122,18 @@ struct SegmentState {
     log: SegmentLog<Arc<SealedBuffer>>,
     /// The buffer appends go to (only ever on a segment this shard owns).
     active: Option<ActiveBuffer>,
+    /// How big the next buffer (or spare) is made.
+    buffer_size: BufferSize,
     /// What the last reads opened, kept for the next.
     cache: ReadCache,
 }
 
 impl SegmentState {
-    fn new(log: SegmentLog<Arc<SealedBuffer>>) -> SegmentState {
+    fn new(log: SegmentLog<Arc<SealedBuffer>>, buffer_size: BufferSize) -> SegmentState {
         SegmentState {
             log,
             active: None,
+            buffer_size,
             cache: ReadCache::default(),
         }
     }
@@ -182,6 +193,7 @@ impl SegmentCore {
         stats
             .lost_records
             .store(log.lost_records(), Ordering::Relaxed);
+        let buffer_size = BufferSize::new(config.buffer_bytes, config.buffer_bytes_max);
         SegmentCore {
             id,
             range_start,
@@ -191,7 +203,7 @@ impl SegmentCore {
             store,
             config,
             stats,
-            state: RefCell::new(SegmentState::new(log)),
+            state: RefCell::new(SegmentState::new(log, buffer_size)),
             closed: Cell::new(Closed::Serving),
             successors: RefCell::new(None),
             appended: Event::new(),
@@ -489,8 +501,15 @@ impl SegmentCell {
                 if !needs_roll {
                     let active = state.active.as_mut().ok_or_else(ServeError::internal)?;
                     let (base, next) = active.append(batch).map_err(|e| ServeError::storage(&e))?;
+                    let writeback = active
+                        .writeback_due(WRITEBACK_STEP_BYTES)
+                        .map(|range| (Arc::clone(active.mapped()), range));
                     state.log.handle_append(base, next);
                     drop(state);
+                    if let Some((mapped, (from, len))) = writeback {
+                        glommio::spawn_local(blocking(move || mapped.start_writeback(from, len)))
+                            .detach();
+                    }
                     let stats = &core.stats;
                     stats.next_offset.store(next, Ordering::Relaxed);
                     stats
@@ -514,7 +533,7 @@ impl SegmentCell {
                     .may_seal(active_bytes, core.config.unflushed_bytes_max)
                 {
                     let sealed_one = seal_active(&mut state, Instant::now())?;
-                    let capacity = (core.config.buffer_bytes as usize).max(len);
+                    let capacity = (state.buffer_size.next() as usize).max(len);
                     let base = state.log.next_offset();
                     let path = self.buffers_dir.join(format!("{base:020}.buf"));
                     let spare = self.spares.borrow_mut().ready.pop();
@@ -627,9 +646,14 @@ impl SegmentCell {
                 ))
             };
             let cell = self.clone();
-            let capacity = self.core.config.buffer_bytes as usize;
-            let populate = self.core.state.borrow().log.last_sealed_bytes()
-                >= self.core.config.buffer_bytes / POPULATE_FILL_DIVISOR;
+            let (capacity, populate) = {
+                let state = self.core.state.borrow();
+                (
+                    state.buffer_size.next() as usize,
+                    state.log.last_sealed_bytes()
+                        >= self.core.config.buffer_bytes / POPULATE_FILL_DIVISOR,
+                )
+            };
             glommio::spawn_local(async move {
                 let made = blocking(move || {
                     let spare = SpareBuffer::create(path, capacity)?;
@@ -736,6 +760,9 @@ impl SegmentCell {
 fn seal_active(state: &mut SegmentState, now: Instant) -> Result<bool, ServeError> {
     match state.active.take() {
         Some(active) if !active.is_empty() => {
+            state
+                .buffer_size
+                .handle_sealed(active.data_bytes(), active.data_capacity());
             let sealed = active.seal().map_err(|e| ServeError::storage(&e))?;
             state.log.handle_sealed(Arc::new(sealed), now);
             Ok(true)
