@@ -279,6 +279,10 @@ pub(crate) struct SegmentCell {
     /// Where its buffers are on local disk.
     buffers_dir: PathBuf,
     spares: RefCell<Spares>,
+    /// A write-back of the active buffer's pages is being started on the
+    /// blocking pool: at most one at a time, so a congested disk holds one
+    /// pool thread per segment, and never the spares' making behind a queue.
+    writeback_started: Cell<bool>,
     /// Rung when a chunk is stored, or the segment fails or closes.
     flushed: Event,
     /// Rung when the flush queue has room again, or writes are refused.
@@ -390,6 +394,7 @@ impl SegmentCell {
             core: SegmentCore::new(config, store, topic, id, (range_start, range_end), log),
             buffers_dir,
             spares: RefCell::new(Spares::default()),
+            writeback_started: Cell::new(false),
             flushed: Event::new(),
             space: Event::new(),
         });
@@ -501,14 +506,23 @@ impl SegmentCell {
                 if !needs_roll {
                     let active = state.active.as_mut().ok_or_else(ServeError::internal)?;
                     let (base, next) = active.append(batch).map_err(|e| ServeError::storage(&e))?;
-                    let writeback = active
-                        .writeback_due(WRITEBACK_STEP_BYTES)
-                        .map(|range| (Arc::clone(active.mapped()), range));
+                    let writeback = if self.writeback_started.get() {
+                        None
+                    } else {
+                        active
+                            .writeback_due(WRITEBACK_STEP_BYTES)
+                            .map(|range| (Arc::clone(active.mapped()), range))
+                    };
                     state.log.handle_append(base, next);
                     drop(state);
                     if let Some((mapped, (from, len))) = writeback {
-                        glommio::spawn_local(blocking(move || mapped.start_writeback(from, len)))
-                            .detach();
+                        self.writeback_started.set(true);
+                        let cell = self.clone();
+                        glommio::spawn_local(async move {
+                            blocking(move || mapped.start_writeback(from, len)).await;
+                            cell.writeback_started.set(false);
+                        })
+                        .detach();
                     }
                     let stats = &core.stats;
                     stats.next_offset.store(next, Ordering::Relaxed);
