@@ -6,9 +6,9 @@
 //! Every buffer costs a fixed amount besides its bytes: a spare file made,
 //! its blocks reserved, mapped and its pages brought in; a seal (index and
 //! header); a flush (a rename or an upload, an fdatasync and its journal
-//! commit). At 1.2 GB/s into 8 MiB buffers that is 150 of each a second,
-//! and it was a third of the broker's CPU per GB (BENCHMARKS.md, "Buffers
-//! that grow"). A quiet segment keeps small buffers, so its chunks stay
+//! commit). At 1.1 GB/s into 8 MiB buffers that is 130 of each a second,
+//! and it was nearly half of the broker's CPU per GB (BENCHMARKS.md,
+//! "Buffers that grow"). A quiet segment keeps small buffers, so its chunks stay
 //! small and its reserved disk stays `buffer_bytes` a buffer.
 //!
 //! Pure: the caller reports each seal; nothing here does I/O.
