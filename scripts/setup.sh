@@ -13,8 +13,9 @@
 #   nodejs, npm         (Debian)      kafkajs, a Kafka interop client
 #   etcd-server         (Debian)      the real etcd of the election tests (kelp-election)
 #   protobuf-compiler   (Debian)      protoc, which the etcd-client crate's build script runs
-#   interop/.venv       (PyPI)        confluent-kafka, kafka-python and codecs, and moto[server] (the
-#                                     S3-compatible server of the S3 filer tests), pinned in interop/requirements.txt
+#   interop/.venv       (PyPI)        confluent-kafka, kafka-python and codecs, moto[server] (the
+#                                     S3-compatible server of the S3 filer tests) and prometheus-client
+#                                     (the metrics page's parser), pinned in interop/requirements.txt
 #   interop/node        (npm)         kafkajs, pinned in interop/node/package-lock.json
 #
 # Debian packages need root (or sudo). A failed install stops here with its
@@ -32,7 +33,7 @@ fi
 
 font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 venv_python="$PWD/interop/.venv/bin/python"
-python_modules='import confluent_kafka, kafka, cramjam, lz4, zstandard, snappy'
+python_modules='import confluent_kafka, kafka, cramjam, lz4, zstandard, snappy, prometheus_client'
 
 apt_updated=false
 apt_install() {

@@ -224,6 +224,38 @@ pub struct ClusterService {
     to_advance: VecDeque<u64>,
     /// At most one per request handled, drained after every input.
     answers: VecDeque<(AnswerToken, Response<'static>)>,
+    /// Actions decided since this state machine was built (counted where
+    /// each is carried out: `execute`, and a topic's creation).
+    actions: ActionCounts,
+}
+
+/// Actions a control plane decided, by kind (its metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActionCounts {
+    /// Topics created.
+    pub topics_created: u64,
+    /// Topics deleted.
+    pub topics_deleted: u64,
+    /// Segments split, whatever the cause.
+    pub splits: u64,
+    /// Pairs of segments merged.
+    pub merges: u64,
+    /// Segments moved to another broker or shard (a dead or leaving
+    /// broker's, the rebalancer's, an operator's).
+    pub moves: u64,
+}
+
+impl ActionCounts {
+    fn count(&mut self, action: &Action) {
+        let n = match action {
+            Action::CreateTopic { .. } => &mut self.topics_created,
+            Action::DeleteTopic { .. } => &mut self.topics_deleted,
+            Action::Split { .. } => &mut self.splits,
+            Action::Merge { .. } => &mut self.merges,
+            Action::Move { .. } => &mut self.moves,
+        };
+        *n += 1;
+    }
 }
 
 impl ClusterService {
@@ -270,6 +302,7 @@ impl ClusterService {
             gates: HashMap::new(),
             to_advance: VecDeque::new(),
             answers: VecDeque::new(),
+            actions: ActionCounts::default(),
         };
         let names: Vec<TopicName> = service.cluster.topics().map(|t| t.name().clone()).collect();
         for name in names {
@@ -280,6 +313,11 @@ impl ClusterService {
     }
 
     /// The core, for read-only queries.
+    /// Actions decided since this state machine was built.
+    pub fn action_counts(&self) -> ActionCounts {
+        self.actions
+    }
+
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
     }
@@ -1045,6 +1083,7 @@ impl ClusterService {
                     let _ = self.cluster.delete_topic(now_ms, &name);
                     return Err(error_answer(e));
                 }
+                self.actions.count(&action);
                 let answer = Response::Topic(self.describe(now_ms, &name)?);
                 let gate = self.open_gate(token);
                 let snapshot = self.snapshot(&name);
@@ -1376,6 +1415,7 @@ impl ClusterService {
         state: Option<&Topic>,
         gate: Option<u64>,
     ) -> Result<(), ControlError> {
+        self.actions.count(action);
         let Some(topic) = state else {
             let version = self.next_id();
             let snapshot = Snapshot {

@@ -48,6 +48,7 @@ use crate::broker_link::{BrokerLink, LinkError};
 use crate::cluster_service::{
     not_served, AnswerToken, ClusterService, CommandFailed, CommandId, OutgoingCommand,
 };
+use crate::control_figures::{ControlFigures, PublishedActions};
 use crate::election::{ElectedTerm, Election, ElectionState};
 use crate::frame_stream::{read_frame, FrameReadError};
 use crate::state_store::FilerStateStore;
@@ -208,6 +209,7 @@ type OpenConnections = Arc<Mutex<HashMap<u64, TcpStream>>>;
 #[derive(Debug)]
 pub struct ControlServer {
     address: SocketAddr,
+    figures: Arc<ControlFigures>,
     stopping: Arc<AtomicBool>,
     driver: SyncSender<DriverInput>,
     driver_thread: Option<JoinHandle<()>>,
@@ -275,6 +277,7 @@ impl ControlServer {
             .map_err(io("local address of", config.listen.to_string()))?;
 
         let (driver, inputs) = sync_channel(REQUESTS_QUEUED_MAX);
+        let figures = Arc::new(ControlFigures::default());
         let tick = Duration::from_millis(config.tick_ms);
         let driver_loop = Driver {
             service,
@@ -292,6 +295,8 @@ impl ControlServer {
             waiting: HashMap::new(),
             next_token: 0,
             senders: HashMap::new(),
+            figures: figures.clone(),
+            published: PublishedActions::default(),
         };
         let driver_thread = std::thread::Builder::new()
             .name("kelp-control-driver".to_owned())
@@ -327,6 +332,7 @@ impl ControlServer {
         }
         Ok(ControlServer {
             address,
+            figures,
             stopping,
             driver,
             driver_thread: Some(driver_thread),
@@ -338,6 +344,11 @@ impl ControlServer {
     /// The address it listens on.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Its figures, as of its last tick (for a metrics page).
+    pub fn figures(&self) -> Arc<ControlFigures> {
+        self.figures.clone()
     }
 
     /// Stop accepting, close every connection, and stop the driver once it
@@ -362,17 +373,6 @@ impl ControlServer {
         if let Some(thread) = self.driver_thread.take() {
             let _ = thread.join();
         }
-    }
-
-    /// Run until `until` returns (e.g. a signal arrived), then stop.
-    pub fn run_until(
-        config: ControlServerConfig,
-        until: impl FnOnce(),
-    ) -> Result<(), ControlServerError> {
-        let server = ControlServer::start(config)?;
-        until();
-        server.stop();
-        Ok(())
     }
 }
 
@@ -417,6 +417,9 @@ struct Driver {
     next_token: AnswerToken,
     /// Each broker's sender thread, by the channel that feeds it.
     senders: HashMap<BrokerId, SyncSender<OutgoingCommand>>,
+    /// Published at every tick for the metrics page.
+    figures: Arc<ControlFigures>,
+    published: PublishedActions,
 }
 
 impl Driver {
@@ -463,6 +466,8 @@ impl Driver {
                 if let Some(service) = self.service.as_mut() {
                     service.handle_tick(now_ms());
                 }
+                self.figures
+                    .publish(self.service.as_ref(), self.generation, &mut self.published);
                 next_tick = Instant::now() + tick;
             }
             self.transmit();

@@ -34,6 +34,7 @@ pub mod broker_link;
 mod broker_queue;
 mod cluster;
 pub mod cluster_service;
+pub mod control_figures;
 pub mod control_server;
 mod delivery;
 pub mod election;
@@ -58,7 +59,7 @@ pub use broker::{
     SHARD_ADDRESS_BYTES_MAX,
 };
 pub use cluster::{Cluster, ClusterConfig, InvariantViolation};
-pub use cluster_service::ClusterService;
+pub use cluster_service::{ActionCounts, ClusterService};
 pub use control_server::{ClusterFiler, ControlServer, ControlServerConfig, ControlServerError};
 pub use error::{ControlError, CorruptLayout, InvalidChange};
 pub use key_range::{KeyRange, RING_END};

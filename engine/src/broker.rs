@@ -15,6 +15,8 @@ use filer_s3::S3Filer;
 use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 use wire::message::ShardAddress;
 
+use crate::admin_http::AdminListener;
+use crate::broker_pages::{BrokerPages, BrokerReadiness};
 use crate::cluster_agent::{ClusterAgent, LocalControl};
 use crate::config::{BrokerConfig, ConfigError};
 use crate::control_plane::{
@@ -28,6 +30,7 @@ use crate::kafka::{GatewayParts, KafkaGateway};
 use crate::payload::PayloadStore;
 use crate::shard::Shard;
 use crate::shard_filer::ShardFiler;
+use crate::shard_metrics::ShardMetrics;
 use crate::signals::TerminationSignals;
 
 /// Memory glommio registers per executor for its I/O buffers. Three times
@@ -102,6 +105,9 @@ pub struct Broker {
     control_thread: Option<std::thread::JoinHandle<()>>,
     shard_threads: Vec<glommio::ExecutorJoinHandle<()>>,
     kafka: Option<KafkaGateway>,
+    /// Stopped last, so `/ready` says "stopping" while the broker flushes.
+    admin: Option<AdminListener>,
+    readiness: Arc<BrokerReadiness>,
     addresses: Vec<ShardAddress>,
     /// Held until the broker has stopped: one broker per data dir.
     _lock: DataDirLock,
@@ -170,6 +176,26 @@ impl Broker {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), EngineError>>();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let io_memory = (IO_MEMORY_BYTES * 2 / shard_count.max(2)).max(128 << 10);
+        let metrics: Vec<Arc<ShardMetrics>> = (0..shard_count)
+            .map(|_| Arc::new(ShardMetrics::default()))
+            .collect();
+        // Up before the shards, so `/health` answers and `/ready` says
+        // "starting" while buffers are recovered.
+        let readiness = Arc::new(BrokerReadiness::default());
+        let admin = match config.http_listen {
+            Some(listen) => Some(
+                AdminListener::start(
+                    listen,
+                    Arc::new(BrokerPages {
+                        shards: metrics.clone(),
+                        commands: command_txs.clone(),
+                        readiness: readiness.clone(),
+                    }),
+                )
+                .map_err(|e| EngineError::io("listen for admin HTTP on", listen.to_string(), e))?,
+            ),
+            None => None,
+        };
         for (index, command_rx) in command_rxs.drain(..).enumerate() {
             let (inbox_tx, inbox_rx) = flume::bounded(config.inbox_requests_max);
             inbox_txs.push(inbox_tx);
@@ -186,6 +212,7 @@ impl Broker {
             let addresses = addresses.clone();
             let ready = ready_tx.clone();
             let server_crypto = shard_quic_config.clone();
+            let shard_metrics = metrics[index].clone();
             let handle = LocalExecutorBuilder::new(placement)
                 .name(&format!("kelp-shard-{index}"))
                 .io_memory(io_memory)
@@ -217,16 +244,20 @@ impl Broker {
                     let peers = crate::peer_limit::PeerLimit::new(config.connections_per_ip_max);
                     let receive_budget =
                         crate::receive_budget::ReceiveBudget::new(config.receive_bytes_max);
-                    let store = match ShardFiler::start(index, filer, &config) {
-                        Ok(store) => Rc::new(store),
-                        Err(e) => {
-                            let _ = ready.send(Err(EngineError::Shard {
-                                shard: index,
-                                reason: format!("start the filer threads: {e}"),
-                            }));
-                            return;
-                        }
-                    };
+                    shard_metrics
+                        .receive_bytes_max
+                        .set(config.receive_bytes_max);
+                    let store =
+                        match ShardFiler::start(index, filer, &config, shard_metrics.clone()) {
+                            Ok(store) => Rc::new(store),
+                            Err(e) => {
+                                let _ = ready.send(Err(EngineError::Shard {
+                                    shard: index,
+                                    reason: format!("start the filer threads: {e}"),
+                                }));
+                                return;
+                            }
+                        };
                     let shard = Rc::new(Shard {
                         index,
                         config,
@@ -240,6 +271,7 @@ impl Broker {
                         connections: Cell::new(0),
                         peers,
                         receive_budget,
+                        metrics: shard_metrics,
                         stopping: Cell::new(false),
                         stop: event_listener::Event::new(),
                     });
@@ -326,14 +358,22 @@ impl Broker {
             config.listen,
             config.data_dir.display()
         );
+        readiness.serving();
         Ok(Broker {
             control: control_tx,
             control_thread: Some(control_thread),
             shard_threads,
             kafka,
+            admin,
+            readiness,
             addresses,
             _lock: lock,
         })
+    }
+
+    /// Where the admin HTTP listener serves, if it runs.
+    pub fn http_address(&self) -> Option<std::net::SocketAddr> {
+        self.admin.as_ref().map(AdminListener::address)
     }
 
     /// Each shard's addresses.
@@ -353,6 +393,7 @@ impl Broker {
     /// still answer) has every shard flush, and the TCP and QUIC
     /// connections say goodbye as their shard stops.
     pub fn stop(mut self) -> Result<(), EngineError> {
+        self.readiness.stopping();
         if let Some(kafka) = self.kafka.take() {
             kafka.stop();
         }
@@ -371,6 +412,9 @@ impl Broker {
         }
         for t in self.shard_threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(admin) = self.admin.take() {
+            admin.stop();
         }
         flushed.map_err(EngineError::Stop)
     }

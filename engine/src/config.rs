@@ -102,6 +102,10 @@ pub struct BrokerConfig {
     /// new buffers reuse that memory (cheaper appends where fresh memory is
     /// slow; reads of older chunks go to the disk). Off by default.
     pub drop_flushed_pages: bool,
+    /// Where the admin HTTP listener serves `/metrics`, `/health` and
+    /// `/ready`; `None` (the default) runs none. Port 0 picks a free port
+    /// (see `Broker::http_address`).
+    pub http_listen: Option<SocketAddr>,
     /// Where the Kafka gateway listens; `None` (the default) runs none.
     /// Port 0 picks a free port (see `Broker::kafka_address`).
     pub kafka_listen: Option<SocketAddr>,
@@ -169,6 +173,7 @@ impl Default for BrokerConfig {
             payload_grace_ms: 3_600_000,
             payload_sweep_interval_ms: 60_000,
             payload_upload_bytes_max: 64 << 20,
+            http_listen: None,
             kafka_listen: None,
             kafka_advertised: None,
             filer: None,

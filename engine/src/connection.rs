@@ -35,6 +35,7 @@ use crate::request::{
 };
 use crate::serve_error::ServeError;
 use crate::shard::Shard;
+use crate::shard_metrics::{Refusal, Transport};
 
 /// Answers below this size are coalesced into one write.
 const COALESCE_BYTES_MAX: usize = 64 << 10;
@@ -125,15 +126,19 @@ impl Drop for ConnectionSlot {
 }
 
 /// A slot for one more connection from `ip`, or why there is none (the
-/// shard's limit, or the address's).
-pub(crate) fn admit(shard: &Rc<Shard>, ip: IpAddr) -> Result<ConnectionSlot, &'static str> {
+/// shard's limit, or the address's), counted in the shard's figures.
+pub(crate) fn admit(shard: &Rc<Shard>, ip: IpAddr) -> Result<ConnectionSlot, Refusal> {
+    let refused = |why: Refusal| {
+        shard.metrics.traffic(Transport::Tcp).refused(why).add(1);
+        why
+    };
     if shard.connections.get() >= shard.config.connections_per_shard_max {
-        return Err("connection limit");
+        return Err(refused(Refusal::ConnectionLimit));
     }
     let peer = shard
         .peers
         .admit(ip)
-        .ok_or("connection limit for its address")?;
+        .ok_or_else(|| refused(Refusal::AddressLimit))?;
     shard.connections.set(shard.connections.get() + 1);
     Ok(ConnectionSlot {
         shard: shard.clone(),
@@ -350,7 +355,14 @@ where
             decoder.recycle(frame.payload);
             continue;
         }
-        match handle_frame(&shard, &header, &frame.payload, Origin::Network).await {
+        match handle_frame(
+            &shard,
+            &header,
+            &frame.payload,
+            Origin::Network(Transport::Tcp),
+        )
+        .await
+        {
             Reply::Silent => outbox.release(1),
             Reply::Now(frame) => outbox.push(Outgoing::Frame(frame)),
             Reply::Later(future) => {

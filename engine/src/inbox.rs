@@ -7,6 +7,7 @@
 //! comes back to its sender as the channel's error.
 
 use std::rc::Rc;
+use std::time::Instant;
 
 use wire::batch::BatchView;
 use wire::{AckMode, FetchRequest};
@@ -76,6 +77,8 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
             } => {
                 // Appended inline, before the next request is taken: the
                 // gateway's order of produces to a partition is kept.
+                let arrived = Instant::now();
+                let metrics = shard.metrics.clone();
                 let appended = match BatchView::validate(&batch) {
                     Ok(view) => append(&shard, &topic, segment, &view, Origin::KafkaGateway).await,
                     Err(e) => Err(ServeError::from(&e)),
@@ -87,6 +90,7 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
                 } = match appended {
                     Ok(appended) => appended,
                     Err(e) => {
+                        metrics.produce_errors.add(1);
                         let _ = reply.try_send(Err(e));
                         continue;
                     }
@@ -97,14 +101,20 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
                 };
                 match ack {
                     AckMode::None => {
+                        metrics.produce(ack).observe(arrived.elapsed());
                         let _ = reply.try_send(Ok(None));
                     }
                     AckMode::Leader => {
+                        metrics.produce(ack).observe(arrived.elapsed());
                         let _ = reply.try_send(Ok(Some(produced)));
                     }
                     AckMode::Durable => {
                         glommio::spawn_local(async move {
                             let flushed = cell.wait_flushed(next_offset).await;
+                            match flushed {
+                                Ok(()) => metrics.produce(ack).observe(arrived.elapsed()),
+                                Err(_) => metrics.produce_errors.add(1),
+                            }
                             let _ = reply.try_send(
                                 flushed
                                     .map(|()| Some(produced))
@@ -115,17 +125,19 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
                     }
                 }
             }
-            ShardRequest::Fetch { request, reply } => match start_fetch(&shard, request) {
-                Ok(read) => {
-                    glommio::spawn_local(async move {
-                        let _ = reply.try_send(read.await);
-                    })
-                    .detach();
+            ShardRequest::Fetch { request, reply } => {
+                match start_fetch(&shard, request, Origin::KafkaGateway) {
+                    Ok(read) => {
+                        glommio::spawn_local(async move {
+                            let _ = reply.try_send(read.await);
+                        })
+                        .detach();
+                    }
+                    Err(e) => {
+                        let _ = reply.try_send(Err(e));
+                    }
                 }
-                Err(e) => {
-                    let _ = reply.try_send(Err(e));
-                }
-            },
+            }
         }
     }
 }

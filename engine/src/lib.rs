@@ -11,8 +11,10 @@
 //! Nothing here locks across cores: shards share no mutable state, and
 //! talk to the control plane and the Kafka gateway through bounded channels.
 
+pub mod admin_http;
 mod background_priority;
 mod broker;
+mod broker_pages;
 mod buffer;
 mod chunk_cache;
 mod cluster_agent;
@@ -26,6 +28,7 @@ mod filer_lane;
 mod inbox;
 mod kafka;
 mod log_limit;
+pub mod metrics_page;
 mod payload;
 mod payload_sweep;
 mod peer_limit;
@@ -38,6 +41,7 @@ mod segment;
 mod serve_error;
 mod shard;
 mod shard_filer;
+mod shard_metrics;
 pub mod signals;
 mod tcp;
 mod tls;

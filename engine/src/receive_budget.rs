@@ -42,7 +42,6 @@ impl ReceiveBudget {
     }
 
     /// Bytes taken now.
-    #[cfg(test)]
     pub(crate) fn in_use(&self) -> u64 {
         self.max - self.free.get()
     }

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wire::batch::BatchView;
 use wire::frame::{encode_frame, FrameHeader};
@@ -27,6 +27,7 @@ use crate::file_range::FileRanges;
 use crate::segment::{blocking, FetchBody, FetchResult, Segment, SegmentCell};
 use crate::serve_error::ServeError;
 use crate::shard::{SegmentLookup, Shard};
+use crate::shard_metrics::Transport;
 
 /// The answer to one request.
 pub(crate) enum Reply {
@@ -132,11 +133,21 @@ fn answer<T>(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Origin {
     /// A native client over TCP or QUIC.
-    Network,
+    Network(Transport),
     /// The Kafka gateway in this process. Kafka clients pick a record's
     /// partition with their own partitioner, so a keyed record is accepted
     /// by the segment the client chose: the key-range check is skipped.
     KafkaGateway,
+}
+
+impl Origin {
+    /// The transport whose traffic the request counts in.
+    pub(crate) fn transport(self) -> Transport {
+        match self {
+            Origin::Network(t) => t,
+            Origin::KafkaGateway => Transport::Kafka,
+        }
+    }
 }
 
 /// Handle one request frame whose header the transport decoded: its
@@ -194,7 +205,7 @@ async fn handle_data(
         },
         DataRequest::Fetch(request) => {
             let segment = request.segment;
-            let read = match start_fetch(shard, request) {
+            let read = match start_fetch(shard, request, origin) {
                 Ok(read) => read,
                 Err(e) => return Reply::Now(error_frame(id, &e)),
             };
@@ -579,7 +590,9 @@ fn local_segment(shard: &Shard, topic: &str, segment: u32) -> Result<Segment, Se
 pub(crate) fn start_fetch(
     shard: &Rc<Shard>,
     request: FetchRequest,
+    origin: Origin,
 ) -> Result<impl Future<Output = Result<FetchResult, ServeError>> + 'static, ServeError> {
+    let arrived = Instant::now();
     // A segment sealed elsewhere is read from the filer through a view
     // this shard opens on first use.
     let cell = match local_segment(shard, &request.topic, request.segment) {
@@ -600,8 +613,17 @@ pub(crate) fn start_fetch(
                 .await
                 .map_err(|e| ServeError::storage(&e))?,
         };
-        cell.fetch(request.from, max_bytes, max_wait, request.checks)
-            .await
+        let fetched = cell
+            .fetch(request.from, max_bytes, max_wait, request.checks)
+            .await?;
+        let metrics = &shard.metrics;
+        metrics.fetch.observe(arrived.elapsed());
+        let traffic = metrics.traffic(origin.transport());
+        traffic
+            .records_out
+            .add(fetched.next_offset.saturating_sub(fetched.start_offset));
+        traffic.bytes_out.add(fetched.body.batch_bytes() as u64);
+        Ok(fetched)
     })
 }
 
@@ -635,7 +657,7 @@ pub(crate) async fn append(
     // Keyless records may go to any segment; keyed ones must hash into it,
     // or per-key order would break when segments split. The Kafka gateway's
     // records went where the Kafka client's partitioner put them.
-    let checked = origin == Origin::Network;
+    let checked = origin != Origin::KafkaGateway;
     if let Some(r) = view
         .records()
         .find(|r| checked && !r.key.is_empty() && !core.covers(key_hash(r.key)))
@@ -652,6 +674,9 @@ pub(crate) async fn append(
         ));
     }
     let (base_offset, next_offset) = cell.append(view).await?;
+    let traffic = shard.metrics.traffic(origin.transport());
+    traffic.records_in.add(next_offset - base_offset);
+    traffic.bytes_in.add(view.bytes().len() as u64);
     Ok(Appended {
         cell,
         base_offset,
@@ -668,14 +693,19 @@ async fn produce(
     view: &BatchView<'_>,
     origin: Origin,
 ) -> Reply {
+    let arrived = Instant::now();
     let Appended {
         cell,
         base_offset: base,
         next_offset: next,
     } = match append(shard, topic, segment, view, origin).await {
         Ok(appended) => appended,
-        Err(e) => return Reply::Now(error_frame(id, &e)),
+        Err(e) => {
+            shard.metrics.produce_errors.add(1);
+            return Reply::Now(error_frame(id, &e));
+        }
     };
+    let metrics = shard.metrics.clone();
     let produced = move || {
         response_frame(
             id,
@@ -687,12 +717,24 @@ async fn produce(
         )
     };
     match ack {
-        AckMode::None => Reply::Silent,
-        AckMode::Leader => Reply::Now(produced()),
+        AckMode::None => {
+            metrics.produce(ack).observe(arrived.elapsed());
+            Reply::Silent
+        }
+        AckMode::Leader => {
+            metrics.produce(ack).observe(arrived.elapsed());
+            Reply::Now(produced())
+        }
         AckMode::Durable => Reply::Later(Box::pin(async move {
             match cell.wait_flushed(next).await {
-                Ok(()) => produced(),
-                Err(e) => error_frame(id, &ServeError::storage(&e)),
+                Ok(()) => {
+                    metrics.produce(ack).observe(arrived.elapsed());
+                    produced()
+                }
+                Err(e) => {
+                    metrics.produce_errors.add(1);
+                    error_frame(id, &ServeError::storage(&e))
+                }
             }
         })),
     }

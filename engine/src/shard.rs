@@ -20,6 +20,7 @@ use crate::payload::PayloadStore;
 use crate::peer_limit::PeerLimit;
 use crate::segment::{SealState, SealedView, Segment, SegmentCell};
 use crate::shard_filer::ShardFiler;
+use crate::shard_metrics::Transport;
 
 /// What a shard knows of a topic: its whole layout (to tell a client which
 /// shard owns a segment), the segments it owns, the ones it owned and
@@ -115,6 +116,8 @@ pub(crate) struct Shard {
     /// Frame payload bytes being received or handled, over the shard's TCP
     /// and QUIC connections (`receive_bytes_max`).
     pub(crate) receive_budget: Rc<crate::receive_budget::ReceiveBudget>,
+    /// Its figures, read by the admin listener's thread.
+    pub(crate) metrics: Arc<crate::shard_metrics::ShardMetrics>,
     /// Set when the shard shuts down: listeners and connections end.
     pub(crate) stopping: Cell<bool>,
     pub(crate) stop: event_listener::Event,
@@ -476,9 +479,19 @@ impl Shard {
         loop {
             glommio::timer::sleep(period).await;
             let now = Instant::now();
+            let mut unflushed = 0;
             for cell in self.all_segments() {
                 cell.tick(now);
+                unflushed += cell.unflushed_bytes();
             }
+            // Levels the metrics page shows, as of this tick.
+            let metrics = &self.metrics;
+            metrics.unflushed_bytes.set(unflushed);
+            metrics.receive_bytes.set(self.receive_budget.in_use());
+            metrics
+                .traffic(Transport::Tcp)
+                .connections
+                .set(self.connections.get() as u64);
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::config::BrokerConfig;
 use crate::filer_lane::FilerLane;
 use crate::log_limit::LogLimit;
 use crate::serve_error::ServeError;
+use crate::shard_metrics::ShardMetrics;
 
 /// How often a shard reports that its flushes keep failing (and, once
 /// they work again, that they resumed).
@@ -36,6 +37,8 @@ pub(crate) struct ShardFiler {
     cache: RefCell<ChunkCache>,
     flush_errors: RefCell<LogLimit>,
     flush_resumes: RefCell<LogLimit>,
+    /// The shard's figures: lane times here, flushes in the flusher.
+    pub(crate) metrics: Arc<ShardMetrics>,
 }
 
 impl ShardFiler {
@@ -46,6 +49,7 @@ impl ShardFiler {
         shard: usize,
         filer: Arc<dyn Filer>,
         config: &BrokerConfig,
+        metrics: Arc<ShardMetrics>,
     ) -> std::io::Result<ShardFiler> {
         let cache_bytes = if filer.keeps_local_files() {
             0
@@ -67,6 +71,7 @@ impl ShardFiler {
             cache: RefCell::new(ChunkCache::new(cache_bytes)),
             flush_errors: RefCell::new(LogLimit::new(FLUSH_ERROR_LOG_INTERVAL)),
             flush_resumes: RefCell::new(LogLimit::new(FLUSH_ERROR_LOG_INTERVAL)),
+            metrics,
         })
     }
 
@@ -75,7 +80,10 @@ impl ShardFiler {
         &self,
         call: impl FnOnce(&dyn Filer) -> R + Send + 'static,
     ) -> R {
-        self.uploads.run(call).await
+        let started = Instant::now();
+        let result = self.uploads.run(call).await;
+        self.metrics.filer_upload.observe(started.elapsed());
+        result
     }
 
     /// Make a call that reads (a range, a listing, a size) on the read lane.
@@ -83,7 +91,10 @@ impl ShardFiler {
         &self,
         call: impl FnOnce(&dyn Filer) -> R + Send + 'static,
     ) -> R {
-        self.reads.run(call).await
+        let started = Instant::now();
+        let result = self.reads.run(call).await;
+        self.metrics.filer_read.observe(started.elapsed());
+        result
     }
 
     /// `len` bytes of `path` from `offset`, after `room` zero bytes; from

@@ -39,7 +39,7 @@ pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: Raw
                 let slot = match admit(&shard, address.ip()) {
                     Ok(slot) => slot,
                     Err(why) => {
-                        log::warn!("shard {}: refusing {peer}: {why}", shard.index);
+                        log::warn!("shard {}: refusing {peer}: {}", shard.index, why.describe());
                         let _ = stream.write_all(&busy_frame()).await;
                         continue;
                     }

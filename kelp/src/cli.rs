@@ -79,6 +79,11 @@ pub struct ControlArgs {
     /// and rebalancing.
     #[arg(long, default_value_t = 1_000)]
     pub tick_ms: u64,
+    /// Serve /metrics (Prometheus), /health and /ready over HTTP at this
+    /// address (e.g. 127.0.0.1:9465); off by default
+    /// (docs/operations.md).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
     #[command(flatten)]
     pub filer: FilerArgs,
     /// Run as one of several instances for high availability: etcd's
@@ -192,6 +197,11 @@ pub struct ServeArgs {
     /// address, 127.0.0.1 for 0.0.0.0.
     #[arg(long, value_name = "HOST:PORT", requires = "kafka")]
     pub kafka_advertise: Option<engine::AdvertisedAddress>,
+    /// Serve /metrics (Prometheus), /health and /ready over HTTP at this
+    /// address (e.g. 127.0.0.1:9464); off by default
+    /// (docs/operations.md).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
     /// An uploaded payload that no record refers to is deleted once it is
     /// this old (docs/payloads.md).
     #[arg(long, default_value_t = 3_600_000)]

@@ -30,6 +30,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         drop_flushed_pages: args.drop_flushed_pages,
         payload_grace_ms: args.payload_grace_ms,
         payload_sweep_interval_ms: args.payload_sweep_ms,
+        http_listen: args.http,
         kafka_listen: args.kafka,
         kafka_advertised: args.kafka_advertise.clone(),
         s3: args.filer.s3_settings(),
@@ -92,11 +93,26 @@ pub fn control(args: ControlArgs) -> anyhow::Result<()> {
         election,
         ..control::ControlServerConfig::default()
     };
-    control::ControlServer::run_until(config, || {
-        let signal = signals.wait();
-        log::info!("received signal {signal}; stopping the control plane");
-    })
-    .context("control plane stopped with an error")
+    let server = control::ControlServer::start(config).context("starting the control plane")?;
+    let admin = match args.http {
+        Some(listen) => Some(
+            engine::admin_http::AdminListener::start(
+                listen,
+                Arc::new(crate::control_pages::ControlPages {
+                    figures: server.figures(),
+                }),
+            )
+            .with_context(|| format!("admin HTTP listener on {listen}"))?,
+        ),
+        None => None,
+    };
+    let signal = signals.wait();
+    log::info!("received signal {signal}; stopping the control plane");
+    server.stop();
+    if let Some(admin) = admin {
+        admin.stop();
+    }
+    Ok(())
 }
 
 /// The filer `kelp control --filer URL` names, opened, with the absolute

@@ -7,6 +7,7 @@
 
 mod cli;
 mod commands;
+mod control_pages;
 mod tables;
 mod text;
 

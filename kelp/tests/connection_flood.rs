@@ -8,10 +8,10 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{port, produce_header, rss_mib, Broker};
+use support::{connect_from, port, produce_header, rss_mib, Broker};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::{AdminRequest, Response};
 
@@ -80,15 +80,6 @@ fn stalled_large_frames_stay_within_the_receive_budget() {
 }
 
 /// A connection from `source` (a loopback address) to `port`.
-fn connect_from(source: &str, port: u16) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let from: SocketAddr = format!("{source}:0").parse().unwrap();
-    socket.bind(&from.into()).unwrap();
-    let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    socket.connect(&to.into()).unwrap();
-    socket.into()
-}
-
 #[test]
 fn one_address_cannot_take_every_connection() {
     let dir = tempfile::tempdir().unwrap();

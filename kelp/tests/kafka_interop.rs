@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{port, Broker};
+use support::{interop_python, port, repo_root, Broker};
 
 /// 5 codecs x 200,000 = 1,000,000 records per client.
 const RECORDS_PER_CODEC: u64 = 200_000;
@@ -56,42 +56,11 @@ enum Client {
     Kafkajs,
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("kelp/ has a parent")
-        .to_path_buf()
-}
+const INSTALL_HINT: &str = support::INTEROP_INSTALL_HINT;
 
-const INSTALL_HINT: &str = "install the interop clients with `.ci/run`, or by hand: \
-     `python3 -m venv interop/.venv && interop/.venv/bin/pip install -r interop/requirements.txt` \
-     and `npm ci --prefix interop/node`";
-
-/// The Python with confluent-kafka and kafka-python: `$KELP_INTEROP_PYTHON`,
-/// else `interop/.venv/bin/python`.
+/// The Python with confluent-kafka and kafka-python.
 fn python() -> PathBuf {
-    let python = std::env::var_os("KELP_INTEROP_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("interop/.venv/bin/python"));
-    assert!(
-        python.exists(),
-        "no Python for the interop tests at {} ($KELP_INTEROP_PYTHON): {INSTALL_HINT}",
-        python.display()
-    );
-    let check = Command::new(&python)
-        .args([
-            "-c",
-            "import confluent_kafka, kafka, cramjam, lz4, zstandard, snappy",
-        ])
-        .output()
-        .expect("run the interop Python");
-    assert!(
-        check.status.success(),
-        "the interop Python {} lacks a client or codec ({}): {INSTALL_HINT}",
-        python.display(),
-        String::from_utf8_lossy(&check.stderr).trim()
-    );
-    python
+    interop_python("confluent_kafka, kafka, cramjam, lz4, zstandard, snappy")
 }
 
 /// `node` (`$KELP_INTEROP_NODE`, else the one on PATH) with kafkajs

@@ -23,6 +23,7 @@ use super::server::{Datagrams, QuicServer, ServerLimits};
 use super::socket::{proto_ecn, QuicSocket};
 use crate::connection::GOODBYE_WAIT;
 use crate::shard::Shard;
+use crate::shard_metrics::{Refusal, Transport};
 
 /// Datagrams one turn takes in before it drives connections and transmits,
 /// so ACKs and flow-control credit go out while data keeps arriving.
@@ -76,6 +77,15 @@ impl Driver {
         })
     }
 
+    /// The server's connection counts, into the shard's figures.
+    fn publish_figures(&self) {
+        let traffic = self.shard.metrics.traffic(Transport::Quic);
+        traffic.connections.set(self.server.open() as u64);
+        for why in Refusal::ALL {
+            traffic.refused(why).set(self.server.refused(why));
+        }
+    }
+
     /// Serves until the socket fails, or the shard stopped and every
     /// connection has said goodbye.
     pub(super) async fn run(mut self) -> io::Result<()> {
@@ -95,6 +105,7 @@ impl Driver {
             }
             self.server.offer_room();
             let more_to_receive = self.receive(now)?;
+            self.publish_figures();
             for requests in self.server.take_accepted() {
                 glommio::spawn_local(handle_requests(self.shard.clone(), requests)).detach();
             }

@@ -20,6 +20,7 @@ use wire::frame::FrameHeader;
 use crate::receive_budget::ReceivePermit;
 use crate::request::{goodbye_frame, handle_frame, not_applied_frame, Origin, Reply};
 use crate::shard::Shard;
+use crate::shard_metrics::Transport;
 
 /// Connections that asked the driver for a turn. Each connection is listed
 /// at most once (its `scheduled` flag), so the list is bounded by the
@@ -199,7 +200,8 @@ pub(super) async fn handle_requests(shard: Rc<Shard>, requests: Rc<Requests>) {
                 payload,
                 permit,
             } => {
-                let reply = handle_frame(&shard, &header, &payload, Origin::Network).await;
+                let reply =
+                    handle_frame(&shard, &header, &payload, Origin::Network(Transport::Quic)).await;
                 // Handled: the payload's bytes are in a buffer or answered.
                 drop((payload, permit));
                 match reply {

@@ -26,6 +26,7 @@ use super::timers::TimerQueue;
 use super::window::WindowLimits;
 use crate::peer_limit::PeerLimit;
 use crate::receive_budget::ReceiveBudget;
+use crate::shard_metrics::Refusal;
 
 /// Transmits per connection per turn, as quinn's connection driver bounds
 /// them; a connection with more is driven again next turn.
@@ -69,6 +70,8 @@ pub(super) struct QuicServer {
     /// indices, and at most `connections_max` are accepted.
     connections: Vec<Option<QuicConnection>>,
     open: usize,
+    /// Connections refused since the start, by [`Refusal`].
+    refused: [u64; Refusal::ALL.len()],
     peers: Arc<PeerLimit>,
     timers: TimerQueue,
     ready: Rc<ReadyList>,
@@ -116,6 +119,7 @@ impl QuicServer {
             endpoint,
             connections: Vec::new(),
             open: 0,
+            refused: [0; Refusal::ALL.len()],
             peers: PeerLimit::new(limits.connections_per_ip_max),
             timers: TimerQueue::default(),
             ready: Rc::new(ReadyList::default()),
@@ -137,6 +141,11 @@ impl QuicServer {
     /// Connections open (accepted and not yet drained).
     pub(super) fn open(&self) -> usize {
         self.open
+    }
+
+    /// Connections refused since the start for `why`.
+    pub(super) fn refused(&self, why: Refusal) -> u64 {
+        self.refused[why as usize]
     }
 
     /// The list connections put themselves on when they want a turn; its
@@ -244,20 +253,23 @@ impl QuicServer {
         self.response_buf.clear();
         let peer = incoming.remote_address();
         if self.open >= self.limits.connections_max || self.goodbye_said {
+            let why = if self.goodbye_said {
+                Refusal::Stopping
+            } else {
+                Refusal::ConnectionLimit
+            };
+            self.refused[why as usize] += 1;
             log::warn!(
                 "shard {}: refusing QUIC connection from {peer}: {}",
                 self.shard,
-                if self.goodbye_said {
-                    "the broker is stopping"
-                } else {
-                    "connection limit"
-                }
+                why.describe()
             );
             let transmit = self.endpoint.refuse(incoming, &mut self.response_buf);
             self.send_response(&transmit, out);
             return;
         }
         let Some(slot) = self.peers.admit(peer.ip()) else {
+            self.refused[Refusal::AddressLimit as usize] += 1;
             log::warn!(
                 "shard {}: refusing QUIC connection from {peer}: {} connections from its \
                  address (--connections-per-ip-max)",
@@ -273,6 +285,7 @@ impl QuicServer {
         // later (backpressure), never make the shard hold more.
         let Some(window) = ConnectionWindow::reserve(&self.budget, WindowLimits::BROKER, now)
         else {
+            self.refused[Refusal::ReceiveBudget as usize] += 1;
             log::warn!(
                 "shard {}: refusing QUIC connection from {peer}: no room for its receive window \
                  in the shard's receive budget (--receive-bytes-max)",

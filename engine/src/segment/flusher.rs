@@ -165,6 +165,7 @@ pub(super) async fn run(cell: Rc<SegmentCell>) {
             .take(WRITEBACK_AHEAD_BUFFERS)
             .map(|b| b.path().to_path_buf())
             .collect();
+        let started = Instant::now();
         let result = core
             .store
             .upload(move |filer| {
@@ -203,6 +204,15 @@ pub(super) async fn run(cell: Rc<SegmentCell>) {
                 }
             })
             .await;
+        let metrics = &core.store.metrics;
+        match &result {
+            Ok(()) => {
+                metrics.flush.observe(started.elapsed());
+                metrics.flushes.add(1);
+                metrics.flushed_bytes.add(header.file_bytes());
+            }
+            Err(_) => metrics.flush_errors.add(1),
+        }
         match result {
             Ok(()) => {
                 backoff = FLUSH_BACKOFF_MIN;

@@ -867,6 +867,14 @@ impl Segment {
         }
     }
 
+    /// Bytes appended here and not yet in the filer: the active buffer's
+    /// and the sealed ones'.
+    pub(crate) fn unflushed_bytes(&self) -> u64 {
+        let state = self.core().state.borrow();
+        let active = state.active.as_ref().map_or(0, |a| a.file_bytes());
+        state.log.sealed_bytes() + active
+    }
+
     /// Graceful stop: an owned segment flushes its buffers; a view only
     /// stops serving.
     pub(crate) async fn shut_down(&self) -> Result<(), ServeError> {

@@ -128,6 +128,16 @@ pub(crate) enum FetchBody {
     Files(FileRanges),
 }
 
+impl FetchBody {
+    /// The bytes of the batches it holds.
+    pub(crate) fn batch_bytes(&self) -> usize {
+        match self {
+            FetchBody::Copied(frame) => frame.len().saturating_sub(FETCHED_FRAME_PREFIX_BYTES),
+            FetchBody::Files(ranges) => ranges.len(),
+        }
+    }
+}
+
 /// Whole batches chosen for a fetch from batches laid end to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct BatchSelection {

@@ -208,6 +208,11 @@ impl<S: QueuedBuffer + Clone> SegmentLog<S> {
     /// Whether another buffer of `bytes` may be sealed: always while none
     /// waits (so a buffer larger than the limit still moves), else while
     /// the waiting ones stay within `max`.
+    /// Bytes of the sealed buffers not yet flushed.
+    pub(crate) fn sealed_bytes(&self) -> u64 {
+        self.sealed_bytes
+    }
+
     pub(crate) fn may_seal(&self, bytes: u64, max: u64) -> bool {
         self.sealed.is_empty() || self.sealed_bytes + bytes <= max
     }

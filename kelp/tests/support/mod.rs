@@ -24,6 +24,54 @@ pub fn port() -> u16 {
     test_support::free_port_pair()
 }
 
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("kelp/ has a parent")
+        .to_path_buf()
+}
+
+pub const INTEROP_INSTALL_HINT: &str = "install the interop clients with `.ci/run`, or by hand: \
+     `python3 -m venv interop/.venv && interop/.venv/bin/pip install -r interop/requirements.txt` \
+     and `npm ci --prefix interop/node`";
+
+/// The interop Python (`$KELP_INTEROP_PYTHON`, else
+/// `interop/.venv/bin/python`), which must import `modules` (a Python
+/// import list): a missing one fails the test, naming how to install it.
+pub fn interop_python(modules: &str) -> PathBuf {
+    let python = std::env::var_os("KELP_INTEROP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("interop/.venv/bin/python"));
+    assert!(
+        python.exists(),
+        "no Python for the interop tests at {} ($KELP_INTEROP_PYTHON): {INTEROP_INSTALL_HINT}",
+        python.display()
+    );
+    let check = Command::new(&python)
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .expect("run the interop Python");
+    assert!(
+        check.status.success(),
+        "the interop Python {} lacks one of {modules} ({}): {INTEROP_INSTALL_HINT}",
+        python.display(),
+        String::from_utf8_lossy(&check.stderr).trim()
+    );
+    python
+}
+
+/// A TCP connection to port `port` of 127.0.0.1 from loopback address
+/// `source` (127.0.0.2 and up stand for other hosts).
+pub fn connect_from(source: &str, port: u16) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: std::net::SocketAddr = format!("{source}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    let to: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.into()
+}
+
 /// An SDK client over TCP with default options, of `brokers` (one
 /// address, or several separated by commas).
 pub async fn tcp_client(brokers: &str) -> client::Client {

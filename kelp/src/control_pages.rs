@@ -1,0 +1,83 @@
+//! What `kelp control --http` serves: the control plane's metrics page
+//! and its readiness (docs/operations.md).
+
+use std::sync::Arc;
+
+use control::control_figures::ControlFigures;
+use engine::admin_http::AdminPages;
+use engine::metrics_page::{render, Family, Value};
+
+#[derive(Debug)]
+pub struct ControlPages {
+    pub figures: Arc<ControlFigures>,
+}
+
+fn gauge(v: u64) -> Value {
+    Value::Gauge(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn one(mut family: Family, value: Value) -> Family {
+    family.sample(Vec::new(), value);
+    family
+}
+
+impl AdminPages for ControlPages {
+    fn metrics_page(&self) -> String {
+        let f = self.figures.read();
+        let mut segments = Family::gauge(
+            "kelp_control_segments",
+            "Segments in the topics' layouts, by state (0 on an instance that does not lead).",
+        );
+        segments.sample(vec![("state", "open".into())], gauge(f.segments_open));
+        segments.sample(vec![("state", "sealed".into())], gauge(f.segments_sealed));
+        let mut actions = Family::counter(
+            "kelp_control_actions",
+            "Layout changes this instance decided while it led, by kind.",
+        );
+        let a = f.actions;
+        for (kind, n) in [
+            ("create_topic", a.topics_created),
+            ("delete_topic", a.topics_deleted),
+            ("split", a.splits),
+            ("merge", a.merges),
+            ("move", a.moves),
+        ] {
+            actions.sample(vec![("action", kind.into())], Value::Counter(n));
+        }
+        render(vec![
+            one(
+                Family::gauge(
+                    "kelp_control_leader",
+                    "1 while this instance leads the cluster (one alone always does), else 0.",
+                ),
+                gauge(u64::from(f.leader)),
+            ),
+            one(
+                Family::gauge(
+                    "kelp_control_brokers",
+                    "Live brokers (0 on an instance that does not lead).",
+                ),
+                gauge(f.brokers),
+            ),
+            one(
+                Family::gauge(
+                    "kelp_control_topics",
+                    "Topics (0 on an instance that does not lead).",
+                ),
+                gauge(f.topics),
+            ),
+            segments,
+            actions,
+        ])
+    }
+
+    /// Ready while it leads: the leader is the instance that serves; the
+    /// others only point brokers and clients at it.
+    fn readiness(&self) -> Result<(), String> {
+        if self.figures.read().leader {
+            Ok(())
+        } else {
+            Err("not the leader (yet): requests are answered with the leader's address".into())
+        }
+    }
+}
