@@ -60,10 +60,47 @@ pub enum Command {
         #[command(subcommand)]
         command: ChunkCommand,
     },
+    /// Config files for `kelp serve --config` and `kelp control --config`.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print a config file with every setting of `kelp serve` (or `kelp
+    /// control`), its help as comments and its default value.
+    Default {
+        /// Whose settings.
+        #[arg(value_enum, default_value_t = Configurable::Serve)]
+        of: Configurable,
+    },
+}
+
+/// The commands that take a config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Configurable {
+    Serve,
+    Control,
+}
+
+impl Configurable {
+    pub fn name(self) -> &'static str {
+        match self {
+            Configurable::Serve => "serve",
+            Configurable::Control => "control",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
 pub struct ControlArgs {
+    /// Read settings from this TOML file: each key a flag's name with `_`
+    /// for `-` (`kelp config default control` prints them all). Flags and
+    /// KELP_* variables override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Address brokers and clients reach the control plane on.
     #[arg(long, default_value = "127.0.0.1:7400")]
     pub listen: SocketAddr,
@@ -159,6 +196,11 @@ fn parse_filer_url(text: &str) -> Result<filer::FilerUrl, String> {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// Read settings from this TOML file: each key a flag's name with `_`
+    /// for `-` (`kelp config default` prints them all). Flags and KELP_*
+    /// variables override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Directory for buffers and (with the local filer) chunks.
     #[arg(long, default_value = "./kelp-data")]
     pub data_dir: PathBuf,
@@ -177,7 +219,7 @@ pub struct ServeArgs {
     /// --buffer-bytes, buffers never grow.
     #[arg(long, value_name = "BYTES", default_value_t = engine::config::BUFFER_BYTES_MAX_DEFAULT, value_parser = clap::value_parser!(u64).range(65_536..=1 << 30))]
     pub buffer_bytes_max: u64,
-    /// ... or at this age.
+    /// A segment's buffer is also sealed and flushed at this age.
     #[arg(long, default_value_t = 1000)]
     pub flush_age_ms: u64,
     /// Drop flushed chunks' pages from the page cache once synced: new

@@ -7,18 +7,29 @@
 
 mod cli;
 mod commands;
+mod config_file;
 mod control_pages;
 mod tables;
 mod text;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
-use cli::{ChunkCommand, Cli, Command};
+use cli::{ChunkCommand, Cli, Command, ConfigCommand};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Every setting of `serve` and `control` also comes from KELP_*
+    // variables and a `--config` file (config_file.rs).
+    let command = config_file::with_env(Cli::command());
+    let cli = match config_file::matches(command, std::env::args_os().collect()) {
+        Ok(matches) => Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()),
+        Err(config_file::ConfigError::Clap(e)) => e.exit(),
+        Err(config_file::ConfigError::File(e)) => {
+            eprintln!("kelp: {}", plain_sentence(&e));
+            return ExitCode::from(2);
+        }
+    };
     // A broker says where it serves and when it stops; client commands
     // print only warnings. RUST_LOG overrides both.
     let default_level = match cli.command {
@@ -35,6 +46,9 @@ fn main() -> ExitCode {
         Command::Chunk {
             command: ChunkCommand::Cat { file },
         } => commands::chunk_cat(&file),
+        Command::Config {
+            command: ConfigCommand::Default { of },
+        } => config_file::print_default(of.name()),
         Command::Topic { command } => run_async(commands::topic(command)),
         Command::Cluster { output, broker } => run_async(commands::cluster(output, broker)),
         Command::Pub(args) => run_async(commands::publish(args)),

@@ -14,7 +14,7 @@ use crate::free_port_pair;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 const INSTALL_HINT: &str = "run bash scripts/setup.sh (it installs Debian etcd-server), \
-                            or set KELP_ETCD to an etcd executable";
+                            or set KELP_TEST_ETCD_BIN to an etcd executable";
 
 static SERVERS: AtomicU32 = AtomicU32::new(0);
 
@@ -27,12 +27,12 @@ pub struct EtcdServer {
 }
 
 impl EtcdServer {
-    /// Start `etcd` (`$KELP_ETCD`, else `etcd` on `PATH`) with its client
+    /// Start `etcd` (`$KELP_TEST_ETCD_BIN`, else `etcd` on `PATH`) with its client
     /// port `p` and peer port `p + 1` of a [`free_port_pair`], and wait
     /// until it reports itself healthy. Panics, saying how to install it,
     /// if etcd is missing.
     pub fn start() -> EtcdServer {
-        let program = std::env::var_os("KELP_ETCD").unwrap_or_else(|| "etcd".into());
+        let program = std::env::var_os("KELP_TEST_ETCD_BIN").unwrap_or_else(|| "etcd".into());
         let port = free_port_pair();
         let (client_url, peer_url) = (
             format!("http://127.0.0.1:{port}"),
