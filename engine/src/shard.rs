@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control::{BrokerId, SegmentId, Topic};
+use tracing::Instrument;
 use wire::message::{BrokerShards, SegmentInfo, ShardAddress, Successors, TopicInfo};
 
 use crate::config::BrokerConfig;
@@ -274,6 +275,8 @@ impl Shard {
                 segment.range.start(),
                 segment.range.end(),
             )
+            // Recovery's findings are logged in the segment's span.
+            .instrument(tracing::error_span!("segment", topic = %topic_name, segment = id))
             .await
             {
                 Ok(cell) => {

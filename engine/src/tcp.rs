@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_lite::AsyncWriteExt;
 use glommio::net::TcpListener;
+use tracing::Instrument;
 
 use crate::connection::{admit, busy_frame, serve};
 use crate::shard::Shard;
@@ -49,7 +50,16 @@ pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: Raw
                 // (glommio's own calls pass MSG_DONTWAIT and need no flag).
                 let socket = stream.as_raw_fd();
                 let socket = set_nonblocking(socket).then_some(socket);
-                glommio::spawn_local(serve(slot, stream, socket, peer)).detach();
+                // Everything logged while serving it carries the span, at
+                // any --log-level (a span at error level is never filtered
+                // out while anything is logged).
+                let span = tracing::error_span!(
+                    "connection",
+                    transport = "tcp",
+                    shard = shard.index,
+                    peer = %peer
+                );
+                glommio::spawn_local(serve(slot, stream, socket, peer).instrument(span)).detach();
             }
             Err(e) => {
                 // Out of descriptors and the like: wait instead of spinning.

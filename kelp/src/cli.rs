@@ -148,6 +148,8 @@ pub struct ControlArgs {
           value_parser = clap::value_parser!(u32).range(i64::from(election::LEASE_TTL_S_MIN)..=i64::from(election::LEASE_TTL_S_MAX)),
           requires = "etcd")]
     pub lease_ttl_s: u32,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 /// Where the filer is, and how to reach an S3-compatible one.
@@ -192,6 +194,34 @@ impl FilerArgs {
 
 fn parse_filer_url(text: &str) -> Result<filer::FilerUrl, String> {
     filer::FilerUrl::parse(text).map_err(|e| e.to_string())
+}
+
+/// How a server logs: `kelp serve` and `kelp control` take these.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// What to log: a level (error, warn, info, debug, trace) or
+    /// per-module filters as RUST_LOG takes them, e.g.
+    /// `info,kelp_engine=debug`. RUST_LOG is still read when this is not
+    /// given.
+    #[arg(long, value_name = "FILTER", default_value = "info", value_parser = parse_log_filter)]
+    pub log_level: String,
+    /// How each line reads on stderr: `text` for people, `json` (one
+    /// object per line, with its connection's or segment's fields) for log
+    /// pipelines.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_log_filter(text: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(|_| text.to_string())
+        .map_err(|e| format!("not a level or filter: {e}"))
 }
 
 #[derive(Debug, Args)]
@@ -304,6 +334,8 @@ pub struct ServeArgs {
     /// Not used with a local-directory filer (the page cache does it).
     #[arg(long, value_name = "BYTES", default_value_t = engine::config::CHUNK_CACHE_BYTES_DEFAULT)]
     pub chunk_cache_bytes: u64,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 /// How to reach the broker; every client command takes these.

@@ -16,30 +16,40 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use cli::{ChunkCommand, Cli, Command, ConfigCommand};
+use cli::{ChunkCommand, Cli, Command, ConfigCommand, LogFormat};
 
 fn main() -> ExitCode {
     // Every setting of `serve` and `control` also comes from KELP_*
     // variables and a `--config` file (config_file.rs).
     let command = config_file::with_env(Cli::command());
-    let cli = match config_file::matches(command, std::env::args_os().collect()) {
-        Ok(matches) => Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()),
+    let (cli, log_level_given) = match config_file::matches(command, std::env::args_os().collect())
+    {
+        Ok(matches) => {
+            let given = matches.subcommand().is_some_and(|(_, sub)| {
+                sub.try_contains_id("log_level").unwrap_or(false)
+                    && sub.value_source("log_level")
+                        != Some(clap::parser::ValueSource::DefaultValue)
+            });
+            (
+                Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()),
+                given,
+            )
+        }
         Err(config_file::ConfigError::Clap(e)) => e.exit(),
         Err(config_file::ConfigError::File(e)) => {
             eprintln!("kelp: {}", plain_sentence(&e));
             return ExitCode::from(2);
         }
     };
-    // A broker says where it serves and when it stops; client commands
-    // print only warnings. RUST_LOG overrides both.
-    let default_level = match cli.command {
-        Command::Serve(_) | Command::Control(_) => "info",
-        _ => "warn",
+    // A server says where it serves and when it stops; client commands
+    // print only warnings. RUST_LOG stands in for a --log-level not given.
+    let (level, format) = match &cli.command {
+        Command::Serve(args) => (args.log.log_level.as_str(), args.log.log_format),
+        Command::Control(args) => (args.log.log_level.as_str(), args.log.log_format),
+        _ => ("warn", LogFormat::Text),
     };
-    // Milliseconds: a split's steps are milliseconds apart.
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
-        .format_timestamp_millis()
-        .init();
+    let from_env = std::env::var("RUST_LOG").ok().filter(|_| !log_level_given);
+    init_logging(from_env.as_deref().unwrap_or(level), format);
     let result = match cli.command {
         Command::Serve(args) => commands::serve(args),
         Command::Control(args) => commands::control(args),
@@ -64,6 +74,23 @@ fn main() -> ExitCode {
             eprintln!("kelp: {}", plain_sentence(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Log to stderr through `tracing` (the `log` records of every crate
+/// included), with `filter` (a level or RUST_LOG-style filters; a bad one
+/// falls back to `info`) in `format`.
+fn init_logging(filter: &str, format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
 }
 

@@ -4,6 +4,8 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use super::{connection, Gateway, CONNECTIONS_MAX};
 
 /// Accept connections until the gateway stops (the task is dropped).
@@ -26,11 +28,15 @@ pub(crate) async fn accept_loop(gateway: Rc<Gateway>, listener: tokio::net::TcpL
                 open.set(open.get() + 1);
                 let gateway = gateway.clone();
                 let open = open.clone();
-                tokio::task::spawn_local(async move {
-                    connection::serve(gateway, stream, peer).await;
-                    open.set(open.get().saturating_sub(1));
-                    drop(slot);
-                });
+                let span = tracing::error_span!("connection", transport = "kafka", peer = %peer);
+                tokio::task::spawn_local(
+                    async move {
+                        connection::serve(gateway, stream, peer).await;
+                        open.set(open.get().saturating_sub(1));
+                        drop(slot);
+                    }
+                    .instrument(span),
+                );
             }
             Err(e) => {
                 // Out of descriptors and the like: wait instead of spinning.

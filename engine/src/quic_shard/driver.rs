@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use quinn_proto::ServerConfig;
+use tracing::Instrument;
 
 use super::requests::handle_requests;
 use super::server::{Datagrams, QuicServer, ServerLimits};
@@ -106,8 +107,17 @@ impl Driver {
             self.server.offer_room();
             let more_to_receive = self.receive(now)?;
             self.publish_figures();
-            for requests in self.server.take_accepted() {
-                glommio::spawn_local(handle_requests(self.shard.clone(), requests)).detach();
+            for (requests, peer) in self.server.take_accepted() {
+                let span = tracing::error_span!(
+                    "connection",
+                    transport = "quic",
+                    shard = self.shard.index,
+                    peer = %peer
+                );
+                glommio::spawn_local(
+                    handle_requests(self.shard.clone(), requests).instrument(span),
+                )
+                .detach();
             }
             self.server.expire_timers(now);
             self.server.retry_blocked(&mut self.socket);

@@ -81,8 +81,9 @@ pub(super) struct QuicServer {
     budget: Rc<ReceiveBudget>,
     /// Connections whose next payload waits for room in `budget`.
     room_waiting: Vec<ConnectionHandle>,
-    /// Connections accepted since the last `take_accepted`.
-    accepted: Vec<Rc<Requests>>,
+    /// Connections accepted since the last `take_accepted`, with their
+    /// peers' addresses.
+    accepted: Vec<(Rc<Requests>, SocketAddr)>,
     /// Scratch: the connections driven this turn.
     turn: Vec<ConnectionHandle>,
     /// Connections that wanted to transmit while the send buffer was full.
@@ -210,7 +211,7 @@ impl QuicServer {
     }
 
     /// The connections accepted since the last call, for the caller to serve.
-    pub(super) fn take_accepted(&mut self) -> std::vec::Drain<'_, Rc<Requests>> {
+    pub(super) fn take_accepted(&mut self) -> std::vec::Drain<'_, (Rc<Requests>, SocketAddr)> {
         self.accepted.drain(..)
     }
 
@@ -301,7 +302,7 @@ impl QuicServer {
         {
             Ok((handle, connection)) => {
                 let requests = Rc::new(Requests::new(handle, self.ready.clone()));
-                self.accepted.push(requests.clone());
+                self.accepted.push((requests.clone(), peer));
                 let quic = QuicConnection::new(
                     handle,
                     connection,

@@ -378,7 +378,8 @@ impl Simulation {
             }
         }
         let accepted: Vec<_> = self.server.take_accepted().collect();
-        self.accepted.extend(accepted.into_iter().map(|r| (r, 0)));
+        self.accepted
+            .extend(accepted.into_iter().map(|(r, _peer)| (r, 0)));
         self.server.expire_timers(self.now);
         self.server.retry_blocked(&mut ToClient(&mut self.network));
         self.server

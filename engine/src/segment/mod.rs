@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use filer::ObjectPath;
+use tracing::Instrument;
 use wire::batch::BatchView;
 use wire::message::Successors;
 use wire::ErrorCode;
@@ -178,6 +179,11 @@ pub(crate) struct SegmentCore {
 }
 
 impl SegmentCore {
+    /// The span its background work (flushes) logs in.
+    fn span(&self) -> tracing::Span {
+        tracing::error_span!("segment", topic = %self.topic, segment = self.id)
+    }
+
     fn new(
         config: Rc<BrokerConfig>,
         store: Rc<ShardFiler>,
@@ -699,7 +705,8 @@ impl SegmentCell {
             return;
         }
         let cell = self.clone();
-        glommio::spawn_local(async move { flusher::run(cell).await }).detach();
+        let span = self.core.span();
+        glommio::spawn_local(async move { flusher::run(cell).await }.instrument(span)).detach();
     }
 
     /// Give up on the segment: log why, refuse writes, and wake everyone
