@@ -200,9 +200,13 @@ fn a_busy_segments_buffers_grow_up_to_the_ceiling() {
         "never past the ceiling: {sizes:?}"
     );
     let full: Vec<u64> = sizes[..sizes.len() - 1].to_vec();
+    // Spares are made ahead at the size of their day: after each of the
+    // two doublings (floor to ceiling), up to the two spares made before
+    // it are used as they were made, smaller than the buffer before them.
+    let drops = full.windows(2).filter(|w| w[1] + overhead < w[0]).count();
     assert!(
-        full.windows(2).all(|w| w[0] <= w[1] + overhead),
-        "each full buffer at least the size of the one before: {sizes:?}"
+        drops <= 2 * 2,
+        "a smaller buffer after a bigger one is only a spare made before a doubling: {sizes:?}"
     );
     assert!(
         full.iter().filter(|s| **s > CEILING / 2 + overhead).count() >= 4,

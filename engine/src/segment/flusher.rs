@@ -23,6 +23,7 @@ use wire::chunk::{ChunkHeader, ChunkView, CHUNK_HEADER_BYTES};
 use control::filer_layout;
 
 use super::{blocking, SegmentCell};
+use crate::buffer::MappedFile;
 
 /// Sealed buffers behind the one being flushed whose write-back the flusher
 /// starts (`sync_file_range`) before it syncs the front one.
@@ -53,21 +54,6 @@ enum FlushError {
          this broker's are fenced off"
     )]
     Fenced { path: ObjectPath },
-}
-
-/// Ask the kernel to start writing a buffer file's dirty pages to disk,
-/// without waiting (`SYNC_FILE_RANGE_WRITE`). Only a hint that spreads the
-/// disk's work: durability still comes from the filer's own sync, so a
-/// failure here is ignored.
-fn start_writeback(path: &Path) {
-    use std::os::unix::io::AsRawFd;
-    let Ok(file) = std::fs::File::open(path) else {
-        return;
-    };
-    // SAFETY: a plain syscall on a descriptor that stays open across it.
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
-    }
 }
 
 /// Whether the object at `path` holds exactly `expected`.
@@ -156,14 +142,14 @@ pub(super) async fn run(cell: Rc<SegmentCell>) {
         let rewriting = rewrite.is_some();
         let job_buffer = buffer.clone();
         let job_path = path.clone();
-        let behind: Vec<PathBuf> = core
+        let behind: Vec<Arc<MappedFile>> = core
             .state
             .borrow()
             .log
             .sealed()
             .skip(1)
             .take(WRITEBACK_AHEAD_BUFFERS)
-            .map(|b| b.path().to_path_buf())
+            .map(|b| Arc::clone(b.mapped()))
             .collect();
         let started = Instant::now();
         let result = core
@@ -172,8 +158,8 @@ pub(super) async fn run(cell: Rc<SegmentCell>) {
                 // Start the disk on the buffers behind this one, so their
                 // own syncs find most pages written and the disk never
                 // idles between two flushes.
-                for path in &behind {
-                    start_writeback(path);
+                for mapped in &behind {
+                    mapped.start_writeback(0, 0);
                 }
                 let stored = match &rewrite {
                     Some(bytes) => filer.create(&job_path, bytes),
