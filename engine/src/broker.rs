@@ -30,7 +30,7 @@ use crate::kafka::{GatewayParts, KafkaGateway};
 use crate::payload::PayloadStore;
 use crate::shard::Shard;
 use crate::shard_filer::ShardFiler;
-use crate::shard_metrics::ShardMetrics;
+use crate::shard_metrics::{Connections, ShardMetrics};
 use crate::signals::TerminationSignals;
 
 /// Memory glommio registers per executor for its I/O buffers. Three times
@@ -182,6 +182,7 @@ impl Broker {
         // Up before the shards, so `/health` answers and `/ready` says
         // "starting" while buffers are recovered.
         let readiness = Arc::new(BrokerReadiness::default());
+        let kafka_connections = Arc::new(Connections::default());
         let admin = match config.http_listen {
             Some(listen) => Some(
                 AdminListener::start(
@@ -190,6 +191,10 @@ impl Broker {
                         shards: metrics.clone(),
                         commands: command_txs.clone(),
                         readiness: readiness.clone(),
+                        kafka: config
+                            .kafka_listen
+                            .is_some()
+                            .then(|| kafka_connections.clone()),
                     }),
                 )
                 .map_err(|e| EngineError::io("listen for admin HTTP on", listen.to_string(), e))?,
@@ -349,6 +354,7 @@ impl Broker {
                 fetch_wait_ms_max: config.fetch_wait_ms_max,
                 timeouts: crate::connection::PeerTimeouts::of(&config),
                 connections_per_ip_max: config.connections_per_ip_max,
+                connections: kafka_connections,
             })?),
             None => None,
         };

@@ -10,7 +10,9 @@ use crate::admin_http::AdminPages;
 use crate::control_plane::ShardCommand;
 use crate::metrics_page::{render, Family, Labels, Value};
 use crate::shard::SegmentLoadFigures;
-use crate::shard_metrics::{ack_label, Latency, Refusal, ShardMetrics, Transport, ACK_MODES};
+use crate::shard_metrics::{
+    ack_label, Connections, Latency, Refusal, ShardMetrics, Transport, ACK_MODES,
+};
 
 /// How long a scrape waits for the shards' segment figures, all shards
 /// together; a shard that does not answer in time is left out of the
@@ -50,11 +52,16 @@ pub(crate) struct BrokerPages {
     /// Each shard's command channel, to ask for its segments' figures.
     pub(crate) commands: Vec<flume::Sender<ShardCommand>>,
     pub(crate) readiness: Arc<BrokerReadiness>,
+    /// The Kafka port's connections, when it runs.
+    pub(crate) kafka: Option<Arc<Connections>>,
 }
 
 impl AdminPages for BrokerPages {
     fn metrics_page(&self) -> String {
         let mut families = shard_families(&self.shards);
+        if let Some(kafka) = &self.kafka {
+            families.extend(kafka_families(kafka));
+        }
         families.extend(segment_families(&self.segment_figures()));
         render(families)
     }
@@ -185,7 +192,7 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
             let traffic = m.traffic(t);
             connections.sample(
                 vec![shard_label(i), ("transport", t.label().into())],
-                gauge(traffic.connections.get()),
+                gauge(traffic.connections.open.get()),
             );
             for why in Refusal::ALL {
                 refused.sample(
@@ -194,7 +201,7 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
                         ("transport", t.label().into()),
                         ("reason", why.label().into()),
                     ],
-                    Value::Counter(traffic.refused(why).get()),
+                    Value::Counter(traffic.connections.refused(why).get()),
                 );
             }
         }
@@ -305,6 +312,25 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
         ),
     ]);
     families
+}
+
+fn kafka_families(connections: &Connections) -> Vec<Family> {
+    let mut open = Family::gauge(
+        "kelp_kafka_connections",
+        "Client connections open on the Kafka port.",
+    );
+    open.sample(Vec::new(), gauge(connections.open.get()));
+    let mut refused = Family::counter(
+        "kelp_kafka_connections_refused",
+        "Connections the Kafka port turned away at their start, by reason.",
+    );
+    for why in [Refusal::ConnectionLimit, Refusal::AddressLimit] {
+        refused.sample(
+            vec![("reason", why.label().into())],
+            Value::Counter(connections.refused(why).get()),
+        );
+    }
+    vec![open, refused]
 }
 
 fn segment_families(figures: &[(usize, Vec<SegmentLoadFigures>)]) -> Vec<Family> {

@@ -129,7 +129,12 @@ impl Drop for ConnectionSlot {
 /// shard's limit, or the address's), counted in the shard's figures.
 pub(crate) fn admit(shard: &Rc<Shard>, ip: IpAddr) -> Result<ConnectionSlot, Refusal> {
     let refused = |why: Refusal| {
-        shard.metrics.traffic(Transport::Tcp).refused(why).add(1);
+        shard
+            .metrics
+            .traffic(Transport::Tcp)
+            .connections
+            .refused(why)
+            .add(1);
         why
     };
     if shard.connections.get() >= shard.config.connections_per_shard_max {

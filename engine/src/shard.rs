@@ -494,6 +494,7 @@ impl Shard {
             metrics
                 .traffic(Transport::Tcp)
                 .connections
+                .open
                 .set(self.connections.get() as u64);
         }
     }

@@ -180,14 +180,20 @@ pub(crate) struct Traffic {
     /// sent.
     pub(crate) records_out: Tally,
     pub(crate) bytes_out: Tally,
-    /// Connections open as of the shard's last tick (the Kafka gateway's
-    /// are counted on its own thread, not here).
-    pub(crate) connections: Tally,
-    /// Connections refused, by [`Refusal`].
+    /// The shard's own connections of this transport (the Kafka port's are
+    /// the gateway thread's, in its own [`Connections`]).
+    pub(crate) connections: Connections,
+}
+
+/// Connections of one port: open now, and refused at their start.
+#[derive(Debug, Default)]
+pub(crate) struct Connections {
+    /// Open as of the owner's last count (a shard's tick or turn).
+    pub(crate) open: Tally,
     refused: [Tally; Refusal::ALL.len()],
 }
 
-impl Traffic {
+impl Connections {
     pub(crate) fn refused(&self, why: Refusal) -> &Tally {
         &self.refused[why as usize]
     }

@@ -269,8 +269,36 @@ fn connections_are_counted_and_refusals_named() {
     let http = http_port();
     let port = port();
     let listen = format!("127.0.0.1:{http}");
-    let extra = ["--http", &listen, "--connections-per-ip-max", "2"];
+    let kafka_port = support::port();
+    let kafka = format!("127.0.0.1:{kafka_port}");
+    let extra = [
+        "--http",
+        &listen,
+        "--connections-per-ip-max",
+        "2",
+        "--kafka",
+        &kafka,
+    ];
     let _broker = Broker::start_with(dir.path(), port, &extra);
+    // The Kafka port counts its own connections.
+    let kafka_held = TcpStream::connect(("127.0.0.1", kafka_port)).unwrap();
+    scrape_until(http, "the Kafka connection counted", |page| {
+        sum(
+            page,
+            "kelp_kafka_connections",
+            "kelp_kafka_connections",
+            &[],
+        ) == 1.0
+    });
+    drop(kafka_held);
+    scrape_until(http, "the Kafka connection gone", |page| {
+        sum(
+            page,
+            "kelp_kafka_connections",
+            "kelp_kafka_connections",
+            &[],
+        ) == 0.0
+    });
     // Two connections from 127.0.0.2 to shard 0 are held; the third is
     // refused for its address's limit.
     let held: Vec<TcpStream> = (0..2).map(|_| connect_from("127.0.0.2", port)).collect();

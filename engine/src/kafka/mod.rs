@@ -120,6 +120,8 @@ pub(crate) struct GatewayParts {
     pub(crate) timeouts: crate::connection::PeerTimeouts,
     /// Connections from one address (`connections_per_ip_max`).
     pub(crate) connections_per_ip_max: usize,
+    /// Where the port's connection counts go (the metrics page).
+    pub(crate) connections: Arc<crate::shard_metrics::Connections>,
 }
 
 /// The state every connection of the gateway thread shares (single
@@ -138,6 +140,8 @@ pub(crate) struct Gateway {
     pub(crate) timeouts: crate::connection::PeerTimeouts,
     /// Connections by peer address, as on the native port.
     pub(crate) peers: std::sync::Arc<crate::peer_limit::PeerLimit>,
+    /// Open and refused connections, for the metrics page.
+    pub(crate) connections: Arc<crate::shard_metrics::Connections>,
     pub(crate) filer: Arc<dyn Filer>,
     /// Bounds the request bytes held by all connections.
     pub(crate) request_bytes: Arc<tokio::sync::Semaphore>,
@@ -217,6 +221,7 @@ impl KafkaGateway {
                         fetch_wait_ms_max: parts.fetch_wait_ms_max,
                         timeouts: parts.timeouts,
                         peers: crate::peer_limit::PeerLimit::new(parts.connections_per_ip_max),
+                        connections: parts.connections,
                         filer: parts.filer,
                         request_bytes: Arc::new(tokio::sync::Semaphore::new(
                             REQUEST_BYTES_IN_FLIGHT_MAX,

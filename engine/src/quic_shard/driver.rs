@@ -81,9 +81,12 @@ impl Driver {
     /// The server's connection counts, into the shard's figures.
     fn publish_figures(&self) {
         let traffic = self.shard.metrics.traffic(Transport::Quic);
-        traffic.connections.set(self.server.open() as u64);
+        traffic.connections.open.set(self.server.open() as u64);
         for why in Refusal::ALL {
-            traffic.refused(why).set(self.server.refused(why));
+            traffic
+                .connections
+                .refused(why)
+                .set(self.server.refused(why));
         }
     }
 
