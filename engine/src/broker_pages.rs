@@ -139,10 +139,6 @@ fn histogram(latency: &Latency) -> Value {
     Value::Histogram(latency.snapshot())
 }
 
-fn gauge(v: u64) -> Value {
-    Value::Gauge(i64::try_from(v).unwrap_or(i64::MAX))
-}
-
 fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
     let mut families = vec![
         per_transport(
@@ -192,7 +188,7 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
             let traffic = m.traffic(t);
             connections.sample(
                 vec![shard_label(i), ("transport", t.label().into())],
-                gauge(traffic.connections.open.get()),
+                Value::level(traffic.connections.open.get()),
             );
             for why in Refusal::ALL {
                 refused.sample(
@@ -292,7 +288,7 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
                 "Bytes appended and not yet in the filer (active and sealed buffers).",
             ),
             shards,
-            |m| gauge(m.unflushed_bytes.get()),
+            |m| Value::level(m.unflushed_bytes.get()),
         ),
         per_shard(
             Family::gauge(
@@ -300,7 +296,7 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
                 "Bytes of frames held against the shard's receive budget.",
             ),
             shards,
-            |m| gauge(m.receive_bytes.get()),
+            |m| Value::level(m.receive_bytes.get()),
         ),
         per_shard(
             Family::gauge(
@@ -308,7 +304,7 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
                 "The shard's receive budget (--receive-bytes-max).",
             ),
             shards,
-            |m| gauge(m.receive_bytes_max.get()),
+            |m| Value::level(m.receive_bytes_max.get()),
         ),
     ]);
     families
@@ -319,7 +315,7 @@ fn kafka_families(connections: &Connections) -> Vec<Family> {
         "kelp_kafka_connections",
         "Client connections open on the Kafka port.",
     );
-    open.sample(Vec::new(), gauge(connections.open.get()));
+    open.sample(Vec::new(), Value::level(connections.open.get()));
     let mut refused = Family::counter(
         "kelp_kafka_connections_refused",
         "Connections the Kafka port turned away at their start, by reason.",
@@ -359,8 +355,8 @@ fn segment_families(figures: &[(usize, Vec<SegmentLoadFigures>)]) -> Vec<Family>
             ];
             records.sample(labels.clone(), Value::Counter(s.appended_records));
             bytes.sample(labels.clone(), Value::Counter(s.appended_bytes));
-            next.sample(labels.clone(), gauge(s.next_offset));
-            lost.sample(labels, gauge(s.lost_records));
+            next.sample(labels.clone(), Value::level(s.next_offset));
+            lost.sample(labels, Value::level(s.lost_records));
         }
     }
     vec![records, bytes, next, lost]

@@ -35,6 +35,13 @@ pub enum Value {
     Histogram(HistogramSnapshot),
 }
 
+impl Value {
+    /// A gauge of a count or a size (saturating at `i64::MAX`).
+    pub fn level(v: u64) -> Value {
+        Value::Gauge(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+
 /// Labels of a sample: names are fixed, values are data.
 pub type Labels = Vec<(&'static str, String)>;
 

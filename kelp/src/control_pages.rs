@@ -12,10 +12,6 @@ pub struct ControlPages {
     pub figures: Arc<ControlFigures>,
 }
 
-fn gauge(v: u64) -> Value {
-    Value::Gauge(i64::try_from(v).unwrap_or(i64::MAX))
-}
-
 fn one(mut family: Family, value: Value) -> Family {
     family.sample(Vec::new(), value);
     family
@@ -28,8 +24,14 @@ impl AdminPages for ControlPages {
             "kelp_control_segments",
             "Segments in the topics' layouts, by state (0 on an instance that does not lead).",
         );
-        segments.sample(vec![("state", "open".into())], gauge(f.segments_open));
-        segments.sample(vec![("state", "sealed".into())], gauge(f.segments_sealed));
+        segments.sample(
+            vec![("state", "open".into())],
+            Value::level(f.segments_open),
+        );
+        segments.sample(
+            vec![("state", "sealed".into())],
+            Value::level(f.segments_sealed),
+        );
         let mut actions = Family::counter(
             "kelp_control_actions",
             "Layout changes this instance decided while it led, by kind.",
@@ -50,21 +52,21 @@ impl AdminPages for ControlPages {
                     "kelp_control_leader",
                     "1 while this instance leads the cluster (one alone always does), else 0.",
                 ),
-                gauge(u64::from(f.leader)),
+                Value::level(u64::from(f.leader)),
             ),
             one(
                 Family::gauge(
                     "kelp_control_brokers",
                     "Live brokers (0 on an instance that does not lead).",
                 ),
-                gauge(f.brokers),
+                Value::level(f.brokers),
             ),
             one(
                 Family::gauge(
                     "kelp_control_topics",
                     "Topics (0 on an instance that does not lead).",
                 ),
-                gauge(f.topics),
+                Value::level(f.topics),
             ),
             segments,
             actions,
