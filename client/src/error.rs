@@ -94,6 +94,22 @@ pub enum ClientError {
         /// The next offset read.
         to: u64,
     },
+    /// Records of a segment this subscriber read from its owner's buffers
+    /// were never stored: the owner died (or was declared dead) before
+    /// storing them, and the segment was sealed at `end`, below `read_to`.
+    /// Offsets `end..read_to` are not in the topic; the subscriber goes on
+    /// with the segment's successors. Only a segment with one replica and
+    /// records read before they were stored can end so.
+    #[error(
+        "segment {segment} was sealed at offset {end} after its owner died: offsets          {end}..{read_to} were read from the owner's buffers but never stored"
+    )]
+    Truncated {
+        segment: u32,
+        /// The seal point: one past the last stored offset.
+        end: u64,
+        /// One past the last offset read.
+        read_to: u64,
+    },
     /// The payload a record refers to could not be read: it is missing or
     /// altered. Only that record is affected; the subscriber goes on.
     #[error("payload of record {offset} in segment {segment}: {error}")]

@@ -84,10 +84,12 @@ pub struct SubscribeOptions {
     /// topic's history). A segment with fewer records starts at its start;
     /// successors start at their start. `kelp sub --from -N`.
     pub from_end: Option<u64>,
-    /// Keep retrying a broker that cannot be reached, forever (once a
-    /// second at most), instead of giving up after about 30 s: for a
-    /// reader that tails a topic through broker restarts. Records already
-    /// delivered are not delivered again.
+    /// Keep retrying a broker that cannot be reached, or that refuses
+    /// because the layout moved on (`NotOwner`, `SegmentSealed`,
+    /// `ShuttingDown`, an offset past a sealed segment's end), forever
+    /// (once a second at most), instead of giving up after about 30 s: for
+    /// a reader that tails a topic through broker restarts and deaths.
+    /// Records already delivered are not delivered again.
     pub reconnect: bool,
     /// Read on past records damaged on the broker's disk: each stretch
     /// skipped comes out of [`Subscriber::next`] as
@@ -443,6 +445,11 @@ impl SegmentFetch {
         // Trust until a batch fails its checksum; then the broker is asked
         // to verify (and, with `skip_corrupt`, to skip) for one fetch.
         let mut checks = FetchChecks::Trust;
+        // Set after a fetch past the end of a segment the layout says is
+        // sealed: where this reader had read to. The next fetch asks for
+        // the segment's end, to tell a segment sealed below what was read
+        // (its owner died first) from one whose end is yet to be seen.
+        let mut probing_end: Option<u64> = None;
         loop {
             let request = BrokerPortRequest::Data(DataRequest::Fetch(wire::FetchRequest {
                 topic: self.topic.clone(),
@@ -476,6 +483,28 @@ impl SegmentFetch {
                         && checks != FetchChecks::SkipDamaged =>
                 {
                     checks = FetchChecks::SkipDamaged;
+                    continue;
+                }
+                Err(e)
+                    if e.broker_code() == Some(wire::ErrorCode::OffsetOutOfRange)
+                        && probing_end.is_none()
+                        && self.may_retry(stale_retries, &e) =>
+                {
+                    let read_to = match from {
+                        FetchFrom::Offset(o) => o,
+                        _ => delivered_to,
+                    };
+                    tokio::time::sleep(stale_backoff(stale_retries)).await;
+                    stale_retries = stale_retries.saturating_add(1);
+                    match self.refresh().await {
+                        Ok(()) if self.segment.sealed => {
+                            probing_end = Some(read_to);
+                            from = FetchFrom::Latest;
+                        }
+                        Ok(()) => {}
+                        Err(e) if is_worth_retrying(&e) && self.may_retry(stale_retries, &e) => {}
+                        Err(e) => return Err(e),
+                    }
                     continue;
                 }
                 // Reading again is harmless (records below `delivered_to`
@@ -540,6 +569,23 @@ impl SegmentFetch {
                 (records, fetched.next_offset, done)
             };
             checks = FetchChecks::Trust;
+            if let Some(read_to) = probing_end.take() {
+                // `from` was `Latest`: the answer is the segment's end.
+                if done && fetched_next < read_to {
+                    let truncated = ClientError::Truncated {
+                        segment: self.segment.id,
+                        end: fetched_next,
+                        read_to,
+                    };
+                    log::warn!("{}: {truncated}", self.topic);
+                    if self.tx.send(Err(truncated)).await.is_err() {
+                        return Ok(LoopEnd::ReaderGone);
+                    }
+                    return Ok(LoopEnd::Sealed);
+                }
+                from = FetchFrom::Offset(read_to);
+                continue;
+            }
             if let Some(last) = records.last() {
                 delivered_to = last.offset + 1;
             }
@@ -639,10 +685,16 @@ impl SegmentFetch {
     /// Whether a fetch that failed `retries` times in a row, the last time
     /// with `error`, may be tried again: a bounded number of times, and
     /// with [`SubscribeOptions::reconnect`] forever while the broker is
-    /// away or stopping (not when the topic or segment is gone).
+    /// away, stopping or behind the layout (not when the topic or segment
+    /// is gone).
     fn may_retry(&self, retries: u32, error: &ClientError) -> bool {
-        let broker_away =
-            is_connection_lost(error) || error.broker_code() == Some(wire::ErrorCode::ShuttingDown);
+        // A broker that died, stopped or lost its segments to a move: the
+        // layout catches up once the control plane acts (after its silence
+        // limit for a death), however long that takes.
+        let broker_away = is_connection_lost(error)
+            || error
+                .broker_code()
+                .is_some_and(|c| c.is_stale_layout() || c == wire::ErrorCode::OffsetOutOfRange);
         (self.options.reconnect && broker_away) || retries < STALE_RETRIES_MAX
     }
 

@@ -64,6 +64,7 @@ use wire::{AdminRequest, ControlPortRequest, ErrorCode, MembershipRequest, Respo
 use crate::broker_queue::{BrokerQueue, Origin, QueuedCommand, ResyncNext, ResyncState, Snapshot};
 use crate::delivery::{Delivery, Step};
 use crate::filer_layout;
+use crate::segment_fence::{self, Fenced};
 use crate::state_store::StateStore;
 use crate::{
     Action, BrokerCommand, BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig, ControlError,
@@ -202,6 +203,10 @@ pub struct ClusterService {
     /// Topics changed in the core whose persisting failed; retried every
     /// tick, and not sent to brokers until persisted.
     unpersisted: BTreeSet<TopicName>,
+    /// Segments sealed while their owner was gone whose fence and marker
+    /// could not be written yet (the filer failed), with their seal epoch:
+    /// retried every tick. Readers wait at their end until it is written.
+    unfenced: BTreeMap<(TopicName, SegmentId), u32>,
     /// The highest broker id ever seen (registrations, topics).
     broker_id_max: Option<u32>,
     /// A command with no result after this long has failed.
@@ -290,6 +295,7 @@ impl ClusterService {
             addresses: BTreeMap::new(),
             next_offsets: HashMap::new(),
             unpersisted: BTreeSet::new(),
+            unfenced: BTreeMap::new(),
             broker_id_max,
             command_timeout_ms: command_timeout_ms.max(1),
             now_ms: 0,
@@ -427,6 +433,11 @@ impl ClusterService {
                 id,
                 Err(CommandFailed::TimedOut { timeout_ms }),
             );
+        }
+        for ((topic, segment), epoch) in std::mem::take(&mut self.unfenced) {
+            if self.cluster.topic(&topic).is_some() {
+                self.fence(&topic, segment, epoch);
+            }
         }
         for name in std::mem::take(&mut self.unpersisted) {
             let Some(topic) = self.cluster.topic(&name).cloned() else {
@@ -1452,10 +1463,9 @@ impl ClusterService {
         }
         for sealed in action.sealed() {
             if sealed.broker.is_none() {
-                if let Err(e) = self.write_seal_marker(topic.name(), sealed.segment, sealed.epoch) {
-                    // Readers wait for the marker; the layout still goes.
-                    log::error!("seal marker of {}/{}: {e}", topic.name(), sealed.segment.0);
-                }
+                // The layout goes out either way; readers wait at the
+                // segment's end until its marker is written.
+                self.fence(topic.name(), sealed.segment, sealed.epoch);
             }
         }
         let snapshot = Snapshot {
@@ -1478,24 +1488,29 @@ impl ClusterService {
         self.store.put_topic(topic)
     }
 
-    /// The marker a broker writes after flushing a sealed segment; written
-    /// here when the owner is gone.
-    fn write_seal_marker(
-        &self,
-        topic: &TopicName,
-        segment: SegmentId,
-        epoch: u32,
-    ) -> Result<(), ControlError> {
-        if !filer_layout::create_seal_marker(
-            self.filer.as_ref(),
-            topic,
-            segment.0,
-            epoch,
-            "control",
-        )? {
-            log::info!("segment {topic}/{}: its owner sealed it first", segment.0);
+    /// Seal a segment whose owner is gone in the filer, at the end of what
+    /// the filer holds of it, fencing the owner off should it come back
+    /// (`segment_fence`); retried every tick until it is done.
+    fn fence(&mut self, topic: &TopicName, segment: SegmentId, epoch: u32) {
+        match segment_fence::fence_segment(self.filer.as_ref(), topic, segment.0, epoch, "control")
+        {
+            Ok(Fenced::At(end)) => {
+                log::info!(
+                    "segment {topic}/{}: its owner is gone; sealed at offset {end}",
+                    segment.0
+                );
+            }
+            Ok(Fenced::AlreadySealed) => {
+                log::info!("segment {topic}/{}: its owner sealed it first", segment.0);
+            }
+            Err(e) => {
+                log::error!(
+                    "segment {topic}/{}: sealing it in the filer: {e}; retrying",
+                    segment.0
+                );
+                self.unfenced.insert((topic.clone(), segment), epoch);
+            }
         }
-        Ok(())
     }
 
     fn topic_json(&self, name: &TopicName) -> Vec<u8> {
@@ -1731,7 +1746,9 @@ pub fn error_answer(e: ControlError) -> (ErrorCode, String) {
         | ControlError::TooManyBrokers { .. }
         | ControlError::NoLiveBroker => ErrorCode::Busy,
         ControlError::Corrupt { .. } => ErrorCode::Internal,
-        ControlError::Filer(_) | ControlError::State(_) => ErrorCode::Storage,
+        ControlError::Filer(_) | ControlError::State(_) | ControlError::Fence { .. } => {
+            ErrorCode::Storage
+        }
         ControlError::NotLeader { leader } => {
             // The message is the address to go to (docs/wire-format.md).
             return (ErrorCode::NotLeader, leader.clone().unwrap_or_default());

@@ -81,6 +81,14 @@ pub enum ControlError {
     /// The filer failed.
     #[error(transparent)]
     Filer(#[from] filer::FilerError),
+    /// A segment whose owner is gone could not be sealed in the filer.
+    #[error("segment {segment} cannot be fenced: {reason}")]
+    Fence {
+        /// The segment's id.
+        segment: u32,
+        /// What stood in the way.
+        reason: String,
+    },
     /// This instance no longer leads the control plane: its term is over
     /// and the write was not applied. `leader` is the new leader's address
     /// when one is known.

@@ -189,9 +189,11 @@ pub fn seal_marker(topic: &TopicName, segment: u32) -> ObjectPath {
 }
 
 /// The seal marker's content: which segment, the epoch it was sealed in,
-/// and who wrote the marker (a broker's id, or `control`).
-pub fn seal_marker_content(segment: u32, epoch: u32, written_by: &str) -> Vec<u8> {
-    format!(r#"{{"segment":{segment},"epoch":{epoch},"written_by":"{written_by}"}}"#).into_bytes()
+/// its end (one past its last offset: the seal point), and who wrote the
+/// marker (a broker's id, or `control`).
+pub fn seal_marker_content(segment: u32, epoch: u32, end: u64, written_by: &str) -> Vec<u8> {
+    format!(r#"{{"segment":{segment},"epoch":{epoch},"end":{end},"written_by":"{written_by}"}}"#)
+        .into_bytes()
 }
 
 /// Write `segment`'s seal marker unless one is there (a create-only put:
@@ -203,10 +205,11 @@ pub fn create_seal_marker(
     topic: &TopicName,
     segment: u32,
     epoch: u32,
+    end: u64,
     written_by: &str,
 ) -> Result<bool, filer::FilerError> {
     let path = seal_marker(topic, segment);
-    match filer.create(&path, &seal_marker_content(segment, epoch, written_by)) {
+    match filer.create(&path, &seal_marker_content(segment, epoch, end, written_by)) {
         Ok(()) => Ok(true),
         Err(e) if e.is_already_exists() => Ok(false),
         Err(e) => Err(e),

@@ -48,6 +48,7 @@ mod rate;
 mod rebalancer;
 mod scaling_policy;
 mod segment;
+pub mod segment_fence;
 pub mod state_store;
 mod topic;
 mod topic_name;

@@ -264,6 +264,15 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
             shards,
             |m| Value::Counter(m.flush_errors.get()),
         ),
+        per_shard(
+            Family::counter(
+                "kelp_fenced_records",
+                "Records this broker held past the seal point of a segment the control plane \
+                 sealed while the broker was away (declared dead), dropped: never stored.",
+            ),
+            shards,
+            |m| Value::Counter(m.fenced_records.get()),
+        ),
     ]);
     let mut lanes = Family::histogram(
         "kelp_filer_request_seconds",

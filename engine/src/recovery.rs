@@ -106,6 +106,55 @@ pub(crate) fn recover_buffers(
     Ok(out)
 }
 
+/// What buffers an earlier run left held of a segment sealed while the
+/// broker was away, by where their records fall against its seal point.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Leftovers {
+    /// Records below the seal point: the filer has them (the seal point is
+    /// the end of what the filer holds).
+    pub(crate) stored: u64,
+    /// Records at or past the seal point: never stored, dropped.
+    pub(crate) dropped: u64,
+    /// The offsets the dropped records held: `[seal point, end)`.
+    pub(crate) end: u64,
+}
+
+/// The rule for buffers a restarted broker finds under `dir` for segment
+/// `segment_id`, sealed at `seal_point` while it was away: records below
+/// the seal point are in the filer already, records from it on were never
+/// stored and are dropped. Every buffer file goes (the directory with
+/// them); the caller logs what [`Leftovers`] counts. Damaged bytes count
+/// as neither (they held no readable record).
+pub(crate) fn drop_leftover_buffers(
+    dir: &Path,
+    segment_id: u32,
+    seal_point: u64,
+) -> Result<Leftovers, EngineError> {
+    let paths = list_buffers(dir)?;
+    let mut leftovers = Leftovers {
+        end: seal_point,
+        ..Leftovers::default()
+    };
+    for (i, (base, path)) in paths.iter().enumerate() {
+        let next_base = paths.get(i + 1).map(|(b, _)| *b);
+        let check = buffer::check(path, segment_id, *base, next_base)?;
+        for run in &check.scan.runs {
+            let below = run
+                .next_offset
+                .min(seal_point)
+                .saturating_sub(run.base_offset);
+            leftovers.stored += below;
+            leftovers.dropped += (run.next_offset - run.base_offset) - below;
+            leftovers.end = leftovers.end.max(run.next_offset);
+        }
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(leftovers),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(leftovers),
+        Err(e) => Err(EngineError::io("remove", dir, e)),
+    }
+}
+
 /// Buffer files of one segment by base offset; spares and files that never
 /// held a record are removed on the way.
 fn list_buffers(dir: &Path) -> Result<Vec<(u64, PathBuf)>, EngineError> {

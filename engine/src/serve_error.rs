@@ -36,8 +36,15 @@ impl ServeError {
         }
     }
 
+    /// The answer to a request an engine failure stopped: `NotOwner` for
+    /// a segment fenced off (the client looks for the layout again and
+    /// resends; nothing of it was stored), else `Storage`.
     pub(crate) fn storage(e: &EngineError) -> ServeError {
-        ServeError::new(ErrorCode::Storage, e.to_string())
+        let code = match e {
+            EngineError::Fenced { .. } => ErrorCode::NotOwner,
+            _ => ErrorCode::Storage,
+        };
+        ServeError::new(code, e.to_string())
     }
 
     pub(crate) fn internal() -> ServeError {

@@ -5,6 +5,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -19,7 +20,8 @@ use crate::control_plane::{ControlRequest, ShardCommand, UnflushedSegment, Unflu
 use crate::error::EngineError;
 use crate::payload::PayloadStore;
 use crate::peer_limit::PeerLimit;
-use crate::segment::{SealState, SealedView, Segment, SegmentCell};
+use crate::recovery;
+use crate::segment::{blocking, SealState, SealedView, Segment, SegmentCell};
 use crate::shard_filer::ShardFiler;
 use crate::shard_metrics::Transport;
 
@@ -240,6 +242,11 @@ impl Shard {
         for segment in topic.segments() {
             let id = segment.id.0;
             if let Some(held) = existing.get(&id) {
+                if !segment.is_open() && held.is_fenced() {
+                    // Sealed by the control plane while this broker was
+                    // away: a view of its chunks serves it from now on.
+                    continue;
+                }
                 if !segment.is_open() {
                     let successors =
                         successors_of(&topic, segment.id, &owners, me, &self.shard_addresses)
@@ -290,6 +297,22 @@ impl Shard {
                 }
             }
         }
+        // Buffers an earlier run of this broker left for segments sealed
+        // while it was away (declared dead): one shard, the one each
+        // names, applies the rule of `recovery::drop_leftover_buffers`.
+        for segment in topic.segments() {
+            let id = segment.id.0;
+            let mine = usize::from(segment.shard) % self.shard_commands.len() == self.index;
+            if segment.is_open() || !mine || existing.contains_key(&id) {
+                continue;
+            }
+            let dir = buffers_root.join(id.to_string());
+            if dir.exists() {
+                let finish = segment.broker == me;
+                self.settle_leftover_buffers(&topic_name, segment, finish, dir)
+                    .await;
+            }
+        }
         // A layout this shard cannot carry out whole is not installed (the
         // control plane resynchronises the broker); what it seals is
         // flushed all the same, its writes being refused already.
@@ -308,10 +331,100 @@ impl Shard {
                 shard: self.index,
                 reason: format!("seal {name} segment {}: {}", cell.core.id, e.message),
             })?;
+            if cell.core.is_fenced() {
+                // Its flush met the control plane's fence: a view of the
+                // chunks serves it from now on.
+                if let Some(t) = self.topics.borrow_mut().get_mut(&name) {
+                    t.segments.remove(&cell.core.id);
+                }
+                continue;
+            }
             let end = cell.core.stats.next_offset.load(Relaxed);
             log::info!("{name} segment {}: sealed at offset {end}", cell.core.id);
         }
         opened
+    }
+
+    /// Buffers an earlier run left in `dir` for `segment` of `topic`, which
+    /// the layout seals and this shard does not hold:
+    ///
+    /// - its seal marker is there: the rule for a segment sealed while this
+    ///   broker was away. Below the seal point the records are in the
+    ///   filer, past it they were never stored; both go, counted in the
+    ///   log;
+    /// - no marker, and this broker sealed it (`finish`: the run before
+    ///   stopped mid-seal): the seal is finished, buffers recovered and
+    ///   flushed, then the marker written;
+    /// - no marker otherwise: kept until a later layout finds one.
+    async fn settle_leftover_buffers(
+        &self,
+        topic: &control::TopicName,
+        segment: &control::Segment,
+        finish: bool,
+        dir: PathBuf,
+    ) {
+        let id = segment.id.0;
+        let seal_point = match crate::segment::seal_point(&self.store, topic, id).await {
+            Ok(Some(at)) => at,
+            Ok(None) if finish => {
+                log::info!(
+                    "segment {topic}/{id}: the run before stopped while sealing it; \
+                     recovering its buffers to finish the seal"
+                );
+                let opened = SegmentCell::open(
+                    self.config.clone(),
+                    self.store.clone(),
+                    topic,
+                    dir,
+                    id,
+                    segment.range.start(),
+                    segment.range.end(),
+                )
+                .await;
+                let sealed = match opened {
+                    Ok(cell) => cell.seal(segment.epoch).await.map_err(|e| e.message),
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Err(e) = sealed {
+                    log::error!("segment {topic}/{id}: finishing its seal: {e}");
+                }
+                return;
+            }
+            Ok(None) => {
+                log::info!(
+                    "segment {topic}/{id}: buffers an earlier run left in {} are kept until \
+                     its seal marker is written",
+                    dir.display()
+                );
+                return;
+            }
+            Err(e) => {
+                log::warn!("segment {topic}/{id}: reading its seal point: {e}");
+                return;
+            }
+        };
+        let shown = dir.display().to_string();
+        let found = blocking(move || recovery::drop_leftover_buffers(&dir, id, seal_point)).await;
+        match found {
+            Ok(left) if left.dropped > 0 => {
+                self.metrics.fenced_records.add(left.dropped);
+                log::warn!(
+                    "segment {topic}/{id}: sealed at offset {seal_point} while this broker was \
+                     away; its buffers in {shown} held {} records past that (offsets \
+                     {seal_point}..{}), dropped: never stored, none acknowledged as durable, \
+                     any acknowledged with ack=leader lost; {} records below it are in the filer",
+                    left.dropped,
+                    left.end,
+                    left.stored
+                );
+            }
+            Ok(left) => log::info!(
+                "segment {topic}/{id}: sealed at offset {seal_point} while this broker was away; \
+                 the {} records its buffers in {shown} held are in the filer; removed",
+                left.stored
+            ),
+            Err(e) => log::warn!("segment {topic}/{id}: leftover buffers in {shown}: {e}"),
+        }
     }
 
     /// Refuse writes to the segments here that `topic` seals, naming

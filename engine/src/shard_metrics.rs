@@ -218,6 +218,10 @@ pub(crate) struct ShardMetrics {
     pub(crate) flushed_bytes: Tally,
     pub(crate) flush: Latency,
     pub(crate) flush_errors: Tally,
+    /// Records a returning owner held past the seal point the control
+    /// plane fenced its segment at while it was away, dropped; and those
+    /// a restarted broker found in buffers of segments sealed meanwhile.
+    pub(crate) fenced_records: Tally,
     /// Time a job waited for and ran on the shard's filer lanes.
     pub(crate) filer_upload: Latency,
     pub(crate) filer_read: Latency,

@@ -335,7 +335,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
 
     // Past the end is an error for this request only.
     let r = c.fetch("t/seek", 0, FetchFrom::Offset(99_999), 1, 0);
-    assert_eq!(error_code(&r), Some(ErrorCode::InvalidArgument));
+    assert_eq!(error_code(&r), Some(ErrorCode::OffsetOutOfRange));
     drop(c);
     broker.stop().unwrap();
 }

@@ -482,8 +482,9 @@ pub async fn subscribe(args: SubArgs) -> anyhow::Result<()> {
                     printed += 1;
                     continue;
                 }
-                // Damaged records skipped (--skip-corrupt): say which.
-                Err(e @ ClientError::Skipped { .. }) => {
+                // Damaged records skipped (--skip-corrupt), or records
+                // read from a dead owner that it never stored: say which.
+                Err(e @ (ClientError::Skipped { .. } | ClientError::Truncated { .. })) => {
                     stdout.write_all(&buf)?;
                     stdout.flush()?;
                     buf.clear();

@@ -21,7 +21,7 @@ use support::keyed::{
     create_hot_topic, each_key_once_in_order, key_name, parse, publish_until, read_records,
     subscribe_earliest, Publisher, RECORDS_PER_STEP,
 };
-use support::{port, Broker, ControlPlane};
+use support::{broker_id, port, Broker, ControlPlane};
 
 const TOPIC: &str = "cluster/ramp";
 /// Distinct keys: enough that every piece of an eight-way split gets some.
@@ -391,16 +391,6 @@ async fn producers_and_subscribers_follow_a_split_with_the_control_plane_gone() 
     each_key_once_in_order(got, sent);
     drop(b1);
     drop(b2);
-}
-
-/// The id of the broker `broker` (by its shard 0 address).
-async fn broker_id(client: &Client, broker: &Broker) -> u32 {
-    let brokers = client.list_brokers().await.unwrap();
-    brokers
-        .iter()
-        .find(|b| b.shards.first().map(|s| s.tcp.as_str()) == Some(broker.broker_arg().as_str()))
-        .map(|b| b.id)
-        .unwrap()
 }
 
 /// Brokers on separate hosts (127.0.0.2 to .5) that share nothing but an

@@ -137,6 +137,7 @@ fn a_brokers_counters_move_by_what_was_produced_and_read() {
         ("kelp_flushed_bytes", "counter"),
         ("kelp_flush_seconds", "histogram"),
         ("kelp_flush_errors", "counter"),
+        ("kelp_fenced_records", "counter"),
         ("kelp_filer_request_seconds", "histogram"),
         ("kelp_unflushed_bytes", "gauge"),
         ("kelp_receive_bytes", "gauge"),

@@ -242,7 +242,7 @@ async fn read_partition(
     match read {
         Ok(out) => out,
         // The segment refuses an offset past its end.
-        Err(e) if e.code == wire::ErrorCode::InvalidArgument => Err(k::OFFSET_OUT_OF_RANGE),
+        Err(e) if e.code == wire::ErrorCode::OffsetOutOfRange => Err(k::OFFSET_OUT_OF_RANGE),
         Err(e) => Err(kafka_error(&e)),
     }
 }

@@ -273,7 +273,7 @@ async fn scan(
             Ok(r) => r?,
             // Past the segment's end: a crash lost what the snapshot
             // had seen, and nothing after it is stored.
-            Err(e) if e.code == wire::ErrorCode::InvalidArgument => {
+            Err(e) if e.code == wire::ErrorCode::OffsetOutOfRange => {
                 return Ok((read_bytes, at));
             }
             Err(e) => return Err(refusal(e)),
@@ -288,7 +288,7 @@ async fn scan(
 /// A shard's refusal as a Kafka error code and message (an offset past the
 /// segment's end is OFFSET_OUT_OF_RANGE).
 fn refusal(e: ServeError) -> Refusal {
-    let code = if e.code == wire::ErrorCode::InvalidArgument {
+    let code = if e.code == wire::ErrorCode::OffsetOutOfRange {
         k::OFFSET_OUT_OF_RANGE
     } else {
         kafka_error(&e)

@@ -158,6 +158,7 @@ pub(crate) fn kafka_error(e: &ServeError) -> i16 {
         ErrorCode::InvalidArgument => k::INVALID_REQUEST,
         ErrorCode::Busy => k::REQUEST_TIMED_OUT,
         ErrorCode::ControlUnavailable => k::LEADER_NOT_AVAILABLE,
+        ErrorCode::OffsetOutOfRange => k::OFFSET_OUT_OF_RANGE,
         _ => k::UNKNOWN_SERVER_ERROR,
     }
 }

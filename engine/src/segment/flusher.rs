@@ -233,8 +233,12 @@ pub(super) async fn run(cell: Rc<SegmentCell>) {
                 cell.space.notify(usize::MAX);
                 continue;
             }
-            Err(fenced @ FlushError::Fenced { .. }) => {
-                cell.fail(fenced.to_string());
+            Err(FlushError::Fenced { path }) => {
+                log::warn!(
+                    "segment {}: chunk {path} exists with other bytes",
+                    core.chunk_prefix
+                );
+                cell.fence(base_offset);
                 break;
             }
             Err(e) if !rewriting => {

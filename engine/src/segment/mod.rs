@@ -82,6 +82,11 @@ enum Closed {
     Stopped,
     /// Its topic was deleted: buffers removed.
     Deleted,
+    /// The control plane sealed it in the filer while this broker was
+    /// away (declared dead): its flusher found the fence (`segment_fence`)
+    /// where its next chunk should go. Buffers removed; reads and writes
+    /// are answered `NotOwner`, so clients look again.
+    Fenced,
 }
 
 /// Under the data dir: damaged buffer files kept for the operator, by
@@ -250,7 +255,21 @@ impl SegmentCore {
                 ErrorCode::TopicNotFound,
                 "topic was deleted",
             )),
+            Closed::Fenced => Some(ServeError::new(
+                ErrorCode::NotOwner,
+                format!(
+                    "segment {} was sealed by the control plane while this broker was away; \
+                     ask for the topic's layout again",
+                    self.id
+                ),
+            )),
         }
+    }
+
+    /// Whether the control plane's fence stopped this owner
+    /// ([`SegmentCell::fence`]).
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.closed.get() == Closed::Fenced
     }
 
     /// Stop serving reads: the broker stops. Parked fetches answer now
@@ -436,11 +455,18 @@ impl SegmentCell {
     /// any broker know the chunks are final. Idempotent.
     pub(crate) async fn seal(self: &Rc<Self>, epoch: u32) -> Result<(), ServeError> {
         let core = &self.core;
-        if core.seal_state() == SealState::Sealed {
+        if core.seal_state() == SealState::Sealed || core.is_fenced() {
             return Ok(());
         }
         self.refuse_writes(None);
-        self.flush_everything().await?;
+        if let Err(e) = self.flush_everything().await {
+            // The control plane sealed it in the filer first (this broker
+            // was declared dead meanwhile): sealed, by its marker.
+            if core.is_fenced() {
+                return Ok(());
+            }
+            return Err(e);
+        }
         self.spares_settled().await;
         core.state.borrow_mut().active = None;
         self.spares.borrow_mut().ready.clear();
@@ -454,9 +480,12 @@ impl SegmentCell {
             .broker_id
             .map_or_else(|| "broker".to_owned(), |b| format!("broker {b}"));
         let (topic, id) = (core.topic.clone(), core.id);
+        let end = core.state.borrow().log.next_offset();
         let created = core
             .store
-            .upload(move |filer| filer_layout::create_seal_marker(filer, &topic, id, epoch, &by))
+            .upload(move |filer| {
+                filer_layout::create_seal_marker(filer, &topic, id, epoch, end, &by)
+            })
             .await
             .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
         if !created {
@@ -736,6 +765,11 @@ impl SegmentCell {
                 if state.log.flushed_offset() >= offset {
                     return Ok(());
                 }
+                if self.core.is_fenced() {
+                    return Err(EngineError::Fenced {
+                        segment: self.core.chunk_prefix.to_string(),
+                    });
+                }
                 if let Some(reason) = state.log.failed() {
                     return Err(EngineError::Segment {
                         segment: self.core.chunk_prefix.to_string(),
@@ -773,6 +807,46 @@ impl SegmentCell {
         }
         self.flushed.notify(usize::MAX);
         self.space.notify(usize::MAX);
+    }
+
+    /// The flusher found the control plane's fence at offset `at`, where
+    /// this owner's next chunk should go: the segment was sealed there
+    /// while this broker was away (declared dead, then back). The records
+    /// it holds from `at` on were never stored and never will be: they
+    /// are dropped with their buffers, counted in the log, and nothing more
+    /// is acknowledged, written or read here (`NotOwner`: clients look
+    /// again and find the segment sealed at `at`).
+    pub(crate) fn fence(&self, at: u64) {
+        let next = self.core.state.borrow().log.next_offset();
+        log::error!(
+            "segment {}: the control plane sealed it at offset {at} while this broker was away \
+             (declared dead); the {} records this broker held from offset {at} to {next} are \
+             dropped: none was acknowledged as durable, and any acknowledged with ack=leader \
+             are lost (docs/broker.md, \"What each ack mode survives\")",
+            self.core.chunk_prefix,
+            next.saturating_sub(at)
+        );
+        self.core
+            .store
+            .metrics
+            .fenced_records
+            .add(next.saturating_sub(at));
+        self.core.closed.set(Closed::Fenced);
+        self.core.store.forget(&self.core.chunk_prefix);
+        let mut state = self.core.state.borrow_mut();
+        state.active = None;
+        state.log.fail(format!("fenced off at offset {at}"));
+        state.log.handle_deleted();
+        drop(state);
+        self.spares.borrow_mut().ready.clear();
+        if let Err(e) = std::fs::remove_dir_all(&self.buffers_dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!("remove {}: {e}", self.buffers_dir.display());
+            }
+        }
+        self.flushed.notify(usize::MAX);
+        self.space.notify(usize::MAX);
+        self.core.appended.notify(usize::MAX);
     }
 }
 
@@ -832,6 +906,21 @@ impl SealedView {
             core: SegmentCore::new(config, store, topic, id, (range_start, range_end), log),
         }))
     }
+}
+
+/// Where a sealed segment ends in the filer (its seal point: one past its
+/// last stored offset), once its seal marker is there; `None` before.
+pub(crate) async fn seal_point(
+    store: &ShardFiler,
+    topic: &TopicName,
+    id: u32,
+) -> Result<Option<u64>, EngineError> {
+    let prefix = filer_layout::segment_prefix(topic, id);
+    let marker = filer_layout::seal_marker(topic, id);
+    let (stored, marked) = store
+        .read(move |filer| load_sealed(filer, &prefix, &marker))
+        .await?;
+    Ok(marked.then(|| stored.end()))
 }
 
 /// A segment a shard serves: one it owns, or a view of one sealed
@@ -900,5 +989,10 @@ impl Segment {
             Segment::Owned(cell) => cell.close(),
             Segment::View(view) => view.core.delete(),
         }
+    }
+
+    /// An owned segment the control plane fenced off ([`SegmentCell::fence`]).
+    pub(crate) fn is_fenced(&self) -> bool {
+        matches!(self, Segment::Owned(cell) if cell.core.is_fenced())
     }
 }

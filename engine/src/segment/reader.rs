@@ -363,7 +363,7 @@ impl SegmentCore {
             FetchFrom::Earliest => Ok(earliest),
             FetchFrom::Latest => Ok(next),
             FetchFrom::Offset(o) if o > next => Err(ServeError::new(
-                ErrorCode::InvalidArgument,
+                ErrorCode::OffsetOutOfRange,
                 format!("offset {o} is past the end of segment {} ({next})", self.id),
             )),
             // Lost offsets hold nothing to read: the next record is after.

@@ -84,6 +84,16 @@ pub async fn tcp_client(brokers: &str) -> client::Client {
     .unwrap_or_else(|e| panic!("connecting to {brokers}: {e}"))
 }
 
+/// The id of the broker `broker` in its cluster (by its shard 0 address).
+pub async fn broker_id(client: &client::Client, broker: &Broker) -> u32 {
+    let brokers = client.list_brokers().await.unwrap();
+    brokers
+        .iter()
+        .find(|b| b.shards.first().map(|s| s.tcp.as_str()) == Some(broker.broker_arg().as_str()))
+        .map(|b| b.id)
+        .unwrap()
+}
+
 /// A producer config that waits for durable acks, with the SDK's other
 /// defaults.
 pub fn durable() -> client::ProducerConfig {

@@ -58,6 +58,11 @@ pub enum ErrorCode {
     /// leader is being elected), so it cannot say or change the layout:
     /// refresh the layout and retry after a backoff.
     ControlUnavailable,
+    /// A fetch asked for an offset past the segment's end. On a sealed
+    /// segment whose owner died, the records a reader read past the seal
+    /// point were never stored (docs/broker.md, "What each ack mode
+    /// survives").
+    OffsetOutOfRange,
     Other(u16),
 }
 
@@ -85,6 +90,7 @@ impl ErrorCode {
             ErrorCode::Corrupt => 19,
             ErrorCode::NotLeader => 20,
             ErrorCode::ControlUnavailable => 21,
+            ErrorCode::OffsetOutOfRange => 22,
             ErrorCode::Other(v) => v,
         }
     }
@@ -112,6 +118,7 @@ impl ErrorCode {
             19 => ErrorCode::Corrupt,
             20 => ErrorCode::NotLeader,
             21 => ErrorCode::ControlUnavailable,
+            22 => ErrorCode::OffsetOutOfRange,
             v => ErrorCode::Other(v),
         }
     }

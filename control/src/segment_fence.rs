@@ -1,0 +1,341 @@
+//! The fence a segment gets when its owner is gone: the control plane
+//! seals it in the filer at the end of what the filer holds, so that the
+//! owner, if it was only frozen and comes back (a *zombie*), can neither
+//! store nor make visible a record past that end.
+//!
+//! Chunks of a segment are created, never overwritten, and follow each
+//! other in offset order: an owner stores the chunk at base offset `b`
+//! before the one after it, and each starts where the one before ended.
+//! The next chunk's path is therefore known to everyone. The fence takes
+//! it: an *empty chunk* (a valid chunk header, no batches, next offset
+//! equal to its base) is created at the stored end `E`. A zombie owner
+//! that later tries to store its chunk at `E` finds the fence there with
+//! other bytes, and its flusher stops for good (nothing from `E` on is
+//! acknowledged as durable or made visible). If the owner stored its
+//! chunk at `E` first, the create fails instead and the fence moves past
+//! that chunk, as often as the owner managed to store one, up to a bound.
+//! Exactly one of the two wins each path, on the local filer (`link(2)`)
+//! as on S3 (`If-None-Match: *`).
+//!
+//! Then the seal marker is created with the seal point in it. Readers of
+//! the segment anywhere see the fence as a chunk of no records and stop at
+//! its end.
+
+use filer::{Filer, FilerError};
+use wire::chunk::{build_chunk, ChunkHeader, CHUNK_HEADER_BYTES};
+
+use crate::error::ControlError;
+use crate::{filer_layout, TopicName};
+
+/// How many chunks a zombie owner may store under the fence's feet before
+/// the fence gives up for this round (it is tried again on the next
+/// tick). An owner stores one chunk per flush, at most a few per second.
+pub const FENCE_ATTEMPTS_MAX: u32 = 64;
+
+/// What [`fence_segment`] found or did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// The fence and the marker were written: the segment ends at this
+    /// offset.
+    At(u64),
+    /// A seal marker was there already: the owner (or an earlier attempt)
+    /// sealed it first.
+    AlreadySealed,
+}
+
+/// Seal `segment` of `topic` in the filer at the end of its stored chunks
+/// and lost ranges: create the fence chunk there, then the seal marker
+/// (written by `written_by`, at seal epoch `epoch`). See the module doc.
+pub fn fence_segment(
+    filer: &dyn Filer,
+    topic: &TopicName,
+    segment: u32,
+    epoch: u32,
+    written_by: &str,
+) -> Result<Fenced, ControlError> {
+    let marker = filer_layout::seal_marker(topic, segment);
+    if exists(filer, &marker)? {
+        return Ok(Fenced::AlreadySealed);
+    }
+    let mut end = stored_end(filer, topic, segment)?;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let path = filer_layout::chunk(topic, segment, end);
+        let fence =
+            build_chunk(segment, end, &[]).map_err(|e| fence_error(segment, e.to_string()))?;
+        match filer.create(&path, &fence) {
+            Ok(()) => break,
+            Err(e) if e.is_already_exists() => {
+                let header = chunk_header(filer, &path)
+                    .map_err(|reason| fence_error(segment, format!("chunk {path}: {reason}")))?;
+                if header.next_offset == end {
+                    // A fence an earlier attempt left (its marker write
+                    // failed): it stands.
+                    break;
+                }
+                end = header.next_offset;
+                if attempts >= FENCE_ATTEMPTS_MAX {
+                    return Err(fence_error(
+                        segment,
+                        format!(
+                            "its owner stored {attempts} chunks while the fence was being \
+                             placed; trying again later"
+                        ),
+                    ));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !filer_layout::create_seal_marker(filer, topic, segment, epoch, end, written_by)? {
+        return Ok(Fenced::AlreadySealed);
+    }
+    Ok(Fenced::At(end))
+}
+
+fn fence_error(segment: u32, reason: String) -> ControlError {
+    ControlError::Fence { segment, reason }
+}
+
+fn exists(filer: &dyn Filer, path: &filer::ObjectPath) -> Result<bool, FilerError> {
+    match filer.size(path) {
+        Ok(_) => Ok(true),
+        Err(FilerError::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// One past the last offset the filer holds of the segment: the larger of
+/// its last chunk's next offset and its lost ranges' ends (0 if none).
+fn stored_end(filer: &dyn Filer, topic: &TopicName, segment: u32) -> Result<u64, ControlError> {
+    let mut last_chunk: Option<(u64, filer::ObjectPath)> = None;
+    let mut end = 0u64;
+    for path in filer.list(&filer_layout::segment_prefix(topic, segment))? {
+        if let Some((_, to)) = filer_layout::parse_lost_name(path.as_str()) {
+            end = end.max(to);
+        } else if let Some(base) = filer_layout::parse_chunk_name(path.as_str()) {
+            if last_chunk.as_ref().is_none_or(|(b, _)| base > *b) {
+                last_chunk = Some((base, path));
+            }
+        }
+    }
+    if let Some((_, path)) = last_chunk {
+        let header = chunk_header(filer, &path)
+            .map_err(|reason| fence_error(segment, format!("chunk {path}: {reason}")))?;
+        end = end.max(header.next_offset);
+    }
+    Ok(end)
+}
+
+/// The verified header of the chunk at `path`, whose name states its base
+/// offset.
+fn chunk_header(filer: &dyn Filer, path: &filer::ObjectPath) -> Result<ChunkHeader, String> {
+    let mut head = [0u8; CHUNK_HEADER_BYTES];
+    let mut read = 0;
+    while read < head.len() {
+        match filer.read_at(path, read as u64, &mut head[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let header = ChunkHeader::decode(&head[..read])
+        .map_err(|e| format!("its header cannot be read ({e}): no seal point can be chosen"))?;
+    match filer_layout::parse_chunk_name(path.as_str()) {
+        Some(base) if base == header.base_offset => Ok(header),
+        _ => Err(format!(
+            "its header says base offset {}, not the one its name states",
+            header.base_offset
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use filer::LocalFiler;
+    use wire::batch::{set_base_offset, BatchBuilder};
+
+    fn topic() -> TopicName {
+        TopicName::parse("fence/test").unwrap()
+    }
+
+    /// A chunk of `records` one-record batches from `base`.
+    fn chunk(base: u64, records: u64) -> Vec<u8> {
+        let batches: Vec<Vec<u8>> = (0..records)
+            .map(|i| {
+                let mut b = BatchBuilder::new();
+                b.push(0, b"k", b"v", &[]).unwrap();
+                let mut bytes = b.finish(0, 0).to_vec();
+                set_base_offset(&mut bytes, base + i);
+                bytes
+            })
+            .collect();
+        let refs: Vec<&[u8]> = batches.iter().map(Vec::as_slice).collect();
+        build_chunk(7, base, &refs).unwrap()
+    }
+
+    fn header_at(filer: &LocalFiler, base: u64) -> ChunkHeader {
+        chunk_header(filer, &filer_layout::chunk(&topic(), 7, base)).unwrap()
+    }
+
+    #[test]
+    fn the_fence_sits_at_the_end_of_the_stored_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = LocalFiler::open(dir.path()).unwrap();
+        let t = topic();
+        filer
+            .create(&filer_layout::chunk(&t, 7, 0), &chunk(0, 3))
+            .unwrap();
+        filer
+            .create(&filer_layout::chunk(&t, 7, 3), &chunk(3, 2))
+            .unwrap();
+        assert_eq!(
+            fence_segment(&filer, &t, 7, 2, "control").unwrap(),
+            Fenced::At(5)
+        );
+        let fence = header_at(&filer, 5);
+        assert_eq!(
+            (fence.base_offset, fence.next_offset, fence.data_bytes),
+            (5, 5, 0)
+        );
+        let mut marker = vec![0u8; 256];
+        let n = filer
+            .read_at(&filer_layout::seal_marker(&t, 7), 0, &mut marker)
+            .unwrap();
+        assert_eq!(
+            std::str::from_utf8(&marker[..n]).unwrap(),
+            r#"{"segment":7,"epoch":2,"end":5,"written_by":"control"}"#
+        );
+        // A zombie owner's next chunk cannot be stored.
+        let err = filer
+            .create(&filer_layout::chunk(&t, 7, 5), &chunk(5, 1))
+            .unwrap_err();
+        assert!(err.is_already_exists(), "{err}");
+        // A second call finds the marker and changes nothing.
+        assert_eq!(
+            fence_segment(&filer, &t, 7, 2, "control").unwrap(),
+            Fenced::AlreadySealed
+        );
+    }
+
+    #[test]
+    fn an_empty_segment_is_fenced_at_zero_and_lost_ranges_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = LocalFiler::open(dir.path()).unwrap();
+        let t = topic();
+        assert_eq!(
+            fence_segment(&filer, &t, 7, 1, "control").unwrap(),
+            Fenced::At(0)
+        );
+
+        let t2 = TopicName::parse("fence/lost").unwrap();
+        filer
+            .create(&filer_layout::chunk(&t2, 7, 0), &chunk(0, 2))
+            .unwrap();
+        filer
+            .put(&filer_layout::lost_range(&t2, 7, 2, 9), b"{}")
+            .unwrap();
+        assert_eq!(
+            fence_segment(&filer, &t2, 7, 1, "control").unwrap(),
+            Fenced::At(9)
+        );
+    }
+
+    #[test]
+    fn a_chunk_the_owner_stored_first_moves_the_fence_past_it() {
+        // The owner's chunk at 4 lands between the listing and the create:
+        // seen here as a chunk already at the path the fence wants.
+        let dir = tempfile::tempdir().unwrap();
+        let filer = LocalFiler::open(dir.path()).unwrap();
+        let t = topic();
+        filer
+            .create(&filer_layout::chunk(&t, 7, 0), &chunk(0, 4))
+            .unwrap();
+        let racing = RacingOwner {
+            inner: LocalFiler::open(dir.path()).unwrap(),
+            chunk: std::sync::Mutex::new(Some((filer_layout::chunk(&t, 7, 4), chunk(4, 3)))),
+        };
+        assert_eq!(
+            fence_segment(&racing, &t, 7, 3, "control").unwrap(),
+            Fenced::At(7)
+        );
+        assert_eq!(header_at(&filer, 4).next_offset, 7);
+        assert_eq!(header_at(&filer, 7).next_offset, 7);
+    }
+
+    #[test]
+    fn a_fence_left_without_its_marker_stands() {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = LocalFiler::open(dir.path()).unwrap();
+        let t = topic();
+        filer
+            .create(&filer_layout::chunk(&t, 7, 0), &chunk(0, 2))
+            .unwrap();
+        filer
+            .create(
+                &filer_layout::chunk(&t, 7, 2),
+                &build_chunk(7, 2, &[]).unwrap(),
+            )
+            .unwrap();
+        assert_eq!(
+            fence_segment(&filer, &t, 7, 1, "control").unwrap(),
+            Fenced::At(2)
+        );
+    }
+
+    #[test]
+    fn a_damaged_last_chunk_names_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = LocalFiler::open(dir.path()).unwrap();
+        let t = topic();
+        let mut bad = chunk(0, 2);
+        bad[20] ^= 0xff;
+        filer.create(&filer_layout::chunk(&t, 7, 0), &bad).unwrap();
+        let err = fence_segment(&filer, &t, 7, 1, "control")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("00000000000000000000.chunk"), "{err}");
+        assert!(err.contains("no seal point"), "{err}");
+    }
+
+    /// A test double: a filer whose segment owner stores one chunk just
+    /// before the first conditional create reaches the filer (the race the
+    /// fence must win or step past).
+    #[derive(Debug)]
+    struct RacingOwner {
+        inner: LocalFiler,
+        chunk: std::sync::Mutex<Option<(filer::ObjectPath, Vec<u8>)>>,
+    }
+
+    impl Filer for RacingOwner {
+        fn put(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
+            self.inner.put(path, bytes)
+        }
+        fn create(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
+            if let Some((owner_path, owner_bytes)) = self.chunk.lock().unwrap().take() {
+                self.inner.create(&owner_path, &owner_bytes)?;
+            }
+            self.inner.create(path, bytes)
+        }
+        fn read_at(
+            &self,
+            path: &filer::ObjectPath,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<usize, FilerError> {
+            self.inner.read_at(path, offset, buf)
+        }
+        fn size(&self, path: &filer::ObjectPath) -> Result<u64, FilerError> {
+            self.inner.size(path)
+        }
+        fn list(&self, prefix: &filer::ObjectPath) -> Result<Vec<filer::ObjectPath>, FilerError> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, path: &filer::ObjectPath) -> Result<(), FilerError> {
+            self.inner.delete(path)
+        }
+    }
+}
