@@ -1802,6 +1802,10 @@ mod tests {
         fn new() -> Harness {
             let dir = tempfile::tempdir().unwrap();
             let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
+            Harness::with_filer(dir, filer)
+        }
+
+        fn with_filer(dir: tempfile::TempDir, filer: Arc<dyn Filer>) -> Harness {
             let service = ClusterService::open(
                 Box::new(crate::state_store::FilerStateStore::new(filer.clone())),
                 filer,
@@ -2004,6 +2008,112 @@ mod tests {
         h.service
             .handle_command_done(h.now_ms + 5_001, command.broker, command.id, Ok(()));
         assert!(h.service.needs_resync(command.broker));
+    }
+
+    /// A test double for a filer outage: a local filer whose creates
+    /// fail while `down` is set.
+    #[derive(Debug)]
+    struct CreatesFail {
+        inner: filer::LocalFiler,
+        down: std::sync::atomic::AtomicBool,
+    }
+
+    impl Filer for CreatesFail {
+        fn put(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), filer::FilerError> {
+            self.inner.put(path, bytes)
+        }
+        fn create(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), filer::FilerError> {
+            if self.down.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(filer::FilerError::Io {
+                    op: "create",
+                    path: path.to_string(),
+                    source: std::io::Error::other("the test's filer is down"),
+                });
+            }
+            self.inner.create(path, bytes)
+        }
+        fn read_at(
+            &self,
+            path: &filer::ObjectPath,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<usize, filer::FilerError> {
+            self.inner.read_at(path, offset, buf)
+        }
+        fn size(&self, path: &filer::ObjectPath) -> Result<u64, filer::FilerError> {
+            self.inner.size(path)
+        }
+        fn list(
+            &self,
+            prefix: &filer::ObjectPath,
+        ) -> Result<Vec<filer::ObjectPath>, filer::FilerError> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, path: &filer::ObjectPath) -> Result<(), filer::FilerError> {
+            self.inner.delete(path)
+        }
+    }
+
+    /// A dead owner's segment is sealed in the filer (fence, then marker);
+    /// while the filer refuses, the seal is tried again every tick.
+    #[test]
+    fn a_dead_owners_segment_is_fenced_once_the_filer_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = Arc::new(CreatesFail {
+            inner: filer::LocalFiler::open(dir.path()).unwrap(),
+            down: std::sync::atomic::AtomicBool::new(false),
+        });
+        let mut h = Harness::with_filer(dir, filer.clone());
+        for broker in 0..2 {
+            h.ask(MembershipRequest::LoadReport {
+                broker,
+                segments: Vec::new(),
+            });
+        }
+        h.ask(AdminRequest::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 1,
+        });
+        let name = TopicName::parse("ns/t").unwrap();
+        let owner = h.service.cluster().topic(&name).unwrap().segments()[0]
+            .broker
+            .unwrap();
+        let survivor = 1 - owner.0;
+        filer.down.store(true, std::sync::atomic::Ordering::Relaxed);
+        h.now_ms += ClusterConfig::default().broker_silence_ms + 1;
+        h.ask(MembershipRequest::LoadReport {
+            broker: survivor,
+            segments: Vec::new(),
+        });
+        h.service.handle_tick(h.now_ms);
+        h.run(|_, _| true);
+        let sealed = &h.service.cluster().topic(&name).unwrap().segments()[0];
+        assert!(!sealed.is_open(), "the dead owner's segment is sealed");
+        let marker = filer_layout::seal_marker(&name, 0);
+        assert!(
+            filer.size(&marker).is_err(),
+            "no marker while the filer is down"
+        );
+        assert_eq!(h.service.unfenced.len(), 1);
+
+        h.service.handle_tick(h.now_ms + 1_000);
+        assert_eq!(h.service.unfenced.len(), 1, "still down: kept");
+        filer
+            .down
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        h.service.handle_tick(h.now_ms + 2_000);
+        assert!(h.service.unfenced.is_empty());
+        let mut content = vec![0u8; 128];
+        let n = filer.read_at(&marker, 0, &mut content).unwrap();
+        let content = std::str::from_utf8(&content[..n]).unwrap();
+        assert!(
+            content.contains(r#""end":0,"written_by":"control""#),
+            "{content}"
+        );
+        assert!(
+            filer.size(&filer_layout::chunk(&name, 0, 0)).is_ok(),
+            "the fence"
+        );
     }
 
     #[test]
