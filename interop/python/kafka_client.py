@@ -175,6 +175,11 @@ def confluent_create_topic(args):
             if getattr(kerr, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     meta = admin.list_topics(topic=args.topic, timeout=30)
+    # Every topic too: librdkafka's Metadata request for all topics (v9+)
+    # ends with bytes past the message, which a broker must ignore.
+    everything = admin.list_topics(timeout=30)
+    if args.topic not in everything.topics:
+        raise RuntimeError(f"{args.topic} not among all topics: {sorted(everything.topics)}")
     return len(meta.topics[args.topic].partitions)
 
 

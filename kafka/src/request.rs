@@ -73,6 +73,22 @@ impl<'a> Request<'a> {
     /// ApiVersions request of an unknown version gets an ApiVersions v0
     /// response with UNSUPPORTED_VERSION, per KIP-511).
     pub fn decode(frame: &'a [u8]) -> Result<Self, DecodeError> {
+        let (request, rest) = Request::decode_leaving(frame)?;
+        rest.finish()?;
+        Ok(request)
+    }
+
+    /// [`Request::decode`], but bytes past the end of the body are left
+    /// unread rather than refused, as Kafka's brokers do: some clients
+    /// send them (librdkafka's Metadata v9+ for all topics ends with a
+    /// 4-byte placeholder where a 1-byte null compact array belongs).
+    /// Returns the request and how many bytes were left.
+    pub fn decode_lenient(frame: &'a [u8]) -> Result<(Self, usize), DecodeError> {
+        let (request, rest) = Request::decode_leaving(frame)?;
+        Ok((request, rest.remaining()))
+    }
+
+    fn decode_leaving(frame: &'a [u8]) -> Result<(Self, Decoder<'a>), DecodeError> {
         let mut peek = Decoder::new(frame);
         let code = peek.i16()?;
         let version = peek.i16()?;
@@ -93,8 +109,7 @@ impl<'a> Request<'a> {
         let mut r = Decoder::new(frame);
         let header = RequestHeader::decode(&mut r, api_key.request_header_version(version))?;
         let body = RequestBody::decode(api_key, &mut r, version)?;
-        r.finish()?;
-        Ok(Request { header, body })
+        Ok((Request { header, body }, r))
     }
 
     /// Appends the request as a frame: size prefix, header, body.

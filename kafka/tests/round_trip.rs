@@ -312,3 +312,28 @@ fn a_flexible_response_read_as_non_flexible_fails() {
     // is off by one and the decoder notices the trailing byte.
     assert!(decode_response(&frame[4..], ApiKey::Heartbeat, 3).is_err());
 }
+
+#[test]
+fn bytes_past_a_request_are_left_as_kafka_leaves_them() {
+    // librdkafka's Metadata v12 for every topic: a 4-byte placeholder where
+    // the 1-byte null compact array of topics belongs, then the request's
+    // last three bytes (allow auto-creation, include authorized
+    // operations, tagged fields), which are left over.
+    let mut frame = vec![0, 3, 0, 12, 0, 0, 0, 7, 0xff, 0xff, 0];
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend_from_slice(&[1, 0, 0]);
+    let err = Request::decode(&frame).expect_err("strict");
+    assert!(
+        matches!(err, kelp_kafka::DecodeError::TrailingBytes { count: 3, .. }),
+        "{err}"
+    );
+    let (request, trailing) = Request::decode_lenient(&frame).expect("lenient");
+    assert_eq!(trailing, 3);
+    assert_eq!(request.header.correlation_id, 7);
+    let RequestBody::Metadata(metadata) = request.body else {
+        panic!("{:?}", request.body)
+    };
+    assert_eq!(metadata.topics, None, "all topics");
+    // A body cut short is still an error.
+    assert!(Request::decode_lenient(&frame[..12]).is_err());
+}

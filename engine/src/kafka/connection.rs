@@ -53,11 +53,14 @@ enum Claim {
 
 impl Claim {
     fn of(frame: &[u8]) -> Claim {
-        match Request::decode(frame) {
-            Ok(Request {
-                body: RequestBody::Produce(r),
-                ..
-            }) => Claim::Partitions(
+        match Request::decode_lenient(frame) {
+            Ok((
+                Request {
+                    body: RequestBody::Produce(r),
+                    ..
+                },
+                _,
+            )) => Claim::Partitions(
                 r.topics
                     .iter()
                     .flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), p.index)))
@@ -285,8 +288,18 @@ async fn answer(
     peer: SocketAddr,
 ) -> Result<Vec<u8>, AnswerError> {
     let mut out = gateway.frames.take_owned(Vec::new);
-    let handled = match Request::decode(&frame) {
-        Ok(request) => handle(&gateway, request, &mut out, peer).await,
+    let handled = match Request::decode_lenient(&frame) {
+        Ok((request, trailing)) => {
+            if trailing > 0 {
+                log::debug!(
+                    "{peer}: {:?} v{} request: {trailing} bytes past its end, ignored (as Kafka \
+                     does)",
+                    request.body.api_key(),
+                    request.header.api_version
+                );
+            }
+            handle(&gateway, request, &mut out, peer).await
+        }
         Err(DecodeError::UnsupportedVersion {
             api_key: ApiKey::ApiVersions,
             correlation_id,
