@@ -937,6 +937,74 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
 }
 
 #[test]
+fn null_values_and_keys_come_back_null_and_empty_ones_empty() {
+    let (_dir, _, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "nulls", 1);
+    // (key, value): a tombstone, an empty value, a null key, both set.
+    type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+    let sent: [KeyValue<'_>; 4] = [
+        (Some(b"k1"), None),
+        (Some(b"k2"), Some(b"")),
+        (None, Some(b"v3")),
+        (Some(b"k4"), Some(b"v4")),
+    ];
+    let list: Vec<Record<'_>> = sent
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            attributes: 0,
+            timestamp_delta: i as i64,
+            offset_delta: i as i32,
+            key: *key,
+            value: *value,
+            headers: RecordHeaders::List(&[]),
+        })
+        .collect();
+    let header = RecordBatchHeader {
+        base_offset: 0,
+        partition_leader_epoch: -1,
+        attributes: 0,
+        last_offset_delta: 0,
+        base_timestamp: 1_700_000_000_000,
+        max_timestamp: 1_700_000_000_003,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        record_count: 4,
+    };
+    let mut batch = Vec::new();
+    encode_record_batch(
+        &mut batch,
+        &header,
+        &list,
+        Compression::None,
+        &mut Vec::new(),
+    )
+    .unwrap();
+    assert_eq!(produce(&mut c, "nulls", 0, &batch, -1), (k::NONE, 0));
+
+    let r = c.call(fetch_request("nulls", 0, 0, 0), 12);
+    let r = expect!(r, Fetch);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(p.error_code, k::NONE);
+    let mut got = Vec::new();
+    let mut scratch = Vec::new();
+    for batch in RecordBatches::new(p.records.unwrap_or_default()) {
+        let batch = batch.unwrap();
+        for rec in batch.records(&mut scratch, 1 << 20).unwrap() {
+            let rec = rec.unwrap();
+            got.push((rec.key.map(<[u8]>::to_vec), rec.value.map(<[u8]>::to_vec)));
+        }
+    }
+    let expected: Vec<_> = sent
+        .iter()
+        .map(|(k, v)| (k.map(<[u8]>::to_vec), v.map(<[u8]>::to_vec)))
+        .collect();
+    assert_eq!(got, expected);
+    broker.stop().unwrap();
+}
+
+#[test]
 fn a_malformed_request_closes_only_its_connection() {
     let (_dir, _, broker) = started();
     let mut good = Kafka::with_topic(&broker, "still", 1);

@@ -27,7 +27,11 @@
 //!     12    4 value bytes        u32
 //!     16    2 header count       u16
 //!     18    2 attributes         bit 0: the value is a payload reference
-//!                                (`payload_ref`); other bits 0
+//!                                (`payload_ref`); bit 1: the key is null;
+//!                                bit 2: the value is null (a Kafka
+//!                                tombstone); a null key or value has 0
+//!                                bytes, a null value is no reference;
+//!                                other bits 0
 //!     20    - key, value, then each header: u16 name bytes, name,
 //!             u32 value bytes, value
 //! ```
@@ -52,6 +56,13 @@ pub const BATCH_VERSION: u8 = 1;
 pub const BATCH_ATTR_REFERENCES: u8 = 1;
 /// Record attribute: the value is a [`PayloadRef`], not the payload.
 pub const RECORD_ATTR_REFERENCE: u16 = 1;
+/// Record attribute: the key is null, not empty (Kafka keeps the two apart).
+pub const RECORD_ATTR_NULL_KEY: u16 = 2;
+/// Record attribute: the value is null, not empty (a Kafka tombstone).
+pub const RECORD_ATTR_NULL_VALUE: u16 = 4;
+/// Every record attribute bit this version knows.
+const RECORD_ATTRS_KNOWN: u16 =
+    RECORD_ATTR_REFERENCE | RECORD_ATTR_NULL_KEY | RECORD_ATTR_NULL_VALUE;
 
 pub const BASE_OFFSET_OFFSET: usize = 0;
 pub const BATCH_BYTES_OFFSET: usize = 8;
@@ -103,6 +114,16 @@ impl<'a> Record<'a> {
             rest = &rest[value_at + value_len..];
             RecordHeader { name, value }
         })
+    }
+
+    /// Whether the key is null (a producer sent none), not empty.
+    pub fn key_is_null(&self) -> bool {
+        self.attributes & RECORD_ATTR_NULL_KEY != 0
+    }
+
+    /// Whether the value is null (a Kafka tombstone), not empty.
+    pub fn value_is_null(&self) -> bool {
+        self.attributes & RECORD_ATTR_NULL_VALUE != 0
     }
 
     /// How many headers the record has.
@@ -217,6 +238,31 @@ impl BatchBuilder {
         )?;
         self.has_references = true;
         Ok(())
+    }
+
+    /// [`BatchBuilder::push`] of a key and value that may be null (kept
+    /// apart from empty ones: Kafka's null keys and tombstones).
+    pub fn push_nullable(
+        &mut self,
+        timestamp_ms: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[RecordHeader<'_>],
+    ) -> Result<(), DecodeError> {
+        let mut attributes = 0;
+        if key.is_none() {
+            attributes |= RECORD_ATTR_NULL_KEY;
+        }
+        if value.is_none() {
+            attributes |= RECORD_ATTR_NULL_VALUE;
+        }
+        self.push_with_attributes(
+            timestamp_ms,
+            key.unwrap_or_default(),
+            value.unwrap_or_default(),
+            headers,
+            attributes,
+        )
     }
 
     fn push_with_attributes(
@@ -619,10 +665,19 @@ fn validate_record(bytes: &[u8], references_allowed: bool) -> Result<(usize, i32
         });
     }
     let attributes = le_u16(bytes, 18);
-    if attributes & !RECORD_ATTR_REFERENCE != 0 {
+    if attributes & !RECORD_ATTRS_KNOWN != 0 {
         return Err(DecodeError::Invalid {
             what: WHAT,
             reason: "unknown record attribute bits",
+        });
+    }
+    if (attributes & RECORD_ATTR_NULL_KEY != 0 && key != 0)
+        || (attributes & RECORD_ATTR_NULL_VALUE != 0
+            && (value != 0 || attributes & RECORD_ATTR_REFERENCE != 0))
+    {
+        return Err(DecodeError::Invalid {
+            what: WHAT,
+            reason: "a null key or value with bytes, or a null reference",
         });
     }
     let mut at = RECORD_HEADER_BYTES
@@ -718,6 +773,44 @@ impl<'a> Iterator for RecordIter<'a> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn null_keys_and_values_stay_apart_from_empty_ones() {
+        let mut b = BatchBuilder::new();
+        b.push_nullable(1, None, Some(b"v"), &[]).unwrap();
+        b.push_nullable(2, Some(b"k"), None, &[]).unwrap();
+        b.push_nullable(3, Some(b""), Some(b""), &[]).unwrap();
+        let bytes = b.finish(0, 0).to_vec();
+        let view = BatchView::validate(&bytes).unwrap();
+        let got: Vec<_> = view
+            .records()
+            .map(|r| (r.key_is_null(), r.key, r.value_is_null(), r.value))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (true, &b""[..], false, &b"v"[..]),
+                (false, &b"k"[..], true, &b""[..]),
+                (false, &b""[..], false, &b""[..]),
+            ]
+        );
+        // A null value with bytes, or a null value that is a reference,
+        // does not validate.
+        let mut bad = bytes.clone();
+        let second = BATCH_HEADER_BYTES + le_u32(&bytes, BATCH_HEADER_BYTES) as usize;
+        bad[second + 18] |= RECORD_ATTR_NULL_KEY as u8;
+        let crc = crc32c(&bad[CHECKSUMMED_FROM..]);
+        bad[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        assert!(BatchView::validate(&bad).is_err(), "a null key with bytes");
+        let mut bad = bytes.clone();
+        bad[BATCH_HEADER_BYTES + 18] |= RECORD_ATTR_NULL_VALUE as u8;
+        let crc = crc32c(&bad[CHECKSUMMED_FROM..]);
+        bad[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        assert!(
+            BatchView::validate(&bad).is_err(),
+            "a null value with bytes"
+        );
+    }
 
     /// A stated checksum is the batch's real one, and only for a whole
     /// batch large enough to fold.

@@ -322,8 +322,10 @@ pub(crate) fn to_kafka_batches(mut batches: &[u8], out: &mut Vec<u8>) -> Result<
                 attributes: 0,
                 timestamp_delta: r.timestamp_ms - base_timestamp,
                 offset_delta: r.offset_delta as i32,
-                key: (!r.key.is_empty()).then_some(r.key),
-                value: Some(r.value),
+                // kelp's own producers send no null keys: an empty key is
+                // "no key" to a Kafka reader too.
+                key: (!r.key_is_null() && !r.key.is_empty()).then_some(r.key),
+                value: (!r.value_is_null()).then_some(r.value),
                 headers: RecordHeaders::List(&headers[at..at + n]),
             });
             at += n;

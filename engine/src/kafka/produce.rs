@@ -1,7 +1,8 @@
 //! Produce: each partition's Kafka batches (any codec) become one kelp
 //! batch, appended to the partition's segment with the ack the request's
 //! `acks` asks for (0 none, 1 leader, -1 durable). Keys, values, headers
-//! and timestamps are kept; null keys and values become empty ones.
+//! and timestamps are kept, null keys and values (tombstones) as null; a
+//! null header value becomes an empty one.
 //!
 //! Idempotent producers: sequences are checked and resends answered with
 //! their first offset (`kafka::idempotence`, driven by `producer_state`),
@@ -145,12 +146,7 @@ async fn produce_partition(
             }));
             let timestamp = h.base_timestamp.saturating_add(record.timestamp_delta);
             builder
-                .push(
-                    timestamp,
-                    record.key.unwrap_or_default(),
-                    record.value.unwrap_or_default(),
-                    &headers,
-                )
+                .push_nullable(timestamp, record.key, record.value, &headers)
                 .map_err(|e| (k::INVALID_RECORD, e.to_string()))?;
         }
     }
