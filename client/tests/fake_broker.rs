@@ -337,7 +337,7 @@ fn answer(
             let start = match from {
                 FetchFrom::Offset(o) => *o,
                 FetchFrom::Earliest | FetchFrom::Timestamp(_) => 0,
-                FetchFrom::Latest => seg.next_offset,
+                FetchFrom::Latest | FetchFrom::MaxTimestamp => seg.next_offset,
             };
             let mut batches = Vec::new();
             for b in st.logs.get(segment).into_iter().flatten() {

@@ -439,11 +439,22 @@ fn every_api_answers() {
         k::OFFSET_OUT_OF_RANGE
     );
 
-    for (timestamp, offset) in [
-        (-2, 0),
-        (-1, 10),
-        (recs[4].timestamp, 4),
-        (i64::MAX / 2, -1),
+    // Partition 0: the largest timestamp is mid-partition, twice (the
+    // first is the answer); partition 1 is empty.
+    let mut out_of_order = records(5, "max");
+    for (r, delta) in out_of_order.iter_mut().zip([0, 900, 5, 900, 10]) {
+        r.timestamp = 1_700_000_000_000 + delta;
+    }
+    let (e, _) = produce_records(&mut c, "apis", 0, &out_of_order, Compression::None, -1);
+    assert_eq!(e, k::NONE);
+    for (partition, timestamp, offset, found) in [
+        (2, -2, 0, -1),
+        (2, -1, 10, -1),
+        (2, recs[4].timestamp, 4, recs[4].timestamp),
+        (2, i64::MAX / 2, -1, -1),
+        (2, -3, 9, recs[9].timestamp),
+        (0, -3, 1, 1_700_000_000_900),
+        (1, -3, -1, -1),
     ] {
         let r = c.call(
             RequestBody::ListOffsets(ListOffsetsRequest {
@@ -452,7 +463,7 @@ fn every_api_answers() {
                 topics: vec![ListOffsetsTopic {
                     name: "apis".into(),
                     partitions: vec![ListOffsetsPartition {
-                        partition_index: 2,
+                        partition_index: partition,
                         current_leader_epoch: -1,
                         timestamp,
                     }],
@@ -461,9 +472,12 @@ fn every_api_answers() {
             7,
         );
         let r = expect!(r, ListOffsets);
+        let p = &r.topics[0].partitions[0];
+        assert_eq!(p.error_code, k::NONE, "partition {partition}, {timestamp}");
         assert_eq!(
-            r.topics[0].partitions[0].offset, offset,
-            "timestamp {timestamp}"
+            (p.offset, p.timestamp),
+            (offset, found),
+            "partition {partition}, timestamp {timestamp}"
         );
     }
 

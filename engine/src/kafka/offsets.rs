@@ -16,6 +16,9 @@ use super::Gateway;
 
 pub(crate) const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
+/// Kafka's ListOffsets timestamp for the record with the largest timestamp
+/// (KIP-734, v7 and later).
+const MAX_TIMESTAMP: i64 = -3;
 
 pub(crate) async fn list_offsets(
     gateway: &Gateway,
@@ -65,13 +68,14 @@ pub(crate) async fn lookup(
     let from = match timestamp {
         LATEST => FetchFrom::Latest,
         EARLIEST => FetchFrom::Earliest,
+        MAX_TIMESTAMP => FetchFrom::MaxTimestamp,
         t if t >= 0 => FetchFrom::Timestamp(t),
-        // -3 (max timestamp) and others: not supported.
+        // -4 (latest tiered) and others: not supported.
         _ => return Err(k::UNSUPPORTED_VERSION),
     };
     read_segment(gateway, topic, &segment, from, 1, 0, |fetched| {
         let offset = fetched.start_offset as i64;
-        if timestamp < 0 {
+        if timestamp < 0 && timestamp != MAX_TIMESTAMP {
             return (-1, offset);
         }
         if fetched.start_offset >= fetched.high_watermark {

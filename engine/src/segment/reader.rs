@@ -369,7 +369,36 @@ impl SegmentCore {
             // Lost offsets hold nothing to read: the next record is after.
             FetchFrom::Offset(o) => Ok(self.state.borrow().log.past_lost(o.max(earliest))),
             FetchFrom::Timestamp(t) => self.find_timestamp(t).await,
+            FetchFrom::MaxTimestamp => match self.max_timestamp() {
+                Some(t) => self.find_timestamp(t).await,
+                None => Ok(next),
+            },
         }
+    }
+
+    /// The largest record timestamp the segment holds, if it holds any:
+    /// from its chunks' headers and the batch headers of its buffers.
+    fn max_timestamp(&self) -> Option<i64> {
+        let state = self.state.borrow();
+        let stored = state
+            .log
+            .chunks()
+            .iter()
+            .filter(|c| c.damaged.is_none() && c.header.next_offset > c.header.base_offset)
+            .map(|c| c.header.max_timestamp_ms)
+            .max();
+        let mut buffered: Option<i64> = None;
+        for buffer in state.memory_buffers() {
+            let mut at = 0;
+            while let Some(len) = buffer.data.get(at..).and_then(BatchView::peek_len) {
+                let Some(t) = BatchView::peek_max_timestamp(&buffer.data[at..]) else {
+                    break;
+                };
+                buffered = Some(buffered.map_or(t, |b| b.max(t)));
+                at += (len as usize).max(1);
+            }
+        }
+        stored.max(buffered)
     }
 
     /// The first offset whose record timestamp is at least `t`, or the end.

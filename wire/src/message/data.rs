@@ -47,6 +47,9 @@ pub enum FetchFrom {
     Earliest,
     /// The next record to be appended.
     Latest,
+    /// The first record with the largest timestamp in the segment (Kafka's
+    /// ListOffsets timestamp -3); the end when the segment is empty.
+    MaxTimestamp,
 }
 
 /// How much a broker checks the batches it answers a fetch with.
@@ -108,6 +111,7 @@ impl FetchRequest {
             FetchFrom::Timestamp(t) => (1, t as u64),
             FetchFrom::Earliest => (2, 0),
             FetchFrom::Latest => (3, 0),
+            FetchFrom::MaxTimestamp => (4, 0),
         };
         w.u8(kind);
         w.u64(value);
@@ -126,6 +130,7 @@ impl FetchRequest {
             1 => FetchFrom::Timestamp(value as i64),
             2 => FetchFrom::Earliest,
             3 => FetchFrom::Latest,
+            4 => FetchFrom::MaxTimestamp,
             _ => {
                 return Err(DecodeError::Invalid {
                     what: "fetch request",
