@@ -352,6 +352,7 @@ impl Broker {
                 control: control_tx.clone(),
                 filer: filer.clone(),
                 fetch_wait_ms_max: config.fetch_wait_ms_max,
+                settings: config.kafka.clone(),
                 timeouts: crate::connection::PeerTimeouts::of(&config),
                 connections_per_ip_max: config.connections_per_ip_max,
                 connections: kafka_connections,

@@ -113,6 +113,9 @@ pub struct BrokerConfig {
     /// FindCoordinator): `None` (the default) is the listen address, with
     /// 127.0.0.1 for an unspecified one (0.0.0.0 or ::).
     pub kafka_advertised: Option<AdvertisedAddress>,
+    /// The Kafka broker configs the gateway honours (and DescribeConfigs
+    /// shows).
+    pub kafka: KafkaSettings,
     /// Where chunks, layouts and payloads are stored: `None` (the
     /// default) is the local directory `<data_dir>/filer` alone, and the
     /// filer the control plane names in a cluster; `s3://bucket/prefix`
@@ -176,6 +179,7 @@ impl Default for BrokerConfig {
             http_listen: None,
             kafka_listen: None,
             kafka_advertised: None,
+            kafka: KafkaSettings::default(),
             filer: None,
             s3: filer_s3::S3Settings::default(),
             filer_uploads: FILER_UPLOADS_DEFAULT,
@@ -274,6 +278,7 @@ impl BrokerConfig {
         if self.kafka_advertised.is_some() && self.kafka_listen.is_none() {
             return Err(ConfigError::AdvertisedWithoutKafka);
         }
+        self.kafka.validate()?;
         let lane = 1..=crate::filer_lane::LANE_THREADS_MAX;
         if !lane.contains(&self.filer_uploads) || !lane.contains(&self.filer_reads) {
             return Err(ConfigError::FilerLanes {
@@ -341,6 +346,13 @@ const _: () = assert!(wire::limits::FRAME_PAYLOAD_BYTES_MAX == 8 << 20);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// A Kafka broker setting out of its range.
+    #[error("{name} must be {range}, got {value}")]
+    KafkaSetting {
+        name: &'static str,
+        range: String,
+        value: u64,
+    },
     /// A Kafka advertised address without a Kafka listener.
     #[error("--kafka-advertise needs --kafka (the Kafka gateway is off)")]
     AdvertisedWithoutKafka,
@@ -630,6 +642,61 @@ mod tests {
             err.to_string(),
             "invalid configuration: listen port 0 is not supported: shards need known ports"
         );
+    }
+}
+
+/// Most partitions a topic created through the Kafka gateway may have.
+pub const KAFKA_PARTITIONS_MAX: u32 = 1024;
+
+/// The Kafka broker configs the gateway honours, by their Kafka names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// `num.partitions`: partitions of a topic auto-created by Metadata, or
+    /// created with -1 partitions.
+    pub num_partitions: u32,
+    /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`:
+    /// the session timeouts a group member may ask for.
+    pub group_min_session_timeout_ms: u32,
+    pub group_max_session_timeout_ms: u32,
+    /// `group.initial.rebalance.delay.ms`: how long a group's first
+    /// rebalance waits for more members.
+    pub group_initial_rebalance_delay_ms: u32,
+}
+
+impl Default for KafkaSettings {
+    /// Kafka's defaults.
+    fn default() -> Self {
+        KafkaSettings {
+            num_partitions: 1,
+            group_min_session_timeout_ms: 6_000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_initial_rebalance_delay_ms: 3_000,
+        }
+    }
+}
+
+impl KafkaSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=KAFKA_PARTITIONS_MAX).contains(&self.num_partitions) {
+            return Err(ConfigError::KafkaSetting {
+                name: "--kafka-num-partitions",
+                range: format!("1..={KAFKA_PARTITIONS_MAX}"),
+                value: u64::from(self.num_partitions),
+            });
+        }
+        if self.group_min_session_timeout_ms == 0
+            || self.group_min_session_timeout_ms > self.group_max_session_timeout_ms
+        {
+            return Err(ConfigError::KafkaSetting {
+                name: "--kafka-group-min-session-timeout-ms",
+                range: format!(
+                    "1..=--kafka-group-max-session-timeout-ms ({})",
+                    self.group_max_session_timeout_ms
+                ),
+                value: u64::from(self.group_min_session_timeout_ms),
+            });
+        }
+        Ok(())
     }
 }
 

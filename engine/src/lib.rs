@@ -47,7 +47,7 @@ mod tcp;
 mod tls;
 
 pub use broker::{run, Broker};
-pub use config::{AdvertisedAddress, AdvertisedAddressError, BrokerConfig};
+pub use config::{AdvertisedAddress, AdvertisedAddressError, BrokerConfig, KafkaSettings};
 pub use error::EngineError;
 pub use signals::TerminationSignals;
 pub use tls::{client_tls_trusting, ALPN};

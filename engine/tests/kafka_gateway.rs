@@ -512,6 +512,14 @@ fn every_api_answers() {
     assert_eq!(d.results[0].error_code, k::NONE);
     assert_eq!(d.results[0].configs.len(), 1);
     assert_eq!(d.results[0].configs[0].value.as_deref(), Some("delete"));
+    // Its Kafka type (LIST) and source (the default).
+    assert_eq!(
+        (
+            d.results[0].configs[0].config_type,
+            d.results[0].configs[0].config_source
+        ),
+        (7, 5)
+    );
 
     // A group of one: join (member id required first), sync, heartbeat,
     // commit, fetch, describe, list, leave.
@@ -947,6 +955,80 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
         }
     );
     assert_eq!(all[13].value, b"native two");
+    broker.stop().unwrap();
+}
+
+/// The broker configs a deployment sets are honoured, and DescribeConfigs
+/// shows them with their types and sources, beside the fixed ones.
+#[test]
+fn broker_configs_set_at_start_are_honoured_and_described() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(BrokerConfig {
+        kafka: kelp_engine::KafkaSettings {
+            num_partitions: 3,
+            group_min_session_timeout_ms: 1_000,
+            group_max_session_timeout_ms: 20_000,
+            group_initial_rebalance_delay_ms: 0,
+        },
+        ..config(dir.path(), port())
+    })
+    .unwrap();
+    let mut c = Kafka::open(&broker);
+    let r = c.call(
+        RequestBody::DescribeConfigs(DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type: 4,
+                resource_name: "0".into(),
+                configuration_keys: None,
+            }],
+            include_synonyms: false,
+            include_documentation: false,
+        }),
+        4,
+    );
+    let d = expect!(r, DescribeConfigs);
+    assert_eq!(d.results[0].error_code, k::NONE);
+    let entry = |name: &str| {
+        d.results[0]
+            .configs
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| {
+                (
+                    c.value.clone().unwrap_or_default(),
+                    c.config_type,
+                    c.config_source,
+                )
+            })
+            .unwrap_or_else(|| panic!("no {name} in {:?}", d.results[0].configs))
+    };
+    // (value, type: 1 BOOLEAN 3 INT 2 STRING, source: 4 static, 5 default;
+    // is_default is a v0 field)
+    assert_eq!(entry("num.partitions"), ("3".into(), 3, 4));
+    assert_eq!(entry("group.min.session.timeout.ms"), ("1000".into(), 3, 4));
+    assert_eq!(
+        entry("group.initial.rebalance.delay.ms"),
+        ("0".into(), 3, 4)
+    );
+    assert_eq!(
+        entry("group.max.session.timeout.ms"),
+        ("20000".into(), 3, 4)
+    );
+    assert_eq!(entry("auto.create.topics.enable"), ("true".into(), 1, 5));
+    let advertised = format!("PLAINTEXT://{}", broker.kafka_address().unwrap());
+    assert_eq!(entry("advertised.listeners"), (advertised, 2, 4));
+
+    // num.partitions: a topic Metadata creates on first use.
+    let r = c.call(metadata_request(&["auto3"], true), 12);
+    let m = expect!(r, Metadata);
+    assert_eq!(m.topics[0].error_code, k::NONE);
+    assert_eq!(m.topics[0].partitions.len(), 3);
+    // group.min.session.timeout.ms: 500 ms is below it, 1 s is not.
+    let r = c.call(join_request_timing("short", "", 500), 5);
+    assert_eq!(expect!(r, JoinGroup).error_code, k::INVALID_SESSION_TIMEOUT);
+    let member = join_until_member(&mut c, "ok", "");
+    let r = c.call(join_request_timing("ok", &member, 1_000), 5);
+    assert_eq!(expect!(r, JoinGroup).error_code, k::NONE);
     broker.stop().unwrap();
 }
 

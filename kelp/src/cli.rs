@@ -269,6 +269,22 @@ pub struct ServeArgs {
     /// address, 127.0.0.1 for 0.0.0.0.
     #[arg(long, value_name = "HOST:PORT", requires = "kafka")]
     pub kafka_advertise: Option<engine::AdvertisedAddress>,
+    /// Kafka's num.partitions: partitions of a topic a Kafka client
+    /// creates without a count, or that Metadata creates on first use.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub kafka_num_partitions: u32,
+    /// Kafka's group.min.session.timeout.ms: the shortest session timeout
+    /// a consumer group member may ask for.
+    #[arg(long, default_value_t = 6_000, value_name = "MS")]
+    pub kafka_group_min_session_timeout_ms: u32,
+    /// Kafka's group.max.session.timeout.ms: the longest session timeout
+    /// a consumer group member may ask for.
+    #[arg(long, default_value_t = 1_800_000, value_name = "MS")]
+    pub kafka_group_max_session_timeout_ms: u32,
+    /// Kafka's group.initial.rebalance.delay.ms: how long a group's first
+    /// rebalance waits for more members to join.
+    #[arg(long, default_value_t = 3_000, value_name = "MS")]
+    pub kafka_group_initial_rebalance_delay_ms: u32,
     /// Serve /metrics (Prometheus), /health and /ready over HTTP at this
     /// address (e.g. 127.0.0.1:9464); off by default
     /// (docs/operations.md).

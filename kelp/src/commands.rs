@@ -33,6 +33,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         http_listen: args.http,
         kafka_listen: args.kafka,
         kafka_advertised: args.kafka_advertise.clone(),
+        kafka: engine::KafkaSettings {
+            num_partitions: args.kafka_num_partitions,
+            group_min_session_timeout_ms: args.kafka_group_min_session_timeout_ms,
+            group_max_session_timeout_ms: args.kafka_group_max_session_timeout_ms,
+            group_initial_rebalance_delay_ms: args.kafka_group_initial_rebalance_delay_ms,
+        },
         s3: args.filer.s3_settings(),
         filer: args.filer.filer,
         control: args.control,

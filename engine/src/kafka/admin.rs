@@ -1,7 +1,8 @@
 //! Topic admin and producer ids: CreateTopics (partitions become segments;
 //! the replication factor and topic configs are ignored), DeleteTopics (by
-//! name; topic ids are not kept), DescribeConfigs (a small fixed set of
-//! values clients ask for) and InitProducerId (idempotent producers only;
+//! name; topic ids are not kept), DescribeConfigs (the broker configs the
+//! gateway honours and the topic configs it applies, with their Kafka
+//! types and sources) and InitProducerId (idempotent producers only;
 //! transactional ids are refused).
 
 use kafka::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
@@ -16,10 +17,8 @@ use kafka::Uuid;
 use super::topics::{kafka_error, kelp_name};
 use super::Gateway;
 
-/// Partitions of a topic created without a count (-1).
-const DEFAULT_PARTITIONS: i32 = 1;
 /// Most partitions one topic may have through the gateway.
-const PARTITIONS_MAX: i32 = 1024;
+const PARTITIONS_MAX: i32 = crate::config::KAFKA_PARTITIONS_MAX as i32;
 
 pub(crate) async fn create_topics(
     gateway: &Gateway,
@@ -28,7 +27,7 @@ pub(crate) async fn create_topics(
     let mut topics = Vec::with_capacity(request.topics.len());
     for t in request.topics {
         let partitions = if t.num_partitions == -1 {
-            DEFAULT_PARTITIONS
+            gateway.settings.num_partitions as i32
         } else {
             t.num_partitions
         };
@@ -108,30 +107,115 @@ pub(crate) async fn delete_topics(
 /// Resource types of DescribeConfigs.
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
-/// Config sources: the default.
+/// Config sources (DescribeConfigs v1+): set in the broker's own
+/// configuration (a `kelp serve` flag or the config file), or the default.
+const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
-/// Config types: STRING.
-const TYPE_STRING: i8 = 2;
 
-/// The topic configs every Kafka-facing topic reports.
-const TOPIC_CONFIGS: &[(&str, &str)] = &[
-    ("cleanup.policy", "delete"),
-    ("compression.type", "producer"),
-    ("max.message.bytes", "7340032"),
-    ("message.timestamp.type", "CreateTime"),
-    ("min.insync.replicas", "1"),
-    ("retention.bytes", "-1"),
-    ("retention.ms", "-1"),
-];
+/// A config's Kafka type (DescribeConfigs v3+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i8)]
+enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Short = 4,
+    Long = 5,
+    List = 7,
+}
 
-/// The broker configs the gateway reports.
-const BROKER_CONFIGS: &[(&str, &str)] = &[
-    ("auto.create.topics.enable", "true"),
-    ("default.replication.factor", "1"),
-    ("message.max.bytes", "7340032"),
-    ("num.partitions", "1"),
-    ("offsets.topic.replication.factor", "1"),
-];
+/// One config as DescribeConfigs shows it.
+struct Config {
+    name: &'static str,
+    value: String,
+    kind: ConfigType,
+    /// Whether it is the default (else a broker flag set it).
+    default: bool,
+}
+
+impl Config {
+    fn fixed(name: &'static str, value: &str, kind: ConfigType) -> Config {
+        Config {
+            name,
+            value: value.to_owned(),
+            kind,
+            default: true,
+        }
+    }
+
+    /// A setting of [`KafkaSettings`](crate::config::KafkaSettings), a
+    /// default when it equals `default`.
+    fn setting(name: &'static str, value: u32, default: u32) -> Config {
+        Config {
+            name,
+            value: value.to_string(),
+            kind: ConfigType::Int,
+            default: value == default,
+        }
+    }
+}
+
+/// The topic configs every Kafka-facing topic reports: what kelp applies
+/// (no retention yet, the largest batch kelp takes).
+fn topic_configs() -> Vec<Config> {
+    let max_message = wire::limits::BATCH_BYTES_MAX.to_string();
+    vec![
+        Config::fixed("cleanup.policy", "delete", ConfigType::List),
+        Config::fixed("compression.type", "producer", ConfigType::String),
+        Config::fixed("max.message.bytes", &max_message, ConfigType::Int),
+        Config::fixed("message.timestamp.type", "CreateTime", ConfigType::String),
+        Config::fixed("min.insync.replicas", "1", ConfigType::Int),
+        Config::fixed("retention.bytes", "-1", ConfigType::Long),
+        Config::fixed("retention.ms", "-1", ConfigType::Long),
+    ]
+}
+
+/// The broker configs the gateway reports: those it honours, from its
+/// settings, and the fixed ones clients look at.
+fn broker_configs(gateway: &Gateway) -> Vec<Config> {
+    let settings = &gateway.settings;
+    let defaults = crate::config::KafkaSettings::default();
+    let listener = format!("PLAINTEXT://{}", gateway.advertised);
+    let max_message = wire::limits::BATCH_BYTES_MAX.to_string();
+    vec![
+        Config {
+            name: "advertised.listeners",
+            value: listener.clone(),
+            kind: ConfigType::String,
+            default: false,
+        },
+        Config::fixed("auto.create.topics.enable", "true", ConfigType::Boolean),
+        Config::fixed("default.replication.factor", "1", ConfigType::Int),
+        Config::setting(
+            "group.initial.rebalance.delay.ms",
+            settings.group_initial_rebalance_delay_ms,
+            defaults.group_initial_rebalance_delay_ms,
+        ),
+        Config::setting(
+            "group.max.session.timeout.ms",
+            settings.group_max_session_timeout_ms,
+            defaults.group_max_session_timeout_ms,
+        ),
+        Config::setting(
+            "group.min.session.timeout.ms",
+            settings.group_min_session_timeout_ms,
+            defaults.group_min_session_timeout_ms,
+        ),
+        Config {
+            name: "listeners",
+            value: listener,
+            kind: ConfigType::String,
+            default: false,
+        },
+        Config::fixed("message.max.bytes", &max_message, ConfigType::Int),
+        Config::setting(
+            "num.partitions",
+            settings.num_partitions,
+            defaults.num_partitions,
+        ),
+        Config::fixed("offsets.topic.replication.factor", "1", ConfigType::Short),
+    ]
+}
 
 pub(crate) async fn describe_configs(
     gateway: &Gateway,
@@ -141,32 +225,37 @@ pub(crate) async fn describe_configs(
     for r in request.resources {
         let (error_code, error_message, table) = match r.resource_type {
             RESOURCE_TOPIC => match gateway.topics.layout(&r.resource_name).await {
-                Ok(_) => (k::NONE, None, TOPIC_CONFIGS),
-                Err(e) => (kafka_error(&e), Some(e.message), &[][..]),
+                Ok(_) => (k::NONE, None, topic_configs()),
+                Err(e) => (kafka_error(&e), Some(e.message), Vec::new()),
             },
-            RESOURCE_BROKER => (k::NONE, None, BROKER_CONFIGS),
+            RESOURCE_BROKER => (k::NONE, None, broker_configs(gateway)),
             other => (
                 k::INVALID_REQUEST,
                 Some(format!("resource type {other} is not described")),
-                &[][..],
+                Vec::new(),
             ),
         };
         let configs = table
-            .iter()
-            .filter(|(name, _)| {
+            .into_iter()
+            .filter(|c| {
                 r.configuration_keys
                     .as_ref()
-                    .is_none_or(|keys| keys.iter().any(|k| k == name))
+                    .is_none_or(|keys| keys.iter().any(|k| k == c.name))
             })
-            .map(|(name, value)| DescribeConfigsEntry {
-                name: (*name).to_string(),
-                value: Some((*value).to_string()),
+            .map(|c| DescribeConfigsEntry {
+                name: c.name.to_string(),
+                value: Some(c.value),
+                // Nothing is changed at run time (no AlterConfigs yet).
                 read_only: true,
-                is_default: true,
-                config_source: SOURCE_DEFAULT,
+                is_default: c.default,
+                config_source: if c.default {
+                    SOURCE_DEFAULT
+                } else {
+                    SOURCE_STATIC_BROKER
+                },
                 is_sensitive: false,
                 synonyms: Vec::new(),
-                config_type: TYPE_STRING,
+                config_type: c.kind as i8,
                 documentation: None,
             })
             .collect();

@@ -60,11 +60,20 @@ pub(crate) fn offsets_path(group_id: &str) -> Result<ObjectPath, StoreError> {
 
 impl Groups {
     /// A coordinator with every group's committed offsets restored.
-    pub(crate) fn open(filer: Arc<dyn Filer>) -> Result<Groups, EngineError> {
+    pub(crate) fn open(
+        filer: Arc<dyn Filer>,
+        settings: &crate::config::KafkaSettings,
+    ) -> Result<Groups, EngineError> {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let mut coordinator = Coordinator::new(CoordinatorConfig::default(), seed);
+        let config = CoordinatorConfig {
+            session_timeout_ms_min: settings.group_min_session_timeout_ms,
+            session_timeout_ms_max: settings.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms: settings.group_initial_rebalance_delay_ms,
+            ..CoordinatorConfig::default()
+        };
+        let mut coordinator = Coordinator::new(config, seed);
         let prefix = control::filer_layout::kafka_groups();
         for path in filer.list(&prefix)? {
             let bytes = read_object(filer.as_ref(), &path, group::OFFSETS_FILE_BYTES_MAX)?;

@@ -14,9 +14,6 @@ use wire::ErrorCode;
 use super::topics::kafka_error;
 use super::{Gateway, NODE_ID};
 
-/// Partitions of a topic created by Metadata or Produce auto-creation.
-pub(crate) const AUTO_CREATE_PARTITIONS: u32 = 1;
-
 /// The cluster id every answer carries.
 pub(crate) const CLUSTER_ID: &str = "kelp";
 
@@ -42,7 +39,8 @@ pub(crate) async fn metadata(
         let mut layout = gateway.topics.refresh(&name).await;
         if let Err(e) = &layout {
             if e.code == ErrorCode::TopicNotFound && request.allow_auto_topic_creation {
-                layout = match gateway.topics.create(&name, AUTO_CREATE_PARTITIONS).await {
+                let partitions = gateway.settings.num_partitions;
+                layout = match gateway.topics.create(&name, partitions).await {
                     Ok(()) => gateway.topics.refresh(&name).await,
                     // Another client created it meanwhile.
                     Err(e) if e.code == ErrorCode::TopicExists => {

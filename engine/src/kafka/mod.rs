@@ -117,6 +117,8 @@ pub(crate) struct GatewayParts {
     pub(crate) control: flume::Sender<ControlRequest>,
     pub(crate) filer: Arc<dyn Filer>,
     pub(crate) fetch_wait_ms_max: u32,
+    /// The Kafka broker configs it honours.
+    pub(crate) settings: crate::config::KafkaSettings,
     pub(crate) timeouts: crate::connection::PeerTimeouts,
     /// Connections from one address (`connections_per_ip_max`).
     pub(crate) connections_per_ip_max: usize,
@@ -136,6 +138,8 @@ pub(crate) struct Gateway {
     pub(crate) producer_ids: producer_ids::ProducerIds,
     pub(crate) groups: groups::Groups,
     pub(crate) fetch_wait_ms_max: u32,
+    /// The Kafka broker configs it honours (DescribeConfigs shows them).
+    pub(crate) settings: crate::config::KafkaSettings,
     /// Idle and slow-sender timeouts, as on the native port.
     pub(crate) timeouts: crate::connection::PeerTimeouts,
     /// Connections by peer address, as on the native port.
@@ -185,7 +189,7 @@ impl KafkaGateway {
         };
         keep_freed_memory();
         let producer_ids = producer_ids::ProducerIds::open(parts.filer.clone())?;
-        let groups = groups::Groups::open(parts.filer.clone())?;
+        let groups = groups::Groups::open(parts.filer.clone(), &parts.settings)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), EngineError>>();
         let advertised_text = advertised.to_string();
@@ -219,6 +223,7 @@ impl KafkaGateway {
                         producer_ids,
                         groups,
                         fetch_wait_ms_max: parts.fetch_wait_ms_max,
+                        settings: parts.settings.clone(),
                         timeouts: parts.timeouts,
                         peers: crate::peer_limit::PeerLimit::new(parts.connections_per_ip_max),
                         connections: parts.connections,
