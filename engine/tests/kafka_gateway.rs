@@ -712,6 +712,67 @@ fn committed(c: &mut Kafka, group: &str, topic: &str, partition: i32) -> i64 {
 }
 
 #[test]
+fn deleted_groups_lose_their_offsets_for_good_and_the_cluster_is_described() {
+    use kafka::api::delete_groups::DeleteGroupsRequest;
+    use kafka::api::describe_cluster::DescribeClusterRequest;
+    let (dir, port, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "dg", 1);
+    // A simple consumer's commit (no member), and a group with a member.
+    assert_eq!(commit(&mut c, "simple", -1, "", "dg", 0, 5), k::NONE);
+    assert_eq!(committed(&mut c, "simple", "dg", 0), 5);
+    let member = join_until_member(&mut c, "busy", "");
+    let r = c.call(join_request("busy", &member), 5);
+    assert_eq!(expect!(r, JoinGroup).error_code, k::NONE);
+
+    let names = ["simple", "busy", "nobody"];
+    let r = c.call(
+        RequestBody::DeleteGroups(DeleteGroupsRequest {
+            groups_names: names.iter().map(|n| n.to_string()).collect(),
+        }),
+        2,
+    );
+    let results: Vec<(String, i16)> = expect!(r, DeleteGroups)
+        .results
+        .into_iter()
+        .map(|r| (r.group_id, r.error_code))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("simple".to_string(), k::NONE),
+            ("busy".to_string(), k::NON_EMPTY_GROUP),
+            ("nobody".to_string(), k::GROUP_ID_NOT_FOUND),
+        ]
+    );
+    assert_eq!(committed(&mut c, "simple", "dg", 0), -1, "offsets deleted");
+    drop(c);
+    broker.stop().unwrap();
+    // Gone from the filer too: a restart does not bring them back.
+    let broker = start(dir.path(), port);
+    let mut c = Kafka::open(&broker);
+    assert_eq!(committed(&mut c, "simple", "dg", 0), -1, "after a restart");
+
+    let kafka = broker.kafka_address().unwrap();
+    for (endpoint_type, error) in [(1, k::NONE), (2, k::INVALID_REQUEST)] {
+        let r = c.call(
+            RequestBody::DescribeCluster(DescribeClusterRequest {
+                include_cluster_authorized_operations: false,
+                endpoint_type,
+            }),
+            1,
+        );
+        let d = expect!(r, DescribeCluster);
+        assert_eq!(d.error_code, error, "endpoint type {endpoint_type}");
+        if error == k::NONE {
+            assert_eq!((d.cluster_id.as_str(), d.controller_id), ("kelp", 0));
+            assert_eq!(d.brokers.len(), 1);
+            assert_eq!(d.brokers[0].port, i32::from(kafka.port()));
+        }
+    }
+    broker.stop().unwrap();
+}
+
+#[test]
 fn acks_all_and_committed_offsets_survive_a_restart() {
     let (dir, port, broker) = started();
     let mut c = Kafka::with_topic(&broker, "durable", 2);

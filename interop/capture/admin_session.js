@@ -2,7 +2,7 @@
 // interop/node/kafka_client.js does not send, the same steps as
 // admin_session.py (Metadata, DescribeConfigs, ListOffsets, ListGroups,
 // DescribeGroups, OffsetFetch, CreateTopics and DeleteTopics of
-// `<topic>-doomed`). kafkajs is found through NODE_PATH
+// `<topic>-doomed`, then DeleteGroups of the group). kafkajs is found through NODE_PATH
 // (interop/node/node_modules; capture_vectors.py sets it).
 'use strict'
 
@@ -62,6 +62,8 @@ async function main () {
   emit('create-topics', doomed)
   await admin.deleteTopics({ topics: [doomed] })
   emit('delete-topics', doomed)
+
+  emit('delete-groups', await admin.deleteGroups([args.group]))
 
   await admin.disconnect()
   clearTimeout(timer)

@@ -7,7 +7,8 @@ one JSON line per step and exits non-zero on the first failure.
 Steps, on a topic and group the earlier sessions made: Metadata for the
 topic, DescribeConfigs of the topic, ListOffsets (earliest and latest) of
 its partitions, ListGroups, DescribeGroups of the group, OffsetFetch of the
-group, then CreateTopics and DeleteTopics of `<topic>-doomed`.
+group, CreateTopics and DeleteTopics of `<topic>-doomed`, DescribeCluster,
+then DeleteGroups of the group (its members are gone by then).
 """
 
 import argparse
@@ -67,6 +68,12 @@ def confluent(args):
     deleted[doomed].result(timeout)
     emit("delete-topics", doomed)
 
+    cluster = admin.describe_cluster(request_timeout=timeout).result(timeout)
+    emit("describe-cluster", {"id": cluster.cluster_id, "brokers": len(cluster.nodes)})
+    gone = admin.delete_consumer_groups([args.group], request_timeout=timeout)
+    gone[args.group].result(timeout)
+    emit("delete-groups", args.group)
+
 
 def kafka_python(args):
     from kafka import TopicPartition
@@ -96,6 +103,8 @@ def kafka_python(args):
     emit("create-topics", doomed)
     admin.delete_topics([doomed])
     emit("delete-topics", doomed)
+    emit("describe-cluster", admin.describe_cluster())
+    emit("delete-groups", admin.delete_groups([args.group]))
     admin.close()
 
 

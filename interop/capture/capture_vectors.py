@@ -7,7 +7,8 @@ proxy: create a topic, produce (idempotent with compression, then acks=1
 without), consume with a group (join, sync, heartbeat, offset fetch and
 commit, leave), read the committed offsets, and an admin session
 (admin_session.py / admin_session.js: metadata, describe configs, list
-offsets, list and describe groups, create and delete a topic).
+offsets, list and describe groups, create and delete a topic, describe the
+cluster, delete the group).
 
 The proxy records every request frame a client sends and every response
 frame the gateway returns. Of those it keeps one exchange per (client, API,
@@ -84,6 +85,8 @@ API_NAMES = {
     20: "delete-topics",
     22: "init-producer-id",
     32: "describe-configs",
+    42: "delete-groups",
+    60: "describe-cluster",
 }
 METADATA, FIND_COORDINATOR = 3, 10
 

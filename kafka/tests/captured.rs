@@ -82,6 +82,7 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("confluent", ApiKey::DeleteTopics, 4),
     ("confluent", ApiKey::InitProducerId, 4),
     ("confluent", ApiKey::DescribeConfigs, 1),
+    ("confluent", ApiKey::DeleteGroups, 2),
     ("kafka-python", ApiKey::Produce, 9),
     ("kafka-python", ApiKey::Fetch, 12),
     ("kafka-python", ApiKey::ListOffsets, 7),
@@ -100,6 +101,8 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("kafka-python", ApiKey::DeleteTopics, 6),
     ("kafka-python", ApiKey::InitProducerId, 4),
     ("kafka-python", ApiKey::DescribeConfigs, 4),
+    ("kafka-python", ApiKey::DeleteGroups, 2),
+    ("kafka-python", ApiKey::DescribeCluster, 1),
     ("kafkajs", ApiKey::Produce, 7),
     ("kafkajs", ApiKey::Fetch, 11),
     ("kafkajs", ApiKey::ListOffsets, 3),
@@ -118,6 +121,7 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("kafkajs", ApiKey::DeleteTopics, 1),
     ("kafkajs", ApiKey::InitProducerId, 1),
     ("kafkajs", ApiKey::DescribeConfigs, 2),
+    ("kafkajs", ApiKey::DeleteGroups, 1),
 ];
 
 /// One captured exchange: the request frame and the response frame (each
@@ -394,6 +398,14 @@ fn check_request(e: &Exchange, body: &RequestBody<'_>) {
             assert_eq!(r.resources[0].resource_type, 2, "{name}: a topic");
             assert_eq!(r.resources[0].resource_name, TOPIC, "{name}");
         }
+        RequestBody::DeleteGroups(r) => {
+            assert_eq!(r.groups_names, [GROUP], "{name}");
+        }
+        RequestBody::DescribeCluster(r) => {
+            if e.version >= 1 {
+                assert_eq!(r.endpoint_type, 1, "{name}: brokers");
+            }
+        }
     }
 }
 
@@ -535,6 +547,18 @@ fn check_response(name: &str, body: &ResponseBody<'_>) {
         ResponseBody::DescribeConfigs(r) => {
             assert_eq!(r.results[0].error_code, 0, "{name}");
             assert!(!r.results[0].configs.is_empty(), "{name}");
+        }
+        ResponseBody::DeleteGroups(r) => {
+            assert_eq!(r.results.len(), 1, "{name}");
+            assert_eq!(
+                (r.results[0].group_id.as_str(), r.results[0].error_code),
+                (GROUP, 0),
+                "{name}: deleted"
+            );
+        }
+        ResponseBody::DescribeCluster(r) => {
+            assert_eq!((r.error_code, r.cluster_id.as_str()), (0, "kelp"), "{name}");
+            assert_eq!(r.brokers.len(), 1, "{name}");
         }
     }
 }

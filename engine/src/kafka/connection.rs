@@ -404,6 +404,12 @@ async fn handle(
             ResponseBody::DescribeGroups(groups::describe(gateway, r))
         }
         RequestBody::ListGroups(r) => ResponseBody::ListGroups(groups::list(gateway, r)),
+        RequestBody::DeleteGroups(r) => {
+            ResponseBody::DeleteGroups(groups::delete(gateway, r).await)
+        }
+        RequestBody::DescribeCluster(r) => {
+            ResponseBody::DescribeCluster(metadata::describe_cluster(gateway, r))
+        }
     };
     Ok(kafka::encode_response_frame(
         out,

@@ -532,6 +532,50 @@ pub(crate) fn describe(
     }
 }
 
+/// DeleteGroups: each group without members is forgotten, and its
+/// committed offsets with it (their object in the filer is deleted before
+/// the answer). A group with members is NON_EMPTY_GROUP, an unknown one
+/// GROUP_ID_NOT_FOUND.
+pub(crate) async fn delete(
+    gateway: &Gateway,
+    request: kafka::api::delete_groups::DeleteGroupsRequest,
+) -> kafka::api::delete_groups::DeleteGroupsResponse {
+    use kafka::api::delete_groups::{DeletableGroupResult, DeleteGroupsResponse};
+    let mut results = Vec::with_capacity(request.groups_names.len());
+    for group_id in request.groups_names {
+        let mut error = gateway
+            .groups
+            .coordinator
+            .borrow_mut()
+            .delete_group(&group_id);
+        if error == group::ErrorCode::NONE {
+            if let Err(e) = delete_offsets(gateway.filer.clone(), &group_id).await {
+                log::error!("Kafka gateway: deleting group {group_id}'s offsets: {e}");
+                error = group::ErrorCode(kafka::error_code::KAFKA_STORAGE_ERROR);
+            }
+        }
+        results.push(DeletableGroupResult {
+            group_id,
+            error_code: error.0,
+        });
+    }
+    DeleteGroupsResponse {
+        throttle_time_ms: 0,
+        results,
+    }
+}
+
+/// Delete a group's committed offsets object (gone already is fine).
+async fn delete_offsets(filer: Arc<dyn Filer>, group_id: &str) -> Result<(), StoreError> {
+    let path = offsets_path(group_id)?;
+    let deleted = tokio::task::spawn_blocking(move || match filer.delete(&path) {
+        Err(filer::FilerError::NotFound { .. }) => Ok(()),
+        other => other,
+    })
+    .await?;
+    Ok(deleted?)
+}
+
 pub(crate) fn list(gateway: &Gateway, request: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<GroupState> = request
         .states_filter

@@ -93,3 +93,40 @@ pub(crate) async fn metadata(
         cluster_authorized_operations: i32::MIN,
     }
 }
+
+/// DescribeCluster: the one broker (this gateway, node 0) at its advertised
+/// address, which is also the controller. Controllers (endpoint type 2) are
+/// not described: kelp's control plane does not speak Kafka.
+pub(crate) fn describe_cluster(
+    gateway: &Gateway,
+    request: kafka::api::describe_cluster::DescribeClusterRequest,
+) -> kafka::api::describe_cluster::DescribeClusterResponse {
+    use kafka::api::describe_cluster::{DescribeClusterBroker, DescribeClusterResponse};
+    /// Kafka's endpoint type for brokers.
+    const BROKERS: i8 = 1;
+    let (error_code, error_message, brokers) = if request.endpoint_type == BROKERS {
+        let broker = DescribeClusterBroker {
+            broker_id: NODE_ID,
+            host: gateway.advertised.host.clone(),
+            port: i32::from(gateway.advertised.port),
+            rack: None,
+        };
+        (k::NONE, None, vec![broker])
+    } else {
+        let message = format!(
+            "endpoint type {} is not described: only brokers (1)",
+            request.endpoint_type
+        );
+        (k::INVALID_REQUEST, Some(message), Vec::new())
+    };
+    DescribeClusterResponse {
+        throttle_time_ms: 0,
+        error_code,
+        error_message,
+        endpoint_type: request.endpoint_type,
+        cluster_id: CLUSTER_ID.to_string(),
+        controller_id: NODE_ID,
+        brokers,
+        cluster_authorized_operations: i32::MIN,
+    }
+}

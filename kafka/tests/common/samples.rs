@@ -3,7 +3,9 @@
 
 use kelp_kafka::api::api_versions::*;
 use kelp_kafka::api::create_topics::*;
+use kelp_kafka::api::delete_groups::*;
 use kelp_kafka::api::delete_topics::*;
+use kelp_kafka::api::describe_cluster::*;
 use kelp_kafka::api::describe_configs::*;
 use kelp_kafka::api::describe_groups::*;
 use kelp_kafka::api::fetch::*;
@@ -215,6 +217,13 @@ pub fn requests(records: &[u8]) -> Vec<RequestBody<'_>> {
             }],
             include_synonyms: true,
             include_documentation: true,
+        }),
+        RequestBody::DeleteGroups(DeleteGroupsRequest {
+            groups_names: vec![s("g"), s("h")],
+        }),
+        RequestBody::DescribeCluster(DescribeClusterRequest {
+            include_cluster_authorized_operations: true,
+            endpoint_type: 1,
         }),
     ]
 }
@@ -458,6 +467,34 @@ pub fn responses(records: &[u8]) -> Vec<ResponseBody<'_>> {
                     documentation: Some(s("how long")),
                 }],
             }],
+        }),
+        ResponseBody::DeleteGroups(DeleteGroupsResponse {
+            throttle_time_ms: 10,
+            results: vec![
+                DeletableGroupResult {
+                    group_id: s("g"),
+                    error_code: 0,
+                },
+                DeletableGroupResult {
+                    group_id: s("h"),
+                    error_code: 68,
+                },
+            ],
+        }),
+        ResponseBody::DescribeCluster(DescribeClusterResponse {
+            throttle_time_ms: 10,
+            error_code: 0,
+            error_message: None,
+            endpoint_type: 1,
+            cluster_id: s("kelp"),
+            controller_id: 0,
+            brokers: vec![DescribeClusterBroker {
+                broker_id: 0,
+                host: s("localhost"),
+                port: 9092,
+                rack: None,
+            }],
+            cluster_authorized_operations: i32::MIN,
         }),
     ]
 }
