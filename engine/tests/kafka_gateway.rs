@@ -752,6 +752,77 @@ fn deleted_groups_lose_their_offsets_for_good_and_the_cluster_is_described() {
     let mut c = Kafka::open(&broker);
     assert_eq!(committed(&mut c, "simple", "dg", 0), -1, "after a restart");
 
+    // OffsetDelete: a member subscribed to "dg" keeps that topic's
+    // offsets; others go; once the group is empty, all may go.
+    use kafka::api::offset_delete::{
+        OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+    };
+    let mut c2 = Kafka::with_topic(&broker, "other", 1);
+    assert_eq!(commit(&mut c2, "sub", -1, "", "dg", 0, 3), k::NONE);
+    assert_eq!(commit(&mut c2, "sub", -1, "", "other", 0, 4), k::NONE);
+    let mut subscription = 1i16.to_be_bytes().to_vec();
+    subscription.extend(1i32.to_be_bytes());
+    subscription.extend(2i16.to_be_bytes());
+    subscription.extend(b"dg");
+    subscription.extend((-1i32).to_be_bytes());
+    subscription.extend(0i32.to_be_bytes());
+    let member = join_until_member(&mut c2, "sub", "");
+    let mut join = join_request("sub", &member);
+    if let RequestBody::JoinGroup(j) = &mut join {
+        j.protocols[0].metadata = subscription;
+    }
+    let r = c2.call(join, 5);
+    assert_eq!(expect!(r, JoinGroup).error_code, k::NONE);
+    let delete_offsets = |c: &mut Kafka, group: &str| {
+        let r = c.call(
+            RequestBody::OffsetDelete(OffsetDeleteRequest {
+                group_id: group.into(),
+                topics: ["dg", "other"]
+                    .iter()
+                    .map(|t| OffsetDeleteRequestTopic {
+                        name: t.to_string(),
+                        partitions: vec![OffsetDeleteRequestPartition { partition_index: 0 }],
+                    })
+                    .collect(),
+            }),
+            0,
+        );
+        let d = expect!(r, OffsetDelete);
+        let partitions: Vec<i16> = d
+            .topics
+            .iter()
+            .map(|t| t.partitions[0].error_code)
+            .collect();
+        (d.error_code, partitions)
+    };
+    assert_eq!(
+        delete_offsets(&mut c2, "sub"),
+        (k::NONE, vec![k::GROUP_SUBSCRIBED_TO_TOPIC, k::NONE])
+    );
+    assert_eq!(committed(&mut c2, "sub", "dg", 0), 3);
+    assert_eq!(committed(&mut c2, "sub", "other", 0), -1);
+    assert_eq!(
+        delete_offsets(&mut c2, "nobody"),
+        (k::GROUP_ID_NOT_FOUND, vec![])
+    );
+    let r = c2.call(
+        RequestBody::LeaveGroup(LeaveGroupRequest {
+            group_id: "sub".into(),
+            members: vec![LeavingMember {
+                member_id: member,
+                group_instance_id: None,
+                reason: None,
+            }],
+        }),
+        3,
+    );
+    assert_eq!(expect!(r, LeaveGroup).error_code, k::NONE);
+    assert_eq!(
+        delete_offsets(&mut c2, "sub"),
+        (k::NONE, vec![k::NONE, k::NONE])
+    );
+    assert_eq!(committed(&mut c2, "sub", "dg", 0), -1);
+
     let kafka = broker.kafka_address().unwrap();
     for (endpoint_type, error) in [(1, k::NONE), (2, k::INVALID_REQUEST)] {
         let r = c.call(

@@ -8,7 +8,8 @@ Steps, on a topic and group the earlier sessions made: Metadata for the
 topic, DescribeConfigs of the topic, ListOffsets (earliest and latest) of
 its partitions, ListGroups, DescribeGroups of the group, OffsetFetch of the
 group, CreateTopics and DeleteTopics of `<topic>-doomed`, DescribeCluster,
-then DeleteGroups of the group (its members are gone by then).
+(kafka-python) OffsetDelete of the group's offset of partition 0, then
+DeleteGroups of the group (its members are gone by then).
 """
 
 import argparse
@@ -104,6 +105,10 @@ def kafka_python(args):
     admin.delete_topics([doomed])
     emit("delete-topics", doomed)
     emit("describe-cluster", admin.describe_cluster())
+    # One partition's: a group left with no offset at all is gone, and
+    # DeleteGroups would find nothing.
+    emit("offset-delete", admin.delete_group_offsets(
+        args.group, [TopicPartition(args.topic, partitions[0])]))
     emit("delete-groups", admin.delete_groups([args.group]))
     admin.close()
 

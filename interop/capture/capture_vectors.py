@@ -86,6 +86,7 @@ API_NAMES = {
     22: "init-producer-id",
     32: "describe-configs",
     42: "delete-groups",
+    47: "offset-delete",
     60: "describe-cluster",
 }
 METADATA, FIND_COORDINATOR = 3, 10

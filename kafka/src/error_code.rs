@@ -73,6 +73,8 @@ pub const FENCED_INSTANCE_ID: i16 = 82;
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 /// The group has members and cannot be deleted.
 pub const NON_EMPTY_GROUP: i16 = 68;
+/// OffsetDelete: a member of the group is subscribed to the topic.
+pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 /// The producer was fenced by a newer one.
 pub const PRODUCER_FENCED: i16 = 90;
 /// Pending offsets exist for the partition (require_stable).

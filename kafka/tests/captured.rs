@@ -102,6 +102,7 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("kafka-python", ApiKey::InitProducerId, 4),
     ("kafka-python", ApiKey::DescribeConfigs, 4),
     ("kafka-python", ApiKey::DeleteGroups, 2),
+    ("kafka-python", ApiKey::OffsetDelete, 0),
     ("kafka-python", ApiKey::DescribeCluster, 1),
     ("kafkajs", ApiKey::Produce, 7),
     ("kafkajs", ApiKey::Fetch, 11),
@@ -401,6 +402,10 @@ fn check_request(e: &Exchange, body: &RequestBody<'_>) {
         RequestBody::DeleteGroups(r) => {
             assert_eq!(r.groups_names, [GROUP], "{name}");
         }
+        RequestBody::OffsetDelete(r) => {
+            assert_eq!(r.group_id, GROUP, "{name}");
+            assert_eq!(r.topics[0].name, TOPIC, "{name}");
+        }
         RequestBody::DescribeCluster(r) => {
             if e.version >= 1 {
                 assert_eq!(r.endpoint_type, 1, "{name}: brokers");
@@ -553,6 +558,13 @@ fn check_response(name: &str, body: &ResponseBody<'_>) {
             assert_eq!(
                 (r.results[0].group_id.as_str(), r.results[0].error_code),
                 (GROUP, 0),
+                "{name}: deleted"
+            );
+        }
+        ResponseBody::OffsetDelete(r) => {
+            assert_eq!(r.error_code, 0, "{name}");
+            assert!(
+                r.topics[0].partitions.iter().all(|p| p.error_code == 0),
                 "{name}: deleted"
             );
         }

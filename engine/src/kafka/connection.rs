@@ -407,6 +407,9 @@ async fn handle(
         RequestBody::DeleteGroups(r) => {
             ResponseBody::DeleteGroups(groups::delete(gateway, r).await)
         }
+        RequestBody::OffsetDelete(r) => {
+            ResponseBody::OffsetDelete(groups::delete_offsets(gateway, r).await)
+        }
         RequestBody::DescribeCluster(r) => {
             ResponseBody::DescribeCluster(metadata::describe_cluster(gateway, r))
         }

@@ -448,6 +448,79 @@ pub(crate) async fn commit_offsets(
     }
 }
 
+/// OffsetDelete: the coordinator forgets the offsets it may
+/// (`Coordinator::delete_offsets`), and the group's offsets object is
+/// stored again (or removed, with the group) before the answer.
+pub(crate) async fn delete_offsets(
+    gateway: &Gateway,
+    request: kafka::api::offset_delete::OffsetDeleteRequest,
+) -> kafka::api::offset_delete::OffsetDeleteResponse {
+    use kafka::api::offset_delete::{
+        OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+    };
+    let groups = &gateway.groups;
+    let group_id = request.group_id;
+    let topics: Vec<group::TopicPartitions> = request
+        .topics
+        .into_iter()
+        .map(|t| group::TopicPartitions {
+            topic: t.name,
+            partitions: t.partitions.iter().map(|p| p.partition_index).collect(),
+        })
+        .collect();
+    let mut answer = groups
+        .coordinator
+        .borrow_mut()
+        .delete_offsets(&group_id, &topics);
+    let deleted = |a: &group::OffsetDeleteResponse| {
+        a.topics.iter().any(|t| {
+            t.partitions
+                .iter()
+                .any(|(_, e)| *e == group::ErrorCode::NONE)
+        })
+    };
+    if answer.error == group::ErrorCode::NONE && deleted(&answer) {
+        let encoded = groups
+            .coordinator
+            .borrow()
+            .group_offsets(&group_id)
+            .map(|o| o.encode(&group_id));
+        let stored = match encoded {
+            Some(bytes) => persist(groups.filer.clone(), &group_id, bytes).await,
+            None => remove_offsets(groups.filer.clone(), &group_id).await,
+        };
+        if let Err(e) = stored {
+            log::error!("Kafka gateway: storing offsets of group {group_id}: {e}");
+            for t in &mut answer.topics {
+                for (_, error) in &mut t.partitions {
+                    if *error == group::ErrorCode::NONE {
+                        *error = group::ErrorCode(kafka::error_code::COORDINATOR_NOT_AVAILABLE);
+                    }
+                }
+            }
+        }
+    }
+    OffsetDeleteResponse {
+        error_code: answer.error.0,
+        throttle_time_ms: 0,
+        topics: answer
+            .topics
+            .into_iter()
+            .map(|t| OffsetDeleteResponseTopic {
+                name: t.topic,
+                partitions: t
+                    .partitions
+                    .into_iter()
+                    .map(|(partition_index, e)| OffsetDeleteResponsePartition {
+                        partition_index,
+                        error_code: e.0,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
 async fn persist(filer: Arc<dyn Filer>, group_id: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
     let path = offsets_path(group_id)?;
     put_object(filer, path, bytes).await
@@ -549,7 +622,7 @@ pub(crate) async fn delete(
             .borrow_mut()
             .delete_group(&group_id);
         if error == group::ErrorCode::NONE {
-            if let Err(e) = delete_offsets(gateway.filer.clone(), &group_id).await {
+            if let Err(e) = remove_offsets(gateway.groups.filer.clone(), &group_id).await {
                 log::error!("Kafka gateway: deleting group {group_id}'s offsets: {e}");
                 error = group::ErrorCode(kafka::error_code::KAFKA_STORAGE_ERROR);
             }
@@ -566,7 +639,7 @@ pub(crate) async fn delete(
 }
 
 /// Delete a group's committed offsets object (gone already is fine).
-async fn delete_offsets(filer: Arc<dyn Filer>, group_id: &str) -> Result<(), StoreError> {
+async fn remove_offsets(filer: Arc<dyn Filer>, group_id: &str) -> Result<(), StoreError> {
     let path = offsets_path(group_id)?;
     let deleted = tokio::task::spawn_blocking(move || match filer.delete(&path) {
         Err(filer::FilerError::NotFound { .. }) => Ok(()),

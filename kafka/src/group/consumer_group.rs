@@ -93,6 +93,25 @@ impl ConsumerGroup {
 
     /// Whether the group holds nothing worth keeping: no members, no member
     /// ids handed out, no offsets.
+    /// Every topic a member is subscribed to, read from its metadata for
+    /// the group's protocol (the consumer protocol's subscription: version
+    /// INT16, then its topics as an array of STRING, in every version);
+    /// `None` if a member's cannot be read.
+    pub(crate) fn subscribed_topics(&self) -> Option<Vec<String>> {
+        let mut topics = Vec::new();
+        for member in self.members.values() {
+            let chosen = member
+                .protocols
+                .iter()
+                .find(|p| Some(&p.name) == self.protocol_name.as_ref())
+                .or(member.protocols.first())?;
+            topics.extend(subscription_topics(&chosen.metadata)?);
+        }
+        topics.sort();
+        topics.dedup();
+        Some(topics)
+    }
+
     pub(crate) fn is_disposable(&self) -> bool {
         self.state == GroupState::Empty
             && self.pending_members.is_empty()
@@ -1056,5 +1075,66 @@ impl ConsumerGroup {
                 "{gid}: {id} both pending and member"
             );
         }
+    }
+}
+
+/// The protocol type of Kafka's consumer groups, whose member metadata is a
+/// consumer subscription.
+pub(crate) const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
+
+/// The topics of a consumer protocol subscription (member metadata), if it
+/// reads as one: INT16 version, INT32 count, then each topic as INT16
+/// length and UTF-8 bytes.
+fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
+    let mut r = crate::Decoder::new(metadata);
+    r.i16().ok()?;
+    let count = usize::try_from(r.i32().ok()?).ok()?;
+    // Each topic takes at least its two length bytes.
+    if count > r.remaining() / 2 {
+        return None;
+    }
+    (0..count)
+        .map(|_| {
+            let len = usize::try_from(r.i16().ok()?).ok()?;
+            let bytes = r.take(len).ok()?;
+            String::from_utf8(bytes.to_vec()).ok()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod subscription_tests {
+    use super::subscription_topics;
+
+    /// A consumer protocol subscription: version, topics, then (ignored
+    /// here) null user data.
+    fn subscription(version: i16, topics: &[&str]) -> Vec<u8> {
+        let mut b = version.to_be_bytes().to_vec();
+        b.extend((topics.len() as i32).to_be_bytes());
+        for t in topics {
+            b.extend((t.len() as i16).to_be_bytes());
+            b.extend(t.as_bytes());
+        }
+        b.extend((-1i32).to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn a_subscription_names_its_topics_and_anything_else_reads_as_none() {
+        assert_eq!(
+            subscription_topics(&subscription(3, &["a", "bc"])),
+            Some(vec!["a".to_string(), "bc".to_string()])
+        );
+        assert_eq!(subscription_topics(&subscription(0, &[])), Some(vec![]));
+        assert_eq!(subscription_topics(b"meta"), None);
+        // A count past the bytes, a negative count, a cut string.
+        let mut huge = 0i16.to_be_bytes().to_vec();
+        huge.extend(i32::MAX.to_be_bytes());
+        assert_eq!(subscription_topics(&huge), None);
+        let mut negative = 0i16.to_be_bytes().to_vec();
+        negative.extend((-1i32).to_be_bytes());
+        assert_eq!(subscription_topics(&negative), None);
+        let cut = subscription(0, &["topic"]);
+        assert_eq!(subscription_topics(&cut[..9]), None);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::group::consumer_group::ConsumerGroup;
+use crate::group::consumer_group::{ConsumerGroup, CONSUMER_PROTOCOL_TYPE};
 use crate::group::offsets::{GroupOffsets, OffsetsError, GROUP_ID_BYTES_MAX};
 use crate::group::{
     ErrorCode, GroupDescription, GroupListing, GroupState, HeartbeatRequest, JoinRequest,
@@ -12,6 +12,7 @@ use crate::group::{
     OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionOffset, Released,
     SyncRequest, SyncResponse, Token, TopicCommitResult, TopicOffsets,
 };
+use crate::group::{OffsetDeleteResponse, TopicPartitions};
 
 /// The coordinator's limits and timings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,6 +340,67 @@ impl Coordinator {
                 ErrorCode::NONE
             }
         }
+    }
+
+    /// OffsetDelete: forgets the committed offsets of `topics` in
+    /// `group_id`. A group without members loses every one asked for; a
+    /// consumer group with members keeps those of topics a member is
+    /// subscribed to (GROUP_SUBSCRIBED_TO_TOPIC; a subscription that cannot
+    /// be read counts as every topic) and loses the rest; a group of another
+    /// protocol with members is NON_EMPTY_GROUP. A partition without an
+    /// offset answers no error, as in Kafka. After a change the caller
+    /// persists [`Coordinator::group_offsets`] (or removes the group's
+    /// offsets when it returns `None`: the group is gone).
+    pub fn delete_offsets(
+        &mut self,
+        group_id: &str,
+        topics: &[TopicPartitions],
+    ) -> OffsetDeleteResponse {
+        let refuse = |error| OffsetDeleteResponse {
+            error,
+            topics: Vec::new(),
+        };
+        if !valid_group_id(group_id) {
+            return refuse(ErrorCode::INVALID_GROUP_ID);
+        }
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return refuse(ErrorCode::GROUP_ID_NOT_FOUND);
+        };
+        let subscribed: Option<Vec<String>> = if group.members.is_empty() {
+            Some(Vec::new())
+        } else if group.protocol_type.as_deref() != Some(CONSUMER_PROTOCOL_TYPE) {
+            return refuse(ErrorCode::NON_EMPTY_GROUP);
+        } else {
+            group.subscribed_topics()
+        };
+        let answer = OffsetDeleteResponse {
+            error: ErrorCode::NONE,
+            topics: topics
+                .iter()
+                .map(|t| {
+                    let kept = subscribed
+                        .as_ref()
+                        .is_none_or(|topics| topics.contains(&t.topic));
+                    TopicCommitResult {
+                        topic: t.topic.clone(),
+                        partitions: t
+                            .partitions
+                            .iter()
+                            .map(|&p| {
+                                if kept {
+                                    (p, ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC)
+                                } else {
+                                    group.offsets.remove(&t.topic, p);
+                                    (p, ErrorCode::NONE)
+                                }
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+        };
+        self.drop_if_disposable(group_id);
+        answer
     }
 
     /// Advances time: expires sessions, unused member ids, and rebalance and

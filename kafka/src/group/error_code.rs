@@ -37,6 +37,8 @@ impl ErrorCode {
     pub const NON_EMPTY_GROUP: ErrorCode = ErrorCode(68);
     /// The group id does not exist.
     pub const GROUP_ID_NOT_FOUND: ErrorCode = ErrorCode(69);
+    /// OffsetDelete: a member of the group is subscribed to the topic.
+    pub const GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode = ErrorCode(86);
     /// JoinGroup v4+: the member must rejoin with the member id returned.
     pub const MEMBER_ID_REQUIRED: ErrorCode = ErrorCode(79);
     /// The group already has its maximum number of members.

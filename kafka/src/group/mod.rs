@@ -50,7 +50,7 @@ pub use request::{
 };
 pub use response::{
     GroupDescription, GroupListing, JoinResponse, JoinedMember, LeaveResponse, LeftMember,
-    MemberDescription, OffsetCommitResponse, OffsetFetchResponse, PartitionOffset, Released,
-    SyncResponse, TopicCommitResult, TopicOffsets,
+    MemberDescription, OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse,
+    PartitionOffset, Released, SyncResponse, TopicCommitResult, TopicOffsets,
 };
 pub use state::GroupState;

@@ -136,6 +136,21 @@ impl GroupOffsets {
         }
     }
 
+    /// Forgets one partition's offset; whether it had one.
+    pub(crate) fn remove(&mut self, topic: &str, partition: i32) -> bool {
+        let Some(partitions) = self.topics.get_mut(topic) else {
+            return false;
+        };
+        let removed = partitions.remove(&partition).is_some();
+        if partitions.is_empty() {
+            self.topics.remove(topic);
+        }
+        if removed {
+            self.len -= 1;
+        }
+        removed
+    }
+
     /// Every committed offset in (topic, partition) order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, i32, &CommittedOffset)> {
         self.topics

@@ -160,6 +160,15 @@ pub struct OffsetCommitResponse {
     pub topics: Vec<TopicCommitResult>,
 }
 
+/// An OffsetDelete response: a group-level error, or one per partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteResponse {
+    /// The group's error (then no partition is touched).
+    pub error: ErrorCode,
+    /// One entry per requested topic, in request order.
+    pub topics: Vec<TopicCommitResult>,
+}
+
 /// One partition's committed offset in an [`OffsetFetchResponse`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionOffset {

@@ -18,6 +18,7 @@ use kelp_kafka::api::list_groups::*;
 use kelp_kafka::api::list_offsets::*;
 use kelp_kafka::api::metadata::*;
 use kelp_kafka::api::offset_commit::*;
+use kelp_kafka::api::offset_delete::*;
 use kelp_kafka::api::offset_fetch::*;
 use kelp_kafka::api::produce::*;
 use kelp_kafka::api::sync_group::*;
@@ -220,6 +221,13 @@ pub fn requests(records: &[u8]) -> Vec<RequestBody<'_>> {
         }),
         RequestBody::DeleteGroups(DeleteGroupsRequest {
             groups_names: vec![s("g"), s("h")],
+        }),
+        RequestBody::OffsetDelete(OffsetDeleteRequest {
+            group_id: s("g"),
+            topics: vec![OffsetDeleteRequestTopic {
+                name: s("orders"),
+                partitions: vec![OffsetDeleteRequestPartition { partition_index: 2 }],
+            }],
         }),
         RequestBody::DescribeCluster(DescribeClusterRequest {
             include_cluster_authorized_operations: true,
@@ -480,6 +488,17 @@ pub fn responses(records: &[u8]) -> Vec<ResponseBody<'_>> {
                     error_code: 68,
                 },
             ],
+        }),
+        ResponseBody::OffsetDelete(OffsetDeleteResponse {
+            error_code: 0,
+            throttle_time_ms: 10,
+            topics: vec![OffsetDeleteResponseTopic {
+                name: s("orders"),
+                partitions: vec![OffsetDeleteResponsePartition {
+                    partition_index: 2,
+                    error_code: 86,
+                }],
+            }],
         }),
         ResponseBody::DescribeCluster(DescribeClusterResponse {
             throttle_time_ms: 10,
