@@ -104,7 +104,9 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
                         metrics.produce(ack).observe(arrived.elapsed());
                         let _ = reply.try_send(Ok(None));
                     }
-                    AckMode::Leader => {
+                    // Every replica's buffer: a segment's one replica is
+                    // its owner.
+                    AckMode::Leader | AckMode::All => {
                         metrics.produce(ack).observe(arrived.elapsed());
                         let _ = reply.try_send(Ok(Some(produced)));
                     }

@@ -721,7 +721,8 @@ async fn produce(
             metrics.produce(ack).observe(arrived.elapsed());
             Reply::Silent
         }
-        AckMode::Leader => {
+        // Every replica's buffer: a segment's one replica is its owner.
+        AckMode::Leader | AckMode::All => {
             metrics.produce(ack).observe(arrived.elapsed());
             Reply::Now(produced())
         }

@@ -111,12 +111,18 @@ impl Transport {
 }
 
 /// The ack modes a produce latency is kept for.
-pub(crate) const ACK_MODES: [AckMode; 3] = [AckMode::None, AckMode::Leader, AckMode::Durable];
+pub(crate) const ACK_MODES: [AckMode; 4] = [
+    AckMode::None,
+    AckMode::Leader,
+    AckMode::All,
+    AckMode::Durable,
+];
 
 pub(crate) fn ack_label(ack: AckMode) -> &'static str {
     match ack {
         AckMode::None => "none",
         AckMode::Leader => "leader",
+        AckMode::All => "all",
         AckMode::Durable => "durable",
     }
 }
@@ -125,7 +131,8 @@ fn ack_index(ack: AckMode) -> usize {
     match ack {
         AckMode::None => 0,
         AckMode::Leader => 1,
-        AckMode::Durable => 2,
+        AckMode::All => 2,
+        AckMode::Durable => 3,
     }
 }
 

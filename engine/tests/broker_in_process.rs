@@ -76,16 +76,16 @@ fn produce_fetch_restart() {
     assert_eq!(info.segments.len(), 1);
     let owner = info.segments[0].shard;
     let mut c = Conn::open(port + owner);
-    for ack in [AckMode::Leader, AckMode::Durable] {
+    for ack in [AckMode::Leader, AckMode::All, AckMode::Durable] {
         let b = batch(&["a", "b", "c"], "v");
         let r = c.produce("t/one", ack, &b);
         assert_produced(&r, 3);
     }
     let records = fetch_all(&mut c, "t/one", 0);
-    assert_eq!(records.len(), 6);
+    assert_eq!(records.len(), 9);
     assert_eq!(
         records.iter().map(|r| r.0).collect::<Vec<_>>(),
-        (0..6).collect::<Vec<_>>()
+        (0..9).collect::<Vec<_>>()
     );
 
     // Bad input on a live connection: corrupt batch, wrong segment, unknown topic.
@@ -111,7 +111,7 @@ fn produce_fetch_restart() {
         other.read_frame().is_none(),
         "connection closed after bad magic"
     );
-    assert_eq!(fetch_all(&mut c, "t/one", 0).len(), 6, "nothing lost");
+    assert_eq!(fetch_all(&mut c, "t/one", 0).len(), 9, "nothing lost");
 
     // Unflushed (leader-acked) records survive a restart.
     let b = batch(&["d"], "v");
@@ -121,12 +121,15 @@ fn produce_fetch_restart() {
     let broker = Broker::start(config(dir.path(), port)).unwrap();
     let mut c = Conn::open(port + owner);
     let records = fetch_all(&mut c, "t/one", 0);
-    assert_eq!(records.len(), 7);
+    assert_eq!(records.len(), 10);
     let b = batch(&["e"], "v");
     let r = c.produce("t/one", AckMode::Leader, &b);
     assert!(matches!(
         decode(&r),
-        Response::Produced { base_offset: 7, .. }
+        Response::Produced {
+            base_offset: 10,
+            ..
+        }
     ));
     drop(c);
     broker.stop().unwrap();

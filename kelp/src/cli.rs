@@ -562,6 +562,9 @@ pub enum AckArg {
     None,
     /// In the owning shard's memory.
     Leader,
+    /// In the buffers of every replica of the segment (a segment has one
+    /// replica today, its owner: as leader).
+    All,
     /// In a chunk stored in the filer.
     Durable,
 }
@@ -571,6 +574,7 @@ impl From<AckArg> for AckMode {
         match a {
             AckArg::None => AckMode::None,
             AckArg::Leader => AckMode::Leader,
+            AckArg::All => AckMode::All,
             AckArg::Durable => AckMode::Durable,
         }
     }
@@ -1228,7 +1232,7 @@ mod tests {
     #[test]
     fn refuses_bad_arguments() {
         let bad: &[&[&str]] = &[
-            &["pub", "a/b", "--ack", "all"],
+            &["pub", "a/b", "--ack", "quorum"],
             &["sub", "a/b", "--from", "yesterday"],
             &["sub", "a/b", "--from", "-x"],
             &["sub", "a/b", "--format", "%z"],

@@ -23,6 +23,9 @@ pub enum AckMode {
     Leader = 1,
     /// Once the chunk holding the batch is stored in the filer.
     Durable = 2,
+    /// Once the batch is in the buffers of every replica of the segment
+    /// (today a segment has one replica, its owner: as `Leader`).
+    All = 3,
 }
 
 impl AckMode {
@@ -31,6 +34,7 @@ impl AckMode {
             0 => Some(AckMode::None),
             1 => Some(AckMode::Leader),
             2 => Some(AckMode::Durable),
+            3 => Some(AckMode::All),
             _ => None,
         }
     }
