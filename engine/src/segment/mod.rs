@@ -282,7 +282,13 @@ impl SegmentCore {
     /// Stop serving for good: the topic is being deleted, and its name (so
     /// its chunk paths) may be taken again.
     fn delete(&self) {
-        self.closed.set(Closed::Deleted);
+        self.close_as(Closed::Deleted);
+    }
+
+    /// Stop serving for good (`Deleted` or `Fenced`): the shard's cache
+    /// forgets the chunks, and parked fetches answer now.
+    fn close_as(&self, closed: Closed) {
+        self.closed.set(closed);
         self.store.forget(&self.chunk_prefix);
         self.appended.notify(usize::MAX);
     }
@@ -794,7 +800,13 @@ impl SegmentCell {
 
     /// Stop serving: the topic is being deleted. Removes local buffers.
     pub(crate) fn close(&self) {
-        self.core.delete();
+        self.close_as(Closed::Deleted);
+    }
+
+    /// Stop serving for good as `closed` says: the buffers (spares too)
+    /// are dropped and their files removed, and every waiter is woken.
+    fn close_as(&self, closed: Closed) {
+        self.core.close_as(closed);
         let mut state = self.core.state.borrow_mut();
         state.active = None;
         state.log.handle_deleted();
@@ -831,22 +843,12 @@ impl SegmentCell {
             .metrics
             .fenced_records
             .add(next.saturating_sub(at));
-        self.core.closed.set(Closed::Fenced);
-        self.core.store.forget(&self.core.chunk_prefix);
-        let mut state = self.core.state.borrow_mut();
-        state.active = None;
-        state.log.fail(format!("fenced off at offset {at}"));
-        state.log.handle_deleted();
-        drop(state);
-        self.spares.borrow_mut().ready.clear();
-        if let Err(e) = std::fs::remove_dir_all(&self.buffers_dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                log::warn!("remove {}: {e}", self.buffers_dir.display());
-            }
-        }
-        self.flushed.notify(usize::MAX);
-        self.space.notify(usize::MAX);
-        self.core.appended.notify(usize::MAX);
+        self.core
+            .state
+            .borrow_mut()
+            .log
+            .fail(format!("fenced off at offset {at}"));
+        self.close_as(Closed::Fenced);
     }
 }
 
