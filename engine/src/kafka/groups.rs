@@ -404,30 +404,7 @@ pub(crate) async fn commit_offsets(
             .is_some_and(|n| usize::try_from(partition).is_ok_and(|p| p < *n))
     };
     let mut response = groups.call(|coordinator, now| coordinator.commit_offsets(now, req, exists));
-    let any_committed = response.topics.iter().any(|t| {
-        t.partitions
-            .iter()
-            .any(|(_, e)| *e == group::ErrorCode::NONE)
-    });
-    if any_committed {
-        let encoded = groups
-            .coordinator
-            .borrow()
-            .group_offsets(&group_id)
-            .map(|o| o.encode(&group_id));
-        if let Some(bytes) = encoded {
-            if let Err(e) = persist(groups.filer.clone(), &group_id, bytes).await {
-                log::error!("Kafka gateway: storing offsets of group {group_id}: {e}");
-                for t in &mut response.topics {
-                    for (_, error) in &mut t.partitions {
-                        if *error == group::ErrorCode::NONE {
-                            *error = group::ErrorCode(kafka::error_code::COORDINATOR_NOT_AVAILABLE);
-                        }
-                    }
-                }
-            }
-        }
-    }
+    store_changed_offsets(groups, &group_id, &mut response.topics).await;
     OffsetCommitResponse {
         throttle_time_ms: 0,
         topics: response
@@ -472,33 +449,8 @@ pub(crate) async fn delete_offsets(
         .coordinator
         .borrow_mut()
         .delete_offsets(&group_id, &topics);
-    let deleted = |a: &group::OffsetDeleteResponse| {
-        a.topics.iter().any(|t| {
-            t.partitions
-                .iter()
-                .any(|(_, e)| *e == group::ErrorCode::NONE)
-        })
-    };
-    if answer.error == group::ErrorCode::NONE && deleted(&answer) {
-        let encoded = groups
-            .coordinator
-            .borrow()
-            .group_offsets(&group_id)
-            .map(|o| o.encode(&group_id));
-        let stored = match encoded {
-            Some(bytes) => persist(groups.filer.clone(), &group_id, bytes).await,
-            None => remove_offsets(groups.filer.clone(), &group_id).await,
-        };
-        if let Err(e) = stored {
-            log::error!("Kafka gateway: storing offsets of group {group_id}: {e}");
-            for t in &mut answer.topics {
-                for (_, error) in &mut t.partitions {
-                    if *error == group::ErrorCode::NONE {
-                        *error = group::ErrorCode(kafka::error_code::COORDINATOR_NOT_AVAILABLE);
-                    }
-                }
-            }
-        }
+    if answer.error == group::ErrorCode::NONE {
+        store_changed_offsets(groups, &group_id, &mut answer.topics).await;
     }
     OffsetDeleteResponse {
         error_code: answer.error.0,
@@ -518,6 +470,44 @@ pub(crate) async fn delete_offsets(
                     .collect(),
             })
             .collect(),
+    }
+}
+
+/// After a commit or an OffsetDelete whose `results` show any partition
+/// changed (no error): store the group's offsets object again, or remove
+/// it when the group is gone, before the answer. If that fails, each
+/// changed partition is answered COORDINATOR_NOT_AVAILABLE instead.
+async fn store_changed_offsets(
+    groups: &Groups,
+    group_id: &str,
+    results: &mut [group::TopicCommitResult],
+) {
+    let changed = results.iter().any(|t| {
+        t.partitions
+            .iter()
+            .any(|(_, e)| *e == group::ErrorCode::NONE)
+    });
+    if !changed {
+        return;
+    }
+    let encoded = groups
+        .coordinator
+        .borrow()
+        .group_offsets(group_id)
+        .map(|o| o.encode(group_id));
+    let stored = match encoded {
+        Some(bytes) => persist(groups.filer.clone(), group_id, bytes).await,
+        None => remove_offsets(groups.filer.clone(), group_id).await,
+    };
+    if let Err(e) = stored {
+        log::error!("Kafka gateway: storing offsets of group {group_id}: {e}");
+        for t in results {
+            for (_, error) in &mut t.partitions {
+                if *error == group::ErrorCode::NONE {
+                    *error = group::ErrorCode(kafka::error_code::COORDINATOR_NOT_AVAILABLE);
+                }
+            }
+        }
     }
 }
 
