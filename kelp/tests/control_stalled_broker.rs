@@ -23,7 +23,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{kelp_bin, port, Broker, ControlPlane};
+use support::{kelp_bin, port, signal, Broker, ControlPlane};
 
 /// Far longer than the test: the stopped broker is not declared dead,
 /// which would move its segments mid-test.
@@ -206,14 +206,6 @@ impl Drop for Stopped {
                 .status();
         }
     }
-}
-
-fn signal(name: &str, pid: u32) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{name} {pid}: {status}");
 }
 
 /// The state letter of `/proc/PID/stat` (`T`: stopped by a signal).

@@ -24,11 +24,10 @@ mod support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use client::{AckMode, Client, FetchFrom, ProducerConfig, SubscribeOptions};
-use support::{broker_id, port, tcp_client, Broker, ControlPlane};
+use support::{broker_id, port, signal, tcp_client, Broker, ControlPlane};
 
 const SILENCE_MS: &str = "2000";
 /// The owner's buffers are flushed by size or by `durable` waits only:
@@ -191,32 +190,68 @@ async fn only_segment(client: &Client, topic: &str) -> (u32, u32) {
     (s.id, s.broker.expect("an owner"))
 }
 
+/// What every test starts from: a control plane (2 s silence limit), an
+/// owner that started alone and so holds the one segment of `topic`, a
+/// survivor that joined after, and `DURABLE_BEFORE` durable records stored
+/// then `LEADER_HELD` leader-acked ones held only in the owner's buffers.
+struct Scene {
+    dir: tempfile::TempDir,
+    control: ControlPlane,
+    owner: Broker,
+    survivor: Broker,
+    /// A client bootstrapped from the owner alone.
+    to_owner: Client,
+    segment: u32,
+    owner_id: u32,
+}
+
+impl Scene {
+    async fn start(topic: &str) -> Scene {
+        let dir = tempfile::tempdir().unwrap();
+        let control = ControlPlane::start(
+            &dir.path().join("control"),
+            port(),
+            &["--broker-silence-ms", SILENCE_MS],
+        );
+        let owner = start(&dir.path().join("owner"), &control, None);
+        let to_owner = tcp_client(&owner.broker_arg()).await;
+        to_owner.create_topic(topic, 1).await.unwrap();
+        let (segment, owner_id) = only_segment(&to_owner, topic).await;
+        assert_eq!(owner_id, broker_id(&to_owner, &owner).await);
+        let survivor = start(&dir.path().join("survivor"), &control, None);
+        publish(
+            &to_owner,
+            topic,
+            AckMode::Durable,
+            "durable",
+            DURABLE_BEFORE,
+        )
+        .await;
+        publish(&to_owner, topic, AckMode::Leader, "leader", LEADER_HELD).await;
+        Scene {
+            dir,
+            control,
+            owner,
+            survivor,
+            to_owner,
+            segment,
+            owner_id,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_owner_declared_dead_neither_acknowledges_nor_shows_records_past_its_seal() {
     const TOPIC: &str = "fence/zombie";
-    let dir = tempfile::tempdir().unwrap();
-    let control = ControlPlane::start(
-        &dir.path().join("control"),
-        port(),
-        &["--broker-silence-ms", SILENCE_MS],
-    );
-    // The owner starts alone, so the topic's segment is placed on it.
-    let owner = start(&dir.path().join("owner"), &control, None);
-    let to_owner = tcp_client(&owner.broker_arg()).await;
-    to_owner.create_topic(TOPIC, 1).await.unwrap();
-    let (segment, owner_id) = only_segment(&to_owner, TOPIC).await;
-    assert_eq!(owner_id, broker_id(&to_owner, &owner).await);
-    let survivor = start(&dir.path().join("survivor"), &control, None);
-
-    publish(
-        &to_owner,
-        TOPIC,
-        AckMode::Durable,
-        "durable",
-        DURABLE_BEFORE,
-    )
-    .await;
-    publish(&to_owner, TOPIC, AckMode::Leader, "leader", LEADER_HELD).await;
+    let Scene {
+        dir: _dir,
+        control,
+        owner,
+        survivor,
+        to_owner,
+        segment,
+        owner_id,
+    } = Scene::start(TOPIC).await;
     // A producer that learns the layout now and keeps it.
     let stale = to_owner
         .producer(
@@ -275,27 +310,16 @@ async fn a_frozen_owner_declared_dead_neither_acknowledges_nor_shows_records_pas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_owner_drops_the_buffers_of_a_segment_sealed_while_it_was_away() {
     const TOPIC: &str = "fence/restart";
-    let dir = tempfile::tempdir().unwrap();
-    let control = ControlPlane::start(
-        &dir.path().join("control"),
-        port(),
-        &["--broker-silence-ms", SILENCE_MS],
-    );
+    let Scene {
+        dir,
+        control,
+        owner,
+        survivor,
+        segment,
+        owner_id,
+        ..
+    } = Scene::start(TOPIC).await;
     let owner_dir = dir.path().join("owner");
-    let owner = start(&owner_dir, &control, None);
-    let to_owner = tcp_client(&owner.broker_arg()).await;
-    to_owner.create_topic(TOPIC, 1).await.unwrap();
-    let (segment, owner_id) = only_segment(&to_owner, TOPIC).await;
-    let survivor = start(&dir.path().join("survivor"), &control, None);
-    publish(
-        &to_owner,
-        TOPIC,
-        AckMode::Durable,
-        "durable",
-        DURABLE_BEFORE,
-    )
-    .await;
-    publish(&to_owner, TOPIC, AckMode::Leader, "leader", LEADER_HELD).await;
     let buffers = owner_dir.join(format!("buffers/{TOPIC}/{segment}"));
     assert!(
         buffers.exists(),
@@ -340,22 +364,18 @@ async fn a_restarted_owner_drops_the_buffers_of_a_segment_sealed_while_it_was_aw
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_rides_through_its_owners_death_and_says_what_was_never_stored() {
     const TOPIC: &str = "fence/reader";
-    let dir = tempfile::tempdir().unwrap();
-    let control = ControlPlane::start(
-        &dir.path().join("control"),
-        port(),
-        &["--broker-silence-ms", SILENCE_MS],
-    );
-    let owner = start(&dir.path().join("owner"), &control, None);
-    let both = tcp_client(&owner.broker_arg()).await;
-    both.create_topic(TOPIC, 1).await.unwrap();
-    let (segment, owner_id) = only_segment(&both, TOPIC).await;
-    let survivor = start(&dir.path().join("survivor"), &control, None);
+    let Scene {
+        dir: _dir,
+        control,
+        owner,
+        survivor,
+        segment,
+        owner_id,
+        ..
+    } = Scene::start(TOPIC).await;
     // Bootstrapped from both: its layout requests reach the survivor
     // once the owner is gone.
     let both = tcp_client(&format!("{},{}", owner.broker_arg(), survivor.broker_arg())).await;
-    publish(&both, TOPIC, AckMode::Durable, "durable", DURABLE_BEFORE).await;
-    publish(&both, TOPIC, AckMode::Leader, "leader", LEADER_HELD).await;
 
     // The reader has every record, the unstored ones from the owner's
     // buffers too, when the owner dies.
@@ -425,12 +445,4 @@ async fn a_subscriber_rides_through_its_owners_death_and_says_what_was_never_sto
     );
     drop(survivor);
     drop(control);
-}
-
-fn signal(name: &str, pid: u32) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{name} {pid}: {status}");
 }

@@ -393,12 +393,17 @@ impl ControlPlane {
 
     /// Send the process `signal` (`STOP`, `CONT`).
     pub fn signal(&self, signal: &str) {
-        let sent = Command::new("kill")
-            .args([&format!("-{signal}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success(), "kill -{signal} failed");
+        self::signal(signal, self.child.id());
     }
+}
+
+/// `kill -NAME PID` (`STOP`, `CONT`, `TERM`...), which must succeed.
+pub fn signal(name: &str, pid: u32) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid}: {status}");
 }
 
 impl Drop for ControlPlane {
