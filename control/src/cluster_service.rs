@@ -2010,59 +2010,26 @@ mod tests {
         assert!(h.service.needs_resync(command.broker));
     }
 
-    /// A test double for a filer outage: a local filer whose creates
-    /// fail while `down` is set.
-    #[derive(Debug)]
-    struct CreatesFail {
-        inner: filer::LocalFiler,
-        down: std::sync::atomic::AtomicBool,
-    }
-
-    impl Filer for CreatesFail {
-        fn put(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), filer::FilerError> {
-            self.inner.put(path, bytes)
-        }
-        fn create(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), filer::FilerError> {
-            if self.down.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(filer::FilerError::Io {
-                    op: "create",
-                    path: path.to_string(),
-                    source: std::io::Error::other("the test's filer is down"),
-                });
-            }
-            self.inner.create(path, bytes)
-        }
-        fn read_at(
-            &self,
-            path: &filer::ObjectPath,
-            offset: u64,
-            buf: &mut [u8],
-        ) -> Result<usize, filer::FilerError> {
-            self.inner.read_at(path, offset, buf)
-        }
-        fn size(&self, path: &filer::ObjectPath) -> Result<u64, filer::FilerError> {
-            self.inner.size(path)
-        }
-        fn list(
-            &self,
-            prefix: &filer::ObjectPath,
-        ) -> Result<Vec<filer::ObjectPath>, filer::FilerError> {
-            self.inner.list(prefix)
-        }
-        fn delete(&self, path: &filer::ObjectPath) -> Result<(), filer::FilerError> {
-            self.inner.delete(path)
-        }
-    }
-
     /// A dead owner's segment is sealed in the filer (fence, then marker);
     /// while the filer refuses, the seal is tried again every tick.
     #[test]
     fn a_dead_owners_segment_is_fenced_once_the_filer_answers() {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
         let dir = tempfile::tempdir().unwrap();
-        let filer = Arc::new(CreatesFail {
-            inner: filer::LocalFiler::open(dir.path()).unwrap(),
-            down: std::sync::atomic::AtomicBool::new(false),
-        });
+        // The filer's outage: creates fail while `down` is set.
+        let down = Arc::new(AtomicBool::new(false));
+        let hook: crate::test_filer::CreateHook = {
+            let down = down.clone();
+            Box::new(move |_, path| match down.load(Relaxed) {
+                true => Err(filer::FilerError::Io {
+                    op: "create",
+                    path: path.to_string(),
+                    source: std::io::Error::other("the test's filer is down"),
+                }),
+                false => Ok(()),
+            })
+        };
+        let filer = Arc::new(crate::test_filer::HookedCreates::new(dir.path(), hook));
         let mut h = Harness::with_filer(dir, filer.clone());
         for broker in 0..2 {
             h.ask(MembershipRequest::LoadReport {
@@ -2079,7 +2046,7 @@ mod tests {
             .broker
             .unwrap();
         let survivor = 1 - owner.0;
-        filer.down.store(true, std::sync::atomic::Ordering::Relaxed);
+        down.store(true, Relaxed);
         h.now_ms += ClusterConfig::default().broker_silence_ms + 1;
         h.ask(MembershipRequest::LoadReport {
             broker: survivor,
@@ -2098,9 +2065,7 @@ mod tests {
 
         h.service.handle_tick(h.now_ms + 1_000);
         assert_eq!(h.service.unfenced.len(), 1, "still down: kept");
-        filer
-            .down
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        down.store(false, Relaxed);
         h.service.handle_tick(h.now_ms + 2_000);
         assert!(h.service.unfenced.is_empty());
         let mut content = vec![0u8; 128];

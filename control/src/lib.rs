@@ -50,6 +50,8 @@ mod scaling_policy;
 mod segment;
 pub mod segment_fence;
 pub mod state_store;
+#[cfg(test)]
+mod test_filer;
 mod topic;
 mod topic_name;
 pub mod topic_store;

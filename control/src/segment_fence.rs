@@ -254,10 +254,16 @@ mod tests {
         filer
             .create(&filer_layout::chunk(&t, 7, 0), &chunk(0, 4))
             .unwrap();
-        let racing = RacingOwner {
-            inner: LocalFiler::open(dir.path()).unwrap(),
-            chunk: std::sync::Mutex::new(Some((filer_layout::chunk(&t, 7, 4), chunk(4, 3)))),
-        };
+        // The owner stores its chunk just before the fence's first create
+        // reaches the filer.
+        let owner = std::sync::Mutex::new(Some((filer_layout::chunk(&t, 7, 4), chunk(4, 3))));
+        let racing = crate::test_filer::HookedCreates::new(
+            dir.path(),
+            Box::new(move |inner, _| match owner.lock().unwrap().take() {
+                Some((path, bytes)) => inner.create(&path, &bytes),
+                None => Ok(()),
+            }),
+        );
         assert_eq!(
             fence_segment(&racing, &t, 7, 3, "control").unwrap(),
             Fenced::At(7)
@@ -299,43 +305,5 @@ mod tests {
             .to_string();
         assert!(err.contains("00000000000000000000.chunk"), "{err}");
         assert!(err.contains("no seal point"), "{err}");
-    }
-
-    /// A test double: a filer whose segment owner stores one chunk just
-    /// before the first conditional create reaches the filer (the race the
-    /// fence must win or step past).
-    #[derive(Debug)]
-    struct RacingOwner {
-        inner: LocalFiler,
-        chunk: std::sync::Mutex<Option<(filer::ObjectPath, Vec<u8>)>>,
-    }
-
-    impl Filer for RacingOwner {
-        fn put(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
-            self.inner.put(path, bytes)
-        }
-        fn create(&self, path: &filer::ObjectPath, bytes: &[u8]) -> Result<(), FilerError> {
-            if let Some((owner_path, owner_bytes)) = self.chunk.lock().unwrap().take() {
-                self.inner.create(&owner_path, &owner_bytes)?;
-            }
-            self.inner.create(path, bytes)
-        }
-        fn read_at(
-            &self,
-            path: &filer::ObjectPath,
-            offset: u64,
-            buf: &mut [u8],
-        ) -> Result<usize, FilerError> {
-            self.inner.read_at(path, offset, buf)
-        }
-        fn size(&self, path: &filer::ObjectPath) -> Result<u64, FilerError> {
-            self.inner.size(path)
-        }
-        fn list(&self, prefix: &filer::ObjectPath) -> Result<Vec<filer::ObjectPath>, FilerError> {
-            self.inner.list(prefix)
-        }
-        fn delete(&self, path: &filer::ObjectPath) -> Result<(), FilerError> {
-            self.inner.delete(path)
-        }
     }
 }
