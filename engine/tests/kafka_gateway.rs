@@ -202,20 +202,33 @@ fn kafka_batch(recs: &[Rec], codec: Compression, producer: (i64, i16, i32)) -> V
             headers: RecordHeaders::List(h),
         })
         .collect();
+    let max = recs.last().unwrap().timestamp;
+    encode_batch(&list, (base, max), codec, producer)
+}
+
+/// A Kafka batch of `list`, whose timestamps run from `timestamps.0` (the
+/// base its deltas count from) to `timestamps.1`, with the producer fields
+/// given.
+fn encode_batch(
+    list: &[Record<'_>],
+    timestamps: (i64, i64),
+    codec: Compression,
+    producer: (i64, i16, i32),
+) -> Vec<u8> {
     let header = RecordBatchHeader {
         base_offset: 0,
         partition_leader_epoch: -1,
         attributes: 0,
         last_offset_delta: 0,
-        base_timestamp: base,
-        max_timestamp: recs.last().unwrap().timestamp,
+        base_timestamp: timestamps.0,
+        max_timestamp: timestamps.1,
         producer_id: producer.0,
         producer_epoch: producer.1,
         base_sequence: producer.2,
-        record_count: recs.len() as i32,
+        record_count: list.len() as i32,
     };
     let mut out = Vec::new();
-    encode_record_batch(&mut out, &header, &list, codec, &mut Vec::new()).unwrap();
+    encode_record_batch(&mut out, &header, list, codec, &mut Vec::new()).unwrap();
     out
 }
 
@@ -1188,27 +1201,12 @@ fn null_values_and_keys_come_back_null_and_empty_ones_empty() {
             headers: RecordHeaders::List(&[]),
         })
         .collect();
-    let header = RecordBatchHeader {
-        base_offset: 0,
-        partition_leader_epoch: -1,
-        attributes: 0,
-        last_offset_delta: 0,
-        base_timestamp: 1_700_000_000_000,
-        max_timestamp: 1_700_000_000_003,
-        producer_id: -1,
-        producer_epoch: -1,
-        base_sequence: -1,
-        record_count: 4,
-    };
-    let mut batch = Vec::new();
-    encode_record_batch(
-        &mut batch,
-        &header,
+    let batch = encode_batch(
         &list,
+        (1_700_000_000_000, 1_700_000_000_003),
         Compression::None,
-        &mut Vec::new(),
-    )
-    .unwrap();
+        (-1, -1, -1),
+    );
     assert_eq!(produce(&mut c, "nulls", 0, &batch, -1), (k::NONE, 0));
 
     let r = c.call(fetch_request("nulls", 0, 0, 0), 12);

@@ -99,18 +99,24 @@ async fn wait_declared_dead(client: &Client, topic: &str, victim: u32) {
     }
 }
 
-/// Every record of `topic` from the start, read until `want` values of
-/// `durable` tags are in and nothing more came for a second: value ->
-/// times read.
-async fn read_all(client: &Client, topic: &str, want: u64) -> HashMap<String, u64> {
+/// A subscriber to every segment of `topic` from the start, riding
+/// through broker deaths (`reconnect`, as `kelp sub` has it).
+async fn from_the_start(client: &Client, topic: &str) -> client::Subscriber {
     let options = SubscribeOptions {
         reconnect: true,
         ..SubscribeOptions::default()
     };
-    let mut subscriber = client
+    client
         .subscribe(topic, FetchFrom::Earliest, options)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Every record of `topic` from the start, read until `want` values of
+/// `durable` tags are in and nothing more came for a second: value ->
+/// times read.
+async fn read_all(client: &Client, topic: &str, want: u64) -> HashMap<String, u64> {
+    let mut subscriber = from_the_start(client, topic).await;
     let mut got: HashMap<String, u64> = HashMap::new();
     let deadline = Instant::now() + READ_LIMIT;
     let mut complete_at: Option<Instant> = None;
@@ -379,14 +385,7 @@ async fn a_subscriber_rides_through_its_owners_death_and_says_what_was_never_sto
 
     // The reader has every record, the unstored ones from the owner's
     // buffers too, when the owner dies.
-    let options = SubscribeOptions {
-        reconnect: true,
-        ..SubscribeOptions::default()
-    };
-    let mut subscriber = both
-        .subscribe(TOPIC, FetchFrom::Earliest, options)
-        .await
-        .unwrap();
+    let mut subscriber = from_the_start(&both, TOPIC).await;
     let mut read = 0u64;
     while read < DURABLE_BEFORE + LEADER_HELD {
         let next = tokio::time::timeout(READ_LIMIT, subscriber.next())
