@@ -281,6 +281,12 @@ impl ActiveBuffer {
         self.index.entries()
     }
 
+    /// The largest record timestamp appended (`i64::MIN` while empty), as
+    /// its chunk header will say once sealed.
+    pub(crate) fn max_timestamp_ms(&self) -> i64 {
+        self.index.max_timestamp_ms()
+    }
+
     /// Write the index and header in place: the mapping now holds a whole
     /// chunk file.
     pub(crate) fn seal(self) -> Result<SealedBuffer, EngineError> {

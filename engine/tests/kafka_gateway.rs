@@ -232,6 +232,30 @@ fn encode_batch(
     out
 }
 
+/// ListOffsets (v7) of one partition at `timestamp`, which must succeed:
+/// the (offset, timestamp) answered.
+fn list_offset(c: &mut Kafka, topic: &str, partition: i32, timestamp: i64) -> (i64, i64) {
+    let r = c.call(
+        RequestBody::ListOffsets(ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: 0,
+            topics: vec![ListOffsetsTopic {
+                name: topic.into(),
+                partitions: vec![ListOffsetsPartition {
+                    partition_index: partition,
+                    current_leader_epoch: -1,
+                    timestamp,
+                }],
+            }],
+        }),
+        7,
+    );
+    let r = expect!(r, ListOffsets);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(p.error_code, k::NONE, "partition {partition}, {timestamp}");
+    (p.offset, p.timestamp)
+}
+
 fn produce_request<'a>(topic: &str, partition: i32, batch: &'a [u8], acks: i16) -> RequestBody<'a> {
     RequestBody::Produce(ProduceRequest {
         transactional_id: None,
@@ -469,30 +493,20 @@ fn every_api_answers() {
         (0, -3, 1, 1_700_000_000_900),
         (1, -3, -1, -1),
     ] {
-        let r = c.call(
-            RequestBody::ListOffsets(ListOffsetsRequest {
-                replica_id: -1,
-                isolation_level: 0,
-                topics: vec![ListOffsetsTopic {
-                    name: "apis".into(),
-                    partitions: vec![ListOffsetsPartition {
-                        partition_index: partition,
-                        current_leader_epoch: -1,
-                        timestamp,
-                    }],
-                }],
-            }),
-            7,
-        );
-        let r = expect!(r, ListOffsets);
-        let p = &r.topics[0].partitions[0];
-        assert_eq!(p.error_code, k::NONE, "partition {partition}, {timestamp}");
         assert_eq!(
-            (p.offset, p.timestamp),
+            list_offset(&mut c, "apis", partition, timestamp),
             (offset, found),
             "partition {partition}, timestamp {timestamp}"
         );
     }
+    // A larger timestamp only in the partition's buffers (acks=1): found
+    // there, ahead of the chunks'.
+    let mut buffered = records(2, "max-buffered");
+    buffered[0].timestamp = 1_700_000_000_950;
+    buffered[1].timestamp = 1_700_000_000_100;
+    let (e, base) = produce_records(&mut c, "apis", 0, &buffered, Compression::None, 1);
+    assert_eq!((e, base), (k::NONE, 5));
+    assert_eq!(list_offset(&mut c, "apis", 0, -3), (5, 1_700_000_000_950));
 
     let r = c.call(
         RequestBody::FindCoordinator(FindCoordinatorRequest {

@@ -463,13 +463,6 @@ impl<'a> BatchView<'a> {
         (bytes.len() >= BATCH_HEADER_BYTES).then(|| le_u32(bytes, BATCH_BYTES_OFFSET))
     }
 
-    /// The max timestamp field of the batch header at the start of
-    /// `bytes`, read without validating the batch: for bytes this process
-    /// validated when it appended them (its own buffers).
-    pub fn peek_max_timestamp(bytes: &[u8]) -> Option<i64> {
-        (bytes.len() >= BATCH_HEADER_BYTES).then(|| le_i64(bytes, MAX_TIMESTAMP_OFFSET))
-    }
-
     /// Verify one batch occupying exactly `bytes`: lengths, version,
     /// checksum, and every record's bounds. Nothing of the batch is trusted
     /// before this returns.

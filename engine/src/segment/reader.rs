@@ -377,28 +377,23 @@ impl SegmentCore {
     }
 
     /// The largest record timestamp the segment holds, if it holds any:
-    /// from its chunks' headers and the batch headers of its buffers.
+    /// from the headers of its chunks and sealed buffers, and what the
+    /// active buffer's index has seen.
     fn max_timestamp(&self) -> Option<i64> {
         let state = self.state.borrow();
-        let stored = state
+        let chunks = state
             .log
             .chunks()
             .iter()
             .filter(|c| c.damaged.is_none() && c.header.next_offset > c.header.base_offset)
-            .map(|c| c.header.max_timestamp_ms)
-            .max();
-        let mut buffered: Option<i64> = None;
-        for buffer in state.memory_buffers() {
-            let mut at = 0;
-            while let Some(len) = buffer.data.get(at..).and_then(BatchView::peek_len) {
-                let Some(t) = BatchView::peek_max_timestamp(&buffer.data[at..]) else {
-                    break;
-                };
-                buffered = Some(buffered.map_or(t, |b| b.max(t)));
-                at += (len as usize).max(1);
-            }
-        }
-        stored.max(buffered)
+            .map(|c| c.header.max_timestamp_ms);
+        let sealed = state.log.sealed().map(|b| b.header().max_timestamp_ms);
+        let active = state
+            .active
+            .iter()
+            .filter(|a| !a.is_empty())
+            .map(|a| a.max_timestamp_ms());
+        chunks.chain(sealed).chain(active).max()
     }
 
     /// The first offset whose record timestamp is at least `t`, or the end.
