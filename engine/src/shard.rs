@@ -126,6 +126,18 @@ pub(crate) struct Shard {
     pub(crate) stop: event_listener::Event,
 }
 
+/// The segment ids that have a directory under a topic's buffers
+/// directory `root` (none if it is missing or cannot be read: leftovers are
+/// looked for again with the next layout).
+fn segment_dirs(root: &std::path::Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Where a segment lives, from this shard's point of view.
 pub(crate) enum SegmentLookup {
     Here(Segment),
@@ -300,18 +312,20 @@ impl Shard {
         // Buffers an earlier run of this broker left for segments sealed
         // while it was away (declared dead): one shard, the one each
         // names, applies the rule of `recovery::drop_leftover_buffers`.
-        for segment in topic.segments() {
-            let id = segment.id.0;
+        // The topic's buffers directory is listed once: it holds only the
+        // segments this broker holds or held, never the layout's history.
+        for id in segment_dirs(&buffers_root) {
+            let Some(segment) = topic.segment(SegmentId(id)) else {
+                continue;
+            };
             let mine = usize::from(segment.shard) % self.shard_commands.len() == self.index;
             if segment.is_open() || !mine || existing.contains_key(&id) {
                 continue;
             }
+            let finish = segment.broker == me;
             let dir = buffers_root.join(id.to_string());
-            if dir.exists() {
-                let finish = segment.broker == me;
-                self.settle_leftover_buffers(&topic_name, segment, finish, dir)
-                    .await;
-            }
+            self.settle_leftover_buffers(&topic_name, segment, finish, dir)
+                .await;
         }
         // A layout this shard cannot carry out whole is not installed (the
         // control plane resynchronises the broker); what it seals is
