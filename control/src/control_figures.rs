@@ -18,6 +18,10 @@ pub struct ControlFigures {
     splits: AtomicU64,
     merges: AtomicU64,
     moves: AtomicU64,
+    connections: AtomicU64,
+    receive_bytes: AtomicU64,
+    refused_for_connections: AtomicU64,
+    refused_for_address: AtomicU64,
 }
 
 /// The figures read at one moment.
@@ -35,6 +39,15 @@ pub struct ControlFiguresSnapshot {
     pub segments_sealed: u64,
     /// Actions this process decided while it led, over its life.
     pub actions: ActionCounts,
+    /// Connections open.
+    pub connections: u64,
+    /// Frame payload bytes held against the receive budget.
+    pub receive_bytes: u64,
+    /// Connections turned away: all slots taken (`connections_max`).
+    pub refused_for_connections: u64,
+    /// Connections turned away: their address holds its share
+    /// (`connections_per_ip_max`).
+    pub refused_for_address: u64,
 }
 
 /// The driver's record of what it published of one state machine's
@@ -102,6 +115,23 @@ impl ControlFigures {
         published.counted = now;
     }
 
+    /// The connection thread's levels: connections open, payload bytes
+    /// held.
+    pub(crate) fn set_connections(&self, open: u64, receive_bytes: u64) {
+        self.connections.store(open, Relaxed);
+        self.receive_bytes.store(receive_bytes, Relaxed);
+    }
+
+    /// A connection was turned away: every slot is taken.
+    pub(crate) fn count_refused_for_connections(&self) {
+        self.refused_for_connections.fetch_add(1, Relaxed);
+    }
+
+    /// A connection was turned away: its address has its share.
+    pub(crate) fn count_refused_for_address(&self) {
+        self.refused_for_address.fetch_add(1, Relaxed);
+    }
+
     /// The figures now.
     pub fn read(&self) -> ControlFiguresSnapshot {
         ControlFiguresSnapshot {
@@ -117,6 +147,10 @@ impl ControlFigures {
                 merges: self.merges.load(Relaxed),
                 moves: self.moves.load(Relaxed),
             },
+            connections: self.connections.load(Relaxed),
+            receive_bytes: self.receive_bytes.load(Relaxed),
+            refused_for_connections: self.refused_for_connections.load(Relaxed),
+            refused_for_address: self.refused_for_address.load(Relaxed),
         }
     }
 }

@@ -1,12 +1,13 @@
-//! [`ControlServer`]: the control-plane process. A TCP listener, one
-//! thread per connection, one driver thread that owns the
+//! [`ControlServer`]: the control-plane process. One thread for the TCP
+//! listener and every connection (`control_connections`), one driver thread
+//! that owns the
 //! [`ClusterService`] state machine (and so the
 //! [`Cluster`](crate::Cluster)), and one sender thread per broker with
 //! commands to take.
 //!
 //! The driver waits on one bounded channel ([`REQUESTS_QUEUED_MAX`]) of
-//! inputs: requests from connection threads (each waits for its answer),
-//! command results from sender threads, and stop; it wakes at the next tick
+//! inputs: requests from the connection thread (each connection waits for
+//! its answer), command results from sender threads, and stop; it wakes at the next tick
 //! (every `tick_ms`) if nothing comes. After each input it hands out the
 //! answers the state machine has, then its commands, each to its broker's
 //! sender thread. A sender thread makes the blocking [`BrokerLink`] call
@@ -25,37 +26,41 @@
 //! that state machine (answering whoever waits with `NotLeader`). A
 //! follower answers every request `NotLeader`, naming the leader's
 //! address: brokers go there.
-//!
-//! Connection threads decode and check every frame before anything uses
-//! it: a frame whose payload fails its checksum or does not decode gets an
-//! error answer and the connection goes on; a bad header (magic, version,
-//! type, length over the limit) cannot be resynchronised, so it gets an
-//! error answer and the connection is closed.
 
 use std::collections::HashMap;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use filer::{Filer, FilerUrl, LocalFiler};
-use wire::{ControlPortRequest, DecodeError, ErrorCode, Response};
+use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
+use wire::{ControlPortRequest, ErrorCode, Response};
 
 use crate::broker_link::{BrokerLink, LinkError};
 use crate::cluster_service::{
-    not_served, AnswerToken, ClusterService, CommandFailed, CommandId, OutgoingCommand,
+    AnswerToken, ClusterService, CommandFailed, CommandId, OutgoingCommand,
 };
+use crate::control_connections::{ConnectionLimits, ConnectionsHandle, ControlConnections, Reply};
 use crate::control_figures::{ControlFigures, PublishedActions};
 use crate::election::{ElectedTerm, Election, ElectionState};
-use crate::frame_stream::{read_frame, FrameReadError};
 use crate::state_store::FilerStateStore;
 use crate::{BrokerId, ClusterConfig, ControlError, RebalancePolicy, BROKERS_MAX};
 
 /// Most connections served at once; more are answered `Busy` and closed.
 pub const CONNECTIONS_MAX: usize = 1024;
+/// Most connections from one IP address, by default.
+pub const CONNECTIONS_PER_IP_MAX: usize = 256;
+/// Frame payload bytes held for all connections together, by default.
+pub const RECEIVE_BYTES_MAX: u64 = 64 << 20;
+/// A connection that sent nothing and is owed nothing for this long is
+/// closed, by default (Kafka's `connections.max.idle.ms`; brokers call
+/// every second).
+pub const IDLE_TIMEOUT_MS: u64 = 600_000;
+/// A frame must be all here this long after its first byte, by default.
+pub const FRAME_TIMEOUT_MS: u64 = 30_000;
 /// Most inputs (requests, command results) waiting for the driver;
 /// connection and sender threads wait beyond it.
 pub const REQUESTS_QUEUED_MAX: usize = 1024;
@@ -96,6 +101,18 @@ pub struct ControlServerConfig {
     pub link: BrokerLink,
     /// Most connections at once.
     pub connections_max: usize,
+    /// Most connections from one IP address.
+    pub connections_per_ip_max: usize,
+    /// Frame payload bytes held for all connections together: past it a
+    /// connection waits before it reads a payload. At least
+    /// `FRAME_PAYLOAD_BYTES_MAX` (8 MiB).
+    pub receive_bytes_max: u64,
+    /// A connection that sent no frame for this long and is owed no answer
+    /// is closed.
+    pub idle_timeout_ms: u64,
+    /// A frame whose first byte came this long ago must be all here, or
+    /// the connection is closed.
+    pub frame_timeout_ms: u64,
     /// Run as one of several instances elected through etcd (state in
     /// etcd); `None`: alone, state in the filer. The filer must then be one
     /// every instance shares (`filer` set).
@@ -123,6 +140,10 @@ impl Default for ControlServerConfig {
             rebalance: ClusterConfig::default().rebalance,
             link: BrokerLink::default(),
             connections_max: CONNECTIONS_MAX,
+            connections_per_ip_max: CONNECTIONS_PER_IP_MAX,
+            receive_bytes_max: RECEIVE_BYTES_MAX,
+            idle_timeout_ms: IDLE_TIMEOUT_MS,
+            frame_timeout_ms: FRAME_TIMEOUT_MS,
             election: None,
         }
     }
@@ -158,12 +179,12 @@ pub enum ControlServerError {
     },
 }
 
-/// What connection threads, sender threads and `stop` send the driver.
+/// What the connection thread, sender threads and `stop` send the driver.
 #[derive(Debug)]
 enum DriverInput {
     Request {
         request: ControlPortRequest,
-        reply: SyncSender<Response<'static>>,
+        reply: Reply,
     },
     CommandDone {
         /// The state machine that sent it ([`Driver::generation`]).
@@ -202,28 +223,39 @@ pub enum HandOffError {
     Rejected(#[source] TrySendError<OutgoingCommand>),
 }
 
-/// Connections being served, so `stop` can close them.
-type OpenConnections = Arc<Mutex<HashMap<u64, TcpStream>>>;
-
 /// A running control plane.
 #[derive(Debug)]
 pub struct ControlServer {
     address: SocketAddr,
     figures: Arc<ControlFigures>,
-    stopping: Arc<AtomicBool>,
     driver: SyncSender<DriverInput>,
     driver_thread: Option<JoinHandle<()>>,
-    accept_thread: Option<JoinHandle<()>>,
-    connections: OpenConnections,
+    connections: ConnectionsHandle,
+    connections_thread: Option<JoinHandle<()>>,
 }
 
 impl ControlServer {
-    /// Load the topics, listen, and start the driver and acceptor threads.
+    /// Load the topics, listen, and start the driver and connection
+    /// threads.
     pub fn start(config: ControlServerConfig) -> Result<ControlServer, ControlServerError> {
-        if config.tick_ms == 0 || config.broker_silence_ms == 0 || config.connections_max == 0 {
+        if config.tick_ms == 0
+            || config.broker_silence_ms == 0
+            || config.connections_max == 0
+            || config.connections_per_ip_max == 0
+            || config.idle_timeout_ms == 0
+            || config.frame_timeout_ms == 0
+        {
             return Err(ControlServerError::Config(
-                "tick_ms, broker_silence_ms and connections_max must be at least 1".to_owned(),
+                "tick_ms, broker_silence_ms, connections_max, connections_per_ip_max, \
+                 idle_timeout_ms and frame_timeout_ms must be at least 1"
+                    .to_owned(),
             ));
+        }
+        if config.receive_bytes_max < u64::from(FRAME_PAYLOAD_BYTES_MAX) {
+            return Err(ControlServerError::Config(format!(
+                "receive_bytes_max must be at least one largest frame, {FRAME_PAYLOAD_BYTES_MAX} \
+                 bytes"
+            )));
         }
         let io = |what: &'static str, path: String| {
             move |source| ControlServerError::Io { what, path, source }
@@ -305,21 +337,29 @@ impl ControlServer {
                 name: "driver",
                 source,
             })?;
-        let stopping = Arc::new(AtomicBool::new(false));
-        let connections: OpenConnections = Arc::default();
-        let acceptor = Acceptor {
-            listener,
-            driver: driver.clone(),
-            stopping: stopping.clone(),
-            connections: connections.clone(),
-            active: Arc::new(AtomicUsize::new(0)),
+        let limits = ConnectionLimits {
             connections_max: config.connections_max,
+            connections_per_ip_max: config.connections_per_ip_max,
+            receive_bytes_max: config.receive_bytes_max,
+            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+            frame_timeout: Duration::from_millis(config.frame_timeout_ms),
         };
-        let accept_thread = std::thread::Builder::new()
-            .name("kelp-control-accept".to_owned())
-            .spawn(move || acceptor.run())
+        let to_driver = driver.clone();
+        // Blocks while the driver's queue is full: the driver never waits
+        // on this thread, so it always drains.
+        let ask = Box::new(move |request, reply| {
+            to_driver
+                .send(DriverInput::Request { request, reply })
+                .is_ok()
+        });
+        let (serving, connections) =
+            ControlConnections::new(listener, limits, ask, figures.clone())
+                .map_err(io("serve connections on", address.to_string()))?;
+        let connections_thread = std::thread::Builder::new()
+            .name("kelp-control-conns".to_owned())
+            .spawn(move || serving.run())
             .map_err(|source| ControlServerError::Thread {
-                name: "acceptor",
+                name: "connections",
                 source,
             })?;
         match &config.election {
@@ -333,11 +373,10 @@ impl ControlServer {
         Ok(ControlServer {
             address,
             figures,
-            stopping,
             driver,
             driver_thread: Some(driver_thread),
-            accept_thread: Some(accept_thread),
             connections,
+            connections_thread: Some(connections_thread),
         })
     }
 
@@ -358,16 +397,9 @@ impl ControlServer {
     }
 
     fn shut_down(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        // Wake the acceptor out of accept().
-        let _ = TcpStream::connect_timeout(&self.address, Duration::from_secs(1));
-        if let Some(thread) = self.accept_thread.take() {
+        self.connections.stop();
+        if let Some(thread) = self.connections_thread.take() {
             let _ = thread.join();
-        }
-        if let Ok(connections) = self.connections.lock() {
-            for stream in connections.values() {
-                let _ = stream.shutdown(Shutdown::Both);
-            }
         }
         let _ = self.driver.send(DriverInput::Stop);
         if let Some(thread) = self.driver_thread.take() {
@@ -412,8 +444,8 @@ struct Driver {
     /// Where sender threads post results (the same channel as `inputs`).
     results: SyncSender<DriverInput>,
     link: BrokerLink,
-    /// Connection threads waiting for an answer, by token.
-    waiting: HashMap<AnswerToken, SyncSender<Response<'static>>>,
+    /// Connections waiting for an answer, by token.
+    waiting: HashMap<AnswerToken, Reply>,
     next_token: AnswerToken,
     /// Each broker's sender thread, by the channel that feeds it.
     senders: HashMap<BrokerId, SyncSender<OutgoingCommand>>,
@@ -443,9 +475,7 @@ impl Driver {
                         self.waiting.insert(token, reply);
                         service.handle_request(now_ms(), token, request);
                     }
-                    None => {
-                        let _ = reply.try_send(self.not_serving());
-                    }
+                    None => reply.send(self.not_serving()),
                 },
                 Ok(DriverInput::CommandDone {
                     generation,
@@ -544,7 +574,7 @@ impl Driver {
         self.senders.clear();
         let answer = self.not_serving();
         for (_, reply) in self.waiting.drain() {
-            let _ = reply.try_send(answer.clone());
+            reply.send(answer.clone());
         }
         let leader = match now {
             ElectionState::Follower {
@@ -580,9 +610,9 @@ impl Driver {
         loop {
             while let Some((token, answer)) = service.poll_answer() {
                 if let Some(reply) = self.waiting.remove(&token) {
-                    // Room for one, and only this answer goes there; the
-                    // asker may have gone: the change stands regardless.
-                    let _ = reply.try_send(answer);
+                    // The asker may have gone: the change stands
+                    // regardless.
+                    reply.send(answer);
                 }
             }
             let Some(command) = service.poll_command() else {
@@ -678,142 +708,8 @@ fn spawn_sender(
     Ok(sender)
 }
 
-struct Acceptor {
-    listener: TcpListener,
-    driver: SyncSender<DriverInput>,
-    stopping: Arc<AtomicBool>,
-    connections: OpenConnections,
-    active: Arc<AtomicUsize>,
-    connections_max: usize,
-}
-
-impl Acceptor {
-    fn run(self) {
-        let mut next_id: u64 = 0;
-        for stream in self.listener.incoming() {
-            if self.stopping.load(Ordering::SeqCst) {
-                return;
-            }
-            let mut stream = match stream {
-                Ok(stream) => stream,
-                Err(e) => {
-                    log::warn!("accepting a connection: {e}");
-                    // Out of descriptors and the like: do not spin.
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-            };
-            if self.active.load(Ordering::SeqCst) >= self.connections_max {
-                answer_error(
-                    &mut stream,
-                    0,
-                    ErrorCode::Busy,
-                    format!("at most {} connections at once", self.connections_max),
-                );
-                continue;
-            }
-            next_id += 1;
-            let id = next_id;
-            let Ok(clone) = stream.try_clone() else {
-                continue;
-            };
-            if let Ok(mut open) = self.connections.lock() {
-                open.insert(id, clone);
-            }
-            self.active.fetch_add(1, Ordering::SeqCst);
-            let driver = self.driver.clone();
-            let connections = self.connections.clone();
-            let active = self.active.clone();
-            let spawned = std::thread::Builder::new()
-                .name("kelp-control-conn".to_owned())
-                .spawn(move || {
-                    serve_connection(stream, &driver);
-                    if let Ok(mut open) = connections.lock() {
-                        open.remove(&id);
-                    }
-                    active.fetch_sub(1, Ordering::SeqCst);
-                });
-            if let Err(e) = spawned {
-                log::warn!("starting a connection thread: {e}");
-                if let Ok(mut open) = self.connections.lock() {
-                    open.remove(&id);
-                }
-                self.active.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
-    }
-}
-
-/// Serve one connection's requests in order until it closes or breaks.
-fn serve_connection(mut stream: TcpStream, driver: &SyncSender<DriverInput>) {
-    let _ = stream.set_nodelay(true);
-    let mut payload = Vec::new();
-    let mut out = Vec::new();
-    loop {
-        let header = match read_frame(&mut stream, &mut payload) {
-            Ok(Some(header)) => header,
-            Ok(None) => return,
-            Err(FrameReadError::Payload { header, error }) => {
-                let code = ErrorCode::from(&error);
-                answer_error(&mut stream, header.request_id, code, error.to_string());
-                continue;
-            }
-            Err(FrameReadError::Header(error)) => {
-                // Cannot be resynchronised: say why, then close.
-                let code = ErrorCode::from(&error);
-                answer_error(&mut stream, 0, code, format!("bad frame header: {error}"));
-                return;
-            }
-            Err(_) => return,
-        };
-        let answer = if !header.frame_type.is_request() {
-            error_response(
-                ErrorCode::InvalidArgument,
-                format!("{:?} is a response, not a request", header.frame_type),
-            )
-        } else {
-            match ControlPortRequest::decode(header.frame_type, &payload) {
-                Err(DecodeError::Foreign { frame_type }) => {
-                    let (code, message) = not_served(frame_type);
-                    error_response(code, message)
-                }
-                Err(e) => error_response(ErrorCode::from(&e), e.to_string()),
-                Ok(request) => ask_driver(driver, request),
-            }
-        };
-        out.clear();
-        answer.encode(header.request_id, &mut out);
-        if std::io::Write::write_all(&mut stream, &out).is_err() {
-            return;
-        }
-    }
-}
-
-fn ask_driver(driver: &SyncSender<DriverInput>, request: ControlPortRequest) -> Response<'static> {
-    let (reply, answer) = sync_channel(1);
-    let stopped = || {
-        error_response(
-            ErrorCode::Internal,
-            "the control plane is shutting down".to_owned(),
-        )
-    };
-    if driver
-        .send(DriverInput::Request { request, reply })
-        .is_err()
-    {
-        return stopped();
-    }
-    answer.recv().unwrap_or_else(|_| stopped())
-}
-
 fn error_response(code: ErrorCode, message: String) -> Response<'static> {
     Response::Error { code, message }
-}
-
-fn answer_error(stream: &mut TcpStream, request_id: u32, code: ErrorCode, message: String) {
-    let mut out = Vec::new();
-    error_response(code, message).encode(request_id, &mut out);
-    let _ = std::io::Write::write_all(stream, &out);
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub mod broker_link;
 mod broker_queue;
 mod cluster;
 pub mod cluster_service;
+mod control_connections;
 pub mod control_figures;
 pub mod control_server;
 mod delivery;

@@ -678,6 +678,7 @@ impl LocalControl {
             link: control::broker_link::BrokerLink::default(),
             connections_max: LONE_CONTROL_CONNECTIONS_MAX,
             election: None,
+            ..ControlServerConfig::default()
         })
         .map_err(|e| EngineError::Start(format!("start the control plane: {e}")))?;
         let joined = join_as(config, &server.address().to_string(), shards, Some(id))?;

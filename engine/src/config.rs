@@ -52,6 +52,12 @@ pub struct BrokerConfig {
     /// files on local disk (and dirty page cache until the kernel writes
     /// them back), so this bounds disk use, not the broker's memory.
     pub unflushed_bytes_max: u64,
+    /// When the disk has no room for a segment's next buffer, its producers
+    /// wait up to this long for room (checked every
+    /// `segment::DISK_FULL_RETRY`) before they are answered `Storage`; 0
+    /// answers at once. Either way nothing is acknowledged that is not
+    /// written.
+    pub disk_full_wait_ms: u64,
     /// Open connections per shard (TCP and QUIC each).
     pub connections_per_shard_max: usize,
     /// Open native TCP and QUIC connections per shard from one IP address
@@ -163,6 +169,7 @@ impl Default for BrokerConfig {
             drop_flushed_pages: false,
             durable_linger_ms: 10,
             unflushed_bytes_max: UNFLUSHED_BYTES_MAX_DEFAULT,
+            disk_full_wait_ms: 0,
             connections_per_shard_max: 1024,
             connections_per_ip_max: 256,
             receive_bytes_max: 256 << 20,

@@ -148,6 +148,27 @@ pub struct ControlArgs {
           value_parser = clap::value_parser!(u32).range(i64::from(election::LEASE_TTL_S_MIN)..=i64::from(election::LEASE_TTL_S_MAX)),
           requires = "etcd")]
     pub lease_ttl_s: u32,
+    /// Connections one IP address may hold: one host cannot take every
+    /// connection slot (1,024 in all).
+    #[arg(long, value_name = "N", default_value_t = control::control_server::CONNECTIONS_PER_IP_MAX as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub connections_per_ip_max: u64,
+    /// Request bytes held for all connections together; past it,
+    /// connections wait before reading a frame's payload. At least 8 MiB
+    /// (one largest frame).
+    #[arg(long, value_name = "BYTES", default_value_t = control::control_server::RECEIVE_BYTES_MAX,
+          value_parser = clap::value_parser!(u64).range(u64::from(wire::limits::FRAME_PAYLOAD_BYTES_MAX)..))]
+    pub receive_bytes_max: u64,
+    /// Close a connection that sent no request for this long and is owed no
+    /// answer (brokers call every second).
+    #[arg(long, value_name = "MS", default_value_t = control::control_server::IDLE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+    /// Close a connection whose request has not all arrived this long after
+    /// its first byte (a peer trickling bytes).
+    #[arg(long, value_name = "MS", default_value_t = control::control_server::FRAME_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub frame_timeout_ms: u64,
     #[command(flatten)]
     pub log: LogArgs,
 }
@@ -336,6 +357,12 @@ pub struct ServeArgs {
     /// backpressure, never loss). One sealed buffer may always wait.
     #[arg(long, value_name = "BYTES", default_value_t = engine::config::UNFLUSHED_BYTES_MAX_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
     pub unflushed_bytes_max: u64,
+    /// When the disk has no room for a segment's next buffer, producers wait
+    /// up to this long for room (an operator freeing space, retention)
+    /// before they are answered `Storage`; 0 answers at once. Nothing
+    /// unwritten is ever acknowledged.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub disk_full_wait_ms: u64,
     /// Chunk uploads one shard has in flight at most (1 to 64): with a
     /// store that answers in L seconds a shard stores at most this many
     /// chunks per L; a segment has one in flight.

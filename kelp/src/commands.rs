@@ -48,6 +48,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         connections_per_ip_max: usize::try_from(args.connections_per_ip_max).unwrap_or(usize::MAX),
         receive_bytes_max: args.receive_bytes_max,
         unflushed_bytes_max: args.unflushed_bytes_max,
+        disk_full_wait_ms: args.disk_full_wait_ms,
         filer_uploads: args.filer_uploads,
         filer_reads: args.filer_reads,
         chunk_cache_bytes: args.chunk_cache_bytes,
@@ -97,6 +98,10 @@ pub fn control(args: ControlArgs) -> anyhow::Result<()> {
         broker_silence_ms: args.broker_silence_ms,
         tick_ms: args.tick_ms,
         election,
+        connections_per_ip_max: usize::try_from(args.connections_per_ip_max).unwrap_or(usize::MAX),
+        receive_bytes_max: args.receive_bytes_max,
+        idle_timeout_ms: args.idle_timeout_ms,
+        frame_timeout_ms: args.frame_timeout_ms,
         ..control::ControlServerConfig::default()
     };
     let server = control::ControlServer::start(config).context("starting the control plane")?;

@@ -46,6 +46,18 @@ impl AdminPages for ControlPages {
         ] {
             actions.sample(vec![("action", kind.into())], Value::Counter(n));
         }
+        let mut refused = Family::counter(
+            "kelp_control_connections_refused",
+            "Connections the control plane turned away, by reason.",
+        );
+        refused.sample(
+            vec![("reason", "connection_limit".into())],
+            Value::Counter(f.refused_for_connections),
+        );
+        refused.sample(
+            vec![("reason", "address_limit".into())],
+            Value::Counter(f.refused_for_address),
+        );
         render(vec![
             one(
                 Family::gauge(
@@ -70,6 +82,18 @@ impl AdminPages for ControlPages {
             ),
             segments,
             actions,
+            one(
+                Family::gauge("kelp_control_connections", "Connections open."),
+                Value::level(f.connections),
+            ),
+            refused,
+            one(
+                Family::gauge(
+                    "kelp_control_receive_bytes",
+                    "Request bytes held against the receive budget (--receive-bytes-max).",
+                ),
+                Value::level(f.receive_bytes),
+            ),
         ])
     }
 

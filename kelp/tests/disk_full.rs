@@ -4,16 +4,19 @@
 //! nothing acknowledged is lost; the broker is then killed with SIGKILL
 //! while the disk is still full, and it must start again on that full
 //! disk (no unreadable partial buffer file) and serve every acknowledged
-//! record. Mounting needs root, which CI has; without it the test fails
-//! and says so.
+//! record. With `--disk-full-wait-ms`, producers wait for room instead,
+//! and carry on once there is some. Mounting needs root, which CI has;
+//! without it the test fails and says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use std::collections::HashSet;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use support::{port, Broker};
 
@@ -152,6 +155,100 @@ fn a_full_disk_loses_nothing_acknowledged_and_the_broker_restarts_on_it() {
         assert!(
             keys.contains(&format!("k{key}")),
             "acknowledged record k{key} is missing after the restart"
+        );
+    }
+    broker.stop();
+}
+
+/// Fill what is left of the filesystem at `path` with one file; its path.
+fn fill(dir: &Path) -> PathBuf {
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let block = vec![0xa5u8; 64 << 10];
+    loop {
+        match file.write(&block) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
+            Err(e) => panic!("filling {}: {e}", path.display()),
+        }
+    }
+    path
+}
+
+#[test]
+fn with_a_disk_full_wait_producers_wait_for_room_and_carry_on() {
+    let disk = SmallDisk::mount();
+    let data_dir = disk.path.join("data");
+    let log = disk._dir.path().join("broker.log");
+    let port = port();
+    // One-MiB buffers that never grow: the run below needs new ones.
+    let broker = Broker::start_logged(
+        &data_dir,
+        port,
+        &[
+            "--disk-full-wait-ms",
+            "120000",
+            "--buffer-bytes",
+            "1048576",
+            "--buffer-bytes-max",
+            "1048576",
+        ],
+        &[],
+        &log,
+    );
+    let topic = "full/wait";
+    assert!(broker.cli(&["topic", "create", topic]).status.success());
+    let (acked, said) = publish_run(&broker, topic, 0);
+    assert!(acked, "{said}");
+
+    let filler = fill(&disk.path);
+    // Runs of RECORDS_PER_RUN records of 1 KB: more than the buffers the
+    // segment holds ready, so it needs a new one the disk has no room for.
+    let runs = 4;
+    std::thread::scope(|scope| {
+        let publishing = scope.spawn(|| {
+            (1..=runs)
+                .map(|run| publish_run(&broker, topic, run * RECORDS_PER_RUN))
+                .collect::<Vec<_>>()
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let waiting = loop {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            if said.contains("--disk-full-wait-ms") {
+                break true;
+            }
+            if publishing.is_finished() || std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(
+            waiting,
+            "the producer never waited for room; broker log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        // Still waiting a while later: not answered with an error.
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(!publishing.is_finished(), "the waiting producer gave up");
+        std::fs::remove_file(&filler).unwrap();
+        for (acked, said) in publishing.join().unwrap() {
+            assert!(
+                acked,
+                "a run was not acknowledged once there was room: {said}"
+            );
+        }
+    });
+    let acknowledged = (runs + 1) * RECORDS_PER_RUN;
+    let keys: HashSet<String> = broker
+        .sub_earliest(topic, acknowledged, "%k\\n")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for key in 0..acknowledged {
+        assert!(
+            keys.contains(&format!("k{key}")),
+            "record k{key} is missing"
         );
     }
     broker.stop();

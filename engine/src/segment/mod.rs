@@ -110,6 +110,10 @@ const SPARES_MAX: usize = 2;
 /// them again (1-2 ms against 0.2 ms, BENCHMARKS.md).
 const POPULATE_FILL_DIVISOR: u64 = 8;
 
+/// How often a producer waiting for disk room (`disk_full_wait_ms`) tries
+/// to make the segment's next buffer again.
+pub(crate) const DISK_FULL_RETRY: Duration = Duration::from_millis(200);
+
 /// An active buffer's appended bytes are handed to the kernel's write-back
 /// (on the blocking pool) each time this many more have come in. Without
 /// it a 64 MiB buffer's pages were written back in one burst after its
@@ -525,6 +529,8 @@ impl SegmentCell {
     ) -> Result<(u64, u64), ServeError> {
         let core = &self.core;
         let len = batch.bytes().len();
+        // Since when this append has found the disk full.
+        let mut disk_full_since: Option<Instant> = None;
         loop {
             if let Some(e) = core.closed_error() {
                 return Err(e);
@@ -598,15 +604,43 @@ impl SegmentCell {
                         }
                         _ => ActiveBuffer::create(path, core.id, base, capacity),
                     };
-                    state.active = Some(next.map_err(|e| ServeError::storage(&e))?);
+                    let failed = match next {
+                        Ok(next) => {
+                            state.active = Some(next);
+                            None
+                        }
+                        Err(e) => Some(e),
+                    };
                     drop(state);
                     if sealed_one {
                         self.start_flush();
                     }
-                    self.prepare_spare();
-                    continue;
+                    let Some(e) = failed else {
+                        self.prepare_spare();
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let since = *disk_full_since.get_or_insert(now);
+                    let wait = Duration::from_millis(core.config.disk_full_wait_ms);
+                    if !is_disk_full(&e) || now.saturating_duration_since(since) >= wait {
+                        return Err(ServeError::storage(&e));
+                    }
+                    if since == now {
+                        log::warn!(
+                            "segment {}: {e}; its producers wait up to {} ms for room \
+                             (--disk-full-wait-ms)",
+                            core.chunk_prefix,
+                            wait.as_millis()
+                        );
+                    }
+                    None
+                } else {
+                    Some(self.space.listen())
                 }
-                self.space.listen()
+            };
+            let Some(listener) = listener else {
+                glommio::timer::sleep(DISK_FULL_RETRY).await;
+                continue;
             };
             // Re-check after registering, then wait for the flusher.
             {
@@ -849,6 +883,18 @@ impl SegmentCell {
             .log
             .fail(format!("fenced off at offset {at}"));
         self.close_as(Closed::Fenced);
+    }
+}
+
+/// Whether `e` is the disk having no room (`ENOSPC`, or a quota's
+/// `EDQUOT`).
+fn is_disk_full(e: &EngineError) -> bool {
+    match e {
+        EngineError::Io { source, .. } => matches!(
+            source.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        ),
+        _ => false,
     }
 }
 
