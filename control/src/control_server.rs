@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use filer::{Filer, FilerUrl, LocalFiler};
+use filer::{Filer, FilerUrl, LocalFiler, RetriedReads};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::{ControlPortRequest, ErrorCode, Response};
 
@@ -275,6 +275,9 @@ impl ControlServer {
                 }
             }
         };
+        // Reads that fail with an I/O error are tried again before the
+        // start, a takeover or a fence gives up on them.
+        let filer: Arc<dyn Filer> = Arc::new(RetriedReads::new(filer));
         if config.election.is_some() && config.filer.is_none() {
             return Err(ControlServerError::Config(
                 "an elected control plane needs a filer every instance shares".to_owned(),

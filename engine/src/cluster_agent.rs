@@ -664,7 +664,7 @@ impl LocalControl {
         shards: &[ShardAddress],
     ) -> Result<(LocalControl, Joined), EngineError> {
         let id = read_broker_id(&config.data_dir.join(BROKER_ID_FILE))?.unwrap_or(LONE_BROKER_ID);
-        adopt_unowned(filer.as_ref(), BrokerId(id))?;
+        adopt_unowned(&filer::RetriedReads::new(filer.clone()), BrokerId(id))?;
         let server = ControlServer::start(ControlServerConfig {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: config.data_dir.clone(),

@@ -65,7 +65,7 @@ impl ShardFiler {
             reads: FilerLane::start(
                 &format!("kelp-read-{shard}"),
                 config.filer_reads,
-                filer.clone(),
+                Arc::new(filer::RetriedReads::new(filer.clone())),
             )?,
             filer,
             cache: RefCell::new(ChunkCache::new(cache_bytes)),
@@ -86,7 +86,8 @@ impl ShardFiler {
         result
     }
 
-    /// Make a call that reads (a range, a listing, a size) on the read lane.
+    /// Make a call that reads (a range, a listing, a size) on the read lane,
+    /// where a read failing with an I/O error is tried again (`RetriedReads`).
     pub(crate) async fn read<R: Send + 'static>(
         &self,
         call: impl FnOnce(&dyn Filer) -> R + Send + 'static,

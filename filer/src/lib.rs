@@ -19,11 +19,13 @@ mod error;
 mod filer_url;
 mod local_filer;
 mod object_path;
+mod retried_reads;
 
 pub use error::FilerError;
 pub use filer_url::{FilerUrl, S3_PREFIX_BYTES_MAX};
 pub use local_filer::LocalFiler;
 pub use object_path::{ObjectPath, OBJECT_PATH_BYTES_MAX};
+pub use retried_reads::{RetriedReads, READ_ATTEMPTS_MAX};
 
 /// A file store with object-store semantics.
 ///

@@ -36,6 +36,7 @@ use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::Fetched;
 
 mod etcd_server;
+pub mod fault_filer;
 mod http;
 mod quic;
 mod s3_server;
