@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use memmap2::Mmap;
 use std::os::unix::fs::FileExt;
-use wire::batch::BatchView;
+use wire::batch::{BatchView, BATCH_HEADER_BYTES};
 use wire::chunk::{
     chunk_bytes_max, encode_index, index_bytes, ChunkHeader, ChunkIndexBuilder, ChunkIndexEntry,
     CHUNK_HEADER_BYTES, CHUNK_MAGIC,
@@ -106,11 +106,16 @@ impl ActiveBuffer {
         SpareBuffer::create(staging, data_capacity)?.activate(path, segment_id, base_offset)
     }
 
-    /// Re-open a buffer left by an earlier run. Batches are accepted from
-    /// the start while each checks out (length, checksum, contiguous
-    /// offsets); the first that does not ends the buffer, since nothing
-    /// after it was ever acknowledged.
-    pub(crate) fn recover(path: PathBuf, segment_id: u32) -> Result<ActiveBuffer, EngineError> {
+    /// Re-open a buffer left by an earlier run, as far as `good` (from its
+    /// [`check`], which verified every batch once) says its batches check
+    /// out from the start: what follows was never acknowledged, or is
+    /// damage the caller salvaged. The batches are walked by their lengths
+    /// only, to index them; their checksums are not computed again.
+    pub(crate) fn recover(
+        path: PathBuf,
+        segment_id: u32,
+        good: GoodPrefix,
+    ) -> Result<ActiveBuffer, EngineError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -139,14 +144,9 @@ impl ActiveBuffer {
                 .try_into()
                 .map_err(|_| corrupt("short header"))?,
         );
-        // A buffer sealed before the crash has a valid header: its data
-        // ends where the header says, before the index.
-        let sealed_end = ChunkHeader::decode(&map[..CHUNK_HEADER_BYTES])
-            .ok()
-            .map(|h| CHUNK_HEADER_BYTES + h.data_bytes as usize);
         let data_capacity = data_capacity_for(map.len() as u64) as usize;
-        let scan_end = sealed_end
-            .unwrap_or(CHUNK_HEADER_BYTES + data_capacity)
+        let scan_end = (CHUNK_HEADER_BYTES + good.data_bytes)
+            .min(CHUNK_HEADER_BYTES + data_capacity)
             .min(map.len());
         let mut index = ChunkIndexBuilder::new(data_capacity as u64);
         let mut next_offset = base_offset;
@@ -157,18 +157,22 @@ impl ActiveBuffer {
                 break;
             };
             let len = len as usize;
-            if len == 0 || len > rest.len() {
+            if len < BATCH_HEADER_BYTES || len > rest.len() {
                 break;
             }
-            let Ok(batch) = BatchView::validate(&rest[..len]) else {
-                break;
-            };
+            // Verified by the check this prefix comes from.
+            let batch = BatchView::trusted(&rest[..len]);
             if batch.base_offset() != next_offset {
                 break;
             }
             index.observe((position - CHUNK_HEADER_BYTES) as u64, &batch);
             next_offset = batch.next_offset();
             position += len;
+        }
+        if (position - CHUNK_HEADER_BYTES, next_offset) != (good.data_bytes, good.next_offset)
+            && good.data_bytes > 0
+        {
+            return Err(corrupt("changed since it was checked"));
         }
         // Zero the header checksum: the buffer is open again until sealed.
         file.write_all_at(&[0; 4], 60)
@@ -322,6 +326,16 @@ impl ActiveBuffer {
     }
 }
 
+/// The stretch of a buffer file, from its first batch, whose batches all
+/// verified and follow each other's offsets from the buffer's base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GoodPrefix {
+    /// Its bytes after the header.
+    pub(crate) data_bytes: usize,
+    /// The offset after its last batch (the base offset if it is empty).
+    pub(crate) next_offset: u64,
+}
+
 /// What a buffer file left by an earlier run holds, read without changing
 /// it: whether its header is the one expected, and its batches sorted into
 /// good runs and damage (`salvage::scan`).
@@ -329,6 +343,8 @@ impl ActiveBuffer {
 pub(crate) struct BufferCheck {
     /// Magic, segment id and base offset are the expected ones.
     pub(crate) header_ok: bool,
+    /// The base offset its name gives.
+    base_offset: u64,
     pub(crate) scan: Scan,
     /// The file, and where the data the scan covered ends in it.
     map: Mmap,
@@ -352,6 +368,25 @@ impl BufferCheck {
     /// Whether recovery can take the file as it is.
     pub(crate) fn is_clean(&self) -> bool {
         self.header_ok && self.scan.is_clean()
+    }
+
+    /// The good batches from the data's start: what
+    /// [`ActiveBuffer::recover`] takes of the file.
+    pub(crate) fn good_prefix(&self) -> GoodPrefix {
+        self.scan
+            .runs
+            .first()
+            .filter(|run| run.from == 0 && run.base_offset == self.base_offset)
+            .map_or(
+                GoodPrefix {
+                    data_bytes: 0,
+                    next_offset: self.base_offset,
+                },
+                |run| GoodPrefix {
+                    data_bytes: run.to,
+                    next_offset: run.next_offset,
+                },
+            )
     }
 }
 
@@ -387,6 +422,7 @@ pub(crate) fn check(
     let scan = crate::salvage::scan(data, base_offset, end);
     Ok(BufferCheck {
         header_ok,
+        base_offset,
         scan,
         map,
         data_end,
@@ -669,6 +705,13 @@ mod tests {
     use wire::chunk::ChunkView;
     use wire::BatchBuilder;
 
+    /// Check the file, then recover what the check found good, as
+    /// recovery does.
+    fn recovered(path: PathBuf, segment_id: u32, base: u64) -> Result<ActiveBuffer, EngineError> {
+        let good = check(&path, segment_id, base, None)?.good_prefix();
+        ActiveBuffer::recover(path, segment_id, good)
+    }
+
     fn batch(n: usize) -> Vec<u8> {
         let mut b = BatchBuilder::new();
         for i in 0..n {
@@ -741,13 +784,10 @@ mod tests {
             let half = bytes.len() / 2;
             buf.mapped.file.write_all_at(&bytes[..half], at).unwrap();
         }
-        let buf = ActiveBuffer::recover(path.clone(), 1).unwrap();
+        let buf = recovered(path.clone(), 1, 0).unwrap();
         assert_eq!(buf.next_offset(), 12);
         assert_eq!(buf.data().len(), 4 * bytes.len());
-        assert!(
-            ActiveBuffer::recover(path, 2).is_err(),
-            "wrong segment refused"
-        );
+        assert!(recovered(path, 2, 0).is_err(), "wrong segment refused");
     }
 
     #[test]
@@ -760,7 +800,7 @@ mod tests {
         buf.append(&BatchView::validate(&batch(2)).unwrap())
             .unwrap();
         drop(buf);
-        let again = ActiveBuffer::recover(path, 2).unwrap();
+        let again = recovered(path, 2, 5).unwrap();
         assert_eq!((again.base_offset(), again.next_offset()), (5, 7));
     }
 
@@ -777,7 +817,7 @@ mod tests {
         let path = dir.path().join("b");
         let sealed = filled(path.clone(), 1, 7, &batch(2), 1).seal().unwrap();
         drop(sealed);
-        let again = ActiveBuffer::recover(path, 1).unwrap();
+        let again = recovered(path, 1, 7).unwrap();
         assert_eq!(again.base_offset(), 7);
         assert_eq!(again.next_offset(), 9);
         let resealed = again.seal().unwrap();

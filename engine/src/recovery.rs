@@ -97,11 +97,19 @@ pub(crate) fn recover_buffers(
         if !check.is_clean() {
             let runs = salvage(dirs, path, *base, segment_id, &check, filer, topic)?;
             made.extend(runs.iter().map(|r| r.base_offset()));
-            out.push(ActiveBuffer::recover(path.clone(), segment_id)?);
+            out.push(ActiveBuffer::recover(
+                path.clone(),
+                segment_id,
+                check.good_prefix(),
+            )?);
             out.extend(runs);
             continue;
         }
-        out.push(ActiveBuffer::recover(path.clone(), segment_id)?);
+        out.push(ActiveBuffer::recover(
+            path.clone(),
+            segment_id,
+            check.good_prefix(),
+        )?);
     }
     Ok(out)
 }
