@@ -7,13 +7,13 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::{connect_from, port, produce_header, rss_mib, Broker};
+use support::flood::lists_topics;
+use support::{port, produce_header, rss_mib, Broker};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
-use wire::{AdminRequest, Response};
 
 /// The receive budget the flooded broker runs with.
 const BUDGET_MIB: u64 = 64;
@@ -21,22 +21,6 @@ const BUDGET_MIB: u64 = 64;
 const STALLED: usize = 200;
 /// What the broker may use over its budget.
 const SLACK_MIB: u64 = 64;
-
-/// A ListTopics round trip on `stream`: whether it was answered.
-fn lists_topics(stream: &mut TcpStream) -> bool {
-    let mut out = Vec::new();
-    AdminRequest::ListTopics.encode(9, &mut out);
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    if stream.write_all(&out).is_err() {
-        return false;
-    }
-    match test_support::read_frame(stream) {
-        Some(frame) => matches!(test_support::decode(&frame), Response::TopicList { .. }),
-        None => false,
-    }
-}
 
 #[test]
 fn stalled_large_frames_stay_within_the_receive_budget() {
@@ -69,51 +53,15 @@ fn stalled_large_frames_stay_within_the_receive_budget() {
     assert!(lists_topics(&mut fresh), "a small request was held back");
 
     drop(stalled);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut after = rss_mib(pid);
-    while after > before + SLACK_MIB && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        after = rss_mib(pid);
-    }
-    println!("broker RSS after the connections closed: {after} MiB");
+    support::flood::rss_comes_back(pid, before + SLACK_MIB, "broker");
     broker.stop();
 }
 
-/// A connection from `source` (a loopback address) to `port`.
 #[test]
 fn one_address_cannot_take_every_connection() {
     let dir = tempfile::tempdir().unwrap();
     let port = port();
     let broker = Broker::start_with(dir.path(), port, &["--connections-per-ip-max", "4"]);
-    let mut held: Vec<TcpStream> = (0..4).map(|_| connect_from("127.0.0.2", port)).collect();
-    for s in &mut held {
-        assert!(lists_topics(s), "a connection within the limit was refused");
-    }
-    // The fifth from that address is refused with Busy and closed.
-    let mut refused = connect_from("127.0.0.2", port);
-    refused
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let frame = test_support::read_frame(&mut refused).expect("a Busy answer");
-    assert!(
-        matches!(
-            test_support::decode(&frame),
-            Response::Error {
-                code: wire::ErrorCode::Busy,
-                ..
-            }
-        ),
-        "{frame:?}"
-    );
-    let mut rest = Vec::new();
-    assert_eq!(refused.read_to_end(&mut rest).unwrap_or(0), 0, "closed");
-    // Another address is served.
-    let mut other = connect_from("127.0.0.3", port);
-    assert!(lists_topics(&mut other), "another address was held back");
-    // A slot freed is a slot to take again.
-    drop(held.pop());
-    std::thread::sleep(Duration::from_millis(200));
-    let mut again = connect_from("127.0.0.2", port);
-    assert!(lists_topics(&mut again), "a freed slot was not given back");
+    support::flood::one_address_cannot_take_every_connection(port);
     broker.stop();
 }

@@ -12,7 +12,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{connect_from, port, produce_header, rss_mib, ControlPlane};
+use support::flood::lists_topics;
+use support::{port, produce_header, rss_mib, ControlPlane};
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::{AdminRequest, ErrorCode, Response};
 
@@ -29,23 +30,6 @@ const BUDGET_MIB: u64 = 16;
 const STALLED: usize = 100;
 /// What the process may use over its budget.
 const SLACK_MIB: u64 = 64;
-
-/// A ListTopics round trip on `stream`: whether it was answered with the
-/// topic list.
-fn lists_topics(stream: &mut TcpStream) -> bool {
-    let mut out = Vec::new();
-    AdminRequest::ListTopics.encode(9, &mut out);
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    if stream.write_all(&out).is_err() {
-        return false;
-    }
-    match test_support::read_frame(stream) {
-        Some(frame) => matches!(test_support::decode(&frame), Response::TopicList { .. }),
-        None => false,
-    }
-}
 
 /// Threads of process `pid` (`Threads:` in its status).
 fn threads(pid: u32) -> u64 {
@@ -154,13 +138,7 @@ fn stalled_large_frames_stay_within_the_receive_budget() {
         "{answer:?}"
     );
     drop(stalled);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut after = rss_mib(pid);
-    while after > before + SLACK_MIB && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        after = rss_mib(pid);
-    }
-    println!("control plane RSS after the connections closed: {after} MiB");
+    support::flood::rss_comes_back(pid, before + SLACK_MIB, "control plane");
     assert!(lists_topics(&mut fresh));
     control.stop();
 }
@@ -199,35 +177,7 @@ fn one_address_cannot_take_every_connection() {
     let dir = tempfile::tempdir().unwrap();
     let port = port();
     let control = ControlPlane::start(dir.path(), port, &["--connections-per-ip-max", "4"]);
-    let mut held: Vec<TcpStream> = (0..4).map(|_| connect_from("127.0.0.2", port)).collect();
-    for s in &mut held {
-        assert!(lists_topics(s), "a connection within the limit was refused");
-    }
-    // The fifth from that address is refused with Busy and closed.
-    let mut refused = connect_from("127.0.0.2", port);
-    refused
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let frame = test_support::read_frame(&mut refused).expect("a Busy answer");
-    assert!(
-        matches!(
-            test_support::decode(&frame),
-            Response::Error {
-                code: ErrorCode::Busy,
-                ..
-            }
-        ),
-        "{frame:?}"
-    );
-    let mut rest = Vec::new();
-    assert_eq!(refused.read_to_end(&mut rest).unwrap_or(0), 0, "closed");
-    let mut other = connect_from("127.0.0.3", port);
-    assert!(lists_topics(&mut other), "another address was held back");
-    // A slot freed is a slot to take again.
-    drop(held.pop());
-    std::thread::sleep(Duration::from_millis(200));
-    let mut again = connect_from("127.0.0.2", port);
-    assert!(lists_topics(&mut again), "a freed slot was not given back");
+    support::flood::one_address_cannot_take_every_connection(port);
     control.stop();
 }
 

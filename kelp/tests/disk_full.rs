@@ -80,6 +80,21 @@ fn publish_run(broker: &Broker, topic: &str, first: usize) -> (bool, String) {
     (acked, said)
 }
 
+/// Keys `k0` to `k{acknowledged - 1}` are all read back from `topic`.
+fn assert_read_back(broker: &Broker, topic: &str, acknowledged: usize) {
+    let keys: HashSet<String> = broker
+        .sub_earliest(topic, acknowledged, "%k\\n")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for key in 0..acknowledged {
+        assert!(
+            keys.contains(&format!("k{key}")),
+            "acknowledged record k{key} is missing"
+        );
+    }
+}
+
 /// Every file under the broker's buffers directory with its size.
 fn buffer_files(data_dir: &Path) -> Vec<(PathBuf, u64)> {
     let mut out = Vec::new();
@@ -145,18 +160,7 @@ fn a_full_disk_loses_nothing_acknowledged_and_the_broker_restarts_on_it() {
             path.display()
         );
     }
-    let acknowledged = acked_runs * RECORDS_PER_RUN;
-    let keys: HashSet<String> = broker
-        .sub_earliest(topic, acknowledged, "%k\\n")
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    for key in 0..acknowledged {
-        assert!(
-            keys.contains(&format!("k{key}")),
-            "acknowledged record k{key} is missing after the restart"
-        );
-    }
+    assert_read_back(&broker, topic, acked_runs * RECORDS_PER_RUN);
     broker.stop();
 }
 
@@ -239,17 +243,6 @@ fn with_a_disk_full_wait_producers_wait_for_room_and_carry_on() {
             );
         }
     });
-    let acknowledged = (runs + 1) * RECORDS_PER_RUN;
-    let keys: HashSet<String> = broker
-        .sub_earliest(topic, acknowledged, "%k\\n")
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    for key in 0..acknowledged {
-        assert!(
-            keys.contains(&format!("k{key}")),
-            "record k{key} is missing"
-        );
-    }
+    assert_read_back(&broker, topic, (runs + 1) * RECORDS_PER_RUN);
     broker.stop();
 }

@@ -2,6 +2,7 @@
 //! ports, and a broker process that is killed when the test ends.
 #![allow(dead_code)]
 
+pub mod flood;
 pub mod keyed;
 pub mod records;
 
