@@ -7,16 +7,18 @@
 //! against one byte budget, [`ConnectionLimits::receive_bytes_max`]: past
 //! it a connection waits before it reads a payload, its frame timeout
 //! running (the oldest waiter whose payload fits goes first; a megabyte
-//! of the budget is kept for small payloads). Peers that announce large frames and stall, over
-//! any number of connections, cannot grow the process past that budget.
+//! of the budget is kept for small payloads). Peers that announce large
+//! frames and stall, over any number of connections, cannot grow the
+//! process past that budget.
 //!
 //! Connections are turned away with a `Busy` answer past
 //! [`ConnectionLimits::connections_max`] or past
 //! [`ConnectionLimits::connections_per_ip_max`] from one address. One that
-//! sends no frame and is owed no answer for
-//! [`ConnectionLimits::idle_timeout`] is closed, and so is one whose frame
-//! has not all arrived [`ConnectionLimits::frame_timeout`] after its first
-//! byte: idle or trickling peers cannot hold the connection slots.
+//! sends no frame for [`ConnectionLimits::idle_timeout`] while none of its
+//! requests is with the driver is closed (an answer it does not read
+//! counts as idle), and so is one whose frame has not all arrived
+//! [`ConnectionLimits::frame_timeout`] after its first byte: idle or
+//! trickling peers cannot hold the connection slots.
 //!
 //! Every frame is decoded and checked before anything uses it: a payload
 //! that fails its checksum or does not decode gets an error answer and the
@@ -566,7 +568,9 @@ impl ControlConnections {
                         limits.frame_timeout.as_millis()
                     ),
                 )),
-                None if c.out.is_empty() && now >= c.last_frame_at + limits.idle_timeout => Some((
+                // An answer the peer does not take counts as idle too: the
+                // connection reads nothing more until it is taken.
+                None if now >= c.last_frame_at + limits.idle_timeout => Some((
                     *token,
                     format!("idle for {} ms", limits.idle_timeout.as_millis()),
                 )),
