@@ -639,3 +639,26 @@ fn fits(held: u64, max: u64, needed: u32) -> bool {
     };
     held == 0 || held + needed <= limit
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_payloads_leave_room_for_small_ones_and_one_frame_always_fits() {
+        let max = 16 << 20;
+        let large = 8 << 20;
+        // Nothing held: any frame fits, even one over the budget's share.
+        assert!(fits(0, max, large));
+        // One large held: a second would eat into the small payloads' part.
+        assert!(!fits(u64::from(large), max, large));
+        // Small payloads still fit beside it, up to the whole budget.
+        assert!(fits(u64::from(large), max, 64 << 10));
+        assert!(fits(max - 100, max, 100));
+        assert!(!fits(max - 100, max, 101));
+        // A large one fits while the reserve stays free.
+        let limit = max - SMALL_PAYLOADS_RESERVED_BYTES;
+        assert!(fits(limit - (1 << 20), max, 1 << 20));
+        assert!(!fits(limit - (1 << 20) + 1, max, 1 << 20));
+    }
+}
