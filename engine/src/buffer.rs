@@ -145,9 +145,11 @@ impl ActiveBuffer {
                 .map_err(|_| corrupt("short header"))?,
         );
         let data_capacity = data_capacity_for(map.len() as u64) as usize;
-        let scan_end = (CHUNK_HEADER_BYTES + good.data_bytes)
-            .min(CHUNK_HEADER_BYTES + data_capacity)
-            .min(map.len());
+        // Not bounded by `data_capacity`: a sealed buffer's file is cut to
+        // its chunk's length, and the capacity that length implies can be
+        // smaller than the data its header states (the check bounded the
+        // prefix by the file already).
+        let scan_end = (CHUNK_HEADER_BYTES + good.data_bytes).min(map.len());
         let mut index = ChunkIndexBuilder::new(data_capacity as u64);
         let mut next_offset = base_offset;
         let mut position = CHUNK_HEADER_BYTES;
@@ -172,7 +174,13 @@ impl ActiveBuffer {
         if (position - CHUNK_HEADER_BYTES, next_offset) != (good.data_bytes, good.next_offset)
             && good.data_bytes > 0
         {
-            return Err(corrupt("changed since it was checked"));
+            return Err(corrupt(&format!(
+                "changed since it was checked: its good batches end at data byte {} and \
+                 offset {next_offset}, the check found {} and {}",
+                position - CHUNK_HEADER_BYTES,
+                good.data_bytes,
+                good.next_offset
+            )));
         }
         // Zero the header checksum: the buffer is open again until sealed.
         file.write_all_at(&[0; 4], 60)
@@ -802,6 +810,32 @@ mod tests {
         drop(buf);
         let again = recovered(path, 2, 5).unwrap();
         assert_eq!((again.base_offset(), again.next_offset()), (5, 7));
+    }
+
+    /// A sealed buffer's file is cut to its chunk's length before it is
+    /// handed over, and the capacity that length implies can be below the
+    /// data it holds: recovery must still take every batch (the crash loop
+    /// found it cutting off the last one).
+    #[test]
+    fn recover_a_full_sealed_buffer_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b");
+        // Batches larger than the index interval: fewer index entries
+        // than a full buffer may have, so the file is shorter than the
+        // most a buffer of this capacity could take.
+        let mut b = BatchBuilder::new();
+        b.push(1_700_000_000_000, b"k", &[7u8; 9_000], &[]).unwrap();
+        let bytes = b.finish(0, 0).to_vec();
+        let copies = (64 << 10) / bytes.len();
+        let sealed = filled(path.clone(), 1, 0, &bytes, copies).seal().unwrap();
+        let chunk_bytes = sealed.chunk_bytes().len() as u64;
+        drop(sealed);
+        // Cut to the chunk's length, as a flush does before handing it over.
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(chunk_bytes).unwrap();
+        let again = recovered(path, 1, 0).unwrap();
+        assert_eq!(again.next_offset(), copies as u64);
+        assert_eq!(again.data().len(), copies * bytes.len());
     }
 
     #[test]
