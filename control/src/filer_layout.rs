@@ -45,6 +45,9 @@ const KAFKA_GROUPS_PREFIX: &str = "kafka/groups";
 const KAFKA_GROUP_SUFFIX: &str = ".offsets";
 /// The next Kafka producer id not yet handed out.
 const KAFKA_PRODUCER_IDS_PATH: &str = "kafka/producer_ids";
+/// Where each broker shard keeps the end of the kelp producer ids it
+/// reserved: `producer-ids/<broker>/<shard>`.
+const PRODUCER_IDS_PREFIX: &str = "producer-ids";
 
 /// The longest path below a topic: its prefix, then the longest of what
 /// goes under it (a payload's `payloads/<bucket>/<id>`).
@@ -277,6 +280,12 @@ pub fn kafka_group_offsets(group_id: &str) -> Option<ObjectPath> {
 /// `kafka/producer_ids`.
 pub fn kafka_producer_ids() -> ObjectPath {
     path(KAFKA_PRODUCER_IDS_PATH.to_owned())
+}
+
+/// `producer-ids/<broker>/<shard>`: 8 bytes, the count of the first id
+/// shard `shard` of broker `broker` has not reserved (docs/filer-layout.md).
+pub fn producer_id_block(broker: u32, shard: u32) -> ObjectPath {
+    path(format!("{PRODUCER_IDS_PREFIX}/{broker}/{shard}"))
 }
 
 #[cfg(test)]

@@ -225,6 +225,7 @@ impl Broker {
                 .blocking_thread_pool_placement(PoolPlacement::Unbound(BLOCKING_THREADS))
                 .spawn(move || async move {
                     let config = Rc::new(config_send);
+                    let broker_id = config.broker_id.unwrap_or(0);
                     let addr = config.shard_address(index);
                     let bound = bind_tcp(addr)
                         .map_err(|e| format!("bind TCP {addr}: {e}"))
@@ -279,6 +280,10 @@ impl Broker {
                         metrics: shard_metrics,
                         stopping: Cell::new(false),
                         stop: event_listener::Event::new(),
+                        producer_ids: crate::producer_id_block::ProducerIdBlock::new(
+                            broker_id,
+                            u32::try_from(index).unwrap_or(u32::MAX),
+                        ),
                     });
                     glommio::spawn_local(shard.clone().tick_forever()).detach();
                     // Tasks that own a socket are awaited at shutdown, so the

@@ -203,6 +203,18 @@ async fn handle_data(
             Some(batch) => produce(shard, id, topic, segment, ack, &batch, origin).await,
             None => Reply::Now(error_frame(id, &ServeError::internal())),
         },
+        DataRequest::InitProducer => {
+            Reply::Now(match shard.producer_ids.next(&shard.store).await {
+                Ok(producer_id) => response_frame(
+                    id,
+                    &Response::Producer {
+                        producer_id,
+                        epoch: 0,
+                    },
+                ),
+                Err(e) => error_frame(id, &e),
+            })
+        }
         DataRequest::Fetch(request) => {
             let segment = request.segment;
             let read = match start_fetch(shard, request, origin) {
@@ -673,14 +685,22 @@ pub(crate) async fn append(
             ),
         ));
     }
-    let (base_offset, next_offset) = cell.append(view).await?;
-    let traffic = shard.metrics.traffic(origin.transport());
-    traffic.records_in.add(next_offset - base_offset);
-    traffic.bytes_in.add(view.bytes().len() as u64);
+    // The Kafka gateway checks its own idempotent producers' batches.
+    let producer = if checked {
+        crate::segment::kelp_batch(view)?
+    } else {
+        None
+    };
+    let placed = cell.append(view, producer).await?;
+    if !placed.duplicate {
+        let traffic = shard.metrics.traffic(origin.transport());
+        traffic.records_in.add(placed.next - placed.base);
+        traffic.bytes_in.add(view.bytes().len() as u64);
+    }
     Ok(Appended {
         cell,
-        base_offset,
-        next_offset,
+        base_offset: placed.base,
+        next_offset: placed.next,
     })
 }
 

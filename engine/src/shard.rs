@@ -124,6 +124,8 @@ pub(crate) struct Shard {
     /// Set when the shard shuts down: listeners and connections end.
     pub(crate) stopping: Cell<bool>,
     pub(crate) stop: event_listener::Event,
+    /// The ids it hands out to kelp's idempotent producers.
+    pub(crate) producer_ids: crate::producer_id_block::ProducerIdBlock,
 }
 
 /// The segment ids that have a directory under a topic's buffers

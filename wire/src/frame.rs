@@ -46,6 +46,7 @@ pub enum FrameType {
     DescribeTopicRequest = 0x05,
     ProduceRequest = 0x10,
     FetchRequest = 0x11,
+    InitProducerRequest = 0x12,
     PayloadWriteRequest = 0x20,
     PayloadCommitRequest = 0x21,
     PayloadReadRequest = 0x22,
@@ -67,6 +68,7 @@ pub enum FrameType {
     TopicListResponse = 0x84,
     ProduceResponse = 0x90,
     FetchResponse = 0x91,
+    ProducerResponse = 0x92,
     PayloadReadResponse = 0xA2,
     BrokersResponse = 0x85,
     RegisteredResponse = 0xB0,
@@ -75,7 +77,7 @@ pub enum FrameType {
 
 impl FrameType {
     /// Every frame type, for exhaustive tests.
-    pub const ALL: [FrameType; 32] = [
+    pub const ALL: [FrameType; 34] = [
         FrameType::ShardsRequest,
         FrameType::CreateTopicRequest,
         FrameType::DeleteTopicRequest,
@@ -83,6 +85,7 @@ impl FrameType {
         FrameType::DescribeTopicRequest,
         FrameType::ProduceRequest,
         FrameType::FetchRequest,
+        FrameType::InitProducerRequest,
         FrameType::PayloadWriteRequest,
         FrameType::PayloadCommitRequest,
         FrameType::PayloadReadRequest,
@@ -104,6 +107,7 @@ impl FrameType {
         FrameType::TopicListResponse,
         FrameType::ProduceResponse,
         FrameType::FetchResponse,
+        FrameType::ProducerResponse,
         FrameType::PayloadReadResponse,
         FrameType::BrokersResponse,
         FrameType::RegisteredResponse,

@@ -18,6 +18,7 @@ pub mod key_hash;
 pub mod limits;
 pub mod message;
 pub mod payload_ref;
+pub mod producer_id;
 
 pub use batch::{BatchBuilder, BatchHead, BatchView, Record, RecordHeader};
 pub use chunk::{ChunkHeader, ChunkIndexEntry, ChunkView};

@@ -280,7 +280,7 @@ pub(crate) async fn read_segment<R>(
                 next_offset: f.next_offset,
                 high_watermark: f.high_watermark,
                 sealed: f.sealed,
-                batches: super::shards::batches(&f.body, &mut scratch),
+                batches: f.body.batches(&mut scratch),
             }))
         }
         Err(e) => {

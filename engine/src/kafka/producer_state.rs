@@ -59,6 +59,10 @@ pub(crate) fn stamp(batch: &ProducerBatch) -> (u64, u16, u32) {
 /// The producer batch a stored kelp batch header names, if an idempotent
 /// Kafka producer wrote it (the reverse of [`stamp`]).
 fn stored_batch(view: &BatchView<'_>) -> Option<StoredBatch> {
+    // kelp's own idempotent producers are the segment owner's to check.
+    if wire::producer_id::is_kelp_producer_id(view.producer_id()) {
+        return None;
+    }
     let id = view.producer_id().checked_sub(1)?;
     Some(StoredBatch {
         producer_id: i64::try_from(id).ok()?,

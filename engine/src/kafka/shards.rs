@@ -2,11 +2,10 @@
 //! inbox (`crate::inbox`), the answer back through a one-slot reply
 //! channel. Nothing is encoded to cross the thread.
 
-use wire::message::FETCHED_FRAME_PREFIX_BYTES;
 use wire::{AckMode, ErrorCode, FetchRequest};
 
 use crate::inbox::{Produced, ShardRequest};
-use crate::segment::{FetchBody, FetchResult};
+use crate::segment::FetchResult;
 use crate::serve_error::ServeError;
 
 pub(crate) struct Shards {
@@ -74,26 +73,5 @@ impl Shards {
             .await
             .map_err(|_| gone())?;
         answer.recv_async().await.map_err(|_| gone())?
-    }
-}
-
-/// A fetch's batches, end to end: borrowed where they are in one piece (a
-/// mapping, or the copy a remote filer's read made), else copied once into
-/// `scratch`.
-pub(crate) fn batches<'a>(body: &'a FetchBody, scratch: &'a mut Vec<u8>) -> &'a [u8] {
-    match body {
-        FetchBody::Copied(frame) => frame.get(FETCHED_FRAME_PREFIX_BYTES..).unwrap_or_default(),
-        FetchBody::Files(ranges) => {
-            let mut pieces = ranges.iter();
-            match (pieces.next(), pieces.next()) {
-                (None, _) => &[],
-                (Some(only), None) => only.bytes(),
-                _ => {
-                    scratch.clear();
-                    ranges.copy_to(scratch);
-                    scratch
-                }
-            }
-        }
     }
 }

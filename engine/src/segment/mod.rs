@@ -24,6 +24,7 @@
 
 mod buffer_size;
 mod flusher;
+mod producers;
 mod reader;
 mod segment_log;
 mod stored;
@@ -38,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use filer::ObjectPath;
+use kafka::idempotence::{AppendOutcome, ProducerBatch, Sequence};
 use tracing::Instrument;
 use wire::batch::BatchView;
 use wire::message::Successors;
@@ -53,6 +55,8 @@ use crate::serve_error::ServeError;
 use crate::shard_filer::ShardFiler;
 
 use self::buffer_size::BufferSize;
+pub(crate) use self::producers::kelp_batch;
+use self::producers::ProducersSlot;
 pub(crate) use self::reader::{FetchBody, FetchResult};
 use self::reader::{ReadCache, Tail};
 pub(crate) use self::segment_log::SealState;
@@ -307,6 +311,15 @@ pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + '
         .await
 }
 
+/// Where an append put a batch: its offsets, and whether it was there
+/// already (an idempotent producer's resend, not stored again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub(crate) base: u64,
+    pub(crate) next: u64,
+    pub(crate) duplicate: bool,
+}
+
 /// A segment this shard owns: the writer.
 #[derive(Debug)]
 pub(crate) struct SegmentCell {
@@ -322,6 +335,10 @@ pub(crate) struct SegmentCell {
     flushed: Event,
     /// Rung when the flush queue has room again, or writes are refused.
     space: Event,
+    /// Its idempotent kelp producers ([`producers`]).
+    producers: RefCell<ProducersSlot>,
+    /// Rung when the producer state is read, or its read failed.
+    producers_read: Event,
 }
 
 impl SegmentCell {
@@ -432,6 +449,8 @@ impl SegmentCell {
             writeback_started: Cell::new(false),
             flushed: Event::new(),
             space: Event::new(),
+            producers: RefCell::new(ProducersSlot::Unread),
+            producers_read: Event::new(),
         });
         let recovered_end = cell.core.state.borrow().log.sealed_end();
         if let Some(target) = recovered_end {
@@ -443,6 +462,100 @@ impl SegmentCell {
             cell.wait_flushed(target).await?;
         }
         Ok(cell)
+    }
+
+    /// Wait until the segment's producer state is read from its log
+    /// (reading it if nobody is).
+    async fn producers_ready(&self) -> Result<(), ServeError> {
+        loop {
+            let listener = self.producers_read.listen();
+            let read_it = {
+                let mut slot = self.producers.borrow_mut();
+                match &*slot {
+                    ProducersSlot::Ready(_) => return Ok(()),
+                    ProducersSlot::Reading => false,
+                    ProducersSlot::Unread => {
+                        *slot = ProducersSlot::Reading;
+                        true
+                    }
+                }
+            };
+            if !read_it {
+                listener.await;
+                continue;
+            }
+            let result = match producers::read_state(&self.core).await {
+                Ok(state) => {
+                    log::debug!(
+                        "segment {}: producer state read from the log ({} producers)",
+                        self.core.chunk_prefix,
+                        state.producer_count()
+                    );
+                    *self.producers.borrow_mut() = ProducersSlot::Ready(state);
+                    Ok(())
+                }
+                Err(e) => {
+                    *self.producers.borrow_mut() = ProducersSlot::Unread;
+                    Err(e)
+                }
+            };
+            self.producers_read.notify(usize::MAX);
+            return result;
+        }
+    }
+
+    /// What an idempotent producer's batch is: `Some` where it was stored
+    /// already (its offsets), `None` to append it; an error for a gap or
+    /// a stale epoch.
+    fn producer_check(
+        &self,
+        batch: &ProducerBatch,
+        count: u32,
+    ) -> Result<Option<Placed>, ServeError> {
+        let slot = self.producers.borrow();
+        let ProducersSlot::Ready(state) = &*slot else {
+            return Err(ServeError::internal());
+        };
+        match state.check(batch) {
+            Sequence::Fresh => Ok(None),
+            Sequence::Duplicate(base) => {
+                let base = u64::try_from(base).map_err(|_| ServeError::internal())?;
+                Ok(Some(Placed {
+                    base,
+                    next: base + u64::from(count),
+                    duplicate: true,
+                }))
+            }
+            Sequence::OutOfOrder => Err(ServeError::new(
+                ErrorCode::OutOfOrderSequence,
+                format!(
+                    "segment {}: producer {:#x} sent sequence {}, which does not follow the last it stored (records before it were lost, or never sent)",
+                    self.core.id, batch.producer_id, batch.first
+                ),
+            )),
+            Sequence::Fenced => Err(ServeError::new(
+                ErrorCode::ProducerFenced,
+                format!(
+                    "segment {}: producer {:#x} sent epoch {}, older than one it stored",
+                    self.core.id, batch.producer_id, batch.epoch
+                ),
+            )),
+        }
+    }
+
+    /// An idempotent producer's batch was appended at `[base, next)`.
+    fn producer_stored(&self, batch: ProducerBatch, base: u64, next: u64) {
+        let mut slot = self.producers.borrow_mut();
+        if let ProducersSlot::Ready(state) = &mut *slot {
+            let append = state.begin(batch);
+            state.end(
+                append,
+                AppendOutcome::Stored {
+                    base_offset: base as i64,
+                    end_offset: next,
+                },
+            );
+        }
     }
 
     /// Seal the active buffer and wait until everything appended so far
@@ -526,9 +639,14 @@ impl SegmentCell {
     pub(crate) async fn append(
         self: &Rc<Self>,
         batch: &BatchView<'_>,
-    ) -> Result<(u64, u64), ServeError> {
+        producer: Option<ProducerBatch>,
+    ) -> Result<Placed, ServeError> {
         let core = &self.core;
         let len = batch.bytes().len();
+        let batch_records = batch.record_count();
+        if producer.is_some() {
+            self.producers_ready().await?;
+        }
         // Since when this append has found the disk full.
         let mut disk_full_since: Option<Instant> = None;
         loop {
@@ -540,6 +658,14 @@ impl SegmentCell {
                     core.id,
                     core.successors.borrow().clone(),
                 ));
+            }
+            // Checked at every turn, and the append below follows with no
+            // yield between: a copy of this batch appended meanwhile (from
+            // another connection) is found here.
+            if let Some(batch) = &producer {
+                if let Some(placed) = self.producer_check(batch, batch_records)? {
+                    return Ok(placed);
+                }
             }
             let listener = {
                 let mut state = core.state.borrow_mut();
@@ -562,6 +688,9 @@ impl SegmentCell {
                     };
                     state.log.handle_append(base, next);
                     drop(state);
+                    if let Some(batch) = producer {
+                        self.producer_stored(batch, base, next);
+                    }
                     if let Some((mapped, (from, len))) = writeback {
                         self.writeback_started.set(true);
                         let cell = self.clone();
@@ -586,7 +715,11 @@ impl SegmentCell {
                         stats.first_append_ms.store(now, Ordering::Relaxed);
                     }
                     core.appended.notify(usize::MAX);
-                    return Ok((base, next));
+                    return Ok(Placed {
+                        base,
+                        next,
+                        duplicate: false,
+                    });
                 }
                 let active_bytes = state.active.as_ref().map_or(0, |a| a.file_bytes());
                 if state

@@ -136,6 +136,27 @@ impl FetchBody {
             FetchBody::Files(ranges) => ranges.len(),
         }
     }
+
+    /// Its batches, end to end: borrowed where they are in one piece (a
+    /// mapping, or the copy a remote filer's read made), else copied once
+    /// into `scratch`.
+    pub(crate) fn batches<'a>(&'a self, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        match self {
+            FetchBody::Copied(frame) => frame.get(FETCHED_FRAME_PREFIX_BYTES..).unwrap_or_default(),
+            FetchBody::Files(ranges) => {
+                let mut pieces = ranges.iter();
+                match (pieces.next(), pieces.next()) {
+                    (None, _) => &[],
+                    (Some(only), None) => only.bytes(),
+                    _ => {
+                        scratch.clear();
+                        ranges.copy_to(scratch);
+                        scratch
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Whole batches chosen for a fetch from batches laid end to end.

@@ -63,6 +63,13 @@ pub enum ErrorCode {
     /// point were never stored (docs/broker.md, "What each ack mode
     /// survives").
     OffsetOutOfRange,
+    /// An idempotent producer's batch does not follow its last one in the
+    /// segment (a sequence gap): records before it were lost, or the
+    /// producer's state was. The batch was not stored.
+    OutOfOrderSequence,
+    /// An idempotent producer's batch carries an epoch older than one the
+    /// segment has already stored for its producer id. Not stored.
+    ProducerFenced,
     Other(u16),
 }
 
@@ -91,6 +98,8 @@ impl ErrorCode {
             ErrorCode::NotLeader => 20,
             ErrorCode::ControlUnavailable => 21,
             ErrorCode::OffsetOutOfRange => 22,
+            ErrorCode::OutOfOrderSequence => 23,
+            ErrorCode::ProducerFenced => 24,
             ErrorCode::Other(v) => v,
         }
     }
@@ -119,6 +128,8 @@ impl ErrorCode {
             20 => ErrorCode::NotLeader,
             21 => ErrorCode::ControlUnavailable,
             22 => ErrorCode::OffsetOutOfRange,
+            23 => ErrorCode::OutOfOrderSequence,
+            24 => ErrorCode::ProducerFenced,
             v => ErrorCode::Other(v),
         }
     }

@@ -175,6 +175,9 @@ pub enum DataRequest<'a> {
     },
     /// Read batches of a segment.
     Fetch(FetchRequest),
+    /// A producer id for an idempotent producer, never handed out before
+    /// (answered `Response::Producer`).
+    InitProducer,
     /// Write bytes of a payload being uploaded through the broker, at
     /// `offset`: pieces go in order, the first at 0.
     PayloadWrite {
@@ -206,6 +209,7 @@ frame_types!(DataRequest<'a> as "request" {
     HeldLayout => HeldLayoutRequest,
     Produce => ProduceRequest,
     Fetch => FetchRequest,
+    InitProducer => InitProducerRequest,
     PayloadWrite => PayloadWriteRequest,
     PayloadCommit => PayloadCommitRequest,
     PayloadRead => PayloadReadRequest,
@@ -228,6 +232,7 @@ impl<'a> DataRequest<'a> {
                 w.bytes(batch);
             }
             DataRequest::Fetch(fetch) => fetch.write(w),
+            DataRequest::InitProducer => {}
             DataRequest::PayloadWrite {
                 topic,
                 id,
@@ -282,6 +287,7 @@ impl<'a> DataRequest<'a> {
                 }
             }
             FrameType::FetchRequest => DataRequest::Fetch(FetchRequest::read(r)?),
+            FrameType::InitProducerRequest => DataRequest::InitProducer,
             FrameType::PayloadWriteRequest => DataRequest::PayloadWrite {
                 topic: r.string()?,
                 id: read_payload_id(r)?,

@@ -31,6 +31,12 @@ pub enum Response<'a> {
         record_count: u32,
     },
     Fetched(Fetched<'a>),
+    /// A producer id handed out to an idempotent producer, with its epoch
+    /// (0).
+    Producer {
+        producer_id: u64,
+        epoch: u16,
+    },
     /// Bytes of a payload, from `offset`; `length` is the whole payload's.
     PayloadBytes {
         length: u64,
@@ -134,6 +140,7 @@ frame_types!(Response<'a> as "response" {
     TopicList => TopicListResponse,
     Produced => ProduceResponse,
     Fetched => FetchResponse,
+    Producer => ProducerResponse,
     PayloadBytes => PayloadReadResponse,
     Error => ErrorResponse,
     Sealed => ErrorResponse,
@@ -185,6 +192,10 @@ impl<'a> Response<'a> {
                 w.u32(*segment);
                 w.u64(*base_offset);
                 w.u32(*record_count);
+            }
+            Response::Producer { producer_id, epoch } => {
+                w.u64(*producer_id);
+                w.u16(*epoch);
             }
             Response::Fetched(f) => {
                 w.bytes(&f.encode_prefix());
@@ -302,6 +313,10 @@ impl<'a> Response<'a> {
                 segment: r.u32()?,
                 base_offset: r.u64()?,
                 record_count: r.u32()?,
+            },
+            FrameType::ProducerResponse => Response::Producer {
+                producer_id: r.u64()?,
+                epoch: r.u16()?,
             },
             FrameType::FetchResponse => Response::Fetched(Fetched {
                 segment: r.u32()?,

@@ -40,6 +40,7 @@ pub fn data_requests() -> Vec<DataRequest<'static>> {
             max_wait_ms: 0,
             checks: FetchChecks::Trust,
         }),
+        DataRequest::InitProducer,
         DataRequest::PayloadWrite {
             topic: "ns/t".into(),
             id: PayloadId {
@@ -252,6 +253,10 @@ pub fn responses() -> Vec<Response<'static>> {
             segment: 2,
             base_offset: 1000,
             record_count: 10,
+        },
+        Response::Producer {
+            producer_id: (1 << 62) | 7,
+            epoch: 0,
         },
         Response::Fetched(Fetched {
             segment: 2,
