@@ -465,6 +465,21 @@ impl Client {
         topic_answer(&frame)
     }
 
+    /// A producer id for an idempotent producer (`InitProducer`): never
+    /// handed out before, by any broker of the cluster. Its epoch is 0.
+    pub async fn init_producer(&self) -> Result<u64, ClientError> {
+        let frame = self
+            .admin_call(
+                &DataRequest::InitProducer.into(),
+                "asking for a producer id",
+            )
+            .await?;
+        match frame.response()? {
+            Response::Producer { producer_id, .. } => Ok(producer_id),
+            _ => Err(unexpected(&frame, "producer")),
+        }
+    }
+
     /// A producer for `topic` that routes each record by its key.
     pub async fn producer(
         &self,
@@ -765,6 +780,8 @@ fn only_reads(request: &BrokerPortRequest<'_>) -> bool {
             | BrokerPortRequest::Admin(AdminRequest::DescribeTopic { .. })
             | BrokerPortRequest::Data(DataRequest::HeldLayout { .. })
             | BrokerPortRequest::Admin(AdminRequest::ListBrokers)
+            // Asking again only hands out another id, never a repeated one.
+            | BrokerPortRequest::Data(DataRequest::InitProducer)
     )
 }
 

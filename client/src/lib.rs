@@ -60,7 +60,8 @@ pub use layout::segment_for_key;
 pub use payload::{PayloadReader, PAYLOAD_PIECE_BYTES};
 pub use producer::{
     Producer, ProducerConfig, BATCH_BYTES_MAX_DEFAULT, BY_REF_OVER_DEFAULT,
-    IN_FLIGHT_BATCHES_MAX_DEFAULT, LINGER_MS_DEFAULT, RESEND_ATTEMPTS_MAX,
+    IDEMPOTENT_IN_FLIGHT_MAX, IN_FLIGHT_BATCHES_MAX_DEFAULT, LINGER_MS_DEFAULT,
+    RESEND_ATTEMPTS_MAX,
 };
 pub use subscriber::{
     OwnedRecord, SubscribeOptions, Subscriber, ValueSource, FETCHES_BUFFERED_MAX_DEFAULT,

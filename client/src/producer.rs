@@ -25,11 +25,23 @@
 //! refuse one batch and take the next. Each record is acknowledged once:
 //! only the pieces the broker took are counted. A batch whose owner cannot
 //! be reached at all (it left the cluster, or died) was never sent either,
-//! and goes the same way. Batches carry producer id 0 (none): there is no
-//! broker-side de-duplication yet, so a connection lost with batches in
-//! flight is reported, not retried (they may have been appended); and with
-//! ack `none` a refusal arrives as an error at the next flush, not as a
-//! resend.
+//! and goes the same way. With ack `none` a refusal arrives as an error at
+//! the next flush, not as a resend.
+//!
+//! Lost connections: by default batches carry producer id 0 (none), so a
+//! connection lost with batches in flight is reported, not retried (they
+//! may have been appended). An idempotent producer
+//! ([`ProducerConfig::idempotent`]) asks for a producer id when it starts
+//! and stamps each batch with it and its sequence in the segment
+//! (docs/wire-format.md, "Idempotent producers"); a batch whose connection
+//! was lost, or that timed out, is resent unchanged to its segment, in send
+//! order, and the owner answers a copy it already holds with the offsets it
+//! has, so each record is stored once. New batches wait until those
+//! resends are settled, and at most [`IDEMPOTENT_IN_FLIGHT_MAX`] batches
+//! are in flight (the owner remembers a producer's last five batches per
+//! segment). What is not covered yet: a batch whose segment was sealed
+//! before its resend is re-routed to the successors as a new batch there,
+//! and is stored twice if the sealed segment had taken it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -81,7 +93,13 @@ const RESEND_BACKOFF_MS_MAX: u64 = 1_000;
 /// How long one batch may keep being refused before the producer fails.
 const RESEND_TIME_MS_MAX: u64 = 30_000;
 /// The producer id batches carry: 0 means "none" (no de-duplication).
-const PRODUCER_ID_NONE: u64 = 0;
+const PRODUCER_ID_NONE: u64 = wire::producer_id::PRODUCER_ID_NONE;
+/// Batches in flight at most for an idempotent producer: the owner of a
+/// segment recognises a resend of a producer's last five batches there
+/// (`kafka::idempotence::RECENT_BATCHES_MAX`, as Kafka's limit).
+pub const IDEMPOTENT_IN_FLIGHT_MAX: usize = 5;
+/// How many sequence numbers there are: after 2^31 - 1 comes 0.
+const SEQUENCE_SPAN: u64 = 1 << 31;
 
 /// Settings of a [`Producer`].
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +118,10 @@ pub struct ProducerConfig {
     /// a reference ([`crate::Client::upload_payload`]); `None` sends every
     /// value inline (and refuses one over the record limit).
     pub by_ref_over: Option<usize>,
+    /// Stamp batches with a producer id and sequences, and resend batches
+    /// whose connection was lost: each record stored once (module docs).
+    /// Caps `in_flight_batches_max` at [`IDEMPOTENT_IN_FLIGHT_MAX`].
+    pub idempotent: bool,
 }
 
 impl Default for ProducerConfig {
@@ -110,6 +132,7 @@ impl Default for ProducerConfig {
             linger_ms: LINGER_MS_DEFAULT,
             in_flight_batches_max: IN_FLIGHT_BATCHES_MAX_DEFAULT,
             by_ref_over: Some(BY_REF_OVER_DEFAULT),
+            idempotent: false,
         }
     }
 }
@@ -156,6 +179,8 @@ struct Shared {
     in_flight: Arc<Semaphore>,
     in_flight_batches_max: u32,
     acked_records: AtomicU64,
+    /// Batches resent unchanged and taken (idempotent producers).
+    resent_unchanged: AtomicU64,
     failed: AtomicBool,
     failure: Mutex<Option<ClientError>>,
     /// The newest layout, replaced after a stale-layout refusal.
@@ -166,6 +191,47 @@ struct Shared {
     in_flight_order: Mutex<InFlight<Refused>>,
     /// Wakes the linger task when a batch gets its first record.
     linger_wake: Notify,
+    /// An idempotent producer's id and sequences.
+    stamps: Option<Stamps>,
+}
+
+/// An idempotent producer's id, and the next sequence number of each
+/// segment it wrote to.
+struct Stamps {
+    producer_id: u64,
+    next: Mutex<std::collections::HashMap<u32, u32>>,
+}
+
+impl Stamps {
+    fn next(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u32, u32>> {
+        self.next.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take the sequences of `records` records in `segment`; the first.
+    fn take(&self, segment: u32, records: u32) -> u32 {
+        let mut next = self.next();
+        let first = next.get(&segment).copied().unwrap_or(0);
+        next.insert(segment, sequence_after(first, records));
+        first
+    }
+
+    /// Give back the sequences taken for a batch that was never sent, if
+    /// none were taken after them (else the gap is the segment's to refuse,
+    /// which only a segment that is sealed anyway can meet: batches after a
+    /// lost one wait for its resend).
+    fn give_back(&self, segment: u32, first: u32, records: u32) {
+        let mut next = self.next();
+        if next.get(&segment) == Some(&sequence_after(first, records)) {
+            next.insert(segment, first);
+        }
+    }
+}
+
+/// The sequence `records` records after `first`, wrapping to 0 past
+/// 2^31 - 1.
+fn sequence_after(first: u32, records: u32) -> u32 {
+    // Below 2^31 after the remainder, so the cast keeps the value.
+    ((u64::from(first) + u64::from(records)) % SEQUENCE_SPAN) as u32
 }
 
 /// Whether a failed send left the batch unsent for certain (so it may be
@@ -183,6 +249,11 @@ struct Refused {
     /// Whether its refusal said its segment is not open yet (a successor
     /// its owner has not opened): worth a short pause, not a new layout.
     not_open_yet: bool,
+    /// The segment it was sent to stamped (an idempotent producer's), and
+    /// whether to resend it to that segment unchanged: set when its
+    /// connection was lost, so it may have been appended there.
+    stamped_for: Option<u32>,
+    resend_unchanged: bool,
     /// Its in-flight slot, held until it is settled.
     _permit: OwnedSemaphorePermit,
 }
@@ -244,8 +315,20 @@ impl Producer {
     ) -> Result<Producer, ClientError> {
         let info = client.describe_topic(topic).await?;
         let layout = Arc::new(client.layout(&info).await?);
-        let in_flight_batches_max =
-            u32::try_from(config.in_flight_batches_max.max(1)).unwrap_or(u32::MAX);
+        let stamps = if config.idempotent {
+            Some(Stamps {
+                producer_id: client.init_producer().await?,
+                next: Mutex::new(std::collections::HashMap::new()),
+            })
+        } else {
+            None
+        };
+        let in_flight_max = if config.idempotent {
+            config.in_flight_batches_max.min(IDEMPOTENT_IN_FLIGHT_MAX)
+        } else {
+            config.in_flight_batches_max
+        };
+        let in_flight_batches_max = u32::try_from(in_flight_max.max(1)).unwrap_or(u32::MAX);
         let shared = Arc::new(Shared {
             client,
             topic: topic.to_owned(),
@@ -254,12 +337,14 @@ impl Producer {
             in_flight: Arc::new(Semaphore::new(in_flight_batches_max as usize)),
             in_flight_batches_max,
             acked_records: AtomicU64::new(0),
+            resent_unchanged: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             layout: Mutex::new((0, layout)),
             layout_version: AtomicU64::new(0),
             in_flight_order: Mutex::new(InFlight::new()),
             linger_wake: Notify::new(),
+            stamps,
         });
         let linger = tokio::spawn(linger_loop(
             Arc::clone(&shared),
@@ -430,6 +515,13 @@ impl Producer {
     pub fn acked_records(&self) -> u64 {
         self.shared.acked_records.load(Ordering::Relaxed)
     }
+
+    /// Batches an idempotent producer resent unchanged after their
+    /// connection was lost (or their answer timed out), and that the owner
+    /// then took: stored by the resend, or found stored already.
+    pub fn resent_batches(&self) -> u64 {
+        self.shared.resent_unchanged.load(Ordering::Relaxed)
+    }
 }
 
 impl Shared {
@@ -465,6 +557,12 @@ impl Shared {
     async fn sync_layout(self: &Arc<Self>, acc: &mut Accumulator) -> Result<(), ClientError> {
         if self.layout_version.load(Ordering::Acquire) == acc.layout_version {
             return Ok(());
+        }
+        if self.stamps.is_some() {
+            // Batches being resent unchanged go first: a later batch of
+            // the same segment ahead of them would be a sequence gap.
+            self.wait_settled().await?;
+            self.check_failure()?;
         }
         for i in 0..acc.open.len() {
             self.dispatch(acc, i).await?;
@@ -516,7 +614,7 @@ impl Shared {
         let ack = self.config.ack;
         let submitted = match self.client.connection_to(route.target).await {
             Ok(conn) => {
-                let batch = open.builder.finish(PRODUCER_ID_NONE, 0);
+                let (batch, taken) = self.finish_for(&mut open.builder, route.segment);
                 conn.submit(
                     &DataRequest::Produce {
                         topic: &self.topic,
@@ -530,7 +628,10 @@ impl Shared {
                 .await
                 // Every error of `submit` means the frame was never queued
                 // (the connection had failed, or its broker said goodbye).
-                .map_err(|e| (e, NeverSent::Yes))
+                .map_err(|e| {
+                    self.give_back(route.segment, taken, records);
+                    (e, NeverSent::Yes)
+                })
             }
             Err(e) if is_stale_layout(&e) => Err((e, NeverSent::Yes)),
             Err(e) => Err((e, NeverSent::No)),
@@ -550,8 +651,12 @@ impl Shared {
                     batch,
                     layout_version: acc.layout_version,
                     not_open_yet: false,
+                    stamped_for: None,
+                    resend_unchanged: false,
                     _permit: permit,
                 };
+                // Later batches wait until this one is resent.
+                self.hold_new_batches();
                 let resend_now = {
                     let mut order = self.order();
                     let seq = order.sent();
@@ -589,6 +694,8 @@ impl Shared {
                     batch,
                     layout_version: acc.layout_version,
                     not_open_yet: false,
+                    stamped_for: self.stamps.as_ref().map(|_| route.segment),
+                    resend_unchanged: false,
                     _permit: permit,
                 };
                 tokio::spawn(Arc::clone(self).settle(seq, pending, refused));
@@ -647,6 +754,16 @@ impl Shared {
                 sent.not_open_yet = is_not_open_yet(&e);
                 self.order().refused(seq, sent)
             }
+            Err(e) if sent.stamped_for.is_some() && may_resend_unchanged(&e) => {
+                // It may have been appended (or an earlier batch it follows
+                // is being resent): resent unchanged, in send order; the
+                // owner answers a copy it holds with its offsets.
+                log::debug!("{}: batch to be resent unchanged ({e})", self.topic);
+                self.hold_new_batches();
+                let mut sent = sent;
+                sent.resend_unchanged = true;
+                self.order().refused(seq, sent)
+            }
             Err(e) => {
                 self.fail(e);
                 self.order().settled(seq)
@@ -668,8 +785,14 @@ impl Shared {
                 return;
             };
             if !self.failed.load(Ordering::Acquire) {
+                let unchanged = refused.stamped_for.filter(|_| refused.resend_unchanged);
                 let resent = self
-                    .resend(refused.batch, refused.layout_version, refused.not_open_yet)
+                    .resend(
+                        refused.batch,
+                        refused.layout_version,
+                        refused.not_open_yet,
+                        unchanged,
+                    )
                     .await;
                 if let Err(e) = resent {
                     self.fail(e);
@@ -700,9 +823,11 @@ impl Shared {
         batch: Bytes,
         sent_on: u64,
         not_open_yet: bool,
+        unchanged: Option<u32>,
     ) -> Result<(), ClientError> {
         let started = Instant::now();
-        let mut work = vec![batch];
+        // Each with the segment it is to go to unchanged, if any.
+        let mut work: Vec<(Bytes, Option<u32>)> = vec![(batch, unchanged)];
         let mut last_refusal: Option<ClientError> = None;
         let mut tried_on = sent_on;
         let mut not_open_yet = not_open_yet;
@@ -746,21 +871,41 @@ impl Shared {
             };
             let mut refused = Vec::new();
             not_open_yet = false;
-            for batch in work.drain(..) {
-                let pieces = match regroup(&layout, &batch) {
-                    Ok(p) => p,
-                    Err(e @ ClientError::Layout(_)) => {
-                        last_refusal = Some(e);
-                        refused.push(batch);
-                        continue;
-                    }
-                    Err(e) => return Err(e),
+            for (batch, unchanged) in work.drain(..) {
+                let route_unchanged = unchanged
+                    .and_then(|segment| layout.routes().iter().find(|r| r.segment == segment));
+                let pieces = match route_unchanged {
+                    // Still open: the same bytes, stamp and all.
+                    Some(route) => vec![Piece {
+                        route: *route,
+                        bytes: batch.clone(),
+                        taken: None,
+                        unchanged: true,
+                    }],
+                    None => match regroup(&layout, &batch, |route, builder| {
+                        let records = builder.len();
+                        let (bytes, taken) = self.finish_for(builder, route.segment);
+                        Piece {
+                            route,
+                            bytes: Bytes::copy_from_slice(bytes),
+                            taken: taken.map(|first| (first, records)),
+                            unchanged: false,
+                        }
+                    }) {
+                        Ok(p) => p,
+                        Err(e @ ClientError::Layout(_)) => {
+                            last_refusal = Some(e);
+                            refused.push((batch, unchanged));
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    },
                 };
                 // The pieces go to different segments (no key is in two),
                 // so they may all be in flight at once.
                 let mut sent = Vec::with_capacity(pieces.len());
-                for (route, piece) in pieces {
-                    let pending = self.send_piece(route, &piece).await;
+                for piece in pieces {
+                    let pending = self.send_piece(piece.route, &piece.bytes).await;
                     sent.push((piece, pending));
                 }
                 for (piece, pending) in sent {
@@ -768,14 +913,21 @@ impl Shared {
                         Ok(p) => self.piece_taken(p).await,
                         Err(e) => Err(e),
                     };
+                    let segment = piece.route.segment;
                     match taken {
                         Ok(n) => {
                             self.acked_records
                                 .fetch_add(u64::from(n), Ordering::Relaxed);
+                            if piece.unchanged {
+                                self.resent_unchanged.fetch_add(1, Ordering::Relaxed);
+                            }
                         }
                         Err((e, NeverSent::Yes)) => {
+                            if let Some((first, records)) = piece.taken {
+                                self.give_back(segment, Some(first), records);
+                            }
                             last_refusal = Some(e);
-                            refused.push(Bytes::from(piece));
+                            refused.push((piece.bytes, piece.unchanged.then_some(segment)));
                         }
                         Err((e, NeverSent::No)) if is_stale_layout(&e) => {
                             if let ClientError::Sealed { successors, .. } = &e {
@@ -783,7 +935,14 @@ impl Shared {
                             }
                             not_open_yet |= is_not_open_yet(&e);
                             last_refusal = Some(e);
-                            refused.push(Bytes::from(piece));
+                            refused.push((piece.bytes, None));
+                        }
+                        Err((e, NeverSent::No))
+                            if self.stamps.is_some() && is_connection_loss(&e) =>
+                        {
+                            // It may have been appended: again, unchanged.
+                            last_refusal = Some(e);
+                            refused.push((piece.bytes, Some(segment)));
                         }
                         Err((e, NeverSent::No)) => return Err(e),
                     }
@@ -848,6 +1007,38 @@ impl Shared {
         self.acknowledged(result).map_err(|e| (e, NeverSent::No))
     }
 
+    /// Finish `builder`'s batch for `segment`: stamped with the producer
+    /// id and the next sequences of the segment when idempotent (the first
+    /// one taken is returned, to give back if the batch is never sent).
+    fn finish_for<'b>(
+        &self,
+        builder: &'b mut BatchBuilder,
+        segment: u32,
+    ) -> (&'b [u8], Option<u32>) {
+        match &self.stamps {
+            None => (builder.finish(PRODUCER_ID_NONE, 0), None),
+            Some(stamps) => {
+                let first = stamps.take(segment, builder.len());
+                (builder.finish(stamps.producer_id, first), Some(first))
+            }
+        }
+    }
+
+    /// Give back the sequences `finish_for` took for a batch never sent.
+    fn give_back(&self, segment: u32, taken: Option<u32>, records: u32) {
+        if let (Some(stamps), Some(first)) = (&self.stamps, taken) {
+            stamps.give_back(segment, first, records);
+        }
+    }
+
+    /// Make the next send or flush wait until every batch in flight is
+    /// settled (resends first), as a new layout does.
+    fn hold_new_batches(&self) {
+        let mut current = self.layout.lock().unwrap_or_else(|p| p.into_inner());
+        current.0 += 1;
+        self.layout_version.store(current.0, Ordering::Release);
+    }
+
     /// The newest layout and its version.
     fn current_layout(&self) -> (u64, Arc<Layout>) {
         self.layout
@@ -896,6 +1087,34 @@ impl Shared {
     }
 }
 
+/// A piece of a resend, on its way to one segment.
+struct Piece {
+    route: Route,
+    bytes: Bytes,
+    /// The first sequence and the record count taken for it, if it was
+    /// stamped for this send.
+    taken: Option<(u32, u32)>,
+    /// Sent as it was first sent (stamp and all).
+    unchanged: bool,
+}
+
+/// Whether an answer says the connection went away or the answer did not
+/// come: the batch may or may not have been appended.
+fn is_connection_loss(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Io { .. } | ClientError::Closed | ClientError::Timeout { .. }
+    )
+}
+
+/// Whether an idempotent producer's batch that got `error` is to be resent
+/// unchanged: it may have been appended, or its segment saw a gap because
+/// an earlier batch is being resent (an earlier batch's resend comes
+/// first, so a gap that is still there after it is an error).
+fn may_resend_unchanged(error: &ClientError) -> bool {
+    is_connection_loss(error) || error.broker_code() == Some(ErrorCode::OutOfOrderSequence)
+}
+
 /// Whether a refusal says the segment asked for is not open yet where it
 /// was sent (a successor whose owner has not been told of it).
 fn is_not_open_yet(error: &ClientError) -> bool {
@@ -907,7 +1126,12 @@ fn is_not_open_yet(error: &ClientError) -> bool {
 
 /// Split a batch this producer built into one batch per segment of
 /// `layout`, keeping each record's key, value, headers, timestamp and order.
-fn regroup(layout: &Layout, batch: &[u8]) -> Result<Vec<(Route, Vec<u8>)>, ClientError> {
+/// Each piece is handed to `finish` with its route.
+fn regroup<T>(
+    layout: &Layout,
+    batch: &[u8],
+    mut finish: impl FnMut(Route, &mut BatchBuilder) -> T,
+) -> Result<Vec<T>, ClientError> {
     let view = BatchView::validate(batch)?;
     let mut builders: Vec<Option<BatchBuilder>> = layout.routes().iter().map(|_| None).collect();
     let mut headers = Vec::new();
@@ -930,7 +1154,7 @@ fn regroup(layout: &Layout, batch: &[u8]) -> Result<Vec<(Route, Vec<u8>)>, Clien
     Ok(builders
         .into_iter()
         .zip(layout.routes())
-        .filter_map(|(b, route)| b.map(|mut b| (*route, b.finish(PRODUCER_ID_NONE, 0).to_vec())))
+        .filter_map(|(b, route)| b.map(|mut b| finish(*route, &mut b)))
         .collect())
 }
 
@@ -990,6 +1214,10 @@ mod tests {
     use super::*;
     use wire::message::{SegmentInfo, TopicInfo};
 
+    fn finish_plain(route: Route, b: &mut BatchBuilder) -> (Route, Vec<u8>) {
+        (route, b.finish(PRODUCER_ID_NONE, 0).to_vec())
+    }
+
     fn layout(bounds: &[u64]) -> Layout {
         let segments = bounds
             .windows(2)
@@ -1015,6 +1243,29 @@ mod tests {
     }
 
     #[test]
+    fn sequences_are_per_segment_wrap_and_are_given_back_only_when_last() {
+        let stamps = Stamps {
+            producer_id: wire::producer_id::KELP_PRODUCER_ID_BIT,
+            next: Mutex::new(std::collections::HashMap::new()),
+        };
+        assert_eq!(stamps.take(1, 3), 0);
+        assert_eq!(stamps.take(1, 2), 3);
+        assert_eq!(stamps.take(2, 1), 0, "each segment counts on its own");
+        // The last batch taken of segment 1 was never sent: its sequences
+        // come back; an earlier one's cannot without a gap.
+        stamps.give_back(1, 3, 2);
+        assert_eq!(stamps.take(1, 1), 3);
+        stamps.give_back(1, 0, 3);
+        assert_eq!(stamps.take(1, 1), 4);
+        // Past 2^31 - 1 comes 0.
+        let last = u32::try_from(SEQUENCE_SPAN - 2).unwrap();
+        stamps.next().insert(7, last);
+        assert_eq!(stamps.take(7, 3), last);
+        assert_eq!(stamps.take(7, 1), 1);
+        assert_eq!(sequence_after(last, 2), 0);
+    }
+
+    #[test]
     fn regroup_splits_by_key_and_keeps_order_and_fields() {
         let mut b = BatchBuilder::new();
         for i in 0..200u32 {
@@ -1033,7 +1284,7 @@ mod tests {
         }
         let batch = b.finish(0, 0).to_vec();
         let halves = layout(&[0, 1 << 31, 1 << 32]);
-        let pieces = regroup(&halves, &batch).unwrap();
+        let pieces = regroup(&halves, &batch, finish_plain).unwrap();
         assert_eq!(pieces.len(), 2);
         let mut total = 0;
         for (route, piece) in &pieces {
@@ -1053,7 +1304,7 @@ mod tests {
         }
         assert_eq!(total, 200);
         // One segment over the whole ring: the batch comes back whole.
-        let whole = regroup(&layout(&[0, 1 << 32]), &batch).unwrap();
+        let whole = regroup(&layout(&[0, 1 << 32]), &batch, finish_plain).unwrap();
         assert_eq!(whole.len(), 1);
         assert_eq!(whole[0].1, batch);
     }

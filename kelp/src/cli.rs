@@ -628,6 +628,11 @@ pub struct PubArgs {
     /// this order).
     #[arg(long = "header", short = 'H', value_name = "NAME=VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
+    /// Stamp batches with a producer id and sequences, and resend those
+    /// whose connection was lost: the broker stores each once (at most 5
+    /// batches in flight).
+    #[arg(long)]
+    pub idempotent: bool,
     #[command(flatten)]
     pub payload: PayloadArgs,
     #[command(flatten)]

@@ -398,6 +398,7 @@ pub async fn publish(args: PubArgs) -> anyhow::Result<()> {
         batch_bytes_max: args.batch_bytes,
         linger_ms: args.linger_ms,
         by_ref_over: args.by_ref_over.0,
+        idempotent: args.idempotent,
         ..ProducerConfig::default()
     };
     let producer = client
