@@ -155,6 +155,18 @@ impl Layout {
     pub(crate) fn route_key(&self, key: &[u8]) -> Option<usize> {
         self.route_hash(key_hash(key))
     }
+
+    /// Where to send a batch for `segment` whose first record's key is
+    /// `key`: the segment's owner while it is open here; once it is sealed
+    /// (not in the layout), the shard that serves `key` now, which reads
+    /// the sealed segment from the filer (an idempotent producer's resend).
+    pub(crate) fn route_for_segment(&self, segment: u32, key: &[u8]) -> Option<Route> {
+        if let Some(route) = self.routes.iter().find(|r| r.segment == segment) {
+            return Some(*route);
+        }
+        let serving = self.routes[self.route_key(key)?];
+        Some(Route { segment, ..serving })
+    }
 }
 
 /// The id of the open segment of `topic` that takes records with `key`, if

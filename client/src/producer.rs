@@ -39,9 +39,11 @@
 //! has, so each record is stored once. New batches wait until those
 //! resends are settled, and at most [`IDEMPOTENT_IN_FLIGHT_MAX`] batches
 //! are in flight (the owner remembers a producer's last five batches per
-//! segment). What is not covered yet: a batch whose segment was sealed
-//! before its resend is re-routed to the successors as a new batch there,
-//! and is stored twice if the sealed segment had taken it.
+//! segment). A batch whose segment was sealed before its resend goes,
+//! unchanged and naming that segment, to the shard that serves its first
+//! key now, which answers from what the sealed segment stored (its offsets
+//! there), or refuses it `SegmentSealed` if the segment never took it; it
+//! then goes to the successors as a new batch.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -872,12 +874,14 @@ impl Shared {
             let mut refused = Vec::new();
             not_open_yet = false;
             for (batch, unchanged) in work.drain(..) {
-                let route_unchanged = unchanged
-                    .and_then(|segment| layout.routes().iter().find(|r| r.segment == segment));
+                let route_unchanged =
+                    unchanged.and_then(|segment| unchanged_route(&layout, segment, &batch));
                 let pieces = match route_unchanged {
-                    // Still open: the same bytes, stamp and all.
+                    // The same bytes, stamp and all: to the segment's owner
+                    // while it is open, else to a shard that checks them
+                    // against what the sealed segment stored.
                     Some(route) => vec![Piece {
-                        route: *route,
+                        route,
                         bytes: batch.clone(),
                         taken: None,
                         unchanged: true,
@@ -934,8 +938,20 @@ impl Shared {
                                 self.adopt_successors(successors).await;
                             }
                             not_open_yet |= is_not_open_yet(&e);
+                            // Only a sealed segment's refusal says a resend
+                            // is not stored there: it goes to the successors
+                            // as a new batch. Any other is asked again.
+                            let sealed = e.broker_code() == Some(ErrorCode::SegmentSealed);
+                            let unchanged = piece.unchanged && !sealed;
                             last_refusal = Some(e);
-                            refused.push((piece.bytes, None));
+                            refused.push((piece.bytes, unchanged.then_some(segment)));
+                        }
+                        Err((e, NeverSent::No))
+                            if piece.unchanged && e.broker_code() == Some(ErrorCode::Busy) =>
+                        {
+                            // Its segment is being sealed: asked again.
+                            last_refusal = Some(e);
+                            refused.push((piece.bytes, Some(segment)));
                         }
                         Err((e, NeverSent::No))
                             if self.stamps.is_some() && is_connection_loss(&e) =>
@@ -1085,6 +1101,15 @@ impl Shared {
         *current = (version, Arc::new(layout));
         self.layout_version.store(version, Ordering::Release);
     }
+}
+
+/// Where to resend `batch` unchanged to `segment` (see
+/// [`Layout::route_for_segment`]); `None` if no open segment serves its
+/// first key.
+fn unchanged_route(layout: &Layout, segment: u32, batch: &[u8]) -> Option<Route> {
+    let view = BatchView::validate(batch).ok()?;
+    let key = view.records().next()?.key;
+    layout.route_for_segment(segment, key)
 }
 
 /// A piece of a resend, on its way to one segment.

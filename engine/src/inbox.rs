@@ -112,7 +112,12 @@ pub(crate) async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardReq
                     }
                     AckMode::Durable => {
                         glommio::spawn_local(async move {
-                            let flushed = cell.wait_flushed(next_offset).await;
+                            // No cell: a resend a sealed segment held, in
+                            // the filer already (never the gateway's).
+                            let flushed = match &cell {
+                                Some(cell) => cell.wait_flushed(next_offset).await,
+                                None => Ok(()),
+                            };
                             match flushed {
                                 Ok(()) => metrics.produce(ack).observe(arrived.elapsed()),
                                 Err(_) => metrics.produce_errors.add(1),

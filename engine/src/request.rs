@@ -639,15 +639,19 @@ pub(crate) fn start_fetch(
     })
 }
 
-/// A batch appended to a segment: the segment, and the offsets it took.
+/// A batch appended to a segment: the segment (`None` for a resend a
+/// sealed segment already held in the filer), and the offsets it took.
 pub(crate) struct Appended {
-    pub(crate) cell: Rc<SegmentCell>,
+    pub(crate) cell: Option<Rc<SegmentCell>>,
     pub(crate) base_offset: u64,
     pub(crate) next_offset: u64,
 }
 
 /// Append the validated batch `view` to `segment` of `topic`, which this
-/// shard must own; keyed records from the network must hash into it.
+/// shard must own; keyed records from the network must hash into it. An
+/// idempotent producer's resend to a sealed segment is answered with its
+/// offsets if the segment stored it before the seal (on any shard: a
+/// segment sealed elsewhere is read from the filer).
 pub(crate) async fn append(
     shard: &Rc<Shard>,
     topic: &str,
@@ -655,21 +659,45 @@ pub(crate) async fn append(
     view: &BatchView<'_>,
     origin: Origin,
 ) -> Result<Appended, ServeError> {
-    let cell = match local_segment(shard, topic, segment)? {
+    // The Kafka gateway's records went where the Kafka client's
+    // partitioner put them, and the gateway checks its own idempotent
+    // producers' batches.
+    let checked = origin != Origin::KafkaGateway;
+    let producer = if checked {
+        crate::segment::kelp_batch(view)?
+    } else {
+        None
+    };
+    let found = match local_segment(shard, topic, segment) {
+        Ok(found) => found,
+        Err(e) if e.code == ErrorCode::SegmentSealed && producer.is_some() => shard
+            .sealed_view(topic, segment)
+            .await
+            .map_err(|e| ServeError::storage(&e))?,
+        Err(e) => return Err(e),
+    };
+    let cell = match found {
         Segment::Owned(cell) => cell,
         // A view of a segment sealed elsewhere takes no writes.
-        Segment::View(_) => {
+        Segment::View(sealed) => {
+            if let Some(batch) = &producer {
+                if let Some(placed) = sealed.sealed_duplicate(batch, view.record_count()).await? {
+                    return Ok(Appended {
+                        cell: None,
+                        base_offset: placed.base,
+                        next_offset: placed.next,
+                    });
+                }
+            }
             return Err(ServeError::sealed(
                 segment,
                 shard.successors(topic, segment).map(Arc::new),
-            ))
+            ));
         }
     };
     let core = &cell.core;
     // Keyless records may go to any segment; keyed ones must hash into it,
-    // or per-key order would break when segments split. The Kafka gateway's
-    // records went where the Kafka client's partitioner put them.
-    let checked = origin != Origin::KafkaGateway;
+    // or per-key order would break when segments split.
     if let Some(r) = view
         .records()
         .find(|r| checked && !r.key.is_empty() && !core.covers(key_hash(r.key)))
@@ -685,12 +713,6 @@ pub(crate) async fn append(
             ),
         ));
     }
-    // The Kafka gateway checks its own idempotent producers' batches.
-    let producer = if checked {
-        crate::segment::kelp_batch(view)?
-    } else {
-        None
-    };
     let placed = cell.append(view, producer).await?;
     if !placed.duplicate {
         let traffic = shard.metrics.traffic(origin.transport());
@@ -698,7 +720,7 @@ pub(crate) async fn append(
         traffic.bytes_in.add(view.bytes().len() as u64);
     }
     Ok(Appended {
-        cell,
+        cell: Some(cell),
         base_offset: placed.base,
         next_offset: placed.next,
     })
@@ -746,8 +768,17 @@ async fn produce(
             metrics.produce(ack).observe(arrived.elapsed());
             Reply::Now(produced())
         }
+        // A resend a sealed segment held is in the filer already.
+        AckMode::Durable if cell.is_none() => {
+            metrics.produce(ack).observe(arrived.elapsed());
+            Reply::Now(produced())
+        }
         AckMode::Durable => Reply::Later(Box::pin(async move {
-            match cell.wait_flushed(next).await {
+            let flushed = match &cell {
+                Some(cell) => cell.wait_flushed(next).await,
+                None => Ok(()),
+            };
+            match flushed {
                 Ok(()) => {
                     metrics.produce(ack).observe(arrived.elapsed());
                     produced()

@@ -18,6 +18,10 @@
 //! - A reader that read an owner's unstored records from its buffers when
 //!   it died rides through: it says which offsets were never stored
 //!   (`ClientError::Truncated`) and reads on from the successor.
+//! - An idempotent `durable` producer rides through its owner's death: its
+//!   batches in flight are resent unchanged, answered from what the sealed
+//!   segment stored or re-routed to the successor, and every record is
+//!   read exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -444,4 +448,75 @@ async fn a_subscriber_rides_through_its_owners_death_and_says_what_was_never_sto
     );
     drop(survivor);
     drop(control);
+}
+
+/// Records the idempotent producer publishes through its owner's death.
+const IDEMPOTENT_RECORDS: u64 = 3_000;
+
+/// An idempotent `durable` producer publishes while the owner of its
+/// segment is killed with `kill -9` and declared dead. Its batches in
+/// flight are resent unchanged: a shard that serves their keys now checks
+/// each against what the sealed segment stored (the batch acknowledged by
+/// the filer but not to the producer is answered with its offsets), and
+/// the rest go to the successor as new batches. Every record is
+/// acknowledged and read exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producer_rides_through_its_owners_death_storing_each_record_once() {
+    const TOPIC: &str = "fence/idempotent";
+    let Scene {
+        dir: _dir,
+        control: _control,
+        owner,
+        survivor,
+        owner_id,
+        ..
+    } = Scene::start(TOPIC).await;
+    let both = tcp_client(&format!("{},{}", owner.broker_arg(), survivor.broker_arg())).await;
+    let config = ProducerConfig {
+        ack: AckMode::Durable,
+        linger_ms: 1,
+        batch_bytes_max: 4 << 10,
+        idempotent: true,
+        ..ProducerConfig::default()
+    };
+    let producer = std::sync::Arc::new(both.producer(TOPIC, config).await.unwrap());
+    let sending = {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            for n in 0..IDEMPOTENT_RECORDS {
+                let key = format!("key-{}", n % 16);
+                let value = format!("idem-{n}");
+                producer.send(key.as_bytes(), value.as_bytes(), &[]).await?;
+            }
+            producer.flush().await
+        })
+    };
+    while producer.acked_records() < IDEMPOTENT_RECORDS / 3 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    owner.kill9();
+    wait_declared_dead(&both, TOPIC, owner_id).await;
+    let acked = sending
+        .await
+        .unwrap()
+        .expect("every record acknowledged through the owner's death");
+    assert_eq!(acked, IDEMPOTENT_RECORDS);
+    println!(
+        "batches resent unchanged after the kill: {}",
+        producer.resent_batches()
+    );
+
+    let got = read_all(&both, TOPIC, DURABLE_BEFORE).await;
+    let twice: Vec<_> = got
+        .iter()
+        .filter(|(v, n)| v.starts_with("idem-") && **n > 1)
+        .collect();
+    assert!(twice.is_empty(), "read more than once: {twice:?}");
+    assert_eq!(
+        count_tagged(&got, "idem"),
+        IDEMPOTENT_RECORDS,
+        "every acknowledged record is stored"
+    );
+    drop(both);
+    survivor.stop();
 }

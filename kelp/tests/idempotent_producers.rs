@@ -4,7 +4,10 @@
 //! a sequence; a resent batch is answered with the offsets it already has
 //! and stored once, also after the broker was killed with SIGKILL (its
 //! state is read back from the log: buffers and chunks); a gap and a stale
-//! epoch are refused and store nothing.
+//! epoch are refused and store nothing; a resend to a segment sealed since
+//! is answered from what that segment stored, by any shard. Then the SDK's
+//! idempotent producer (and `kelp pub --idempotent`) through a SIGKILL and
+//! restart of its broker: every record acknowledged and stored once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -336,5 +339,56 @@ fn kelp_pub_idempotent_stamps_its_batches() {
     }
     assert_eq!(stored, 3);
     drop(conn);
+    broker.stop();
+}
+
+/// A resend to a segment sealed since (a split) is answered with the
+/// offsets it has there, by its old owner and by a shard that never owned
+/// it (which reads it from the filer); a batch the sealed segment never
+/// stored is refused `SegmentSealed`, naming the successors, and goes there
+/// as a new batch.
+#[test]
+fn a_resend_to_a_sealed_segment_is_answered_from_what_it_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = Broker::start_with(dir.path(), port, &["--flush-age-ms", "3600000"]);
+    let owner = create_topic(port);
+    let mut conn = TestConn::open(owner);
+    let p = init_producer(&mut conn);
+    let stored = stamped(&["s0", "s1", "s2"], p, 0, 0);
+    assert_eq!(produce(&mut conn, AckMode::Leader, &stored), (0, 3));
+    let split = conn.call(wire::AdminRequest::SplitSegment {
+        topic: TOPIC.into(),
+        segment: 0,
+        pieces: 2,
+    });
+    assert!(
+        matches!(decode(&split), Response::Topic(_)),
+        "{:?}",
+        decode(&split)
+    );
+
+    // Its old owner, with and without durable.
+    assert_eq!(produce(&mut conn, AckMode::Leader, &stored), (0, 3));
+    assert_eq!(produce(&mut conn, AckMode::Durable, &stored), (0, 3));
+    // The other shard, which reads it from the filer.
+    let other = if owner == port { port + 1 } else { port };
+    let mut elsewhere = TestConn::open(other);
+    assert_eq!(produce(&mut elsewhere, AckMode::Durable, &stored), (0, 3));
+    // A batch it never stored: refused, whoever is asked.
+    let never = stamped(&["n0"], p, 0, 3);
+    for c in [&mut conn, &mut elsewhere] {
+        let r = c.produce(TOPIC, AckMode::Leader, &never);
+        match decode(&r) {
+            Response::Sealed { successors, .. } => {
+                assert_eq!(successors.segments.len(), 2, "the split's two successors");
+            }
+            other => panic!("a batch the sealed segment never stored: {other:?}"),
+        }
+    }
+    // Nothing was appended to the sealed segment by any of it.
+    let keys: Vec<String> = keys_stored(&mut conn).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(keys, ["s0", "s1", "s2"]);
+    drop((conn, elsewhere));
     broker.stop();
 }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use filer::ObjectPath;
-use kafka::idempotence::{AppendOutcome, ProducerBatch, Sequence};
+use kafka::idempotence::ProducerBatch;
 use tracing::Instrument;
 use wire::batch::BatchView;
 use wire::message::Successors;
@@ -55,8 +55,8 @@ use crate::serve_error::ServeError;
 use crate::shard_filer::ShardFiler;
 
 use self::buffer_size::BufferSize;
-pub(crate) use self::producers::kelp_batch;
-use self::producers::ProducersSlot;
+use self::producers::SegmentProducers;
+pub(crate) use self::producers::{kelp_batch, Placed};
 pub(crate) use self::reader::{FetchBody, FetchResult};
 use self::reader::{ReadCache, Tail};
 pub(crate) use self::segment_log::SealState;
@@ -311,15 +311,6 @@ pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + '
         .await
 }
 
-/// Where an append put a batch: its offsets, and whether it was there
-/// already (an idempotent producer's resend, not stored again).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Placed {
-    pub(crate) base: u64,
-    pub(crate) next: u64,
-    pub(crate) duplicate: bool,
-}
-
 /// A segment this shard owns: the writer.
 #[derive(Debug)]
 pub(crate) struct SegmentCell {
@@ -336,9 +327,7 @@ pub(crate) struct SegmentCell {
     /// Rung when the flush queue has room again, or writes are refused.
     space: Event,
     /// Its idempotent kelp producers ([`producers`]).
-    producers: RefCell<ProducersSlot>,
-    /// Rung when the producer state is read, or its read failed.
-    producers_read: Event,
+    producers: SegmentProducers,
 }
 
 impl SegmentCell {
@@ -449,8 +438,7 @@ impl SegmentCell {
             writeback_started: Cell::new(false),
             flushed: Event::new(),
             space: Event::new(),
-            producers: RefCell::new(ProducersSlot::Unread),
-            producers_read: Event::new(),
+            producers: SegmentProducers::default(),
         });
         let recovered_end = cell.core.state.borrow().log.sealed_end();
         if let Some(target) = recovered_end {
@@ -462,100 +450,6 @@ impl SegmentCell {
             cell.wait_flushed(target).await?;
         }
         Ok(cell)
-    }
-
-    /// Wait until the segment's producer state is read from its log
-    /// (reading it if nobody is).
-    async fn producers_ready(&self) -> Result<(), ServeError> {
-        loop {
-            let listener = self.producers_read.listen();
-            let read_it = {
-                let mut slot = self.producers.borrow_mut();
-                match &*slot {
-                    ProducersSlot::Ready(_) => return Ok(()),
-                    ProducersSlot::Reading => false,
-                    ProducersSlot::Unread => {
-                        *slot = ProducersSlot::Reading;
-                        true
-                    }
-                }
-            };
-            if !read_it {
-                listener.await;
-                continue;
-            }
-            let result = match producers::read_state(&self.core).await {
-                Ok(state) => {
-                    log::debug!(
-                        "segment {}: producer state read from the log ({} producers)",
-                        self.core.chunk_prefix,
-                        state.producer_count()
-                    );
-                    *self.producers.borrow_mut() = ProducersSlot::Ready(state);
-                    Ok(())
-                }
-                Err(e) => {
-                    *self.producers.borrow_mut() = ProducersSlot::Unread;
-                    Err(e)
-                }
-            };
-            self.producers_read.notify(usize::MAX);
-            return result;
-        }
-    }
-
-    /// What an idempotent producer's batch is: `Some` where it was stored
-    /// already (its offsets), `None` to append it; an error for a gap or
-    /// a stale epoch.
-    fn producer_check(
-        &self,
-        batch: &ProducerBatch,
-        count: u32,
-    ) -> Result<Option<Placed>, ServeError> {
-        let slot = self.producers.borrow();
-        let ProducersSlot::Ready(state) = &*slot else {
-            return Err(ServeError::internal());
-        };
-        match state.check(batch) {
-            Sequence::Fresh => Ok(None),
-            Sequence::Duplicate(base) => {
-                let base = u64::try_from(base).map_err(|_| ServeError::internal())?;
-                Ok(Some(Placed {
-                    base,
-                    next: base + u64::from(count),
-                    duplicate: true,
-                }))
-            }
-            Sequence::OutOfOrder => Err(ServeError::new(
-                ErrorCode::OutOfOrderSequence,
-                format!(
-                    "segment {}: producer {:#x} sent sequence {}, which does not follow the last it stored (records before it were lost, or never sent)",
-                    self.core.id, batch.producer_id, batch.first
-                ),
-            )),
-            Sequence::Fenced => Err(ServeError::new(
-                ErrorCode::ProducerFenced,
-                format!(
-                    "segment {}: producer {:#x} sent epoch {}, older than one it stored",
-                    self.core.id, batch.producer_id, batch.epoch
-                ),
-            )),
-        }
-    }
-
-    /// An idempotent producer's batch was appended at `[base, next)`.
-    fn producer_stored(&self, batch: ProducerBatch, base: u64, next: u64) {
-        let mut slot = self.producers.borrow_mut();
-        if let ProducersSlot::Ready(state) = &mut *slot {
-            let append = state.begin(batch);
-            state.end(
-                append,
-                AppendOutcome::Stored {
-                    base_offset: base as i64,
-                    end_offset: next,
-                },
-            );
-        }
     }
 
     /// Seal the active buffer and wait until everything appended so far
@@ -645,7 +539,7 @@ impl SegmentCell {
         let len = batch.bytes().len();
         let batch_records = batch.record_count();
         if producer.is_some() {
-            self.producers_ready().await?;
+            self.producers.ready(&self.core, Tail::Appended).await?;
         }
         // Since when this append has found the disk full.
         let mut disk_full_since: Option<Instant> = None;
@@ -653,7 +547,22 @@ impl SegmentCell {
             if let Some(e) = core.closed_error() {
                 return Err(e);
             }
-            if core.seal_state() != SealState::Open {
+            let seal = core.seal_state();
+            if seal != SealState::Open {
+                if let Some(batch) = &producer {
+                    // A resend of a batch stored before the seal is
+                    // answered with its offsets, once they are final.
+                    let stored_end = core.state.borrow().log.flushed_offset();
+                    let placed = self
+                        .producers
+                        .sealed_duplicate(core, Tail::Appended, batch, batch_records, stored_end)
+                        .await?;
+                    match (placed, seal) {
+                        (Some(placed), SealState::Sealed) => return Ok(placed),
+                        (Some(_), _) => return Err(being_sealed(core.id)),
+                        (None, _) => {}
+                    }
+                }
                 return Err(ServeError::sealed(
                     core.id,
                     core.successors.borrow().clone(),
@@ -663,7 +572,7 @@ impl SegmentCell {
             // yield between: a copy of this batch appended meanwhile (from
             // another connection) is found here.
             if let Some(batch) = &producer {
-                if let Some(placed) = self.producer_check(batch, batch_records)? {
+                if let Some(placed) = self.producers.check(self.core.id, batch, batch_records)? {
                     return Ok(placed);
                 }
             }
@@ -689,7 +598,7 @@ impl SegmentCell {
                     state.log.handle_append(base, next);
                     drop(state);
                     if let Some(batch) = producer {
-                        self.producer_stored(batch, base, next);
+                        self.producers.stored(batch, base, next);
                     }
                     if let Some((mapped, (from, len))) = writeback {
                         self.writeback_started.set(true);
@@ -1057,6 +966,20 @@ fn seal_active(state: &mut SegmentState, now: Instant) -> Result<bool, ServeErro
 #[derive(Debug)]
 pub(crate) struct SealedView {
     pub(crate) core: SegmentCore,
+    /// Its idempotent producers, read from its chunks when a resend asks.
+    producers: SegmentProducers,
+}
+
+/// The answer to a resend a segment cannot check yet: its seal is under
+/// way (records on their way to the filer, or the seal marker not there).
+fn being_sealed(segment: u32) -> ServeError {
+    ServeError::new(
+        ErrorCode::Busy,
+        format!(
+            "segment {segment} is being sealed: whether it stored this resend is not known yet; \
+             send it again shortly"
+        ),
+    )
 }
 
 impl SealedView {
@@ -1085,7 +1008,28 @@ impl SealedView {
         log.set_lost(stored.lost);
         Ok(Rc::new(SealedView {
             core: SegmentCore::new(config, store, topic, id, (range_start, range_end), log),
+            producers: SegmentProducers::default(),
         }))
+    }
+
+    /// An idempotent producer's resend to this sealed segment: `Some` with
+    /// its offsets if the segment stored it, `None` if not (it goes to the
+    /// successors); `Busy` while the seal marker is not there yet.
+    pub(crate) async fn sealed_duplicate(
+        &self,
+        batch: &ProducerBatch,
+        count: u32,
+    ) -> Result<Option<Placed>, ServeError> {
+        if self.core.seal_state() != SealState::Sealed {
+            self.core.refresh_listing().await?;
+        }
+        if self.core.seal_state() != SealState::Sealed {
+            return Err(being_sealed(self.core.id));
+        }
+        let end = self.core.state.borrow().log.next_offset();
+        self.producers
+            .sealed_duplicate(&self.core, Tail::Polled, batch, count, end)
+            .await
     }
 }
 

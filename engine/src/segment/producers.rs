@@ -19,9 +19,13 @@
 //! Batches the Kafka gateway appends carry ids below
 //! `KELP_PRODUCER_ID_BIT` and are checked by the gateway, not here.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
-use kafka::idempotence::{PartitionProducers, ProducerBatch, Rebuild, StoredBatch};
+use event_listener::Event;
+use kafka::idempotence::{
+    AppendOutcome, PartitionProducers, ProducerBatch, Rebuild, Sequence, StoredBatch,
+};
 use wire::batch::BatchView;
 use wire::chunk::BatchWalk;
 use wire::producer_id::is_kelp_producer_id;
@@ -34,9 +38,18 @@ use crate::serve_error::ServeError;
 /// Bytes asked for per read while the log is read for the state.
 const SCAN_READ_BYTES: usize = 4 << 20;
 
+/// Where an append put a batch: its offsets, and whether it was there
+/// already (an idempotent producer's resend, not stored again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub(crate) base: u64,
+    pub(crate) next: u64,
+    pub(crate) duplicate: bool,
+}
+
 /// Where a segment's producer state stands.
 #[derive(Debug)]
-pub(crate) enum ProducersSlot {
+enum ProducersSlot {
     /// Not read from the log yet (no idempotent batch since the open).
     Unread,
     /// Being read from the log; idempotent batches wait.
@@ -85,9 +98,140 @@ fn stored_batch(view: &BatchView<'_>) -> Option<StoredBatch> {
     })
 }
 
+/// One segment's idempotent producers: the state, read from the log once.
+#[derive(Debug)]
+pub(crate) struct SegmentProducers {
+    slot: RefCell<ProducersSlot>,
+    /// Rung when the state is read, or its read failed.
+    read: Event,
+}
+
+impl Default for SegmentProducers {
+    fn default() -> Self {
+        SegmentProducers {
+            slot: RefCell::new(ProducersSlot::Unread),
+            read: Event::new(),
+        }
+    }
+}
+
+impl SegmentProducers {
+    /// Wait until the state is read from `core`'s log (reading it if
+    /// nobody is).
+    pub(super) async fn ready(&self, core: &SegmentCore, tail: Tail) -> Result<(), ServeError> {
+        loop {
+            let listener = self.read.listen();
+            let read_it = {
+                let mut slot = self.slot.borrow_mut();
+                match &*slot {
+                    ProducersSlot::Ready(_) => return Ok(()),
+                    ProducersSlot::Reading => false,
+                    ProducersSlot::Unread => {
+                        *slot = ProducersSlot::Reading;
+                        true
+                    }
+                }
+            };
+            if !read_it {
+                listener.await;
+                continue;
+            }
+            let result = match read_state(core, tail).await {
+                Ok(state) => {
+                    log::debug!(
+                        "segment {}: producer state read from the log ({} producers)",
+                        core.chunk_prefix,
+                        state.producer_count()
+                    );
+                    *self.slot.borrow_mut() = ProducersSlot::Ready(state);
+                    Ok(())
+                }
+                Err(e) => {
+                    *self.slot.borrow_mut() = ProducersSlot::Unread;
+                    Err(e)
+                }
+            };
+            self.read.notify(usize::MAX);
+            return result;
+        }
+    }
+
+    /// What an idempotent producer's batch of `count` records is: `Some`
+    /// where it was stored already (its offsets), `None` to append it; an
+    /// error for a gap or a stale epoch. The state must be ready.
+    pub(super) fn check(
+        &self,
+        segment: u32,
+        batch: &ProducerBatch,
+        count: u32,
+    ) -> Result<Option<Placed>, ServeError> {
+        let slot = self.slot.borrow();
+        let ProducersSlot::Ready(state) = &*slot else {
+            return Err(ServeError::internal());
+        };
+        match state.check(batch) {
+            Sequence::Fresh => Ok(None),
+            Sequence::Duplicate(base) => {
+                let base = u64::try_from(base).map_err(|_| ServeError::internal())?;
+                Ok(Some(Placed {
+                    base,
+                    next: base + u64::from(count),
+                    duplicate: true,
+                }))
+            }
+            Sequence::OutOfOrder => Err(ServeError::new(
+                ErrorCode::OutOfOrderSequence,
+                format!(
+                    "segment {segment}: producer {:#x} sent sequence {}, which does not follow the last it stored (records before it were lost, or never sent)",
+                    batch.producer_id, batch.first
+                ),
+            )),
+            Sequence::Fenced => Err(ServeError::new(
+                ErrorCode::ProducerFenced,
+                format!(
+                    "segment {segment}: producer {:#x} sent epoch {}, older than one it stored",
+                    batch.producer_id, batch.epoch
+                ),
+            )),
+        }
+    }
+
+    /// An idempotent producer's batch was appended at `[base, next)`.
+    pub(super) fn stored(&self, batch: ProducerBatch, base: u64, next: u64) {
+        let mut slot = self.slot.borrow_mut();
+        if let ProducersSlot::Ready(state) = &mut *slot {
+            let append = state.begin(batch);
+            state.end(
+                append,
+                AppendOutcome::Stored {
+                    base_offset: base as i64,
+                    end_offset: next,
+                },
+            );
+        }
+    }
+
+    /// A resend to a sealed segment: `Some` with its offsets if the
+    /// segment stored it below `stored_end` (what is in the filer for
+    /// good), `None` if it did not (the batch goes to the successors).
+    pub(super) async fn sealed_duplicate(
+        &self,
+        core: &SegmentCore,
+        tail: Tail,
+        batch: &ProducerBatch,
+        count: u32,
+        stored_end: u64,
+    ) -> Result<Option<Placed>, ServeError> {
+        self.ready(core, tail).await?;
+        // A gap or a stale epoch no longer matters: nothing is appended.
+        let placed = self.check(core.id, batch, count).unwrap_or(None);
+        Ok(placed.filter(|p| p.next <= stored_end))
+    }
+}
+
 /// Read the segment's whole log, chunks and buffers, into a producer
 /// state that covers it up to its end at the moment the read caught up.
-pub(super) async fn read_state(core: &SegmentCore) -> Result<PartitionProducers, ServeError> {
+async fn read_state(core: &SegmentCore, tail: Tail) -> Result<PartitionProducers, ServeError> {
     let mut rebuild = Rebuild::from_log_start();
     let mut from = FetchFrom::Earliest;
     let mut scratch = Vec::new();
@@ -101,7 +245,7 @@ pub(super) async fn read_state(core: &SegmentCore) -> Result<PartitionProducers,
                 // Damaged stretches are read past: what they held is
                 // unreadable to any reader, and a resend of it is stored.
                 FetchChecks::SkipDamaged,
-                Tail::Appended,
+                tail,
             )
             .await?;
         for item in BatchWalk::new(fetched.body.batches(&mut scratch)) {

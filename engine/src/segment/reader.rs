@@ -267,7 +267,7 @@ impl SegmentState {
 impl SegmentCore {
     /// For a view of a segment sealed elsewhere: look for the marker and
     /// for chunks flushed since the last look.
-    async fn refresh_listing(&self) -> Result<(), ServeError> {
+    pub(super) async fn refresh_listing(&self) -> Result<(), ServeError> {
         let (stored, marked) = {
             let prefix = self.chunk_prefix.clone();
             let marker = filer_layout::seal_marker(&self.topic, self.id);
