@@ -657,8 +657,11 @@ impl Shared {
                     resend_unchanged: false,
                     _permit: permit,
                 };
-                // Later batches wait until this one is resent.
-                self.hold_new_batches();
+                if self.stamps.is_some() {
+                    // Later batches wait until this one is resent: one
+                    // stamped after it must not reach its segment first.
+                    self.hold_new_batches();
+                }
                 let resend_now = {
                     let mut order = self.order();
                     let seq = order.sent();

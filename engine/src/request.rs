@@ -680,8 +680,8 @@ pub(crate) async fn append(
         Segment::Owned(cell) => cell,
         // A view of a segment sealed elsewhere takes no writes.
         Segment::View(sealed) => {
-            if let Some(batch) = &producer {
-                if let Some(placed) = sealed.sealed_duplicate(batch, view.record_count()).await? {
+            if producer.is_some() {
+                if let Some(placed) = sealed.sealed_duplicate(view).await? {
                     return Ok(Appended {
                         cell: None,
                         base_offset: placed.base,

@@ -966,8 +966,6 @@ fn seal_active(state: &mut SegmentState, now: Instant) -> Result<bool, ServeErro
 #[derive(Debug)]
 pub(crate) struct SealedView {
     pub(crate) core: SegmentCore,
-    /// Its idempotent producers, read from its chunks when a resend asks.
-    producers: SegmentProducers,
 }
 
 /// The answer to a resend a segment cannot check yet: its seal is under
@@ -1008,7 +1006,6 @@ impl SealedView {
         log.set_lost(stored.lost);
         Ok(Rc::new(SealedView {
             core: SegmentCore::new(config, store, topic, id, (range_start, range_end), log),
-            producers: SegmentProducers::default(),
         }))
     }
 
@@ -1017,8 +1014,7 @@ impl SealedView {
     /// successors); `Busy` while the seal marker is not there yet.
     pub(crate) async fn sealed_duplicate(
         &self,
-        batch: &ProducerBatch,
-        count: u32,
+        resend: &BatchView<'_>,
     ) -> Result<Option<Placed>, ServeError> {
         if self.core.seal_state() != SealState::Sealed {
             self.core.refresh_listing().await?;
@@ -1027,9 +1023,7 @@ impl SealedView {
             return Err(being_sealed(self.core.id));
         }
         let end = self.core.state.borrow().log.next_offset();
-        self.producers
-            .sealed_duplicate(&self.core, Tail::Polled, batch, count, end)
-            .await
+        producers::find_in_sealed(&self.core, Tail::Polled, resend, end).await
     }
 }
 

@@ -229,6 +229,72 @@ impl SegmentProducers {
     }
 }
 
+/// Whether sealed `core` stored `resend` (a batch stamped by a kelp
+/// producer) below `stored_end`: its offsets there if so. Reads only the
+/// chunks whose largest record timestamp reaches the batch's (any chunk
+/// that holds the batch does: its records are the batch's, timestamps and
+/// all), and damaged ones, so a resend to a large sealed segment reads its
+/// last chunks, not all of it.
+pub(super) async fn find_in_sealed(
+    core: &SegmentCore,
+    tail: Tail,
+    resend: &BatchView<'_>,
+    stored_end: u64,
+) -> Result<Option<Placed>, ServeError> {
+    let candidates: Vec<(u64, u64)> = core
+        .state
+        .borrow()
+        .log
+        .chunks()
+        .iter()
+        .filter(|c| c.damaged.is_some() || c.header.max_timestamp_ms >= resend.max_timestamp_ms())
+        .map(|c| (c.header.base_offset, c.header.next_offset.min(stored_end)))
+        .filter(|(from, to)| from < to)
+        .collect();
+    let same = |view: &BatchView<'_>| {
+        view.producer_id() == resend.producer_id()
+            && view.producer_epoch() == resend.producer_epoch()
+            && view.base_sequence() == resend.base_sequence()
+    };
+    let mut scratch = Vec::new();
+    for (from, to) in candidates {
+        let mut at = from;
+        while at < to {
+            let fetched = core
+                .fetch(
+                    FetchFrom::Offset(at),
+                    SCAN_READ_BYTES,
+                    Duration::ZERO,
+                    FetchChecks::SkipDamaged,
+                    tail,
+                )
+                .await?;
+            for item in BatchWalk::new(fetched.body.batches(&mut scratch)) {
+                let (_, view) = item.map_err(|e| {
+                    ServeError::new(
+                        ErrorCode::Storage,
+                        format!("segment {}: looking for a resent batch: {e}", core.id),
+                    )
+                })?;
+                if same(&view) {
+                    let base = view.base_offset();
+                    let next = view.next_offset();
+                    return Ok((next <= stored_end).then_some(Placed {
+                        base,
+                        next,
+                        duplicate: true,
+                    }));
+                }
+            }
+            if fetched.next_offset <= at {
+                break;
+            }
+            at = fetched.next_offset;
+        }
+    }
+    Ok(None)
+}
+
 /// Read the segment's whole log, chunks and buffers, into a producer
 /// state that covers it up to its end at the moment the read caught up.
 async fn read_state(core: &SegmentCore, tail: Tail) -> Result<PartitionProducers, ServeError> {
