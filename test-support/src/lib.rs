@@ -72,6 +72,14 @@ impl SeededRng {
         }
     }
 
+    /// Numbers from `seed` (a replayed one, or one the caller printed).
+    pub fn from_seed(seed: u64) -> SeededRng {
+        SeededRng {
+            seed,
+            state: seed | 1,
+        }
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.state ^= self.state << 13;
         self.state ^= self.state >> 7;
