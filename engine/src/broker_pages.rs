@@ -228,6 +228,14 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
             |m| Value::Counter(m.produce_errors.get()),
         ),
         per_shard(
+            Family::counter(
+                "kelp_produce_resends_found",
+                "Idempotent producers' resends answered with the offsets their batch already had, and not stored again.",
+            ),
+            shards,
+            |m| Value::Counter(m.resends_found.get()),
+        ),
+        per_shard(
             Family::histogram(
                 "kelp_fetch_seconds",
                 "From a fetch request's arrival to its answer, a long poll's wait included.",

@@ -682,6 +682,7 @@ pub(crate) async fn append(
         Segment::View(sealed) => {
             if producer.is_some() {
                 if let Some(placed) = sealed.sealed_duplicate(view).await? {
+                    shard.metrics.resends_found.add(1);
                     return Ok(Appended {
                         cell: None,
                         base_offset: placed.base,
@@ -714,7 +715,9 @@ pub(crate) async fn append(
         ));
     }
     let placed = cell.append(view, producer).await?;
-    if !placed.duplicate {
+    if placed.duplicate {
+        shard.metrics.resends_found.add(1);
+    } else {
         let traffic = shard.metrics.traffic(origin.transport());
         traffic.records_in.add(placed.next - placed.base);
         traffic.bytes_in.add(view.bytes().len() as u64);

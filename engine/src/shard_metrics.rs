@@ -215,6 +215,9 @@ pub(crate) struct ShardMetrics {
     produce: [Latency; ACK_MODES.len()],
     /// Produce requests refused (any error answer).
     pub(crate) produce_errors: Tally,
+    /// Idempotent producers' resends answered with the offsets their batch
+    /// already had (not stored again).
+    pub(crate) resends_found: Tally,
     /// From a fetch's arrival to its answer, for fetches answered without
     /// waiting for new records (a long poll's wait says nothing of the
     /// broker's speed).

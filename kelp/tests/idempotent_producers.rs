@@ -392,3 +392,34 @@ fn a_resend_to_a_sealed_segment_is_answered_from_what_it_stored() {
     drop((conn, elsewhere));
     broker.stop();
 }
+
+/// A shard's reserved-id file that is not 8 bytes long makes
+/// `InitProducer` fail with a storage error naming it, and hands out no
+/// id; the other shard, whose file is sound, still does.
+#[test]
+fn a_damaged_producer_id_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = port();
+    let broker = Broker::start(dir.path(), port);
+    let mut shard0 = TestConn::open(port);
+    let before = init_producer(&mut shard0);
+    drop(shard0);
+    broker.stop();
+    let file = dir.path().join("filer/producer-ids/0/0");
+    assert_eq!(std::fs::read(&file).unwrap().len(), 8, "{}", file.display());
+    std::fs::write(&file, b"bad").unwrap();
+
+    let broker = Broker::start(dir.path(), port);
+    let mut shard0 = TestConn::open(port);
+    let r = shard0.call(DataRequest::InitProducer);
+    assert_eq!(error_code(&r), Some(ErrorCode::Storage), "{:?}", decode(&r));
+    let Response::Error { message, .. } = decode(&r) else {
+        unreachable!()
+    };
+    assert!(message.contains("producer-ids/0/0"), "{message}");
+    let mut shard1 = TestConn::open(port + 1);
+    let other = init_producer(&mut shard1);
+    assert_ne!(other, before);
+    drop((shard0, shard1));
+    broker.stop();
+}

@@ -391,3 +391,58 @@ fn a_control_plane_publishes_its_brokers_segments_and_actions() {
     broker.stop();
     control.stop();
 }
+
+/// An idempotent producer's resends that the segment already held are
+/// counted as found, and not as records in.
+#[test]
+fn resends_found_are_counted_and_not_stored() {
+    use test_support::{decode, TestConn};
+    use wire::{AckMode, BatchBuilder, DataRequest, Response};
+
+    let dir = tempfile::tempdir().unwrap();
+    let http = http_port();
+    let listen = format!("127.0.0.1:{http}");
+    let port = port();
+    let broker = Broker::start_with(dir.path(), port, &["--http", &listen]);
+    let mut conn = TestConn::open(port);
+    let Response::Topic(info) = decode(&conn.create_topic("m/idem", 1)) else {
+        panic!("no topic")
+    };
+    let mut conn = TestConn::open(port + info.segments[0].shard);
+    let Response::Producer { producer_id, .. } = decode(&conn.call(DataRequest::InitProducer))
+    else {
+        panic!("no producer id")
+    };
+    let mut b = BatchBuilder::new();
+    for key in ["a", "b", "c"] {
+        b.push(1_700_000_000_000, key.as_bytes(), b"v", &[])
+            .unwrap();
+    }
+    let batch = b.finish(producer_id, 0).to_vec();
+    for _ in 0..3 {
+        let answer = conn.produce("m/idem", AckMode::Leader, &batch);
+        assert!(
+            matches!(decode(&answer), Response::Produced { base_offset: 0, .. }),
+            "{:?}",
+            decode(&answer)
+        );
+    }
+    let page = scrape(http);
+    family(&page, "kelp_produce_resends_found", "counter");
+    assert_eq!(
+        sum(
+            &page,
+            "kelp_produce_resends_found",
+            "kelp_produce_resends_found_total",
+            &[]
+        ),
+        2.0
+    );
+    assert_eq!(
+        sum(&page, "kelp_records_in", "kelp_records_in_total", &[]),
+        3.0,
+        "the batch's records counted once"
+    );
+    drop(conn);
+    broker.stop();
+}
