@@ -1,8 +1,8 @@
 //! The nemesis (issue 19, item 6): a cluster on loopback with real
-//! processes (one `kelp control`, three `kelp serve --control` brokers
-//! sharing a filer directory, a 2 s silence limit) under keyed load from
-//! an idempotent `durable` producer, while a seeded schedule of faults
-//! runs for a bounded time, one at a time:
+//! processes (one `kelp control`, three `kelp serve --control` brokers, a
+//! 2 s silence limit) under keyed load from an idempotent `durable`
+//! producer, while a seeded schedule of faults runs for a bounded time,
+//! one at a time:
 //!
 //! - a broker killed with SIGKILL and started again on its data dir after
 //!   0 to 5 s (long enough, often, to be declared dead and have its
@@ -10,7 +10,12 @@
 //! - a broker frozen with SIGSTOP for 2.5 to 4.5 s (past the silence
 //!   limit: a zombie when it resumes), then SIGCONT;
 //! - the control plane killed with SIGKILL and started again after 0 to
-//!   2 s.
+//!   2 s;
+//! - on S3 only: the S3 server frozen with SIGSTOP for 1 to 5 s (an
+//!   outage: requests hang, then time out), then SIGCONT.
+//!
+//! Two runs: brokers sharing a filer directory on 127.0.0.1, and brokers
+//! on 127.0.0.2-4 sharing only an S3 bucket (a real S3-compatible server).
 //!
 //! The load goes in rounds of records flushed together: a round whose
 //! flush succeeded is acknowledged; one whose send or flush failed is
@@ -23,7 +28,8 @@
 //!
 //! The seed is printed; `KELP_NEMESIS_SEED` replays a schedule (timing on
 //! a real machine still varies), and `KELP_NEMESIS_SECS` sets how long
-//! faults run (120 s by default; RELIABILITY.md records longer runs).
+//! faults run in each (60 s by default; RELIABILITY.md records longer
+//! runs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -36,15 +42,16 @@ use std::time::{Duration, Instant};
 use client::{AckMode, Client, FetchFrom, ProducerConfig, SubscribeOptions};
 use support::keyed::{key_name, read_records};
 use support::{port, signal, tcp_client, Broker, ControlPlane};
-use test_support::SeededRng;
+use test_support::{S3Server, SeededRng};
 
 const TOPIC: &str = "nemesis/keyed";
 const KEYS: u64 = 32;
 const SEGMENTS: u32 = 4;
 const BROKERS: usize = 3;
 const SILENCE_MS: &str = "2000";
-/// How long faults run unless `KELP_NEMESIS_SECS` says otherwise.
-const RUN_SECS_DEFAULT: u64 = 120;
+/// How long faults run in each test unless `KELP_NEMESIS_SECS` says
+/// otherwise.
+const RUN_SECS_DEFAULT: u64 = 60;
 /// Records flushed together: acknowledged or unknown as one.
 const ROUND_RECORDS: u64 = 200;
 /// The load's pace at most: the nemesis is about faults, not speed, and a
@@ -65,11 +72,17 @@ enum Fault {
     KillRestart { broker: usize, down_ms: u64 },
     Freeze { broker: usize, frozen_ms: u64 },
     RestartControl { down_ms: u64 },
+    S3Outage { frozen_ms: u64 },
 }
 
 impl Fault {
-    fn draw(rng: &mut SeededRng) -> Fault {
+    fn draw(rng: &mut SeededRng, on_s3: bool) -> Fault {
         let broker = rng.below(BROKERS as u64) as usize;
+        if on_s3 && rng.below(5) == 0 {
+            return Fault::S3Outage {
+                frozen_ms: 1_000 + rng.below(4_000),
+            };
+        }
         match rng.below(5) {
             0..=1 => Fault::KillRestart {
                 broker,
@@ -86,24 +99,44 @@ impl Fault {
     }
 }
 
+/// Where the cluster stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    /// A filer directory the processes share, all on 127.0.0.1.
+    Directory,
+    /// An S3 bucket, the brokers on 127.0.0.2-4 standing for other hosts.
+    S3,
+}
+
 /// The cluster's processes, restarted on the same ports and data dirs.
 struct Cluster {
     dir: tempfile::TempDir,
+    s3: Option<S3Server>,
     control: Option<ControlPlane>,
     control_port: u16,
     brokers: Vec<Option<Broker>>,
+    hosts: Vec<&'static str>,
     ports: Vec<u16>,
 }
 
 impl Cluster {
-    fn start() -> Cluster {
+    fn start(store: Store) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let control_port = port();
+        let (s3, hosts) = match store {
+            Store::Directory => (None, vec!["127.0.0.1"; BROKERS]),
+            Store::S3 => (
+                Some(S3Server::start()),
+                vec!["127.0.0.2", "127.0.0.3", "127.0.0.4"],
+            ),
+        };
         let mut cluster = Cluster {
             dir,
+            s3,
             control: None,
             control_port,
             brokers: (0..BROKERS).map(|_| None).collect(),
+            hosts,
             ports: (0..BROKERS).map(|_| port()).collect(),
         };
         cluster.start_control();
@@ -113,27 +146,41 @@ impl Cluster {
         cluster
     }
 
+    /// The S3 environment every process gets (none on a directory).
+    fn env(&self) -> Vec<(&'static str, String)> {
+        self.s3.as_ref().map(S3Server::env).unwrap_or_default()
+    }
+
     fn start_control(&mut self) {
-        self.control = Some(ControlPlane::start(
+        let mut args = vec!["--broker-silence-ms".to_owned(), SILENCE_MS.to_owned()];
+        if let Some(s3) = &self.s3 {
+            args.extend(["--filer".to_owned(), s3.url("nemesis")]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.control = Some(ControlPlane::start_with_env(
             &self.dir.path().join("control"),
             self.control_port,
-            &["--broker-silence-ms", SILENCE_MS],
+            &args,
+            &self.env(),
         ));
     }
 
     fn start_broker(&mut self, i: usize) {
         let control = format!("127.0.0.1:{}", self.control_port);
-        self.brokers[i] = Some(Broker::start_with(
+        self.brokers[i] = Some(Broker::start_on(
+            self.hosts[i],
             &self.dir.path().join(format!("broker-{i}")),
             self.ports[i],
             &["--control", &control, "--unpinned"],
+            &self.env(),
         ));
     }
 
     fn bootstrap(&self) -> String {
-        self.ports
+        self.hosts
             .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
+            .zip(&self.ports)
+            .map(|(h, p)| format!("{h}:{p}"))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -156,6 +203,12 @@ impl Cluster {
                 self.control.take().unwrap().kill9();
                 std::thread::sleep(Duration::from_millis(down_ms));
                 self.start_control();
+            }
+            Fault::S3Outage { frozen_ms } => {
+                let pid = self.s3.as_ref().expect("an S3 server").pid();
+                signal("STOP", pid);
+                std::thread::sleep(Duration::from_millis(frozen_ms));
+                signal("CONT", pid);
             }
         }
     }
@@ -265,6 +318,16 @@ async fn load(client: Client, stop: Arc<AtomicBool>, ledger: Arc<Mutex<Ledger>>)
 
 #[test]
 fn acknowledged_durable_records_survive_kills_freezes_and_control_restarts() {
+    run(Store::Directory);
+}
+
+#[test]
+fn acknowledged_durable_records_survive_all_that_and_s3_outages_on_s3() {
+    run(Store::S3);
+}
+
+/// One nemesis run over `store` (module docs).
+fn run(store: Store) {
     let seed = std::env::var("KELP_NEMESIS_SEED")
         .ok()
         .map(|s| s.parse().expect("KELP_NEMESIS_SEED is a number"))
@@ -277,10 +340,13 @@ fn acknowledged_durable_records_survive_kills_freezes_and_control_restarts() {
         .ok()
         .map(|s| s.parse().expect("KELP_NEMESIS_SECS is a number of seconds"))
         .unwrap_or(RUN_SECS_DEFAULT);
-    println!("nemesis seed {seed} (replay with KELP_NEMESIS_SEED={seed}), faults for {run_secs} s");
+    println!(
+        "nemesis on {store:?}: seed {seed} (replay with KELP_NEMESIS_SEED={seed}), faults for \
+         {run_secs} s"
+    );
     let mut rng = SeededRng::from_seed(seed);
 
-    let mut cluster = Cluster::start();
+    let mut cluster = Cluster::start(store);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -298,7 +364,7 @@ fn acknowledged_durable_records_survive_kills_freezes_and_control_restarts() {
     let mut faults = 0u32;
     while started.elapsed() < Duration::from_secs(run_secs) {
         std::thread::sleep(Duration::from_millis(1_000 + rng.below(2_000)));
-        let fault = Fault::draw(&mut rng);
+        let fault = Fault::draw(&mut rng, store == Store::S3);
         println!(
             "{:>6.1} s: {fault:?} ({} acknowledged so far)",
             started.elapsed().as_secs_f64(),
@@ -379,7 +445,7 @@ fn acknowledged_durable_records_survive_kills_freezes_and_control_restarts() {
     }
     let unknown_stored = got.len() as u64 + lost.len() as u64 - acked;
     println!(
-        "seed {seed}: {faults} faults; rounds acknowledged {}, failed {}; records acknowledged \
+        "{store:?}, seed {seed}: {faults} faults; rounds acknowledged {}, failed {}; records acknowledged \
          {acked}, unknown {unknown} (of which stored {unknown_stored}), lost {}; batches resent \
          unchanged {}",
         ledger.rounds_acked,

@@ -152,6 +152,11 @@ impl S3Server {
         crate::http::request(self.port, method, path, Duration::from_secs(10))
     }
 
+    /// The server's process id (to freeze it with SIGSTOP: an outage).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stop the server (SIGKILL). moto keeps objects in memory: they go
     /// with it.
     pub fn kill(&mut self) {
