@@ -881,7 +881,6 @@ fn bytes_lost_after_a_failed_write_fail_the_segment_and_are_never_acknowledged()
 /// (waiting for an answer is not idleness), and a connection in use stays.
 #[test]
 fn idle_and_trickling_connections_are_closed() {
-    use std::io::Read;
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let port = port();
@@ -897,16 +896,7 @@ fn idle_and_trickling_connections_are_closed() {
     // timeouts, so a slow machine does not fail it; a broker that never
     // closes does.
     let bound = Duration::from_secs(30);
-    let closed_within = |conn: &mut Conn| -> bool {
-        conn.stream.set_read_timeout(Some(bound)).unwrap();
-        let mut byte = [0u8; 1];
-        // 0 bytes: the broker closed its side; an error: reset.
-        !matches!(conn.stream.read(&mut byte), Ok(n) if n > 0)
-            && conn
-                .stream
-                .set_read_timeout(Some(Duration::from_millis(1)))
-                .is_ok()
-    };
+    let closed_within = |conn: &mut Conn| test_support::closed_within(&mut conn.stream, bound);
 
     // Silent from the start.
     let mut silent = Conn::open(port);

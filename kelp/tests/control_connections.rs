@@ -8,12 +8,13 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use support::flood::lists_topics;
-use support::{port, produce_header, rss_mib, ControlPlane};
+use support::{port, produce_header, rss_mib, status_field, ControlPlane};
+use test_support::closed_within;
 use wire::limits::FRAME_PAYLOAD_BYTES_MAX;
 use wire::{AdminRequest, ErrorCode, Response};
 
@@ -31,28 +32,6 @@ const STALLED: usize = 100;
 /// What the process may use over its budget.
 const SLACK_MIB: u64 = 64;
 
-/// Threads of process `pid` (`Threads:` in its status).
-fn threads(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// Whether the control plane closed `stream` within `within`: a read that
-/// ends (0 bytes, or a reset) rather than timing out.
-fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
-    stream.set_read_timeout(Some(within)).unwrap();
-    let mut byte = [0u8; 1];
-    match stream.read(&mut byte) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => !matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ),
-    }
-}
-
 #[test]
 fn idle_connections_cost_no_thread_each() {
     let dir = tempfile::tempdir().unwrap();
@@ -65,7 +44,7 @@ fn idle_connections_cost_no_thread_each() {
     }
     // Each is served: a request on the last one opened is answered.
     assert!(lists_topics(idle.last_mut().unwrap()));
-    let running = threads(pid);
+    let running = status_field(pid, "Threads");
     println!("control plane threads with {IDLE} connections open: {running}");
     assert!(
         running <= THREADS_MAX,

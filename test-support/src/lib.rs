@@ -214,6 +214,22 @@ pub fn fetched_records(frame: &Frame) -> (Vec<FetchedRecord>, Option<FetchFrom>)
     (out, next)
 }
 
+/// Whether the peer closed `stream` (end of stream, or a reset) within
+/// `within`; a read that times out means it is still open. Reads at most
+/// one byte: a byte read means it is open and talking.
+pub fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
 /// The error code a frame answers with, if it is an error.
 pub fn error_code(frame: &Frame) -> Option<ErrorCode> {
     match decode(frame) {

@@ -260,39 +260,75 @@ pub(super) async fn find_in_sealed(
     for (from, to) in candidates {
         let mut at = from;
         while at < to {
-            let fetched = core
-                .fetch(
-                    FetchFrom::Offset(at),
-                    SCAN_READ_BYTES,
-                    Duration::ZERO,
-                    FetchChecks::SkipDamaged,
-                    tail,
-                )
-                .await?;
-            for item in BatchWalk::new(fetched.body.batches(&mut scratch)) {
-                let (_, view) = item.map_err(|e| {
-                    ServeError::new(
-                        ErrorCode::Storage,
-                        format!("segment {}: looking for a resent batch: {e}", core.id),
-                    )
-                })?;
-                if same(&view) {
-                    let base = view.base_offset();
-                    let next = view.next_offset();
-                    return Ok((next <= stored_end).then_some(Placed {
-                        base,
-                        next,
-                        duplicate: true,
-                    }));
+            let mut found = None;
+            let reached = read_some(core, FetchFrom::Offset(at), tail, &mut scratch, |view| {
+                if same(view) {
+                    found = Some((view.base_offset(), view.next_offset()));
                 }
+                found.is_some()
+            })
+            .await
+            .map_err(|e| storage_error(core, "looking for a resent batch", e))?;
+            if let Some((base, next)) = found {
+                return Ok((next <= stored_end).then_some(Placed {
+                    base,
+                    next,
+                    duplicate: true,
+                }));
             }
-            if fetched.next_offset <= at {
+            if reached <= at {
                 break;
             }
-            at = fetched.next_offset;
+            at = reached;
         }
     }
     Ok(None)
+}
+
+/// One read of `core`'s log from `from`, damaged stretches read past (what
+/// they held is unreadable to any reader): each batch is handed to `each`
+/// until it says stop. Returns the offset the read reached.
+async fn read_some(
+    core: &SegmentCore,
+    from: FetchFrom,
+    tail: Tail,
+    scratch: &mut Vec<u8>,
+    mut each: impl FnMut(&BatchView<'_>) -> bool,
+) -> Result<u64, ReadError> {
+    let fetched = core
+        .fetch(
+            from,
+            SCAN_READ_BYTES,
+            Duration::ZERO,
+            FetchChecks::SkipDamaged,
+            tail,
+        )
+        .await
+        .map_err(ReadError::Serve)?;
+    for item in BatchWalk::new(fetched.body.batches(scratch)) {
+        let (_, view) = item.map_err(ReadError::Batch)?;
+        if each(&view) {
+            break;
+        }
+    }
+    Ok(fetched.next_offset)
+}
+
+/// Why a read of the log for producers failed.
+enum ReadError {
+    Serve(ServeError),
+    Batch(wire::DecodeError),
+}
+
+/// `e`, met while `doing` in `core`'s log, as an answer.
+fn storage_error(core: &SegmentCore, doing: &str, e: ReadError) -> ServeError {
+    match e {
+        ReadError::Serve(e) => e,
+        ReadError::Batch(e) => ServeError::new(
+            ErrorCode::Storage,
+            format!("segment {}: {doing}: {e}", core.id),
+        ),
+    }
 }
 
 /// Read the segment's whole log, chunks and buffers, into a producer
@@ -303,47 +339,32 @@ async fn read_state(core: &SegmentCore, tail: Tail) -> Result<PartitionProducers
     let mut scratch = Vec::new();
     let mut read_to: Option<u64> = None;
     loop {
-        let fetched = core
-            .fetch(
-                from,
-                SCAN_READ_BYTES,
-                Duration::ZERO,
-                // Damaged stretches are read past: what they held is
-                // unreadable to any reader, and a resend of it is stored.
-                FetchChecks::SkipDamaged,
-                tail,
-            )
-            .await?;
-        for item in BatchWalk::new(fetched.body.batches(&mut scratch)) {
-            let (_, view) = item.map_err(|e| {
-                ServeError::new(
-                    ErrorCode::Storage,
-                    format!(
-                        "segment {}: reading its producers from the log: {e}",
-                        core.id
-                    ),
-                )
-            })?;
-            if let Some(batch) = stored_batch(&view) {
+        // A batch in a damaged stretch is unreadable to any reader, and a
+        // resend of it is stored.
+        let reached = read_some(core, from, tail, &mut scratch, |view| {
+            if let Some(batch) = stored_batch(view) {
                 rebuild.replay(&batch);
             }
-        }
+            false
+        })
+        .await
+        .map_err(|e| storage_error(core, "reading its producers from the log", e))?;
         // No yield from this check to the state being taken: the appends
         // after it see the state, the ones before it are in the log read.
         let end = core.state.borrow().log.next_offset();
-        if fetched.next_offset >= end {
+        if reached >= end {
             return Ok(rebuild.finish(end));
         }
-        if read_to.is_some_and(|at| fetched.next_offset <= at) {
+        if read_to.is_some_and(|at| reached <= at) {
             return Err(ServeError::new(
                 ErrorCode::Storage,
                 format!(
-                    "segment {}: reading its producers from the log stopped at offset {} of {end}",
-                    core.id, fetched.next_offset
+                    "segment {}: reading its producers from the log stopped at offset {reached} of {end}",
+                    core.id
                 ),
             ));
         }
-        read_to = Some(fetched.next_offset);
-        from = FetchFrom::Offset(fetched.next_offset);
+        read_to = Some(reached);
+        from = FetchFrom::Offset(reached);
     }
 }

@@ -447,10 +447,21 @@ pub fn mixed_lines(count: usize, big_bytes: usize) -> String {
 
 /// The resident memory of process `pid`, MiB (`VmRSS`).
 pub fn rss_mib(pid: u32) -> u64 {
+    status_field(pid, "VmRSS") / 1024
+}
+
+/// The number a field of `/proc/<pid>/status` starts with (`VmRSS` in
+/// KiB, `Threads`).
+pub fn status_field(pid: u32, name: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib / 1024
+    let line = status
+        .lines()
+        .find(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(':'))
+        })
+        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// A frame header announcing a Produce of `payload_bytes` whose payload
