@@ -250,7 +250,9 @@ fn answer(
         BrokerPortRequest::Data(DataRequest::Shards) => Some(Response::Shards {
             shards: st.listed_shards(),
         }),
-        BrokerPortRequest::Admin(AdminRequest::CreateTopic { topic, segments }) => {
+        BrokerPortRequest::Admin(AdminRequest::CreateTopic {
+            topic, segments, ..
+        }) => {
             let n = u64::from(*segments);
             st.segments = (0..n)
                 .map(|i| SegmentInfo {

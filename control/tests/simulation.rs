@@ -224,6 +224,7 @@ impl Sim {
                 | ControlError::SegmentNotFound { .. }
                 | ControlError::BrokerNotFound(_)
                 | ControlError::NoLiveBroker
+                | ControlError::InvalidReplicaCount { .. }
                 | ControlError::TopicExists(_)
                 | ControlError::TopicNotFound(_),
             ) => None,
@@ -282,9 +283,11 @@ impl Sim {
                 let policy = self.random_policy();
                 let (min, max) = policy.map_or((1, 8), |p| (p.segments_min, p.segments_max));
                 let count = self.rng.u32(min..=max);
-                if let Some(action) =
-                    Sim::expect_clean(self.cluster.create_topic(now, &name, count, policy))
-                {
+                let replicas = self.rng.u32(0..3) as u8;
+                if let Some(action) = Sim::expect_clean(
+                    self.cluster
+                        .create_topic(now, &name, count, replicas, policy),
+                ) {
                     actions.push(action);
                     let traffic = Traffic::random(&mut self.rng, max);
                     self.traffic.insert(name, traffic);
@@ -1056,6 +1059,7 @@ mod service_sim {
                 0 | 1 => AdminRequest::CreateTopic {
                     topic: name,
                     segments: self.rng.u32(1..=4),
+                    replicas: self.rng.u32(0..3) as u8,
                 },
                 2 => AdminRequest::DeleteTopic { topic: name },
                 3 | 4 => match self.random_open_segment() {

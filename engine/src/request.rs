@@ -276,12 +276,17 @@ fn handle_admin(
     request: AdminRequest,
 ) -> Reply {
     match request {
-        AdminRequest::CreateTopic { topic, segments } => ask_control(
+        AdminRequest::CreateTopic {
+            topic,
+            segments,
+            replicas,
+        } => ask_control(
             shard,
             id,
             move |reply| ControlRequest::CreateTopic {
                 topic,
                 segments,
+                replicas,
                 reply,
             },
             Response::Topic,

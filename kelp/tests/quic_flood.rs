@@ -127,6 +127,7 @@ fn stalled_large_quic_frames_stay_within_the_receive_budget() {
     let created = test_support::TestConn::open(port).call(AdminRequest::CreateTopic {
         topic: "flood/small".into(),
         segments: 1,
+        replicas: 0,
     });
     let Response::Topic(info) = test_support::decode(&created) else {
         panic!("{:?}", test_support::decode(&created))

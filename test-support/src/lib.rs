@@ -290,6 +290,7 @@ impl TestConn {
         self.call(AdminRequest::CreateTopic {
             topic: topic.into(),
             segments,
+            replicas: 0,
         })
     }
 

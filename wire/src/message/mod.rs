@@ -70,7 +70,8 @@ pub mod samples;
 
 pub use admin::{AdminRequest, BrokerStatus};
 pub use common::{
-    frame_header_for_parts, ErrorCode, SegmentInfo, ShardAddress, Successors, TopicInfo,
+    frame_header_for_parts, ErrorCode, FollowerInfo, SegmentInfo, ShardAddress, Successors,
+    TopicInfo,
 };
 pub use control::{BrokerShards, LayoutCommand, MembershipRequest, SegmentLoadReport};
 pub use data::{

@@ -7,8 +7,8 @@ use crate::payload_ref::{PayloadId, PayloadRef};
 
 use super::{
     AckMode, AdminRequest, BrokerShards, BrokerStatus, DataRequest, ErrorCode, FetchChecks,
-    FetchFrom, FetchRequest, Fetched, LayoutCommand, MembershipRequest, Response, SegmentInfo,
-    SegmentLoadReport, ShardAddress, Successors, TopicInfo,
+    FetchFrom, FetchRequest, Fetched, FollowerInfo, LayoutCommand, MembershipRequest, Response,
+    SegmentInfo, SegmentLoadReport, ShardAddress, Successors, TopicInfo,
 };
 
 /// Data requests, client to broker.
@@ -80,6 +80,7 @@ pub fn admin_requests() -> Vec<AdminRequest> {
         AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 4,
+            replicas: 2,
         },
         AdminRequest::DeleteTopic {
             topic: "ns/t".into(),
@@ -197,6 +198,23 @@ pub fn responses() -> Vec<Response<'static>> {
                 appended_bytes: 12345,
                 successors: vec![4, 5],
                 lost_records: 17,
+                followers: vec![
+                    FollowerInfo {
+                        broker: 3,
+                        shard: 1,
+                        in_sync: true,
+                        address: Some(ShardAddress {
+                            tcp: "127.0.0.3:7420".into(),
+                            quic: "127.0.0.3:7420".into(),
+                        }),
+                    },
+                    FollowerInfo {
+                        broker: 4,
+                        shard: 0,
+                        in_sync: false,
+                        address: None,
+                    },
+                ],
                 ..SegmentInfo::default()
             }],
         }),
@@ -223,6 +241,7 @@ pub fn responses() -> Vec<Response<'static>> {
                 sealed_ms: Some(1_700_000_001_000),
                 first_append_ms: Some(1_700_000_000_020),
                 lost_records: 0,
+                followers: Vec::new(),
             }],
         }),
         Response::Brokers {
