@@ -354,6 +354,7 @@ fn answer(
                     next_offset: seg.next_offset.max(start),
                     high_watermark: seg.next_offset,
                     sealed: seg.sealed,
+                    stored_end: 0,
                     batches: &[],
                 })),
                 Some(batches),

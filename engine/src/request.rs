@@ -18,8 +18,8 @@ use wire::message::{
     BrokerShards, Fetched, Successors, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES,
 };
 use wire::{
-    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchRequest,
-    LayoutCommand, Response,
+    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchFrom,
+    FetchRequest, LayoutCommand, Response,
 };
 
 use crate::control_plane::{ControlRequest, ShardCommand};
@@ -232,6 +232,7 @@ async fn handle_data(
                     next_offset: f.next_offset,
                     high_watermark: f.high_watermark,
                     sealed: f.sealed,
+                    stored_end: f.stored_end,
                     batches: &[],
                 };
                 match f.body {
@@ -621,6 +622,15 @@ pub(crate) fn start_fetch(
         .clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
     let max_wait_ms = request.max_wait_ms.min(shard.config.fetch_wait_ms_max);
     let max_wait = Duration::from_millis(u64::from(max_wait_ms));
+    // A follower holds everything before where it fetches from, and
+    // needs nothing the filer stores.
+    let mut from = request.from;
+    if let (Some(id), Some(Segment::Owned(owned)), FetchFrom::Offset(offset)) =
+        (request.follower, &cell, request.from)
+    {
+        owned.follower_fetched(id, offset);
+        from = FetchFrom::Offset(offset.max(owned.stored_end()));
+    }
     let shard = shard.clone();
     Ok(async move {
         let cell = match cell {
@@ -631,7 +641,7 @@ pub(crate) fn start_fetch(
                 .map_err(|e| ServeError::storage(&e))?,
         };
         let fetched = cell
-            .fetch(request.from, max_bytes, max_wait, request.checks)
+            .fetch(from, max_bytes, max_wait, request.checks)
             .await?;
         let metrics = &shard.metrics;
         metrics.fetch.observe(arrived.elapsed());
@@ -771,11 +781,30 @@ async fn produce(
             metrics.produce(ack).observe(arrived.elapsed());
             Reply::Silent
         }
-        // Every replica's buffer: a segment's one replica is its owner.
-        AckMode::Leader | AckMode::All => {
+        AckMode::Leader => {
             metrics.produce(ack).observe(arrived.elapsed());
             Reply::Now(produced())
         }
+        // Every in-sync follower's buffers too (none: as `Leader`); a
+        // resend a sealed segment held is in the filer already.
+        AckMode::All => match cell {
+            None => {
+                metrics.produce(ack).observe(arrived.elapsed());
+                Reply::Now(produced())
+            }
+            Some(cell) => Reply::Later(Box::pin(async move {
+                match cell.wait_replicated(next).await {
+                    Ok(()) => {
+                        metrics.produce(ack).observe(arrived.elapsed());
+                        produced()
+                    }
+                    Err(e) => {
+                        metrics.produce_errors.add(1);
+                        error_frame(id, &ServeError::storage(&e))
+                    }
+                }
+            })),
+        },
         // A resend a sealed segment held is in the filer already.
         AckMode::Durable if cell.is_none() => {
             metrics.produce(ack).observe(arrived.elapsed());

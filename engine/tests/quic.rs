@@ -143,6 +143,7 @@ async fn fetch_all(c: &mut Conn, topic: &str) -> Vec<(u64, Vec<u8>)> {
                 max_bytes: 1 << 20,
                 max_wait_ms: 0,
                 checks: wire::FetchChecks::Trust,
+                follower: None,
             }))
             .await;
         let (records, next) = test_support::fetched_records(&frame);

@@ -89,6 +89,7 @@ async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -
             max_bytes: 1 << 20,
             max_wait_ms: 0,
             checks: wire::FetchChecks::Trust,
+            follower: None,
         }))
         .await;
     let Response::Fetched(Fetched { batches, .. }) = test_support::decode(&fetched) else {

@@ -1,18 +1,21 @@
-//! Replicas in the layout, on a real cluster on loopback (one `kelp
-//! control`, three `kelp serve --control` brokers): where the control plane
-//! places each segment's followers, what `kelp topic create --replicas`
-//! and `kelp topic describe` say of them, and how a follower lost with its
-//! broker is replaced.
+//! Replicas, on a real cluster on loopback (one `kelp control`, two or
+//! three `kelp serve --control` brokers): where the control plane places
+//! each segment's followers, what `kelp topic create --replicas` and `kelp
+//! topic describe` say of them, how a follower lost with its broker is
+//! replaced, and that a follower copies its owner's records at their
+//! offsets into files of its own, which an `all` produce waits for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use wire::chunk::BatchWalk;
 
 mod support;
 
-use support::{broker_id, port, Broker, ControlPlane};
+use support::{broker_id, port, signal, Broker, ControlPlane};
 
 fn start_broker(dir: &std::path::Path, control: &ControlPlane) -> Broker {
     Broker::start_with(
@@ -161,5 +164,144 @@ async fn segments_are_kept_on_other_brokers_and_a_dead_followers_place_is_taken(
         behind >= followed_by_victim,
         "{followed_by_victim} replacements start out of sync: {after:?}"
     );
+    drop((b1, b2, control));
+}
+
+/// Every record a follower's copy files under `data_dir` hold, as
+/// `(offset, key)`, in offset order: read straight from the files, each
+/// batch checked by its checksum.
+fn copied_records(data_dir: &Path) -> Vec<(u64, String)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![data_dir.join("replicas")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "buf") {
+                files.push(path);
+            }
+        }
+    }
+    let mut records = Vec::new();
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        let data = &bytes[wire::chunk::CHUNK_HEADER_BYTES..];
+        // A buffer's batches run end to end; zeroes follow them.
+        for batch in BatchWalk::new(data) {
+            let Ok((_, view)) = batch else { break };
+            for r in view.records() {
+                let key = String::from_utf8(r.key.to_vec()).unwrap();
+                records.push((view.base_offset() + u64::from(r.offset_delta), key));
+            }
+        }
+    }
+    records.sort();
+    records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_copies_its_owners_records_and_an_all_produce_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start(
+        &dir.path().join("control"),
+        port(),
+        &["--broker-silence-ms", "30000"],
+    );
+    // Nothing is flushed during the test: what the follower holds is
+    // everything produced.
+    let start = |name: &str| {
+        Broker::start_with(
+            &dir.path().join(name),
+            port(),
+            &[
+                "--control",
+                &control.address(),
+                "--unpinned",
+                "--flush-age-ms",
+                "600000",
+            ],
+        )
+    };
+    let b1 = start("b1");
+    let b2 = start("b2");
+    let both = format!("{},{}", b1.broker_arg(), b2.broker_arg());
+    let client = support::tcp_client(&both).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.list_brokers().await.unwrap().len() < 2 {
+        assert!(Instant::now() < deadline, "two brokers never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = client
+        .create_topic_with_replicas("rep/copy", 1, 2)
+        .await
+        .unwrap();
+    let segment = &created.segments[0];
+    let owner = segment.broker.unwrap();
+    assert_eq!(segment.followers.len(), 1, "{segment:?}");
+    let follower_id = segment.followers[0].broker;
+    let (owner_broker, follower) = if owner == broker_id(&client, &b1).await {
+        (&b1, &b2)
+    } else {
+        (&b2, &b1)
+    };
+    assert_eq!(broker_id(&client, follower).await, follower_id);
+
+    // `all`: each batch is answered once the follower holds it.
+    let all = client::ProducerConfig {
+        ack: client::AckMode::All,
+        ..client::ProducerConfig::default()
+    };
+    let producer = client.producer("rep/copy", all).await.unwrap();
+    const RECORDS: u64 = 3_000;
+    for i in 0..RECORDS {
+        let key = format!("k{i}");
+        producer.send(key.as_bytes(), b"v", &[]).await.unwrap();
+    }
+    assert_eq!(producer.flush().await.unwrap(), RECORDS);
+    // The copy holds every record at the owner's offsets.
+    let copied = copied_records(&follower.data_dir);
+    let keys: Vec<String> = (0..RECORDS).map(|i| format!("k{i}")).collect();
+    assert_eq!(copied.len() as u64, RECORDS, "every record copied once");
+    for (i, (offset, key)) in copied.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets as the owner gave them");
+        assert_eq!(key, &keys[i]);
+    }
+    assert!(
+        copied_records(&owner_broker.data_dir).is_empty(),
+        "the owner keeps no copy of its own"
+    );
+
+    // The follower frozen: an `all` produce is not answered; a `leader`
+    // one is. Resumed, the `all` one is answered.
+    let follower_pid = follower.child.id();
+    signal("STOP", follower_pid);
+    let leader = client::ProducerConfig {
+        ack: client::AckMode::Leader,
+        ..client::ProducerConfig::default()
+    };
+    let by_leader = client.producer("rep/copy", leader).await.unwrap();
+    by_leader.send(b"lead", b"v", &[]).await.unwrap();
+    let acked = tokio::time::timeout(Duration::from_secs(20), by_leader.flush()).await;
+    assert_eq!(
+        acked.unwrap().unwrap(),
+        1,
+        "`leader` does not wait for followers"
+    );
+    producer.send(b"waits", b"v", &[]).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(2), producer.flush()).await;
+    assert!(
+        waited.is_err(),
+        "`all` answered while its follower was frozen"
+    );
+    signal("CONT", follower_pid);
+    let acked = tokio::time::timeout(Duration::from_secs(20), producer.flush()).await;
+    assert_eq!(acked.unwrap().unwrap(), RECORDS + 1);
+    let copied = copied_records(&follower.data_dir);
+    assert_eq!(copied.len() as u64, RECORDS + 2, "{:?}", copied.last());
+    drop(client);
     drop((b1, b2, control));
 }

@@ -311,6 +311,7 @@ impl TestConn {
             max_bytes,
             max_wait_ms,
             checks: FetchChecks::Trust,
+            follower: None,
         }))
     }
 

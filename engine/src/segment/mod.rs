@@ -24,6 +24,7 @@
 
 mod buffer_size;
 mod flusher;
+mod followers;
 mod producers;
 mod reader;
 mod segment_log;
@@ -55,6 +56,7 @@ use crate::serve_error::ServeError;
 use crate::shard_filer::ShardFiler;
 
 use self::buffer_size::BufferSize;
+use self::followers::SegmentFollowers;
 use self::producers::SegmentProducers;
 pub(crate) use self::producers::{kelp_batch, Placed};
 pub(crate) use self::reader::{FetchBody, FetchResult};
@@ -328,6 +330,10 @@ pub(crate) struct SegmentCell {
     space: Event,
     /// Its idempotent kelp producers ([`producers`]).
     producers: SegmentProducers,
+    /// Its followers, as the layout names them, and their progress.
+    followers: RefCell<SegmentFollowers>,
+    /// Rung when a follower fetches further, or the followers change.
+    replicated: Event,
 }
 
 impl SegmentCell {
@@ -439,6 +445,8 @@ impl SegmentCell {
             flushed: Event::new(),
             space: Event::new(),
             producers: SegmentProducers::default(),
+            followers: RefCell::new(SegmentFollowers::default()),
+            replicated: Event::new(),
         });
         let recovered_end = cell.core.state.borrow().log.sealed_end();
         if let Some(target) = recovered_end {
@@ -874,6 +882,69 @@ impl SegmentCell {
         }
     }
 
+    /// Take the followers the layout names for this segment.
+    pub(crate) fn set_followers(&self, followers: &[control::Follower]) {
+        self.followers.borrow_mut().set(followers);
+        self.replicated.notify(usize::MAX);
+    }
+
+    /// A follower fetched from `offset`: it holds every record before.
+    pub(crate) fn follower_fetched(&self, id: wire::message::FollowerId, offset: u64) {
+        let offset = offset.min(self.core.state.borrow().log.next_offset());
+        if self.followers.borrow_mut().fetched(id, offset) {
+            self.replicated.notify(usize::MAX);
+        }
+    }
+
+    /// One past the last offset stored in the filer.
+    pub(crate) fn stored_end(&self) -> u64 {
+        self.core.state.borrow().log.flushed_offset()
+    }
+
+    /// Wait until every in-sync follower holds the records before
+    /// `offset` (an `all` produce), or the filer does (stored is more
+    /// than copied: a segment sealed meanwhile flushes everything). Fails
+    /// as [`SegmentCell::wait_flushed`] does when the segment fails, is
+    /// fenced, or closes first.
+    pub(crate) async fn wait_replicated(self: &Rc<Self>, offset: u64) -> Result<(), EngineError> {
+        loop {
+            let copied = self.replicated.listen();
+            let stored = self.flushed.listen();
+            if self
+                .followers
+                .borrow()
+                .replicated_to()
+                .is_none_or(|to| to >= offset)
+            {
+                return Ok(());
+            }
+            {
+                let state = self.core.state.borrow();
+                if state.log.flushed_offset() >= offset {
+                    return Ok(());
+                }
+                if let Some(reason) = state.log.failed() {
+                    return Err(EngineError::Segment {
+                        segment: self.core.chunk_prefix.to_string(),
+                        reason: format!("failed: {reason}"),
+                    });
+                }
+            }
+            if self.core.is_fenced() {
+                return Err(EngineError::Fenced {
+                    segment: self.core.chunk_prefix.to_string(),
+                });
+            }
+            if self.core.is_closed() {
+                return Err(EngineError::Segment {
+                    segment: self.core.chunk_prefix.to_string(),
+                    reason: "closed before its followers copied".into(),
+                });
+            }
+            futures_lite::future::or(copied, stored).await;
+        }
+    }
+
     /// Stop serving: the topic is being deleted. Removes local buffers.
     pub(crate) fn close(&self) {
         self.close_as(Closed::Deleted);
@@ -1070,9 +1141,12 @@ impl Segment {
             Segment::Owned(_) => Tail::Appended,
             Segment::View(_) => Tail::Polled,
         };
-        self.core()
+        let mut fetched = self
+            .core()
             .fetch(from, max_bytes, max_wait, checks, tail)
-            .await
+            .await?;
+        fetched.stored_end = self.core().state.borrow().log.flushed_offset();
+        Ok(fetched)
     }
 
     /// Seal by age (an owned segment's active buffer).

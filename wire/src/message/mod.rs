@@ -76,7 +76,7 @@ pub use common::{
 pub use control::{BrokerShards, LayoutCommand, MembershipRequest, SegmentLoadReport};
 pub use data::{
     produce_frame_head, AckMode, DataRequest, FetchChecks, FetchFrom, FetchRequest, Fetched,
-    FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES, PRODUCE_PREFIX_BYTES,
+    FollowerId, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES, PRODUCE_PREFIX_BYTES,
 };
 pub use port::{BrokerPortRequest, ControlPortRequest, VerifiedRequest};
 pub use response::{Response, VerifiedResponse};
@@ -274,6 +274,7 @@ mod tests {
             next_offset: 3,
             high_watermark: 4,
             sealed: true,
+            stored_end: 0,
             batches: b"abcdef",
         };
         let mut whole = Vec::new();

@@ -7,8 +7,8 @@ use crate::payload_ref::{PayloadId, PayloadRef};
 
 use super::{
     AckMode, AdminRequest, BrokerShards, BrokerStatus, DataRequest, ErrorCode, FetchChecks,
-    FetchFrom, FetchRequest, Fetched, FollowerInfo, LayoutCommand, MembershipRequest, Response,
-    SegmentInfo, SegmentLoadReport, ShardAddress, Successors, TopicInfo,
+    FetchFrom, FetchRequest, Fetched, FollowerId, FollowerInfo, LayoutCommand, MembershipRequest,
+    Response, SegmentInfo, SegmentLoadReport, ShardAddress, Successors, TopicInfo,
 };
 
 /// Data requests, client to broker.
@@ -31,6 +31,7 @@ pub fn data_requests() -> Vec<DataRequest<'static>> {
             max_bytes: 1 << 20,
             max_wait_ms: 500,
             checks: FetchChecks::Trust,
+            follower: None,
         }),
         DataRequest::Fetch(FetchRequest {
             topic: "a/b".into(),
@@ -39,6 +40,10 @@ pub fn data_requests() -> Vec<DataRequest<'static>> {
             max_bytes: 1,
             max_wait_ms: 0,
             checks: FetchChecks::Trust,
+            follower: Some(FollowerId {
+                broker: 7,
+                shard: 3,
+            }),
         }),
         DataRequest::InitProducer,
         DataRequest::PayloadWrite {
@@ -283,6 +288,7 @@ pub fn responses() -> Vec<Response<'static>> {
             next_offset: 10,
             high_watermark: 12,
             sealed: false,
+            stored_end: 8,
             batches: b"bytes",
         }),
         Response::PayloadBytes {
