@@ -289,7 +289,7 @@ impl Client {
 
     /// Create a topic `namespace/name` with `segments` segments splitting
     /// the key-hash ring evenly, each kept on the cluster's default number
-    /// of brokers (2 when two or more are live, else 1).
+    /// of brokers (1 today).
     pub async fn create_topic(&self, topic: &str, segments: u32) -> Result<TopicInfo, ClientError> {
         self.create_topic_with_replicas(topic, segments, 0).await
     }

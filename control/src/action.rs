@@ -117,8 +117,8 @@ pub enum Action {
         topic: TopicName,
         /// Each segment changed, with its followers before the change.
         before: Vec<(SegmentId, Vec<Follower>)>,
-        /// Live brokers to tell: owners and followers of the topic's open
-        /// segments, and the followers replaced, ascending, each once.
+        /// Live brokers to tell (every one: any may hold the topic's
+        /// layout), ascending, each once.
         brokers: Vec<BrokerId>,
     },
 }

@@ -1703,6 +1703,7 @@ fn undo(topic: &mut Topic, action: &Action) {
                 segment.followers.clone_from(followers);
             }
         }
+        topic.follower_changes = topic.follower_changes.saturating_sub(1);
         return;
     }
     let opened: Vec<SegmentId> = action.opened().iter().map(|p| p.segment).collect();

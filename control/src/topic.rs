@@ -48,6 +48,7 @@
 //! | `segments[].sealed_ms` | optional: when the segment was sealed |
 //! | `segments[].followers` | optional: the brokers that copy the segment besides its owner, each `{ "broker": id, "shard": index, "in_sync": bool }`, on brokers other than the owner and each other; at most `replicas - 1` |
 //! | `replicas` | optional (absent: 1): how many brokers keep each segment, owner included, 1 to [`REPLICAS_MAX`] |
+//! | `follower_changes` | optional (absent: 0): how many times open segments' followers changed; part of the layout's age (`Topic::layout_age`) |
 //! | `policy` | optional: the topic's [`ScalingPolicy`], every field optional (defaults as in [`ScalingPolicy::default`]); absent means manual scaling only |
 //!
 //! Decoding rejects, with a reason: input over [`TOPIC_JSON_BYTES_MAX`],
@@ -97,6 +98,10 @@ pub struct Topic {
     pub(crate) policy: Option<ScalingPolicy>,
     /// How many brokers keep each segment, owner included.
     pub(crate) replicas: u8,
+    /// How many times open segments' followers changed
+    /// (`Action::Followers`): with the segment counts, how a broker tells
+    /// the newer of two layouts.
+    pub(crate) follower_changes: u64,
 }
 
 /// The persisted shape, borrowed for writing.
@@ -110,6 +115,12 @@ struct TopicJsonOut<'a> {
     policy: Option<&'a ScalingPolicy>,
     #[serde(skip_serializing_if = "is_one")]
     replicas: u8,
+    #[serde(skip_serializing_if = "is_zero")]
+    follower_changes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_one(replicas: &u8) -> bool {
@@ -130,6 +141,8 @@ struct TopicJsonIn {
     policy: Option<ScalingPolicy>,
     #[serde(default = "one")]
     replicas: u8,
+    #[serde(default)]
+    follower_changes: u64,
 }
 
 /// Read first, so a future version gets a clear "unsupported version" error
@@ -193,6 +206,15 @@ impl Topic {
     /// How many brokers keep each segment, owner included.
     pub fn replicas(&self) -> u8 {
         self.replicas
+    }
+
+    /// How old the layout is: of two layouts of one topic (created at the
+    /// same time), the one with the larger age is the newer. Every change
+    /// adds segments (a split, merge or move), seals some, or changes
+    /// followers, and none takes any back.
+    pub fn layout_age(&self) -> (usize, usize, u64) {
+        let sealed = self.segments.iter().filter(|s| !s.is_open()).count();
+        (self.segments.len(), sealed, self.follower_changes)
     }
 
     /// The topic's split/merge policy, if one was set.
@@ -317,6 +339,7 @@ impl Topic {
             segments: &self.segments,
             policy: self.policy.as_ref(),
             replicas: self.replicas,
+            follower_changes: self.follower_changes,
         };
         let mut bytes = serde_json::to_vec_pretty(&out)
             .expect("plain structs with string keys always serialize to JSON");
@@ -702,6 +725,7 @@ fn decode(bytes: &[u8]) -> Result<Topic, TopicJsonError> {
         created_ms: json.created_ms,
         policy: json.policy,
         replicas: json.replicas,
+        follower_changes: json.follower_changes,
     };
     topic.validate()?;
     Ok(topic)
@@ -741,6 +765,7 @@ mod tests {
             created_ms: 5,
             policy: None,
             replicas: 1,
+            follower_changes: 0,
         }
     }
 

@@ -674,12 +674,11 @@ mod service_sim {
     const SETTLE_TAIL_MS: u64 = 10_000;
 
     /// How a broker orders layouts of one topic, as `layout_age` in
-    /// `engine/src/shard.rs` does: segments are only ever added and sealed,
-    /// so a later layout has more of either; one that is less (fewer
-    /// segments, or as many with fewer sealed) is ignored.
-    fn layout_age(topic: &Topic) -> (usize, usize) {
-        let sealed = topic.segments().iter().filter(|s| !s.is_open()).count();
-        (topic.segments().len(), sealed)
+    /// `engine/src/shard.rs` does (`Topic::layout_age`): segments are only
+    /// ever added and sealed, and followers changed, so a later layout has
+    /// more of one; one that is less is ignored.
+    fn layout_age(topic: &Topic) -> (usize, usize, u64) {
+        topic.layout_age()
     }
 
     #[derive(Debug)]

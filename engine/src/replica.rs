@@ -372,3 +372,87 @@ async fn read_answer(stream: &mut TcpStream, payload: &mut Vec<u8>) -> Result<Fr
         Err(_) => Err(format!("no answer within {ANSWER_TIMEOUT:?}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::BatchBuilder;
+
+    /// A batch of `records` records as an owner holds it, at `base`.
+    fn batch(base: u64, records: u32) -> Vec<u8> {
+        let mut builder = BatchBuilder::new();
+        for i in 0..records {
+            builder
+                .push(1_000, format!("k{i}").as_bytes(), b"v", &[])
+                .unwrap();
+        }
+        let mut bytes = builder.finish(0, 0).to_vec();
+        bytes[..8].copy_from_slice(&base.to_le_bytes());
+        bytes
+    }
+
+    fn files(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir).unwrap().count()
+    }
+
+    #[test]
+    fn a_copy_takes_batches_at_the_owners_offsets_and_drops_what_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy");
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("stale.buf"), b"from before").unwrap();
+        let one = batch(0, 3).len();
+        // Room for two batches per file.
+        let mut log = ReplicaLog::create(path.clone(), 4, 2 * one).unwrap();
+        assert_eq!(files(&path), 0, "what was there before is gone");
+        assert_eq!(log.next_offset(), None);
+        for base in [0, 3, 6, 9, 12] {
+            log.append(&BatchView::validate(&batch(base, 3)).unwrap())
+                .unwrap();
+        }
+        assert_eq!(log.next_offset(), Some(15));
+        assert_eq!(files(&path), 3, "two batches a file");
+        // Behind what it holds: refused, nothing changes.
+        let err = log
+            .append(&BatchView::validate(&batch(12, 3)).unwrap())
+            .unwrap_err();
+        assert!(err.to_string().contains("holds up to 15"), "{err}");
+        // The owner stored up to 6: the first file goes.
+        log.trim(6);
+        assert_eq!(files(&path), 2);
+        log.trim(7);
+        assert_eq!(files(&path), 2, "a file partly stored stays");
+        // Past what it holds (the owner's stored end moved on): it starts
+        // over there.
+        log.append(&BatchView::validate(&batch(40, 2)).unwrap())
+            .unwrap();
+        assert_eq!(log.next_offset(), Some(42));
+        assert_eq!(files(&path), 1);
+        log.trim(42);
+        assert_eq!(log.next_offset(), None, "everything stored: nothing held");
+        assert_eq!(files(&path), 0);
+        log.remove();
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_copy_holds_at_most_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy");
+        let one = batch(0, 1).len();
+        let mut log = ReplicaLog::create(path, 1, one).unwrap();
+        for base in 0..REPLICA_BUFFERS_MAX as u64 {
+            assert!(log.has_room(one));
+            log.append(&BatchView::validate(&batch(base, 1)).unwrap())
+                .unwrap();
+        }
+        assert!(log.is_full() && !log.has_room(one));
+        let next = REPLICA_BUFFERS_MAX as u64;
+        assert!(log
+            .append(&BatchView::validate(&batch(next, 1)).unwrap())
+            .is_err());
+        log.trim(1);
+        assert!(log.has_room(one), "a stored file makes room");
+    }
+}

@@ -23,6 +23,7 @@ use wire::{
 };
 
 use crate::control_plane::{ControlRequest, ShardCommand};
+use crate::error::EngineError;
 use crate::file_range::FileRanges;
 use crate::segment::{blocking, FetchBody, FetchResult, Segment, SegmentCell};
 use crate::serve_error::ServeError;
@@ -765,6 +766,10 @@ async fn produce(
             return Reply::Now(error_frame(id, &e));
         }
     };
+    if ack == AckMode::None {
+        shard.metrics.produce(ack).observe(arrived.elapsed());
+        return Reply::Silent;
+    }
     let metrics = shard.metrics.clone();
     let produced = move || {
         response_frame(
@@ -776,55 +781,27 @@ async fn produce(
             },
         )
     };
-    match ack {
-        AckMode::None => {
+    let answered = move |result: Result<(), EngineError>| match result {
+        Ok(()) => {
             metrics.produce(ack).observe(arrived.elapsed());
-            Reply::Silent
+            produced()
         }
-        AckMode::Leader => {
-            metrics.produce(ack).observe(arrived.elapsed());
-            Reply::Now(produced())
+        Err(e) => {
+            metrics.produce_errors.add(1);
+            error_frame(id, &ServeError::storage(&e))
         }
-        // Every in-sync follower's buffers too (none: as `Leader`); a
-        // resend a sealed segment held is in the filer already.
-        AckMode::All => match cell {
-            None => {
-                metrics.produce(ack).observe(arrived.elapsed());
-                Reply::Now(produced())
-            }
-            Some(cell) => Reply::Later(Box::pin(async move {
-                match cell.wait_replicated(next).await {
-                    Ok(()) => {
-                        metrics.produce(ack).observe(arrived.elapsed());
-                        produced()
-                    }
-                    Err(e) => {
-                        metrics.produce_errors.add(1);
-                        error_frame(id, &ServeError::storage(&e))
-                    }
-                }
-            })),
-        },
-        // A resend a sealed segment held is in the filer already.
-        AckMode::Durable if cell.is_none() => {
-            metrics.produce(ack).observe(arrived.elapsed());
-            Reply::Now(produced())
-        }
-        AckMode::Durable => Reply::Later(Box::pin(async move {
-            let flushed = match &cell {
-                Some(cell) => cell.wait_flushed(next).await,
-                None => Ok(()),
-            };
-            match flushed {
-                Ok(()) => {
-                    metrics.produce(ack).observe(arrived.elapsed());
-                    produced()
-                }
-                Err(e) => {
-                    metrics.produce_errors.add(1);
-                    error_frame(id, &ServeError::storage(&e))
-                }
-            }
+    };
+    match (ack, cell) {
+        // With no cell, a resend a sealed segment held: in the filer.
+        (AckMode::None | AckMode::Leader, _) | (_, None) => Reply::Now(answered(Ok(()))),
+        // Every in-sync follower's buffers too (none: as `Leader`).
+        (AckMode::All, Some(cell)) => Reply::Later(Box::pin(async move {
+            answered(cell.wait_replicated(next).await)
         })),
+        (AckMode::Durable, Some(cell)) => {
+            Reply::Later(Box::pin(
+                async move { answered(cell.wait_flushed(next).await) },
+            ))
+        }
     }
 }

@@ -91,10 +91,10 @@ fn shard_address(
 }
 
 /// Orders layouts of one topic: segments are only ever added and sealed,
-/// never removed or reopened, so a later layout has more of either.
-fn layout_age(topic: &Topic) -> (usize, usize) {
-    let sealed = topic.segments().iter().filter(|s| !s.is_open()).count();
-    (topic.segments().len(), sealed)
+/// never removed or reopened, and followers changed (counted), so a later
+/// layout has more of one.
+fn layout_age(topic: &Topic) -> (usize, usize, u64) {
+    topic.layout_age()
 }
 
 #[derive(Debug)]

@@ -460,8 +460,7 @@ pub enum TopicCommand {
         #[arg(long, default_value_t = 1)]
         segments: u32,
         /// Brokers that keep each segment, its owner included (1 to 5; at
-        /// most the live brokers). Default: 2 in a cluster of two or more
-        /// live brokers, 1 alone.
+        /// most the live brokers). Default: 1.
         #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
         replicas: Option<u8>,
         #[command(flatten)]

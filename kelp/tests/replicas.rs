@@ -95,8 +95,23 @@ async fn segments_are_kept_on_other_brokers_and_a_dead_followers_place_is_taken(
         format!("{}:{}", broker.host, u64::from(broker.port) + shard)
     };
 
-    // The default in a cluster: two copies, the follower elsewhere.
-    let out = b1.cli(&["topic", "create", "rep/two", "--segments", "4"]);
+    // The default keeps one copy.
+    let out = b1.cli(&["topic", "create", "rep/one"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains("each kept on 1 broker"), "{said}");
+    let one = open_copies(&describe(&b1, "rep/one"));
+    assert!(one.iter().all(|(_, f)| f.is_empty()), "{one:?}");
+    // Two copies: the follower elsewhere.
+    let out = b1.cli(&[
+        "topic",
+        "create",
+        "rep/two",
+        "--segments",
+        "4",
+        "--replicas",
+        "2",
+    ]);
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(said.contains("each kept on 2 brokers"), "{said}");

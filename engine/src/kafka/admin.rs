@@ -32,8 +32,7 @@ pub(crate) async fn create_topics(
         } else {
             t.num_partitions
         };
-        // -1: the cluster's default (2 brokers keep each partition when
-        // two or more are live, else 1).
+        // -1: the control plane's default (1 today).
         let replicas = match t.replication_factor {
             -1 => Some(0),
             rf => u8::try_from(rf)

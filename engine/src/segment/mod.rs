@@ -848,30 +848,16 @@ impl SegmentCell {
         loop {
             let listener = self.flushed.listen();
             let now = Instant::now();
+            if self.core.state.borrow().log.flushed_offset() >= offset {
+                return Ok(());
+            }
+            if let Some(e) = self.wait_ended("flush") {
+                return Err(e);
+            }
             // Whether some of what it waits for is still in the active buffer.
             let in_active;
             {
                 let mut state = self.core.state.borrow_mut();
-                if state.log.flushed_offset() >= offset {
-                    return Ok(());
-                }
-                if self.core.is_fenced() {
-                    return Err(EngineError::Fenced {
-                        segment: self.core.chunk_prefix.to_string(),
-                    });
-                }
-                if let Some(reason) = state.log.failed() {
-                    return Err(EngineError::Segment {
-                        segment: self.core.chunk_prefix.to_string(),
-                        reason: format!("failed: {reason}"),
-                    });
-                }
-                if self.core.is_closed() {
-                    return Err(EngineError::Segment {
-                        segment: self.core.chunk_prefix.to_string(),
-                        reason: "closed before flush".into(),
-                    });
-                }
                 state.log.note_durable_wait(now);
                 in_active = offset > state.log.sealed_end().unwrap_or(state.log.flushed_offset());
             }
@@ -910,39 +896,42 @@ impl SegmentCell {
         loop {
             let copied = self.replicated.listen();
             let stored = self.flushed.listen();
-            if self
+            let replicated = self
                 .followers
                 .borrow()
                 .replicated_to()
-                .is_none_or(|to| to >= offset)
-            {
+                .is_none_or(|to| to >= offset);
+            if replicated || self.core.state.borrow().log.flushed_offset() >= offset {
                 return Ok(());
             }
-            {
-                let state = self.core.state.borrow();
-                if state.log.flushed_offset() >= offset {
-                    return Ok(());
-                }
-                if let Some(reason) = state.log.failed() {
-                    return Err(EngineError::Segment {
-                        segment: self.core.chunk_prefix.to_string(),
-                        reason: format!("failed: {reason}"),
-                    });
-                }
-            }
-            if self.core.is_fenced() {
-                return Err(EngineError::Fenced {
-                    segment: self.core.chunk_prefix.to_string(),
-                });
-            }
-            if self.core.is_closed() {
-                return Err(EngineError::Segment {
-                    segment: self.core.chunk_prefix.to_string(),
-                    reason: "closed before its followers copied".into(),
-                });
+            if let Some(e) = self.wait_ended("its followers copied") {
+                return Err(e);
             }
             futures_lite::future::or(copied, stored).await;
         }
+    }
+
+    /// Why a wait on the segment (for a flush, for its followers) ends
+    /// unmet: it was fenced, failed, or closed before `awaited`; `None`
+    /// while it may still be met.
+    fn wait_ended(&self, awaited: &str) -> Option<EngineError> {
+        let segment = || self.core.chunk_prefix.to_string();
+        if self.core.is_fenced() {
+            return Some(EngineError::Fenced { segment: segment() });
+        }
+        if let Some(reason) = self.core.state.borrow().log.failed() {
+            return Some(EngineError::Segment {
+                segment: segment(),
+                reason: format!("failed: {reason}"),
+            });
+        }
+        if self.core.is_closed() {
+            return Some(EngineError::Segment {
+                segment: segment(),
+                reason: format!("closed before {awaited}"),
+            });
+        }
+        None
     }
 
     /// Stop serving: the topic is being deleted. Removes local buffers.

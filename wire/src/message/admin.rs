@@ -15,8 +15,7 @@ use super::common::{some_u32, ShardAddress, NONE_U32};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminRequest {
     /// Create a topic of `segments` segments, each kept on `replicas`
-    /// brokers (0: the default, 2 in a cluster of two or more live
-    /// brokers, 1 otherwise).
+    /// brokers (0: the control plane's default, 1 today).
     CreateTopic {
         topic: String,
         segments: u32,
