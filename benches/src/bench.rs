@@ -460,7 +460,6 @@ impl Run<'_> {
                 &AdminRequest::CreateTopic {
                     topic: self.topic.clone(),
                     segments: self.args.segments,
-                    replicas: 0,
                 }
                 .into(),
             )

@@ -285,7 +285,6 @@ fn create(client: &mut Client, topic: &str, segments: u32) -> TopicInfo {
         &AdminRequest::CreateTopic {
             topic: topic.to_owned(),
             segments,
-            replicas: 0,
         }
         .into(),
     )
@@ -707,7 +706,6 @@ fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
         &AdminRequest::CreateTopic {
             topic: "ns/t".to_owned(),
             segments: 1,
-            replicas: 0,
         }
         .into(),
     );

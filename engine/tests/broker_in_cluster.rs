@@ -132,7 +132,6 @@ impl Conn {
                 max_bytes: 1 << 16,
                 max_wait_ms: 0,
                 checks: wire::FetchChecks::Trust,
-                follower: None,
             }));
             let Fetched {
                 start_offset,

@@ -177,20 +177,17 @@ async fn topic_with(client: &Client, command: TopicCommand) -> anyhow::Result<()
         TopicCommand::Create {
             topic,
             segments,
-            replicas,
             broker: _,
         } => {
             let info = client
-                .create_topic_with_replicas(&topic, segments, replicas.unwrap_or(0))
+                .create_topic(&topic, segments)
                 .await
                 .with_context(|| format!("cannot create topic {topic}"))?;
-            let kept_on = 1 + info.segments.first().map_or(0, |s| s.followers.len());
             writeln!(
                 out,
-                "created {} with {} segments, each kept on {kept_on} broker{}",
+                "created {} with {} segments",
                 info.name,
-                info.segments.len(),
-                if kept_on == 1 { "" } else { "s" }
+                info.segments.len()
             )?;
         }
         TopicCommand::List { output, broker: _ } => {

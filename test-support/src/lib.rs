@@ -290,7 +290,6 @@ impl TestConn {
         self.call(AdminRequest::CreateTopic {
             topic: topic.into(),
             segments,
-            replicas: 0,
         })
     }
 
@@ -311,7 +310,6 @@ impl TestConn {
             max_bytes,
             max_wait_ms,
             checks: FetchChecks::Trust,
-            follower: None,
         }))
     }
 

@@ -14,12 +14,9 @@ use super::common::{some_u32, ShardAddress, NONE_U32};
 /// What an operator (or a client) asks about topics and the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminRequest {
-    /// Create a topic of `segments` segments, each kept on `replicas`
-    /// brokers (0: the control plane's default, 1 today).
     CreateTopic {
         topic: String,
         segments: u32,
-        replicas: u8,
     },
     DeleteTopic {
         topic: String,
@@ -113,12 +110,7 @@ impl AdminRequest {
             | AdminRequest::ListBrokers
             | AdminRequest::DeleteTopic { .. }
             | AdminRequest::DescribeTopic { .. } => {}
-            AdminRequest::CreateTopic {
-                segments, replicas, ..
-            } => {
-                w.u32(*segments);
-                w.u8(*replicas);
-            }
+            AdminRequest::CreateTopic { segments, .. } => w.u32(*segments),
             AdminRequest::SplitSegment {
                 segment, pieces, ..
             } => {
@@ -144,7 +136,6 @@ impl AdminRequest {
             FrameType::CreateTopicRequest => AdminRequest::CreateTopic {
                 topic: r.string()?,
                 segments: r.u32()?,
-                replicas: r.u8()?,
             },
             FrameType::DeleteTopicRequest => AdminRequest::DeleteTopic { topic: r.string()? },
             FrameType::DescribeTopicRequest => AdminRequest::DescribeTopic { topic: r.string()? },
