@@ -460,6 +460,7 @@ impl Run<'_> {
                 &AdminRequest::CreateTopic {
                     topic: self.topic.clone(),
                     segments: self.args.segments,
+                    replicas: 0,
                 }
                 .into(),
             )

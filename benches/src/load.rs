@@ -431,6 +431,7 @@ async fn send_fetch(
         max_bytes: plan.fetch_bytes_max,
         max_wait_ms: FETCH_WAIT_MS,
         checks: wire::FetchChecks::Trust,
+        follower: None,
     })
     .encode(id, frame);
     write.write_all(frame).await?;

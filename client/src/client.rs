@@ -288,12 +288,26 @@ impl Client {
     }
 
     /// Create a topic `namespace/name` with `segments` segments splitting
-    /// the key-hash ring evenly.
+    /// the key-hash ring evenly, each kept on the cluster's default number
+    /// of brokers (1 today).
     pub async fn create_topic(&self, topic: &str, segments: u32) -> Result<TopicInfo, ClientError> {
+        self.create_topic_with_replicas(topic, segments, 0).await
+    }
+
+    /// [`Client::create_topic`], each segment kept on `replicas` brokers
+    /// (its owner and `replicas - 1` followers; 0: the default). More
+    /// than there are live brokers is refused.
+    pub async fn create_topic_with_replicas(
+        &self,
+        topic: &str,
+        segments: u32,
+        replicas: u8,
+    ) -> Result<TopicInfo, ClientError> {
         self.topic_call(
             &AdminRequest::CreateTopic {
                 topic: topic.to_owned(),
                 segments,
+                replicas,
             }
             .into(),
             "creating a topic",

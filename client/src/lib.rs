@@ -68,5 +68,5 @@ pub use subscriber::{
     FETCH_MAX_BYTES_DEFAULT, FETCH_MAX_WAIT_MS_DEFAULT, RESOLVE_BYTES_MAX_DEFAULT,
 };
 pub use transport::{Transport, KELP_ALPN, KELP_SERVER_NAME};
-pub use wire::message::{BrokerStatus, SegmentInfo, ShardAddress, TopicInfo};
+pub use wire::message::{BrokerStatus, FollowerInfo, SegmentInfo, ShardAddress, TopicInfo};
 pub use wire::{AckMode, ErrorCode, FetchFrom, PayloadId, PayloadRef};

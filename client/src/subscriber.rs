@@ -458,6 +458,7 @@ impl SegmentFetch {
                 max_bytes: self.options.max_bytes,
                 max_wait_ms: self.options.max_wait_ms,
                 checks,
+                follower: None,
             }));
             let answer = match self.client.connection_to(self.target).await {
                 Ok(conn) => conn.call(&request, "fetching records", timeout).await,
@@ -811,6 +812,7 @@ mod tests {
             next_offset: 0,
             high_watermark: 0,
             sealed: false,
+            stored_end: 0,
             batches: &joined,
         })
         .encode(1, &mut out);

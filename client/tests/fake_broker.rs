@@ -250,7 +250,9 @@ fn answer(
         BrokerPortRequest::Data(DataRequest::Shards) => Some(Response::Shards {
             shards: st.listed_shards(),
         }),
-        BrokerPortRequest::Admin(AdminRequest::CreateTopic { topic, segments }) => {
+        BrokerPortRequest::Admin(AdminRequest::CreateTopic {
+            topic, segments, ..
+        }) => {
             let n = u64::from(*segments);
             st.segments = (0..n)
                 .map(|i| SegmentInfo {
@@ -352,6 +354,7 @@ fn answer(
                     next_offset: seg.next_offset.max(start),
                     high_watermark: seg.next_offset,
                     sealed: seg.sealed,
+                    stored_end: 0,
                     batches: &[],
                 })),
                 Some(batches),

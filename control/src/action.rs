@@ -7,7 +7,7 @@
 //! any open, so a key's records reach a successor only after its
 //! predecessor stopped taking them.
 
-use crate::{BrokerId, KeyRange, SegmentId, TopicName};
+use crate::{BrokerId, Follower, KeyRange, SegmentId, TopicName};
 
 /// Why an action happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +25,9 @@ pub enum Cause {
     /// The owner was gone and no broker was live to take the segment; one
     /// has joined since.
     Orphaned,
+    /// A follower's broker left or died, or a segment had fewer followers
+    /// than its topic's replicas and a broker was live to take one.
+    Replicas,
 }
 
 /// A segment the action sealed.
@@ -107,6 +110,18 @@ pub enum Action {
         /// Why.
         cause: Cause,
     },
+    /// Open segments' followers changed (a follower on a broker that is
+    /// gone was dropped, a new one placed); nothing sealed or opened.
+    Followers {
+        /// The topic.
+        topic: TopicName,
+        /// Each segment changed, with its followers before the change.
+        before: Vec<(SegmentId, Vec<Follower>)>,
+        /// The live brokers when it was decided, ascending (it is sent to
+        /// every broker live when it is sent: any may hold the topic's
+        /// layout).
+        brokers: Vec<BrokerId>,
+    },
 }
 
 /// One message for one broker.
@@ -146,7 +161,8 @@ impl Action {
             | Action::DeleteTopic { topic, .. }
             | Action::Split { topic, .. }
             | Action::Merge { topic, .. }
-            | Action::Move { topic, .. } => topic,
+            | Action::Move { topic, .. }
+            | Action::Followers { topic, .. } => topic,
         }
     }
 
@@ -154,6 +170,7 @@ impl Action {
     pub fn cause(&self) -> Cause {
         match self {
             Action::CreateTopic { .. } | Action::DeleteTopic { .. } => Cause::Manual,
+            Action::Followers { .. } => Cause::Replicas,
             Action::Split { cause, .. }
             | Action::Merge { cause, .. }
             | Action::Move { cause, .. } => *cause,
@@ -163,7 +180,9 @@ impl Action {
     /// The segments the action sealed.
     pub fn sealed(&self) -> &[SealedSegment] {
         match self {
-            Action::CreateTopic { .. } | Action::DeleteTopic { .. } => &[],
+            Action::CreateTopic { .. } | Action::DeleteTopic { .. } | Action::Followers { .. } => {
+                &[]
+            }
             Action::Split { sealed, .. } | Action::Move { sealed, .. } => {
                 std::slice::from_ref(sealed)
             }
@@ -175,7 +194,7 @@ impl Action {
     pub fn opened(&self) -> &[PlacedSegment] {
         match self {
             Action::CreateTopic { opened, .. } | Action::Split { opened, .. } => opened,
-            Action::DeleteTopic { .. } => &[],
+            Action::DeleteTopic { .. } | Action::Followers { .. } => &[],
             Action::Merge { opened, .. } | Action::Move { opened, .. } => {
                 std::slice::from_ref(opened)
             }

@@ -29,9 +29,9 @@ use crate::rate::{sum_windows, RateWindows, RATE_WINDOWS};
 use crate::rebalancer::{hot_and_cold, propose, Movable, RebalancePolicy};
 use crate::topic::NewSegment;
 use crate::{
-    BrokerId, BrokerInfo, ControlError, InvalidChange, InvalidTopic, KeyRange, Membership,
-    PolicyError, Rate, ScalingPolicy, Segment, SegmentId, SegmentState, Topic, TopicName,
-    SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
+    BrokerId, BrokerInfo, ControlError, Follower, InvalidChange, InvalidTopic, KeyRange,
+    Membership, PolicyError, Rate, ScalingPolicy, Segment, SegmentId, SegmentState, Topic,
+    TopicName, REPLICAS_MAX, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
 };
 
 /// How the core treats brokers.
@@ -284,6 +284,7 @@ impl Cluster {
             actions.extend(self.bury(now_ms, id));
         }
         actions.extend(self.rehome_orphans(now_ms));
+        actions.extend(self.repair_followers(now_ms));
         let automatic: Vec<TopicName> = self
             .topics
             .values()
@@ -301,13 +302,15 @@ impl Cluster {
     }
 
     /// Create topic `name` with `segment_count` segments over equal ranges,
-    /// each placed on the least-loaded live broker, and an optional
-    /// scaling policy (whose bounds must admit `segment_count`).
+    /// each placed on the least-loaded live broker and kept on `replicas`
+    /// brokers (0: [`Cluster::default_replicas`]), and an optional scaling
+    /// policy (whose bounds must admit `segment_count`).
     pub fn create_topic(
         &mut self,
         now_ms: u64,
         name: &TopicName,
         segment_count: u32,
+        replicas: u8,
         policy: Option<ScalingPolicy>,
     ) -> Result<Action, ControlError> {
         self.observe(now_ms);
@@ -315,6 +318,18 @@ impl Cluster {
             return Err(ControlError::InvalidSegmentCount {
                 count: segment_count,
                 max: SEGMENTS_PER_TOPIC_MAX,
+            });
+        }
+        let live = self.membership.broker_ids().count();
+        let replicas = match replicas {
+            0 => self.default_replicas(),
+            n => n,
+        };
+        if replicas > REPLICAS_MAX || usize::from(replicas) > live.max(1) {
+            return Err(ControlError::InvalidReplicaCount {
+                replicas,
+                max: REPLICAS_MAX,
+                live,
             });
         }
         if let Some(policy) = &policy {
@@ -340,16 +355,25 @@ impl Cluster {
             let broker = placement
                 .pick(Rate::default(), None)
                 .ok_or(ControlError::NoLiveBroker)?;
+            let shard = shards.pick(&self.membership, broker, None);
+            let followers = self.place_followers(
+                &mut placement,
+                &mut shards,
+                Rate::default(),
+                broker,
+                usize::from(replicas - 1),
+            );
             segments.push(Segment {
                 id: SegmentId(id),
                 epoch: 0,
                 range,
                 state: SegmentState::Open,
-                shard: shards.pick(&self.membership, broker, None),
+                shard,
                 successors: Vec::new(),
                 created_ms: now_ms,
                 broker: Some(broker),
                 sealed_ms: None,
+                followers,
             });
         }
         let topic = Topic {
@@ -357,6 +381,8 @@ impl Cluster {
             segments,
             created_ms: now_ms,
             policy,
+            replicas,
+            follower_changes: 0,
         };
         let opened = topic.segments.iter().filter_map(placed).collect();
         for segment in &topic.segments {
@@ -662,7 +688,47 @@ impl Cluster {
     }
 
     fn placement(&self) -> Placement {
-        Placement::new(self.broker_loads())
+        let mut placement = Placement::new(self.broker_loads());
+        for topic in self.topics.values() {
+            for segment in topic.open_segments() {
+                for follower in &segment.followers {
+                    placement.add_follower(follower.broker);
+                }
+            }
+        }
+        placement
+    }
+
+    /// How many brokers keep a new topic's segments when its creator does
+    /// not say: 1 for now. (Issue 19 asks for 2 in a cluster; that waits
+    /// until a follower on a stopped broker no longer holds up the
+    /// creation's answer, which waits for every broker told to apply the
+    /// layout.)
+    pub fn default_replicas(&self) -> u8 {
+        1
+    }
+
+    /// Up to `count` followers for a new segment owned by `owner`, on
+    /// other live brokers (fewer if fewer are live), each on its broker's
+    /// least-loaded shard. A new segment holds nothing yet, so each starts
+    /// in sync.
+    fn place_followers(
+        &self,
+        placement: &mut Placement,
+        shards: &mut ShardPicker,
+        expected: Rate,
+        owner: BrokerId,
+        count: usize,
+    ) -> Vec<Follower> {
+        placement
+            .pick_followers(expected, &[owner], count)
+            .into_iter()
+            .map(|broker| Follower {
+                broker,
+                shard: shards.pick(&self.membership, broker, None),
+                in_sync: true,
+            })
+            .collect()
     }
 
     /// Broker `id` went silent: forget it and reopen its segments on live
@@ -685,6 +751,97 @@ impl Cluster {
         }
         let orphans = self.orphans.clone();
         self.rehome(now_ms, &orphans, Cause::Orphaned)
+    }
+
+    /// Once the restart grace is over: drop every open segment's
+    /// followers on brokers that are not live, and place followers (out
+    /// of sync: they start from the owner's stored end) until each open
+    /// segment has its topic's replicas, as far as live brokers allow.
+    /// One [`Action::Followers`] per topic changed.
+    fn repair_followers(&mut self, now_ms: u64) -> Vec<Action> {
+        let grace_over = self
+            .started_ms
+            .is_some_and(|start| now_ms.saturating_sub(start) >= self.config.broker_silence_ms);
+        if !grace_over || self.membership.is_empty() {
+            return Vec::new();
+        }
+        let live = self.membership.broker_ids().count();
+        let short = |topic: &Topic, s: &Segment| {
+            let wanted = usize::from(topic.replicas().saturating_sub(1)).min(live - 1);
+            s.broker.is_some_and(|owner| self.membership.is_live(owner))
+                && (s.followers.len() < wanted
+                    || s.followers
+                        .iter()
+                        .any(|f| !self.membership.is_live(f.broker)))
+        };
+        let due: Vec<TopicName> = self
+            .topics
+            .values()
+            .filter(|t| t.open_segments().any(|s| short(t, s)))
+            .map(|t| t.name().clone())
+            .collect();
+        if due.is_empty() {
+            return Vec::new();
+        }
+        let mut placement = self.placement();
+        let mut shards = ShardPicker::default();
+        let mut actions = Vec::new();
+        for name in due {
+            let Some(topic) = self.topics.get(&name) else {
+                continue;
+            };
+            let wanted = usize::from(topic.replicas().saturating_sub(1)).min(live - 1);
+            let mut changes: Vec<(SegmentId, Vec<Follower>, Vec<Follower>)> = Vec::new();
+            for segment in topic.open_segments().filter(|s| short(topic, s)) {
+                let Some(owner) = segment.broker else {
+                    continue;
+                };
+                let mut kept: Vec<Follower> = segment
+                    .followers
+                    .iter()
+                    .filter(|f| self.membership.is_live(f.broker))
+                    .copied()
+                    .collect();
+                let expected = self
+                    .rates
+                    .get(&name, segment.id)
+                    .map(|r| r.window(0))
+                    .unwrap_or_default();
+                let mut avoid: Vec<BrokerId> = kept.iter().map(|f| f.broker).collect();
+                avoid.push(owner);
+                let missing = wanted.saturating_sub(kept.len());
+                for broker in placement.pick_followers(expected, &avoid, missing) {
+                    kept.push(Follower {
+                        broker,
+                        shard: shards.pick(&self.membership, broker, None),
+                        in_sync: false,
+                    });
+                }
+                changes.push((segment.id, segment.followers.clone(), kept));
+            }
+            let Some(topic) = self.topics.get_mut(&name) else {
+                continue;
+            };
+            let mut before = Vec::with_capacity(changes.len());
+            for (id, old, new) in changes {
+                if let Some(segment) = topic.segments.iter_mut().find(|s| s.id == id) {
+                    segment.followers = new;
+                    before.push((id, old));
+                }
+            }
+            topic.follower_changes += 1;
+            debug_assert_eq!(topic.validate(), Ok(()));
+            // Every live broker hears of it, as of a seal: any of them may
+            // hold the topic's layout (an owner, a follower, one told of
+            // an earlier seal), and a layout a broker holds is never left
+            // stale.
+            actions.push(Action::Followers {
+                topic: name,
+                before,
+                brokers: self.membership.broker_ids().collect(),
+            });
+        }
+        actions
     }
 
     /// Move each of `segments` (orphans) to a live broker.
@@ -994,15 +1151,26 @@ impl Cluster {
             ([(_, Some(from), shard)], [(_, to, _)]) if from == to => Some(*shard),
             _ => None,
         };
+        let followers = usize::from(topic.replicas().saturating_sub(1));
+        let mut placement = self.placement();
         let mut pieces = Vec::with_capacity(new.len());
-        for (range, broker, _) in &new {
+        for (range, broker, seed) in &new {
             if !self.membership.is_live(*broker) {
                 return Err(ControlError::BrokerNotFound(*broker));
             }
+            let shard = shards.pick(&self.membership, *broker, avoid);
+            let expected = seed.0.first().copied().unwrap_or_default();
             pieces.push(NewSegment {
                 range: *range,
                 broker: Some(*broker),
-                shard: shards.pick(&self.membership, *broker, avoid),
+                shard,
+                followers: self.place_followers(
+                    &mut placement,
+                    &mut shards,
+                    expected,
+                    *broker,
+                    followers,
+                ),
             });
         }
         let topic = self
@@ -1369,7 +1537,7 @@ mod tests {
     fn a_lone_broker_splits_moves_and_merges_over_its_shards() {
         let mut c = cluster(1);
         let t = name("ns/t");
-        c.create_topic(0, &t, 1, None).unwrap();
+        c.create_topic(0, &t, 1, 1, None).unwrap();
         assert_eq!(owners(&c, &t), [(0, 1, 0)]);
         // Split: the parent leaves shard 0, so the pieces take both shards.
         let split = c.split_segment(10, &t, SegmentId(0), 2).unwrap();
@@ -1388,7 +1556,7 @@ mod tests {
         c.check_invariants().unwrap();
         // A policy split under load spreads the pieces over both shards too.
         let hot = name("ns/hot");
-        c.create_topic(50, &hot, 1, Some(policy())).unwrap();
+        c.create_topic(50, &hot, 1, 1, Some(policy())).unwrap();
         let mut split = Vec::new();
         for now in (1_000..20_000).step_by(1_000) {
             report_all(&mut c, now, 5_000);
@@ -1405,7 +1573,7 @@ mod tests {
         // With one shard there is nowhere else to move to.
         let mut single = Cluster::new(ClusterConfig::default());
         single.handle_register(0, info(1, 1)).unwrap();
-        single.create_topic(0, &t, 1, None).unwrap();
+        single.create_topic(0, &t, 1, 1, None).unwrap();
         assert!(matches!(
             single.move_segment(1, &t, SegmentId(0), None),
             Err(ControlError::NoLiveBroker)
@@ -1416,7 +1584,7 @@ mod tests {
     fn create_spreads_segments_over_brokers_and_shards() {
         let mut c = cluster(3);
         let t = name("ns/t");
-        let action = c.create_topic(10, &t, 7, None).unwrap();
+        let action = c.create_topic(10, &t, 7, 1, None).unwrap();
         let Action::CreateTopic { opened, .. } = &action else {
             panic!("{action:?}")
         };
@@ -1436,10 +1604,10 @@ mod tests {
         assert_eq!(action.commands().len(), 7);
         c.check_invariants().unwrap();
 
-        let err = c.create_topic(10, &t, 1, None).unwrap_err();
+        let err = c.create_topic(10, &t, 1, 1, None).unwrap_err();
         assert!(matches!(err, ControlError::TopicExists(_)), "{err}");
         let err = c
-            .create_topic(10, &name("ns/u"), 5, Some(policy()))
+            .create_topic(10, &name("ns/u"), 5, 1, Some(policy()))
             .unwrap_err();
         assert!(
             matches!(
@@ -1457,6 +1625,7 @@ mod tests {
                 10,
                 &name("ns/u"),
                 1,
+                1,
                 Some(ScalingPolicy {
                     split_pieces_max: 1,
                     ..policy()
@@ -1473,7 +1642,7 @@ mod tests {
             "{err}"
         );
         let err = Cluster::new(ClusterConfig::default())
-            .create_topic(0, &t, 1, None)
+            .create_topic(0, &t, 1, 1, None)
             .unwrap_err();
         assert!(matches!(err, ControlError::NoLiveBroker), "{err}");
     }
@@ -1483,7 +1652,7 @@ mod tests {
     fn broken_invariants_are_named() {
         let mut c = cluster(2);
         let t = name("ns/t");
-        c.create_topic(0, &t, 2, Some(policy())).unwrap();
+        c.create_topic(0, &t, 2, 1, Some(policy())).unwrap();
         c.check_invariants().unwrap();
 
         let mut misfiled = c.clone();
@@ -1548,7 +1717,7 @@ mod tests {
     fn manual_split_merge_and_move() {
         let mut c = cluster(2);
         let t = name("ns/t");
-        c.create_topic(0, &t, 1, Some(policy())).unwrap();
+        c.create_topic(0, &t, 1, 1, Some(policy())).unwrap();
 
         let split = c.split_segment(1, &t, SegmentId(0), 3).unwrap();
         let Action::Split {
@@ -1645,7 +1814,7 @@ mod tests {
     fn death_and_leave_reopen_segments_elsewhere() {
         let mut c = cluster(3);
         let t = name("ns/t");
-        c.create_topic(0, &t, 6, None).unwrap();
+        c.create_topic(0, &t, 6, 1, None).unwrap();
         // b1 and b3 keep reporting; b2 goes silent.
         for now in [1_000, 2_000, 3_000] {
             c.handle_heartbeat(now, BrokerId(1)).unwrap();
@@ -1682,11 +1851,136 @@ mod tests {
         c.check_invariants().unwrap();
     }
 
+    /// The brokers of each open segment: owner, then followers (in sync?).
+    fn copies(c: &Cluster, topic: &TopicName) -> Vec<(u32, Vec<(u32, bool)>)> {
+        c.topic(topic)
+            .unwrap()
+            .open_segments()
+            .map(|s| {
+                let followers = s.followers.iter().map(|f| (f.broker.0, f.in_sync));
+                (s.broker.unwrap().0, followers.collect())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replicas_go_to_other_brokers_and_default_to_one() {
+        let mut alone = cluster(1);
+        let t = name("ns/t");
+        alone.create_topic(0, &t, 2, 0, None).unwrap();
+        assert_eq!(alone.topic(&t).unwrap().replicas(), 1, "alone: one copy");
+        assert!(copies(&alone, &t).iter().all(|(_, f)| f.is_empty()));
+        let err = alone
+            .create_topic(0, &name("ns/u"), 1, 2, None)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ControlError::InvalidReplicaCount {
+                    replicas: 2,
+                    live: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+
+        let mut c = cluster(3);
+        c.create_topic(0, &name("ns/default"), 2, 0, None).unwrap();
+        assert_eq!(c.topic(&name("ns/default")).unwrap().replicas(), 1);
+        c.create_topic(0, &t, 6, 2, None).unwrap();
+        assert_eq!(c.topic(&t).unwrap().replicas(), 2);
+        for (owner, followers) in copies(&c, &t) {
+            assert_eq!(followers.len(), 1);
+            assert_ne!(followers[0].0, owner, "a follower is never its owner");
+            assert!(followers[0].1, "a new segment's followers start in sync");
+        }
+        let three = name("ns/three");
+        c.create_topic(0, &three, 3, 3, None).unwrap();
+        for (owner, followers) in copies(&c, &three) {
+            let mut brokers: Vec<u32> = followers.iter().map(|f| f.0).collect();
+            brokers.push(owner);
+            brokers.sort_unstable();
+            assert_eq!(brokers, [1, 2, 3], "three copies on three brokers");
+        }
+        for replicas in [4, REPLICAS_MAX + 1] {
+            let err = c
+                .create_topic(0, &name("ns/v"), 1, replicas, None)
+                .unwrap_err();
+            assert!(
+                matches!(err, ControlError::InvalidReplicaCount { .. }),
+                "{err}"
+            );
+        }
+        // Successors of a split get their own followers.
+        let first = c.topic(&t).unwrap().open_segments().next().unwrap().id;
+        c.split_segment(10, &t, first, 2).unwrap();
+        for (owner, followers) in copies(&c, &t) {
+            assert_eq!(followers.len(), 1);
+            assert_ne!(followers[0].0, owner);
+        }
+        // The JSON keeps them.
+        let topic = c.topic(&t).unwrap();
+        assert_eq!(
+            &Topic::from_json_bytes(&topic.to_json_bytes()).unwrap(),
+            topic
+        );
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_dead_followers_place_is_taken_by_a_live_broker_out_of_sync() {
+        let mut c = cluster(3);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 6, 2, None).unwrap();
+        let followed_by_2 = copies(&c, &t).iter().filter(|(_, f)| f[0].0 == 2).count();
+        assert!(followed_by_2 > 0, "{:?}", copies(&c, &t));
+        for now in [1_000, 2_000, 3_000] {
+            c.handle_heartbeat(now, BrokerId(1)).unwrap();
+            c.handle_heartbeat(now, BrokerId(3)).unwrap();
+            assert!(c.handle_tick(now).is_empty());
+        }
+        c.handle_heartbeat(3_001, BrokerId(1)).unwrap();
+        c.handle_heartbeat(3_001, BrokerId(3)).unwrap();
+        let actions = c.handle_tick(3_001);
+        let followers: Vec<&Action> = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Followers { .. }))
+            .collect();
+        assert_eq!(followers.len(), 1, "one change for the topic: {actions:?}");
+        let Action::Followers {
+            before, brokers, ..
+        } = followers[0]
+        else {
+            unreachable!()
+        };
+        assert_eq!(before.len(), followed_by_2, "{before:?}");
+        assert!(before.iter().all(|(_, f)| f[0].broker == BrokerId(2)));
+        assert_eq!(
+            brokers,
+            &[BrokerId(1), BrokerId(3)],
+            "only live brokers are told"
+        );
+        for (owner, followers) in copies(&c, &t) {
+            assert_ne!(owner, 2, "b2's own segments moved");
+            assert_eq!(followers.len(), 1, "two live brokers: one follower each");
+            assert_ne!(followers[0].0, owner);
+            assert_ne!(followers[0].0, 2);
+        }
+        let behind = copies(&c, &t).iter().filter(|(_, f)| !f[0].1).count();
+        assert_eq!(behind, followed_by_2, "the replacements start out of sync");
+        c.check_invariants().unwrap();
+        // Nothing more to repair.
+        c.handle_heartbeat(4_000, BrokerId(1)).unwrap();
+        c.handle_heartbeat(4_000, BrokerId(3)).unwrap();
+        assert!(c.handle_tick(4_000).is_empty());
+    }
+
     #[test]
     fn all_brokers_dead_leaves_orphans_until_one_joins() {
         let mut c = cluster(1);
         let t = name("ns/t");
-        c.create_topic(0, &t, 2, None).unwrap();
+        c.create_topic(0, &t, 2, 1, None).unwrap();
         assert!(c.handle_tick(5_000).is_empty());
         assert_eq!(c.orphans().len(), 2);
         c.check_invariants().unwrap();
@@ -1702,7 +1996,7 @@ mod tests {
     fn policy_splits_hot_segments_after_the_window_and_cooldown() {
         let mut c = cluster(2);
         let t = name("ns/t");
-        c.create_topic(0, &t, 1, Some(policy())).unwrap();
+        c.create_topic(0, &t, 1, 1, Some(policy())).unwrap();
         let mut splits = Vec::new();
         for now in (100..=20_000).step_by(100) {
             report_all(&mut c, now, 6_000);
@@ -1732,6 +2026,7 @@ mod tests {
             0,
             &t,
             4,
+            1,
             Some(ScalingPolicy {
                 segments_min: 2,
                 ..policy()
@@ -1757,7 +2052,7 @@ mod tests {
     fn load_reports_only_count_for_the_owner() {
         let mut c = cluster(2);
         let t = name("ns/t");
-        c.create_topic(0, &t, 2, None).unwrap();
+        c.create_topic(0, &t, 2, 1, None).unwrap();
         let load = |segment| SegmentLoad {
             topic: t.clone(),
             segment: SegmentId(segment),
@@ -1796,7 +2091,7 @@ mod tests {
             windows_ms: [1_000, 2_000, 4_000, 8_000],
             ..ScalingPolicy::default()
         };
-        c.create_topic(0, &t, 4, Some(short_windows)).unwrap();
+        c.create_topic(0, &t, 4, 1, Some(short_windows)).unwrap();
         c.handle_register(0, info(2, 1)).unwrap();
         c.handle_register(0, info(3, 1)).unwrap();
         let mut moves = Vec::new();
@@ -1840,10 +2135,13 @@ mod tests {
                     created_ms: 0,
                     broker: None,
                     sealed_ms: None,
+                    followers: Vec::new(),
                 })
                 .collect(),
             created_ms: 0,
             policy: None,
+            replicas: 1,
+            follower_changes: 0,
         };
         let mut c = Cluster::from_topics(ClusterConfig::default(), [old]).unwrap();
         assert!(c.handle_register(100, info(1, 2)).unwrap().is_empty());
@@ -1867,7 +2165,7 @@ mod tests {
     fn restart_keeps_running_brokers_undisturbed() {
         let mut c = cluster(2);
         let t = name("ns/t");
-        c.create_topic(0, &t, 3, Some(policy())).unwrap();
+        c.create_topic(0, &t, 3, 1, Some(policy())).unwrap();
         c.split_segment(1, &t, SegmentId(0), 2).unwrap();
         let stored: Vec<Topic> = c
             .topics()

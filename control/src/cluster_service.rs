@@ -248,6 +248,9 @@ pub struct ActionCounts {
     /// Segments moved to another broker or shard (a dead or leaving
     /// broker's, the rebalancer's, an operator's).
     pub moves: u64,
+    /// Changes of open segments' followers (one lost with its broker and
+    /// replaced).
+    pub follower_changes: u64,
 }
 
 impl ActionCounts {
@@ -258,6 +261,7 @@ impl ActionCounts {
             Action::Split { .. } => &mut self.splits,
             Action::Merge { .. } => &mut self.merges,
             Action::Move { .. } => &mut self.moves,
+            Action::Followers { .. } => &mut self.follower_changes,
         };
         *n += 1;
     }
@@ -948,7 +952,8 @@ impl ClusterService {
         if let Some(g) = gate.and_then(|g| self.gates.get_mut(&g)) {
             g.deliveries_left += 1;
         }
-        let delivery = Delivery::new(action, snapshot, gate);
+        let followers = self.followers_of_opened(action);
+        let delivery = Delivery::new(action, snapshot, gate, &followers);
         let t = self
             .topic_deliveries
             .entry(delivery.topic.clone())
@@ -1071,12 +1076,16 @@ impl ClusterService {
         request: AdminRequest,
     ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
         let answer = match request {
-            AdminRequest::CreateTopic { topic, segments } => {
+            AdminRequest::CreateTopic {
+                topic,
+                segments,
+                replicas,
+            } => {
                 let name = parse_name(&topic)?;
                 self.room_for_a_change()?;
                 let action = self
                     .cluster
-                    .create_topic(now_ms, &name, segments, None)
+                    .create_topic(now_ms, &name, segments, replicas, None)
                     .map_err(error_answer)?;
                 let created = self.cluster.topic(&name).cloned();
                 // Leftovers of a delete interrupted after its commit point
@@ -1513,6 +1522,27 @@ impl ClusterService {
         }
     }
 
+    /// The live brokers that follow the segments `action` opened.
+    fn followers_of_opened(&self, action: &Action) -> Vec<BrokerId> {
+        let Some(topic) = self.cluster.topic(action.topic()) else {
+            return Vec::new();
+        };
+        let mut brokers = Vec::new();
+        for opened in action.opened() {
+            for follower in topic
+                .segment(opened.segment)
+                .map_or(&[][..], |s| &s.followers[..])
+            {
+                if self.cluster.membership().is_live(follower.broker)
+                    && !brokers.contains(&follower.broker)
+                {
+                    brokers.push(follower.broker);
+                }
+            }
+        }
+        brokers
+    }
+
     fn topic_json(&self, name: &TopicName) -> Vec<u8> {
         self.cluster
             .topic(name)
@@ -1582,7 +1612,7 @@ impl ClusterService {
                     .get(&(name.clone(), s.id))
                     .copied()
                     .unwrap_or((0, None, 0));
-                SegmentInfo {
+                let mut info = SegmentInfo {
                     next_offset,
                     first_append_ms,
                     address,
@@ -1590,7 +1620,11 @@ impl ClusterService {
                     records_per_s: rate.records_per_s,
                     lost_records,
                     ..s.info()
+                };
+                for (f, follower) in info.followers.iter_mut().zip(&s.followers) {
+                    f.address = self.shard_address(follower.broker, follower.shard);
                 }
+                info
             })
             .collect();
         Ok(TopicInfo {
@@ -1661,8 +1695,17 @@ fn states_after(cluster: &Cluster, actions: &[Action]) -> Vec<Option<Topic>> {
 }
 
 /// Undo one action on the topic it produced: drop the segments it opened,
-/// reopen the ones it sealed.
+/// reopen the ones it sealed, give back the followers it changed.
 fn undo(topic: &mut Topic, action: &Action) {
+    if let Action::Followers { before, .. } = action {
+        for (id, followers) in before {
+            if let Some(segment) = topic.segments.iter_mut().find(|s| s.id == *id) {
+                segment.followers.clone_from(followers);
+            }
+        }
+        topic.follower_changes = topic.follower_changes.saturating_sub(1);
+        return;
+    }
     let opened: Vec<SegmentId> = action.opened().iter().map(|p| p.segment).collect();
     topic.segments.retain(|s| !opened.contains(&s.id));
     for sealed in action.sealed() {
@@ -1677,6 +1720,9 @@ fn undo(topic: &mut Topic, action: &Action) {
 
 /// Every broker an action's commands go to.
 fn action_brokers(action: &Action) -> Vec<BrokerId> {
+    if let Action::Followers { brokers, .. } = action {
+        return brokers.clone();
+    }
     action
         .commands()
         .iter()
@@ -1737,6 +1783,7 @@ pub fn error_answer(e: ControlError) -> (ErrorCode, String) {
         ControlError::TopicNotFound(_) => ErrorCode::TopicNotFound,
         ControlError::SegmentNotFound { .. } => ErrorCode::SegmentNotFound,
         ControlError::InvalidSegmentCount { .. }
+        | ControlError::InvalidReplicaCount { .. }
         | ControlError::InvalidShardCount
         | ControlError::InvalidBroker(_)
         | ControlError::BrokerNotFound(_)
@@ -1776,7 +1823,7 @@ mod tests {
         cluster.handle_register(0, info(1)).unwrap();
         cluster.handle_register(0, info(2)).unwrap();
         let name = TopicName::parse("ns/t").unwrap();
-        cluster.create_topic(0, &name, 2, None).unwrap();
+        cluster.create_topic(0, &name, 2, 1, None).unwrap();
         let before = cluster.topic(&name).unwrap().clone();
         let split = cluster.split_segment(1, &name, SegmentId(0), 2).unwrap();
         let after_split = cluster.topic(&name).unwrap().clone();
@@ -1889,6 +1936,7 @@ mod tests {
         h.ask(AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 1,
+            replicas: 0,
         });
         let owner = h
             .service
@@ -1921,6 +1969,7 @@ mod tests {
         h.ask(AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 2,
+            replicas: 0,
         });
         h.send(AdminRequest::DeleteTopic {
             topic: "ns/t".into(),
@@ -1931,6 +1980,7 @@ mod tests {
         h.ask(AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 1,
+            replicas: 0,
         });
         let sent = h.ask(MembershipRequest::LoadReport {
             broker: 0,
@@ -1987,6 +2037,7 @@ mod tests {
             h.send(AdminRequest::CreateTopic {
                 topic: "ns/t".into(),
                 segments: 2,
+                replicas: 0,
             });
             let command = h.service.poll_command().unwrap();
             (h, command)
@@ -2040,6 +2091,7 @@ mod tests {
         h.ask(AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 1,
+            replicas: 0,
         });
         let name = TopicName::parse("ns/t").unwrap();
         let owner = h.service.cluster().topic(&name).unwrap().segments()[0]

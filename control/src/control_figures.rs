@@ -18,6 +18,7 @@ pub struct ControlFigures {
     splits: AtomicU64,
     merges: AtomicU64,
     moves: AtomicU64,
+    follower_changes: AtomicU64,
     connections: AtomicU64,
     receive_bytes: AtomicU64,
     refused_for_connections: AtomicU64,
@@ -112,6 +113,11 @@ impl ControlFigures {
         add(&self.splits, now.splits, was.splits);
         add(&self.merges, now.merges, was.merges);
         add(&self.moves, now.moves, was.moves);
+        add(
+            &self.follower_changes,
+            now.follower_changes,
+            was.follower_changes,
+        );
         published.counted = now;
     }
 
@@ -146,6 +152,7 @@ impl ControlFigures {
                 splits: self.splits.load(Relaxed),
                 merges: self.merges.load(Relaxed),
                 moves: self.moves.load(Relaxed),
+                follower_changes: self.follower_changes.load(Relaxed),
             },
             connections: self.connections.load(Relaxed),
             receive_bytes: self.receive_bytes.load(Relaxed),

@@ -9,8 +9,8 @@
 //!    other broker opens a successor: writes to what the action seals stop
 //!    everywhere before any successor opens, and nothing waits for a
 //!    flush yet;
-//! 2. [`Step::Apply`]: the layout to every sealing and opening broker at
-//!    once: sealers flush and mark what they sealed while the successors
+//! 2. [`Step::Apply`]: the layout to every sealing and opening broker,
+//!    and to the followers of what opens, at once: sealers flush and mark what they sealed while the successors
 //!    open. (A broker that seals and opens refuses before it opens on its
 //!    own, so an action on one broker needs no step 1.) The delivery is
 //!    *released* here: the admin request that caused it may be answered
@@ -20,7 +20,9 @@
 //!    it is sealed). A stalled broker here delays nobody.
 //!
 //! A delete is one step, [`Step::Drop`]: `DropTopic` to each broker that
-//! held the topic's open segments.
+//! held the topic's open segments. A change of followers is one step,
+//! [`Step::Apply`], to the owners and followers (old and new) of the
+//! segments it changed.
 
 use std::collections::VecDeque;
 
@@ -74,8 +76,14 @@ pub(crate) struct Delivery {
 
 impl Delivery {
     /// The steps that carry out `action`, whose topic stood as `snapshot`
-    /// right after it.
-    pub(crate) fn new(action: &Action, snapshot: Snapshot, gate: Option<u64>) -> Delivery {
+    /// right after it; `followers` follow the segments it opened, and are
+    /// told the layout with the brokers that open them.
+    pub(crate) fn new(
+        action: &Action,
+        snapshot: Snapshot,
+        gate: Option<u64>,
+        followers: &[BrokerId],
+    ) -> Delivery {
         let mut sealers: Vec<BrokerId> = Vec::new();
         let mut openers: Vec<BrokerId> = Vec::new();
         let mut droppers: Vec<BrokerId> = Vec::new();
@@ -90,7 +98,12 @@ impl Delivery {
             }
         }
         let mut steps = VecDeque::new();
-        if matches!(action, Action::DeleteTopic { .. }) {
+        if matches!(action, Action::Followers { .. }) {
+            // Every broker live when it is sent (one that registers
+            // meanwhile may hold the topic's layout too); the layout's age
+            // orders it against the others.
+            steps.push_back(Step::InformOthers);
+        } else if matches!(action, Action::DeleteTopic { .. }) {
             steps.push_back(Step::Drop(droppers));
         } else {
             // Another broker opens a successor: writes stop on every
@@ -102,9 +115,9 @@ impl Delivery {
             };
             let seals = !sealers.is_empty() && refusers.is_empty();
             let mut brokers = sealers;
-            for opener in openers {
-                if !brokers.contains(&opener) {
-                    brokers.push(opener);
+            for broker in openers.into_iter().chain(followers.iter().copied()) {
+                if !brokers.contains(&broker) {
+                    brokers.push(broker);
                 }
             }
             steps.push_back(Step::Refuse(refusers));
@@ -162,7 +175,7 @@ mod tests {
             opened: placed(3, 5),
             cause: Cause::Manual,
         };
-        let delivery = Delivery::new(&merge, snapshot(), None);
+        let delivery = Delivery::new(&merge, snapshot(), None, &[]);
         let steps: Vec<Step> = delivery.steps.iter().cloned().collect();
         assert_eq!(
             steps,
@@ -186,7 +199,7 @@ mod tests {
             opened: vec![placed(2, 4), placed(3, 4)],
             cause: Cause::Manual,
         };
-        let delivery = Delivery::new(&split, snapshot(), None);
+        let delivery = Delivery::new(&split, snapshot(), None, &[]);
         assert_eq!(delivery.steps.front(), Some(&Step::Refuse(Vec::new())));
         assert_eq!(
             delivery.steps.get(1),
@@ -204,7 +217,7 @@ mod tests {
             topic: topic.clone(),
             opened: vec![placed(0, 1), placed(1, 2), placed(2, 1)],
         };
-        let delivery = Delivery::new(&create, snapshot(), Some(9));
+        let delivery = Delivery::new(&create, snapshot(), Some(9), &[]);
         assert!(!delivery.seals_pending());
         assert_eq!(
             delivery.steps.back(),
@@ -217,7 +230,7 @@ mod tests {
             topic,
             brokers: vec![BrokerId(3)],
         };
-        let delivery = Delivery::new(&delete, snapshot(), None);
+        let delivery = Delivery::new(&delete, snapshot(), None, &[]);
         assert!(delivery.drop);
         assert_eq!(delivery.steps.len(), 1);
     }

@@ -26,6 +26,17 @@ pub enum ControlError {
         /// [`SEGMENTS_PER_TOPIC_MAX`](crate::SEGMENTS_PER_TOPIC_MAX).
         max: u32,
     },
+    /// A topic was asked for with more replicas than the limit, or than
+    /// there are live brokers to keep them.
+    #[error("invalid replica count {replicas}: must be 1..={max}, and {live} brokers are live (each replica needs its own)")]
+    InvalidReplicaCount {
+        /// The count asked for.
+        replicas: u8,
+        /// [`REPLICAS_MAX`](crate::REPLICAS_MAX).
+        max: u8,
+        /// Live brokers.
+        live: usize,
+    },
     /// The layout already holds [`TOPICS_MAX`](crate::TOPICS_MAX) topics.
     #[error("too many topics: the limit is {max}")]
     TooManyTopics {

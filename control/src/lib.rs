@@ -71,9 +71,9 @@ pub use membership::{BrokerEntry, Membership, SegmentLoad, BROKERS_MAX};
 pub use rate::{Rate, RateWindows, RATE_WINDOWS};
 pub use rebalancer::RebalancePolicy;
 pub use scaling_policy::{PolicyError, ScalingPolicy, MERGE_FACTOR_LONGEST, SPLIT_FACTORS};
-pub use segment::{Segment, SegmentId, SegmentState};
+pub use segment::{Follower, Segment, SegmentId, SegmentState};
 pub use topic::{
-    InvalidTopic, Topic, TopicJsonError, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX, TOPIC_JSON_BYTES_MAX,
-    TOPIC_JSON_VERSION,
+    InvalidTopic, Topic, TopicJsonError, REPLICAS_MAX, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
+    TOPIC_JSON_BYTES_MAX, TOPIC_JSON_VERSION,
 };
 pub use topic_name::{TopicName, TOPIC_NAME_BYTES_MAX};

@@ -56,11 +56,21 @@ pub(crate) fn subtract(a: Rate, b: Rate) -> Rate {
 #[derive(Debug, Clone)]
 pub(crate) struct Placement {
     brokers: Vec<BrokerLoad>,
+    /// How many open segments each of `brokers` follows (same order).
+    followed: Vec<u64>,
 }
 
 impl Placement {
     pub(crate) fn new(brokers: Vec<BrokerLoad>) -> Placement {
-        Placement { brokers }
+        let followed = vec![0; brokers.len()];
+        Placement { brokers, followed }
+    }
+
+    /// Count one more open segment followed by `broker`.
+    pub(crate) fn add_follower(&mut self, broker: BrokerId) {
+        if let Some(i) = self.brokers.iter().position(|b| b.id == broker) {
+            self.followed[i] += 1;
+        }
     }
 
     /// Take a segment about to be sealed (carrying `rate`) off `broker`'s
@@ -89,6 +99,43 @@ impl Placement {
         best.load = add(best.load, expected);
         best.segments += 1;
         Some(best.id)
+    }
+
+    /// Pick up to `count` brokers for a segment's followers, none in
+    /// `avoid` (its owner, its other followers) and each once, the least
+    /// utilized first; fewer if fewer brokers are live. Each pick is charged with `expected`
+    /// (a follower receives every byte the owner does) and one more
+    /// segment followed: ties go to the broker following fewer, so
+    /// followers spread as owners do, apart from them.
+    pub(crate) fn pick_followers(
+        &mut self,
+        expected: Rate,
+        avoid: &[BrokerId],
+        count: usize,
+    ) -> Vec<BrokerId> {
+        let mut picked = Vec::with_capacity(count);
+        while picked.len() < count {
+            let followed = &self.followed;
+            let best = (0..self.brokers.len())
+                .filter(|&i| {
+                    let id = self.brokers[i].id;
+                    !avoid.contains(&id) && !picked.contains(&id)
+                })
+                .min_by(|&i, &j| {
+                    let (a, b) = (&self.brokers[i], &self.brokers[j]);
+                    a.utilization()
+                        .total_cmp(&b.utilization())
+                        .then(followed[i].cmp(&followed[j]))
+                        .then(a.segments.cmp(&b.segments))
+                        .then(a.id.cmp(&b.id))
+                });
+            let Some(i) = best else { break };
+            let best = &mut self.brokers[i];
+            best.load = add(best.load, expected);
+            self.followed[i] += 1;
+            picked.push(best.id);
+        }
+        picked
     }
 }
 
@@ -133,6 +180,27 @@ mod tests {
         );
         assert_eq!(p.pick(rate(0), None), Some(BrokerId(4)));
         assert_eq!(p.pick(rate(0), None), Some(BrokerId(3)));
+    }
+
+    #[test]
+    fn followers_go_to_other_brokers_than_the_owner_and_each_other() {
+        let mut p = Placement::new(vec![
+            broker(1, 100, 0, 0),
+            broker(2, 100, 50, 0),
+            broker(3, 100, 10, 0),
+        ]);
+        assert_eq!(
+            p.pick_followers(rate(0), &[BrokerId(1)], 1),
+            [BrokerId(3)],
+            "the least utilized broker other than the owner"
+        );
+        assert_eq!(
+            p.pick_followers(rate(0), &[BrokerId(3)], 5),
+            [BrokerId(1), BrokerId(2)],
+            "no more followers than other brokers"
+        );
+        let mut alone = Placement::new(vec![broker(1, 100, 0, 0)]);
+        assert!(alone.pick_followers(rate(0), &[BrokerId(1)], 1).is_empty());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! [`Segment`]: one append-only log of a topic over a key range.
 
-use wire::message::SegmentInfo;
+use wire::message::{FollowerInfo, SegmentInfo};
 
 use crate::{BrokerId, KeyRange};
 
@@ -62,6 +62,35 @@ pub struct Segment {
     /// sealed before this field existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed_ms: Option<u64>,
+    /// The brokers that keep a copy of the segment besides its owner, each
+    /// on another broker than the owner and than each other. Empty for a
+    /// segment of one replica (left out of the JSON then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub followers: Vec<Follower>,
+}
+
+/// One follower of a segment: shard `shard` of broker `broker` copies the
+/// owner's records into its own buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Follower {
+    pub broker: BrokerId,
+    pub shard: u16,
+    /// Whether the owner waits for it before answering an `all` produce.
+    /// A follower placed for an open segment that already took records
+    /// starts out of sync; the control plane changes it (never the owner).
+    pub in_sync: bool,
+}
+
+impl Follower {
+    /// The follower as a description names it, with no address.
+    pub fn info(&self) -> FollowerInfo {
+        FollowerInfo {
+            broker: self.broker.0,
+            shard: self.shard,
+            in_sync: self.in_sync,
+            address: None,
+        }
+    }
 }
 
 impl Segment {
@@ -85,6 +114,7 @@ impl Segment {
             broker: self.broker.map(|b| b.0),
             created_ms: self.created_ms,
             sealed_ms: self.sealed_ms,
+            followers: self.followers.iter().map(Follower::info).collect(),
             ..SegmentInfo::default()
         }
     }

@@ -197,7 +197,7 @@ mod tests {
         let mut cluster = Cluster::new(ClusterConfig::default());
         cluster.handle_register(0, broker(0, 1)).unwrap();
         let name = TopicName::parse("ns/t").unwrap();
-        cluster.create_topic(0, &name, 1, None).unwrap();
+        cluster.create_topic(0, &name, 1, 1, None).unwrap();
         let value = cluster.topic(&name).unwrap().to_json_bytes();
         assert!(decode_etcd_topic(&etcd_topic_key(&name), &value).is_ok());
         let other = TopicName::parse("ns/u").unwrap();

@@ -46,6 +46,9 @@
 //! | `segments[].successors` | ids of the segments that replaced a sealed one; empty while open. Several: a split, and they cover its range exactly; one: a merge (covering more) or a move (the same range) |
 //! | `segments[].broker` | optional: the owning broker's id when the control plane runs apart from the brokers; absent for the single-broker layout |
 //! | `segments[].sealed_ms` | optional: when the segment was sealed |
+//! | `segments[].followers` | optional: the brokers that copy the segment besides its owner, each `{ "broker": id, "shard": index, "in_sync": bool }`, on brokers other than the owner and each other; at most `replicas - 1` |
+//! | `replicas` | optional (absent: 1): how many brokers keep each segment, owner included, 1 to [`REPLICAS_MAX`] |
+//! | `follower_changes` | optional (absent: 0): how many times open segments' followers changed; part of the layout's age (`Topic::layout_age`) |
 //! | `policy` | optional: the topic's [`ScalingPolicy`], every field optional (defaults as in [`ScalingPolicy::default`]); absent means manual scaling only |
 //!
 //! Decoding rejects, with a reason: input over [`TOPIC_JSON_BYTES_MAX`],
@@ -55,7 +58,7 @@
 //! add optional fields without a version bump.
 
 use crate::{
-    BrokerId, ControlError, InvalidChange, KeyRange, PolicyError, ScalingPolicy, Segment,
+    BrokerId, ControlError, Follower, InvalidChange, KeyRange, PolicyError, ScalingPolicy, Segment,
     SegmentId, SegmentState, TopicName, RING_END,
 };
 
@@ -64,6 +67,9 @@ pub const SEGMENTS_PER_TOPIC_MAX: u32 = 1024;
 
 /// Most topics the control plane holds.
 pub const TOPICS_MAX: usize = 100_000;
+
+/// Most brokers a segment can be kept on, its owner included.
+pub const REPLICAS_MAX: u8 = 5;
 
 /// Every segment a topic is created with must get a non-empty range.
 const _: () = assert!(SEGMENTS_PER_TOPIC_MAX as u64 <= RING_END);
@@ -90,6 +96,12 @@ pub struct Topic {
     pub(crate) segments: Vec<Segment>,
     pub(crate) created_ms: u64,
     pub(crate) policy: Option<ScalingPolicy>,
+    /// How many brokers keep each segment, owner included.
+    pub(crate) replicas: u8,
+    /// How many times open segments' followers changed
+    /// (`Action::Followers`): with the segment counts, how a broker tells
+    /// the newer of two layouts.
+    pub(crate) follower_changes: u64,
 }
 
 /// The persisted shape, borrowed for writing.
@@ -101,6 +113,22 @@ struct TopicJsonOut<'a> {
     segments: &'a [Segment],
     #[serde(skip_serializing_if = "Option::is_none")]
     policy: Option<&'a ScalingPolicy>,
+    #[serde(skip_serializing_if = "is_one")]
+    replicas: u8,
+    #[serde(skip_serializing_if = "is_zero")]
+    follower_changes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_one(replicas: &u8) -> bool {
+    *replicas == 1
+}
+
+fn one() -> u8 {
+    1
 }
 
 /// The persisted shape, owned for reading.
@@ -111,6 +139,10 @@ struct TopicJsonIn {
     segments: Vec<Segment>,
     #[serde(default)]
     policy: Option<ScalingPolicy>,
+    #[serde(default = "one")]
+    replicas: u8,
+    #[serde(default)]
+    follower_changes: u64,
 }
 
 /// Read first, so a future version gets a clear "unsupported version" error
@@ -169,6 +201,20 @@ impl Topic {
     /// clients route with their own index.
     pub fn segment_for_hash(&self, hash: u32) -> Option<&Segment> {
         self.open_segments().find(|s| s.range.contains(hash))
+    }
+
+    /// How many brokers keep each segment, owner included.
+    pub fn replicas(&self) -> u8 {
+        self.replicas
+    }
+
+    /// How old the layout is: of two layouts of one topic (created at the
+    /// same time), the one with the larger age is the newer. Every change
+    /// adds segments (a split, merge or move), seals some, or changes
+    /// followers, and none takes any back.
+    pub fn layout_age(&self) -> (usize, usize, u64) {
+        let sealed = self.segments.iter().filter(|s| !s.is_open()).count();
+        (self.segments.len(), sealed, self.follower_changes)
     }
 
     /// The topic's split/merge policy, if one was set.
@@ -277,6 +323,7 @@ impl Topic {
                 created_ms: now_ms,
                 broker: piece.broker,
                 sealed_ms: None,
+                followers: piece.followers.clone(),
             });
         }
         debug_assert_eq!(self.validate(), Ok(()));
@@ -291,6 +338,8 @@ impl Topic {
             created_ms: self.created_ms,
             segments: &self.segments,
             policy: self.policy.as_ref(),
+            replicas: self.replicas,
+            follower_changes: self.follower_changes,
         };
         let mut bytes = serde_json::to_vec_pretty(&out)
             .expect("plain structs with string keys always serialize to JSON");
@@ -398,6 +447,32 @@ impl Topic {
                 topic: topic(),
                 source,
             })?;
+        }
+        if self.replicas == 0 || self.replicas > REPLICAS_MAX {
+            return Err(InvalidTopic::Replicas {
+                topic: topic(),
+                replicas: self.replicas,
+            });
+        }
+        for segment in &self.segments {
+            let mut brokers: Vec<Option<BrokerId>> = vec![segment.broker];
+            for follower in &segment.followers {
+                if brokers.contains(&Some(follower.broker)) {
+                    return Err(InvalidTopic::Followers {
+                        topic: topic(),
+                        segment: segment.id,
+                        reason: "two copies on one broker",
+                    });
+                }
+                brokers.push(Some(follower.broker));
+            }
+            if segment.followers.len() >= usize::from(self.replicas) {
+                return Err(InvalidTopic::Followers {
+                    topic: topic(),
+                    segment: segment.id,
+                    reason: "more followers than the topic's replicas allow",
+                });
+            }
         }
         Ok(())
     }
@@ -509,6 +584,24 @@ pub enum InvalidTopic {
         /// What is wrong with the policy.
         source: PolicyError,
     },
+    /// The replica count is 0 or over [`REPLICAS_MAX`].
+    #[error("topic {topic}: {replicas} replicas (1 to {REPLICAS_MAX} are allowed)")]
+    Replicas {
+        /// The topic.
+        topic: TopicName,
+        /// The count found.
+        replicas: u8,
+    },
+    /// A segment's followers break a rule.
+    #[error("topic {topic}: segment {segment}'s followers: {reason}")]
+    Followers {
+        /// The topic.
+        topic: TopicName,
+        /// The segment.
+        segment: SegmentId,
+        /// Which rule.
+        reason: &'static str,
+    },
 }
 
 /// Why bytes are not a topic's persisted JSON form
@@ -544,12 +637,14 @@ pub enum TopicJsonError {
     Invalid(#[from] InvalidTopic),
 }
 
-/// A segment [`Topic::replace`] is to open: its range and owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A segment [`Topic::replace`] is to open: its range, owner and
+/// followers.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewSegment {
     pub(crate) range: KeyRange,
     pub(crate) broker: Option<BrokerId>,
     pub(crate) shard: u16,
+    pub(crate) followers: Vec<Follower>,
 }
 
 /// The union of `ranges` (sorted) if they follow each other with no gap or
@@ -629,6 +724,8 @@ fn decode(bytes: &[u8]) -> Result<Topic, TopicJsonError> {
         segments: json.segments,
         created_ms: json.created_ms,
         policy: json.policy,
+        replicas: json.replicas,
+        follower_changes: json.follower_changes,
     };
     topic.validate()?;
     Ok(topic)
@@ -651,6 +748,7 @@ mod tests {
             created_ms: 7,
             broker: None,
             sealed_ms: None,
+            followers: Vec::new(),
         }
     }
 
@@ -666,6 +764,8 @@ mod tests {
             ],
             created_ms: 5,
             policy: None,
+            replicas: 1,
+            follower_changes: 0,
         }
     }
 
@@ -907,6 +1007,7 @@ mod tests {
             range: KeyRange::new(start, end).unwrap(),
             broker: Some(BrokerId(broker)),
             shard: 3,
+            followers: Vec::new(),
         }
     }
 

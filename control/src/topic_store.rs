@@ -140,7 +140,7 @@ mod tests {
             )
             .unwrap();
         cluster
-            .create_topic(5, &name(text), segments, None)
+            .create_topic(5, &name(text), segments, 1, None)
             .unwrap();
         cluster.topic(&name(text)).unwrap().clone()
     }

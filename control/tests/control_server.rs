@@ -285,6 +285,7 @@ fn create(client: &mut Client, topic: &str, segments: u32) -> TopicInfo {
         &AdminRequest::CreateTopic {
             topic: topic.to_owned(),
             segments,
+            replicas: 0,
         }
         .into(),
     )
@@ -706,6 +707,7 @@ fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
         &AdminRequest::CreateTopic {
             topic: "ns/t".to_owned(),
             segments: 1,
+            replicas: 0,
         }
         .into(),
     );

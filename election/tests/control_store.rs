@@ -46,7 +46,7 @@ fn topic(name: &str, segments: u32) -> Topic {
     let mut cluster = Cluster::new(ClusterConfig::default());
     cluster.handle_register(0, broker(4)).unwrap();
     let name = TopicName::parse(name).unwrap();
-    cluster.create_topic(0, &name, segments, None).unwrap();
+    cluster.create_topic(0, &name, segments, 1, None).unwrap();
     cluster.topic(&name).cloned().unwrap()
 }
 

@@ -131,6 +131,13 @@ impl Broker {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;
         let lock = DataDirLock::take(&config.data_dir)?;
+        // A follower's copies are not kept across a restart: it copies
+        // again from each owner's stored end.
+        let replicas = config.data_dir.join(crate::replica::REPLICAS_DIR);
+        if replicas.exists() {
+            std::fs::remove_dir_all(&replicas)
+                .map_err(|e| EngineError::io("remove old replica files", &replicas, e))?;
+        }
         let addresses: Vec<ShardAddress> = (0..shard_count)
             .map(|i| {
                 let a = config.shard_address(i).to_string();
@@ -284,6 +291,8 @@ impl Broker {
                             broker_id,
                             u32::try_from(index).unwrap_or(u32::MAX),
                         ),
+                        followed: RefCell::new(HashMap::new()),
+                        followings_started: Cell::new(0),
                     });
                     glommio::spawn_local(shard.clone().tick_forever()).detach();
                     // Tasks that own a socket are awaited at shutdown, so the

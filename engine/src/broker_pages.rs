@@ -236,6 +236,14 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
             |m| Value::Counter(m.resends_found.get()),
         ),
         per_shard(
+            Family::counter(
+                "kelp_replica_records",
+                "Records copied as a follower from the owners of segments this shard follows.",
+            ),
+            shards,
+            |m| Value::Counter(m.replica_records.get()),
+        ),
+        per_shard(
             Family::histogram(
                 "kelp_fetch_seconds",
                 "From a fetch request's arrival to its answer, a long poll's wait included.",

@@ -1118,9 +1118,14 @@ impl AdminCaller {
             ControlRequest::CreateTopic {
                 topic,
                 segments,
+                replicas,
                 reply,
             } => {
-                let answer = self.ask(AdminRequest::CreateTopic { topic, segments });
+                let answer = self.ask(AdminRequest::CreateTopic {
+                    topic,
+                    segments,
+                    replicas,
+                });
                 let _ = reply.send(answer.and_then(|r| self.topic_info(r)));
             }
             ControlRequest::DescribeTopic { topic, reply } => {

@@ -30,6 +30,8 @@ pub(crate) enum ControlRequest {
     CreateTopic {
         topic: String,
         segments: u32,
+        /// 0: the control plane's default.
+        replicas: u8,
         reply: Reply<TopicInfo>,
     },
     DeleteTopic {

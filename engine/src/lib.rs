@@ -36,6 +36,7 @@ mod producer_id_block;
 mod quic_shard;
 mod receive_budget;
 mod recovery;
+mod replica;
 mod request;
 mod salvage;
 mod segment;

@@ -255,7 +255,7 @@ mod tests {
             )
             .unwrap();
         let name = TopicName::parse("ns/t").unwrap();
-        cluster.create_topic(5, &name, 1, None).unwrap();
+        cluster.create_topic(5, &name, 1, 1, None).unwrap();
         let topic = cluster.topic(&name).unwrap().clone();
         control::topic_store::store_topic(filer.as_ref(), &topic).unwrap();
         (dir, filer, topic)

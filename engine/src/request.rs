@@ -18,11 +18,12 @@ use wire::message::{
     BrokerShards, Fetched, Successors, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES,
 };
 use wire::{
-    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchRequest,
-    LayoutCommand, Response,
+    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchFrom,
+    FetchRequest, LayoutCommand, Response,
 };
 
 use crate::control_plane::{ControlRequest, ShardCommand};
+use crate::error::EngineError;
 use crate::file_range::FileRanges;
 use crate::segment::{blocking, FetchBody, FetchResult, Segment, SegmentCell};
 use crate::serve_error::ServeError;
@@ -232,6 +233,7 @@ async fn handle_data(
                     next_offset: f.next_offset,
                     high_watermark: f.high_watermark,
                     sealed: f.sealed,
+                    stored_end: f.stored_end,
                     batches: &[],
                 };
                 match f.body {
@@ -276,12 +278,17 @@ fn handle_admin(
     request: AdminRequest,
 ) -> Reply {
     match request {
-        AdminRequest::CreateTopic { topic, segments } => ask_control(
+        AdminRequest::CreateTopic {
+            topic,
+            segments,
+            replicas,
+        } => ask_control(
             shard,
             id,
             move |reply| ControlRequest::CreateTopic {
                 topic,
                 segments,
+                replicas,
                 reply,
             },
             Response::Topic,
@@ -616,6 +623,15 @@ pub(crate) fn start_fetch(
         .clamp(1, FRAME_PAYLOAD_BYTES_MAX as usize - FETCHED_PREFIX_BYTES);
     let max_wait_ms = request.max_wait_ms.min(shard.config.fetch_wait_ms_max);
     let max_wait = Duration::from_millis(u64::from(max_wait_ms));
+    // A follower holds everything before where it fetches from, and
+    // needs nothing the filer stores.
+    let mut from = request.from;
+    if let (Some(id), Some(Segment::Owned(owned)), FetchFrom::Offset(offset)) =
+        (request.follower, &cell, request.from)
+    {
+        owned.follower_fetched(id, offset);
+        from = FetchFrom::Offset(offset.max(owned.stored_end()));
+    }
     let shard = shard.clone();
     Ok(async move {
         let cell = match cell {
@@ -626,7 +642,7 @@ pub(crate) fn start_fetch(
                 .map_err(|e| ServeError::storage(&e))?,
         };
         let fetched = cell
-            .fetch(request.from, max_bytes, max_wait, request.checks)
+            .fetch(from, max_bytes, max_wait, request.checks)
             .await?;
         let metrics = &shard.metrics;
         metrics.fetch.observe(arrived.elapsed());
@@ -750,6 +766,10 @@ async fn produce(
             return Reply::Now(error_frame(id, &e));
         }
     };
+    if ack == AckMode::None {
+        shard.metrics.produce(ack).observe(arrived.elapsed());
+        return Reply::Silent;
+    }
     let metrics = shard.metrics.clone();
     let produced = move || {
         response_frame(
@@ -761,36 +781,27 @@ async fn produce(
             },
         )
     };
-    match ack {
-        AckMode::None => {
+    let answered = move |result: Result<(), EngineError>| match result {
+        Ok(()) => {
             metrics.produce(ack).observe(arrived.elapsed());
-            Reply::Silent
+            produced()
         }
-        // Every replica's buffer: a segment's one replica is its owner.
-        AckMode::Leader | AckMode::All => {
-            metrics.produce(ack).observe(arrived.elapsed());
-            Reply::Now(produced())
+        Err(e) => {
+            metrics.produce_errors.add(1);
+            error_frame(id, &ServeError::storage(&e))
         }
-        // A resend a sealed segment held is in the filer already.
-        AckMode::Durable if cell.is_none() => {
-            metrics.produce(ack).observe(arrived.elapsed());
-            Reply::Now(produced())
-        }
-        AckMode::Durable => Reply::Later(Box::pin(async move {
-            let flushed = match &cell {
-                Some(cell) => cell.wait_flushed(next).await,
-                None => Ok(()),
-            };
-            match flushed {
-                Ok(()) => {
-                    metrics.produce(ack).observe(arrived.elapsed());
-                    produced()
-                }
-                Err(e) => {
-                    metrics.produce_errors.add(1);
-                    error_frame(id, &ServeError::storage(&e))
-                }
-            }
+    };
+    match (ack, cell) {
+        // With no cell, a resend a sealed segment held: in the filer.
+        (AckMode::None | AckMode::Leader, _) | (_, None) => Reply::Now(answered(Ok(()))),
+        // Every in-sync follower's buffers too (none: as `Leader`).
+        (AckMode::All, Some(cell)) => Reply::Later(Box::pin(async move {
+            answered(cell.wait_replicated(next).await)
         })),
+        (AckMode::Durable, Some(cell)) => {
+            Reply::Later(Box::pin(
+                async move { answered(cell.wait_flushed(next).await) },
+            ))
+        }
     }
 }

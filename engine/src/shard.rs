@@ -91,10 +91,10 @@ fn shard_address(
 }
 
 /// Orders layouts of one topic: segments are only ever added and sealed,
-/// never removed or reopened, so a later layout has more of either.
-fn layout_age(topic: &Topic) -> (usize, usize) {
-    let sealed = topic.segments().iter().filter(|s| !s.is_open()).count();
-    (topic.segments().len(), sealed)
+/// never removed or reopened, and followers changed (counted), so a later
+/// layout has more of one.
+fn layout_age(topic: &Topic) -> (usize, usize, u64) {
+    topic.layout_age()
 }
 
 #[derive(Debug)]
@@ -126,6 +126,11 @@ pub(crate) struct Shard {
     pub(crate) stop: event_listener::Event,
     /// The ids it hands out to kelp's idempotent producers.
     pub(crate) producer_ids: crate::producer_id_block::ProducerIdBlock,
+    /// The segments of other brokers this shard follows (keeps a copy
+    /// of), by topic and segment (`replica`).
+    pub(crate) followed: RefCell<HashMap<(String, u32), crate::replica::Follower>>,
+    /// How many follower tasks it started, naming each copy's directory.
+    pub(crate) followings_started: Cell<u64>,
 }
 
 /// The segment ids that have a directory under a topic's buffers
@@ -198,6 +203,13 @@ impl Shard {
                         cell.close();
                     }
                 }
+                self.followed.borrow_mut().retain(|(topic, _), f| {
+                    let keep = *topic != name;
+                    if !keep {
+                        f.stop.set(true);
+                    }
+                    keep
+                });
                 let _ = reply.send_async(()).await;
             }
             ShardCommand::Shutdown { reply } => {
@@ -333,6 +345,11 @@ impl Shard {
         // control plane resynchronises the broker); what it seals is
         // flushed all the same, its writes being refused already.
         if opened.is_ok() {
+            for segment in topic.open_segments() {
+                if let Some(Segment::Owned(cell)) = kept.get(&segment.id.0) {
+                    cell.set_followers(&segment.followers);
+                }
+            }
             self.topics.borrow_mut().insert(
                 name.clone(),
                 ShardTopic {
@@ -341,6 +358,7 @@ impl Shard {
                     segments: kept,
                 },
             );
+            self.follow(&name);
         }
         for (cell, epoch) in to_seal {
             cell.seal(epoch).await.map_err(|e| EngineError::Shard {
@@ -359,6 +377,67 @@ impl Shard {
             log::info!("{name} segment {}: sealed at offset {end}", cell.core.id);
         }
         opened
+    }
+
+    /// Follow the open segments of topic `name` whose layout names this
+    /// shard a follower (start a copy of each not followed yet, `replica`),
+    /// and stop following its others (their copies are removed).
+    fn follow(&self, name: &str) {
+        let Some(me) = self.config.broker_id else {
+            return;
+        };
+        let topics = self.topics.borrow();
+        let Some(t) = topics.get(name) else {
+            return;
+        };
+        let mut wanted: HashMap<u32, String> = HashMap::new();
+        for s in t.layout.open_segments() {
+            let mine = s
+                .followers
+                .iter()
+                .any(|f| f.broker.0 == me && usize::from(f.shard) == self.index);
+            let owner = s.broker.and_then(|b| {
+                let shards = &t.owners.iter().find(|o| o.broker == b.0)?.shards;
+                Some(shards.get(usize::from(s.shard))?.tcp.clone())
+            });
+            if let (true, Some(owner)) = (mine, owner) {
+                wanted.insert(s.id.0, owner);
+            }
+        }
+        let mut followed = self.followed.borrow_mut();
+        followed.retain(|(topic, segment), f| {
+            let keep = topic != name || wanted.get(segment) == Some(&f.owner);
+            if !keep {
+                f.stop.set(true);
+            }
+            keep
+        });
+        for (segment, owner) in wanted {
+            let key = (name.to_owned(), segment);
+            if followed.contains_key(&key) {
+                continue;
+            }
+            let n = self.followings_started.get() + 1;
+            self.followings_started.set(n);
+            let dir = self
+                .config
+                .data_dir
+                .join(crate::replica::REPLICAS_DIR)
+                .join(name)
+                .join(format!("{segment}-{}-{n}", self.index));
+            let following = crate::replica::Following {
+                topic: name.to_owned(),
+                segment,
+                owner,
+                me: wire::message::FollowerId {
+                    broker: me,
+                    shard: u16::try_from(self.index).unwrap_or(u16::MAX),
+                },
+                dir,
+                buffer_bytes: usize::try_from(self.config.buffer_bytes).unwrap_or(usize::MAX),
+            };
+            followed.insert(key, crate::replica::start(following, self.metrics.clone()));
+        }
     }
 
     /// Buffers an earlier run left in `dir` for `segment` of `topic`, which

@@ -218,6 +218,9 @@ pub(crate) struct ShardMetrics {
     /// Idempotent producers' resends answered with the offsets their batch
     /// already had (not stored again).
     pub(crate) resends_found: Tally,
+    /// Records this shard copied as a follower of segments other brokers
+    /// own.
+    pub(crate) replica_records: Tally,
     /// From a fetch's arrival to its answer, for fetches answered without
     /// waiting for new records (a long poll's wait says nothing of the
     /// broker's speed).

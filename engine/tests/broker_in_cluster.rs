@@ -132,6 +132,7 @@ impl Conn {
                 max_bytes: 1 << 16,
                 max_wait_ms: 0,
                 checks: wire::FetchChecks::Trust,
+                follower: None,
             }));
             let Fetched {
                 start_offset,

@@ -1042,6 +1042,7 @@ fn kafka_records_are_read_natively_and_native_records_through_kafka() {
         max_bytes: 1 << 20,
         max_wait_ms: 0,
         checks: wire::FetchChecks::Trust,
+        follower: None,
     }));
     let Response::Fetched(Fetched { batches, .. }) =
         Response::decode(frame.0.frame_type, &frame.1).unwrap()

@@ -80,6 +80,7 @@ async fn create_topic(endpoint: &quinn::Endpoint, port: u16, topic: &str) -> u16
         .call(AdminRequest::CreateTopic {
             topic: topic.into(),
             segments: 1,
+            replicas: 0,
         })
         .await;
     let Response::Topic(info) = decode(&created) else {
@@ -94,6 +95,7 @@ fn create_topic_over_tcp(port: u16, topic: &str) -> u16 {
     let frame = TestConn::open(port).call(AdminRequest::CreateTopic {
         topic: topic.into(),
         segments: 1,
+        replicas: 0,
     });
     let Response::Topic(info) = decode(&frame) else {
         panic!("{:?}", decode(&frame))
@@ -141,6 +143,7 @@ async fn fetch_all(c: &mut Conn, topic: &str) -> Vec<(u64, Vec<u8>)> {
                 max_bytes: 1 << 20,
                 max_wait_ms: 0,
                 checks: wire::FetchChecks::Trust,
+                follower: None,
             }))
             .await;
         let (records, next) = test_support::fetched_records(&frame);

@@ -459,6 +459,10 @@ pub enum TopicCommand {
         /// Segments to split the key-hash ring into.
         #[arg(long, default_value_t = 1)]
         segments: u32,
+        /// Brokers that keep each segment, its owner included (1 to 5; at
+        /// most the live brokers). Default: 1.
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+        replicas: Option<u8>,
         #[command(flatten)]
         broker: BrokerArgs,
     },
@@ -1048,12 +1052,15 @@ mod tests {
                 TopicCommand::Create {
                     topic,
                     segments,
+                    replicas,
                     broker,
                 },
         } = parse(&[
             "topic",
             "create",
             "ns/t",
+            "--replicas",
+            "3",
             "--segments",
             "8",
             "--broker",
@@ -1067,7 +1074,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((topic.as_str(), segments), ("ns/t", 8));
+        assert_eq!((topic.as_str(), segments, replicas), ("ns/t", 8, Some(3)));
         assert_eq!(broker.broker, "10.0.0.1:9000");
         assert_eq!(broker.transport, TransportArg::Quic);
         assert_eq!(broker.tls_ca, Some(PathBuf::from("ca.pem")));
@@ -1273,6 +1280,8 @@ mod tests {
             &["topic", "describe", "a/b", "--output", "yaml"],
             &["topic", "list", "--payload-dir", "/tmp"],
             &["topic", "create", "a/b", "--segments", "-1"],
+            &["topic", "create", "a/b", "--replicas", "0"],
+            &["topic", "create", "a/b", "--replicas", "6"],
             &["topic", "list", "--transport", "udp"],
             &["serve", "--listen", "not-an-address"],
             &["serve", "--buffer-bytes", "1"],

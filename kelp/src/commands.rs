@@ -177,17 +177,20 @@ async fn topic_with(client: &Client, command: TopicCommand) -> anyhow::Result<()
         TopicCommand::Create {
             topic,
             segments,
+            replicas,
             broker: _,
         } => {
             let info = client
-                .create_topic(&topic, segments)
+                .create_topic_with_replicas(&topic, segments, replicas.unwrap_or(0))
                 .await
                 .with_context(|| format!("cannot create topic {topic}"))?;
+            let kept_on = 1 + info.segments.first().map_or(0, |s| s.followers.len());
             writeln!(
                 out,
-                "created {} with {} segments",
+                "created {} with {} segments, each kept on {kept_on} broker{}",
                 info.name,
-                info.segments.len()
+                info.segments.len(),
+                if kept_on == 1 { "" } else { "s" }
             )?;
         }
         TopicCommand::List { output, broker: _ } => {

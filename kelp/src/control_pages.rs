@@ -43,6 +43,7 @@ impl AdminPages for ControlPages {
             ("split", a.splits),
             ("merge", a.merges),
             ("move", a.moves),
+            ("followers", a.follower_changes),
         ] {
             actions.sample(vec![("action", kind.into())], Value::Counter(n));
         }

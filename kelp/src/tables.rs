@@ -109,6 +109,7 @@ pub fn describe_table(info: &TopicInfo, columns: Columns) -> String {
         ("BROKER", Right),
         ("SHARD", Right),
         ("ADDRESS", Left),
+        ("FOLLOWERS", Left),
         ("NEXT OFFSET", Right),
     ]);
     if wide {
@@ -133,6 +134,7 @@ pub fn describe_table(info: &TopicInfo, columns: Columns) -> String {
             s.address
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |a| a.tcp.clone()),
+            followers(s),
             s.next_offset.to_string(),
         ]);
         if wide {
@@ -176,6 +178,23 @@ pub fn describe_table(info: &TopicInfo, columns: Columns) -> String {
     out
 }
 
+/// A segment's followers as `broker/shard`, comma-separated, each not
+/// in sync marked `(behind)`; `-` for none.
+fn followers(s: &SegmentInfo) -> String {
+    if s.followers.is_empty() {
+        return "-".to_owned();
+    }
+    let each: Vec<String> = s
+        .followers
+        .iter()
+        .map(|f| {
+            let behind = if f.in_sync { "" } else { "(behind)" };
+            format!("{}/{}{behind}", f.broker, f.shard)
+        })
+        .collect();
+    each.join(",")
+}
+
 fn state(s: &SegmentInfo) -> &'static str {
     if s.sealed {
         "sealed"
@@ -208,6 +227,12 @@ pub fn topic_json(info: &TopicInfo) -> Value {
                 "sealed_ms": s.sealed_ms,
                 "lost_records": s.lost_records,
                 "successors": s.successors,
+                "followers": s.followers.iter().map(|f| json!({
+                    "broker": f.broker,
+                    "shard": f.shard,
+                    "in_sync": f.in_sync,
+                    "address": f.address.as_ref().map(|a| json!({"tcp": a.tcp, "quic": a.quic})),
+                })).collect::<Vec<Value>>(),
             })
         })
         .collect();
@@ -330,6 +355,20 @@ mod tests {
                     sealed_ms: None,
                     first_append_ms: Some(1_764_555_383_042),
                     lost_records: 0,
+                    followers: vec![
+                        client::FollowerInfo {
+                            broker: 1,
+                            shard: 0,
+                            in_sync: true,
+                            address: None,
+                        },
+                        client::FollowerInfo {
+                            broker: 4,
+                            shard: 1,
+                            in_sync: false,
+                            address: None,
+                        },
+                    ],
                 },
                 SegmentInfo {
                     id: 1,
@@ -372,6 +411,8 @@ mod tests {
         assert!(lines[3].contains("10.0.0.3:7421") && lines[3].contains("123456"));
         assert!(lines[3].contains("2025-12-01T02:16:23Z"), "{table}");
         assert!(lines[3].contains("+42ms"), "{table}");
+        assert!(lines[3].contains("1/0,4/1(behind)"), "{table}");
+        assert!(lines[1].contains("FOLLOWERS"), "{table}");
         assert!(lines[3].ends_with('-'), "an open segment has no successors");
         assert!(lines[1].contains("LOST"), "{table}");
         assert_eq!(lines.len(), 5, "{table}");

@@ -98,6 +98,7 @@ fn stalled_large_frames_stay_within_the_receive_budget() {
     let created = AdminRequest::CreateTopic {
         topic: "flood/t".into(),
         segments: 1,
+        replicas: 0,
     };
     let mut out = Vec::new();
     created.encode(10, &mut out);
@@ -172,6 +173,7 @@ fn a_bad_header_is_answered_then_closed_and_a_bad_payload_is_answered() {
     AdminRequest::CreateTopic {
         topic: "ns/t".into(),
         segments: 1,
+        replicas: 0,
     }
     .encode(6, &mut corrupt);
     *corrupt.last_mut().unwrap() ^= 0xff;

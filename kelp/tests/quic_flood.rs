@@ -89,6 +89,7 @@ async fn produce_and_fetch(endpoint: &quinn::Endpoint, port: u16, topic: &str) -
             max_bytes: 1 << 20,
             max_wait_ms: 0,
             checks: wire::FetchChecks::Trust,
+            follower: None,
         }))
         .await;
     let Response::Fetched(Fetched { batches, .. }) = test_support::decode(&fetched) else {
@@ -127,6 +128,7 @@ fn stalled_large_quic_frames_stay_within_the_receive_budget() {
     let created = test_support::TestConn::open(port).call(AdminRequest::CreateTopic {
         topic: "flood/small".into(),
         segments: 1,
+        replicas: 0,
     });
     let Response::Topic(info) = test_support::decode(&created) else {
         panic!("{:?}", test_support::decode(&created))

@@ -290,6 +290,7 @@ impl TestConn {
         self.call(AdminRequest::CreateTopic {
             topic: topic.into(),
             segments,
+            replicas: 0,
         })
     }
 
@@ -310,6 +311,7 @@ impl TestConn {
             max_bytes,
             max_wait_ms,
             checks: FetchChecks::Trust,
+            follower: None,
         }))
     }
 

@@ -13,6 +13,7 @@ use kafka::api::describe_configs::{
 use kafka::api::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 use kafka::error_code as k;
 use kafka::Uuid;
+use wire::ErrorCode;
 
 use super::topics::{kafka_error, kelp_name};
 use super::Gateway;
@@ -31,25 +32,45 @@ pub(crate) async fn create_topics(
         } else {
             t.num_partitions
         };
+        // -1: the control plane's default (1 today).
+        let replicas = match t.replication_factor {
+            -1 => Some(0),
+            rf => u8::try_from(rf)
+                .ok()
+                .filter(|rf| (1..=control::REPLICAS_MAX).contains(rf)),
+        };
         let result = if !(1..=PARTITIONS_MAX).contains(&partitions) {
             Err((
                 k::INVALID_PARTITIONS,
                 format!("partitions must be 1..={PARTITIONS_MAX}, got {partitions}"),
             ))
+        } else if let (None, rf) = (replicas, t.replication_factor) {
+            Err((
+                k::INVALID_REPLICATION_FACTOR,
+                format!(
+                    "replication factor must be -1 or 1..={}, got {rf}",
+                    control::REPLICAS_MAX
+                ),
+            ))
         } else if request.validate_only {
             control::TopicName::parse(&kelp_name(&t.name))
-                .map(|_| ())
+                .map(|_| usize::from(replicas.unwrap_or(1).max(1)))
                 .map_err(|e| (k::INVALID_TOPIC_EXCEPTION, e.to_string()))
         } else {
             gateway
                 .topics
-                .create(&t.name, partitions as u32)
+                .create(&t.name, partitions as u32, replicas.unwrap_or(0))
                 .await
-                .map_err(|e| (kafka_error(&e), e.message))
+                .map_err(|e| match e.code {
+                    // The partition count was checked above: what is left
+                    // is a replica count the live brokers cannot hold.
+                    ErrorCode::InvalidArgument => (k::INVALID_REPLICATION_FACTOR, e.message),
+                    _ => (kafka_error(&e), e.message),
+                })
         };
-        let (error_code, error_message) = match result {
-            Ok(()) => (k::NONE, None),
-            Err((code, message)) => (code, Some(message)),
+        let (error_code, error_message, kept_on) = match result {
+            Ok(kept_on) => (k::NONE, None, kept_on),
+            Err((code, message)) => (code, Some(message), 0),
         };
         topics.push(CreatableTopicResult {
             name: t.name,
@@ -62,7 +83,11 @@ pub(crate) async fn create_topics(
             } else {
                 -1
             },
-            replication_factor: if error_code == k::NONE { 1 } else { -1 },
+            replication_factor: if error_code == k::NONE {
+                i16::try_from(kept_on).unwrap_or(i16::MAX)
+            } else {
+                -1
+            },
             configs: None,
         });
     }

@@ -269,6 +269,7 @@ pub(crate) async fn read_segment<R>(
         // The gateway reads what it is sent; batches were validated when
         // they were appended.
         checks: FetchChecks::Trust,
+        follower: None,
     };
     let answer = gateway.shards.fetch(segment.shard, request).await;
     match answer {
@@ -280,6 +281,7 @@ pub(crate) async fn read_segment<R>(
                 next_offset: f.next_offset,
                 high_watermark: f.high_watermark,
                 sealed: f.sealed,
+                stored_end: f.stored_end,
                 batches: f.body.batches(&mut scratch),
             }))
         }

@@ -40,8 +40,8 @@ pub(crate) async fn metadata(
         if let Err(e) = &layout {
             if e.code == ErrorCode::TopicNotFound && request.allow_auto_topic_creation {
                 let partitions = gateway.settings.num_partitions;
-                layout = match gateway.topics.create(&name, partitions).await {
-                    Ok(()) => gateway.topics.refresh(&name).await,
+                layout = match gateway.topics.create(&name, partitions, 0).await {
+                    Ok(_) => gateway.topics.refresh(&name).await,
                     // Another client created it meanwhile.
                     Err(e) if e.code == ErrorCode::TopicExists => {
                         gateway.topics.refresh(&name).await

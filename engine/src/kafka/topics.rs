@@ -107,19 +107,28 @@ impl Topics {
         self.cache.borrow_mut().remove(name);
     }
 
-    /// Create Kafka topic `name` with `partitions` segments.
-    pub(crate) async fn create(&self, name: &str, partitions: u32) -> Result<(), ServeError> {
+    /// Create Kafka topic `name` with `partitions` segments, each kept on
+    /// `replicas` brokers (0: the cluster's default); returns how many
+    /// brokers keep its first partition.
+    pub(crate) async fn create(
+        &self,
+        name: &str,
+        partitions: u32,
+        replicas: u8,
+    ) -> Result<usize, ServeError> {
         let topic = kelp_name(name);
         let info = ask(&self.control, |reply| ControlRequest::CreateTopic {
             topic,
             segments: partitions,
+            replicas,
             reply,
         })
         .await?;
+        let kept_on = 1 + info.segments.first().map_or(0, |s| s.followers.len());
         self.cache
             .borrow_mut()
             .insert(name.to_string(), Rc::new(Layout::from_info(info)));
-        Ok(())
+        Ok(kept_on)
     }
 
     /// Delete Kafka topic `name`.

@@ -24,6 +24,7 @@
 
 mod buffer_size;
 mod flusher;
+mod followers;
 mod producers;
 mod reader;
 mod segment_log;
@@ -55,6 +56,7 @@ use crate::serve_error::ServeError;
 use crate::shard_filer::ShardFiler;
 
 use self::buffer_size::BufferSize;
+use self::followers::SegmentFollowers;
 use self::producers::SegmentProducers;
 pub(crate) use self::producers::{kelp_batch, Placed};
 pub(crate) use self::reader::{FetchBody, FetchResult};
@@ -328,6 +330,10 @@ pub(crate) struct SegmentCell {
     space: Event,
     /// Its idempotent kelp producers ([`producers`]).
     producers: SegmentProducers,
+    /// Its followers, as the layout names them, and their progress.
+    followers: RefCell<SegmentFollowers>,
+    /// Rung when a follower fetches further, or the followers change.
+    replicated: Event,
 }
 
 impl SegmentCell {
@@ -439,6 +445,8 @@ impl SegmentCell {
             flushed: Event::new(),
             space: Event::new(),
             producers: SegmentProducers::default(),
+            followers: RefCell::new(SegmentFollowers::default()),
+            replicated: Event::new(),
         });
         let recovered_end = cell.core.state.borrow().log.sealed_end();
         if let Some(target) = recovered_end {
@@ -840,30 +848,16 @@ impl SegmentCell {
         loop {
             let listener = self.flushed.listen();
             let now = Instant::now();
+            if self.core.state.borrow().log.flushed_offset() >= offset {
+                return Ok(());
+            }
+            if let Some(e) = self.wait_ended("flush") {
+                return Err(e);
+            }
             // Whether some of what it waits for is still in the active buffer.
             let in_active;
             {
                 let mut state = self.core.state.borrow_mut();
-                if state.log.flushed_offset() >= offset {
-                    return Ok(());
-                }
-                if self.core.is_fenced() {
-                    return Err(EngineError::Fenced {
-                        segment: self.core.chunk_prefix.to_string(),
-                    });
-                }
-                if let Some(reason) = state.log.failed() {
-                    return Err(EngineError::Segment {
-                        segment: self.core.chunk_prefix.to_string(),
-                        reason: format!("failed: {reason}"),
-                    });
-                }
-                if self.core.is_closed() {
-                    return Err(EngineError::Segment {
-                        segment: self.core.chunk_prefix.to_string(),
-                        reason: "closed before flush".into(),
-                    });
-                }
                 state.log.note_durable_wait(now);
                 in_active = offset > state.log.sealed_end().unwrap_or(state.log.flushed_offset());
             }
@@ -872,6 +866,72 @@ impl SegmentCell {
             }
             listener.await;
         }
+    }
+
+    /// Take the followers the layout names for this segment.
+    pub(crate) fn set_followers(&self, followers: &[control::Follower]) {
+        self.followers.borrow_mut().set(followers);
+        self.replicated.notify(usize::MAX);
+    }
+
+    /// A follower fetched from `offset`: it holds every record before.
+    pub(crate) fn follower_fetched(&self, id: wire::message::FollowerId, offset: u64) {
+        let offset = offset.min(self.core.state.borrow().log.next_offset());
+        if self.followers.borrow_mut().fetched(id, offset) {
+            self.replicated.notify(usize::MAX);
+        }
+    }
+
+    /// One past the last offset stored in the filer.
+    pub(crate) fn stored_end(&self) -> u64 {
+        self.core.state.borrow().log.flushed_offset()
+    }
+
+    /// Wait until every in-sync follower holds the records before
+    /// `offset` (an `all` produce), or the filer does (stored is more
+    /// than copied: a segment sealed meanwhile flushes everything). Fails
+    /// as [`SegmentCell::wait_flushed`] does when the segment fails, is
+    /// fenced, or closes first.
+    pub(crate) async fn wait_replicated(self: &Rc<Self>, offset: u64) -> Result<(), EngineError> {
+        loop {
+            let copied = self.replicated.listen();
+            let stored = self.flushed.listen();
+            let replicated = self
+                .followers
+                .borrow()
+                .replicated_to()
+                .is_none_or(|to| to >= offset);
+            if replicated || self.core.state.borrow().log.flushed_offset() >= offset {
+                return Ok(());
+            }
+            if let Some(e) = self.wait_ended("its followers copied") {
+                return Err(e);
+            }
+            futures_lite::future::or(copied, stored).await;
+        }
+    }
+
+    /// Why a wait on the segment (for a flush, for its followers) ends
+    /// unmet: it was fenced, failed, or closed before `awaited`; `None`
+    /// while it may still be met.
+    fn wait_ended(&self, awaited: &str) -> Option<EngineError> {
+        let segment = || self.core.chunk_prefix.to_string();
+        if self.core.is_fenced() {
+            return Some(EngineError::Fenced { segment: segment() });
+        }
+        if let Some(reason) = self.core.state.borrow().log.failed() {
+            return Some(EngineError::Segment {
+                segment: segment(),
+                reason: format!("failed: {reason}"),
+            });
+        }
+        if self.core.is_closed() {
+            return Some(EngineError::Segment {
+                segment: segment(),
+                reason: format!("closed before {awaited}"),
+            });
+        }
+        None
     }
 
     /// Stop serving: the topic is being deleted. Removes local buffers.
@@ -1070,9 +1130,12 @@ impl Segment {
             Segment::Owned(_) => Tail::Appended,
             Segment::View(_) => Tail::Polled,
         };
-        self.core()
+        let mut fetched = self
+            .core()
             .fetch(from, max_bytes, max_wait, checks, tail)
-            .await
+            .await?;
+        fetched.stored_end = self.core().state.borrow().log.flushed_offset();
+        Ok(fetched)
     }
 
     /// Seal by age (an owned segment's active buffer).

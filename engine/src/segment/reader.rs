@@ -100,6 +100,9 @@ pub(crate) struct FetchResult {
     pub(crate) high_watermark: u64,
     /// The segment is sealed and every record is in the filer.
     pub(crate) sealed: bool,
+    /// One past the last offset the filer stores (`Segment::fetch` fills
+    /// it in as it answers).
+    pub(crate) stored_end: u64,
     pub(crate) body: FetchBody,
 }
 
@@ -107,6 +110,7 @@ impl FetchResult {
     /// An answer from `start` whose batches are one piece of a file.
     fn of_file(start: u64, (range, next_offset): (FileRange, u64), high_watermark: u64) -> Self {
         FetchResult {
+            stored_end: 0,
             start_offset: start,
             next_offset,
             high_watermark,
@@ -316,6 +320,7 @@ impl SegmentCore {
             let seal = self.seal_state();
             if now >= deadline || seal == SealState::Sealed {
                 return Ok(FetchResult {
+                    stored_end: 0,
                     start_offset: start,
                     next_offset: start,
                     high_watermark: next,
@@ -655,6 +660,7 @@ impl SegmentCore {
                 frame.copy_within(room + first..room + end, room);
                 frame.truncate(room + end - first);
                 return Ok(FetchResult {
+                    stored_end: 0,
                     start_offset: start,
                     next_offset,
                     high_watermark,
@@ -709,6 +715,7 @@ impl SegmentCore {
                     chunk.path
                 );
                 return Ok(FetchResult {
+                    stored_end: 0,
                     start_offset: start,
                     next_offset: resume,
                     high_watermark,
@@ -739,6 +746,7 @@ impl SegmentCore {
         let mut frame = vec![0u8; FETCHED_FRAME_PREFIX_BYTES];
         frame.extend_from_slice(&data[selection.from..selection.to]);
         Ok(FetchResult {
+            stored_end: 0,
             start_offset: start,
             next_offset: selection.next_offset,
             high_watermark,

@@ -14,9 +14,12 @@ use super::common::{some_u32, ShardAddress, NONE_U32};
 /// What an operator (or a client) asks about topics and the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminRequest {
+    /// Create a topic of `segments` segments, each kept on `replicas`
+    /// brokers (0: the control plane's default, 1 today).
     CreateTopic {
         topic: String,
         segments: u32,
+        replicas: u8,
     },
     DeleteTopic {
         topic: String,
@@ -110,7 +113,12 @@ impl AdminRequest {
             | AdminRequest::ListBrokers
             | AdminRequest::DeleteTopic { .. }
             | AdminRequest::DescribeTopic { .. } => {}
-            AdminRequest::CreateTopic { segments, .. } => w.u32(*segments),
+            AdminRequest::CreateTopic {
+                segments, replicas, ..
+            } => {
+                w.u32(*segments);
+                w.u8(*replicas);
+            }
             AdminRequest::SplitSegment {
                 segment, pieces, ..
             } => {
@@ -136,6 +144,7 @@ impl AdminRequest {
             FrameType::CreateTopicRequest => AdminRequest::CreateTopic {
                 topic: r.string()?,
                 segments: r.u32()?,
+                replicas: r.u8()?,
             },
             FrameType::DeleteTopicRequest => AdminRequest::DeleteTopic { topic: r.string()? },
             FrameType::DescribeTopicRequest => AdminRequest::DescribeTopic { topic: r.string()? },

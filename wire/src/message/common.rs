@@ -221,6 +221,22 @@ pub struct SegmentInfo {
     /// Offsets of the segment whose records were found damaged and could
     /// not be read back (its lost ranges, docs/broker.md).
     pub lost_records: u64,
+    /// The brokers that keep a copy of the segment besides its owner (its
+    /// followers), in the order the control plane placed them.
+    pub followers: Vec<FollowerInfo>,
+}
+
+/// One follower of a segment: a broker shard that copies the owner's
+/// records into its own buffers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FollowerInfo {
+    pub broker: u32,
+    pub shard: u16,
+    /// Whether the owner waits for it before answering an `all` produce
+    /// (the in-sync set, kept by the control plane).
+    pub in_sync: bool,
+    /// Its shard's address, when the one describing knows it.
+    pub address: Option<ShardAddress>,
 }
 
 /// Sentinel for "none" in the u32 and u64 fields that encode an `Option`.
@@ -236,7 +252,9 @@ pub struct TopicInfo {
 
 /// Bytes of the smallest encoded [`SegmentInfo`] (no successors, no
 /// address): what a list count of them is checked against.
-pub(super) const SEGMENT_INFO_BYTES_MIN: usize = 43 + 4 + 1 + 8 * 6;
+pub(super) const SEGMENT_INFO_BYTES_MIN: usize = 43 + 4 + 1 + 8 * 6 + 4;
+/// Bytes of the smallest encoded [`FollowerInfo`] (no address).
+const FOLLOWER_INFO_BYTES_MIN: usize = 4 + 2 + 1 + 1;
 
 /// One [`SegmentInfo`], as a topic response and a sealed refusal carry it.
 pub(super) fn write_segment(w: &mut Writer<'_>, s: &SegmentInfo) {
@@ -253,7 +271,24 @@ pub(super) fn write_segment(w: &mut Writer<'_>, s: &SegmentInfo) {
         w.u32(*id);
     }
     w.u32(s.broker.unwrap_or(NONE_U32));
-    match &s.address {
+    write_address(w, s.address.as_ref());
+    w.u64(s.bytes_per_s);
+    w.u64(s.records_per_s);
+    w.u64(s.created_ms);
+    w.u64(s.sealed_ms.unwrap_or(NONE_U64));
+    w.u64(s.first_append_ms.unwrap_or(NONE_U64));
+    w.u64(s.lost_records);
+    w.count(s.followers.len());
+    for f in &s.followers {
+        w.u32(f.broker);
+        w.u16(f.shard);
+        w.u8(u8::from(f.in_sync));
+        write_address(w, f.address.as_ref());
+    }
+}
+
+fn write_address(w: &mut Writer<'_>, address: Option<&ShardAddress>) {
+    match address {
         Some(a) => {
             w.u8(1);
             w.string(&a.tcp);
@@ -261,12 +296,23 @@ pub(super) fn write_segment(w: &mut Writer<'_>, s: &SegmentInfo) {
         }
         None => w.u8(0),
     }
-    w.u64(s.bytes_per_s);
-    w.u64(s.records_per_s);
-    w.u64(s.created_ms);
-    w.u64(s.sealed_ms.unwrap_or(NONE_U64));
-    w.u64(s.first_append_ms.unwrap_or(NONE_U64));
-    w.u64(s.lost_records);
+}
+
+fn read_address(
+    r: &mut Reader<'_>,
+    what: &'static str,
+) -> Result<Option<ShardAddress>, DecodeError> {
+    match r.u8()? {
+        0 => Ok(None),
+        1 => Ok(Some(ShardAddress {
+            tcp: r.string()?,
+            quic: r.string()?,
+        })),
+        _ => Err(DecodeError::Invalid {
+            what,
+            reason: "address flag is neither 0 nor 1",
+        }),
+    }
 }
 
 /// The twin of [`write_segment`]; `what` names the message in errors.
@@ -288,25 +334,32 @@ pub(super) fn read_segment(
         successors.push(r.u32()?);
     }
     let broker = some_u32(r.u32()?);
-    let address = match r.u8()? {
-        0 => None,
-        1 => Some(ShardAddress {
-            tcp: r.string()?,
-            quic: r.string()?,
-        }),
-        _ => {
-            return Err(DecodeError::Invalid {
-                what,
-                reason: "address flag is neither 0 nor 1",
-            })
-        }
-    };
+    let address = read_address(r, what)?;
     let bytes_per_s = r.u64()?;
     let records_per_s = r.u64()?;
     let created_ms = r.u64()?;
     let sealed_ms = some_u64(r.u64()?);
     let first_append_ms = some_u64(r.u64()?);
     let lost_records = r.u64()?;
+    let n = r.count(FOLLOWER_INFO_BYTES_MIN)?;
+    let mut followers = Vec::with_capacity(n);
+    for _ in 0..n {
+        followers.push(FollowerInfo {
+            broker: r.u32()?,
+            shard: r.u16()?,
+            in_sync: match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => {
+                    return Err(DecodeError::Invalid {
+                        what,
+                        reason: "in-sync flag is neither 0 nor 1",
+                    })
+                }
+            },
+            address: read_address(r, what)?,
+        });
+    }
     if u64::from(start) >= end || end > 1 << 32 {
         return Err(DecodeError::Invalid {
             what,
@@ -331,6 +384,7 @@ pub(super) fn read_segment(
         sealed_ms,
         first_append_ms,
         lost_records,
+        followers,
     })
 }
 

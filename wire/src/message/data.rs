@@ -104,6 +104,18 @@ pub struct FetchRequest {
     pub max_wait_ms: u32,
     /// Whether the broker verifies the batches it sends.
     pub checks: FetchChecks,
+    /// Set when a follower of the segment asks: it holds every record
+    /// before `from` (which the owner counts as its progress), and it
+    /// never needs what the filer stores, so the answer starts no earlier
+    /// than the owner's stored end.
+    pub follower: Option<FollowerId>,
+}
+
+/// A follower as it names itself in a fetch: its broker and shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FollowerId {
+    pub broker: u32,
+    pub shard: u16,
 }
 
 impl FetchRequest {
@@ -122,6 +134,14 @@ impl FetchRequest {
         w.u32(self.max_bytes);
         w.u32(self.max_wait_ms);
         w.u8(self.checks.to_u8());
+        match self.follower {
+            Some(f) => {
+                w.u8(1);
+                w.u32(f.broker);
+                w.u16(f.shard);
+            }
+            None => w.u8(0),
+        }
     }
 
     fn read(r: &mut Reader<'_>) -> Result<FetchRequest, DecodeError> {
@@ -152,6 +172,19 @@ impl FetchRequest {
                 what: "fetch request",
                 reason: "unknown checks value",
             })?,
+            follower: match r.u8()? {
+                0 => None,
+                1 => Some(FollowerId {
+                    broker: r.u32()?,
+                    shard: r.u16()?,
+                }),
+                _ => {
+                    return Err(DecodeError::Invalid {
+                        what: "fetch request",
+                        reason: "follower flag is neither 0 nor 1",
+                    })
+                }
+            },
         })
     }
 }
@@ -322,12 +355,15 @@ pub struct Fetched<'a> {
     pub high_watermark: u64,
     /// The segment is sealed and `next_offset` is its end.
     pub sealed: bool,
+    /// One past the last offset the filer stores (what a follower no
+    /// longer needs to keep).
+    pub stored_end: u64,
     /// Whole batches, end to end.
     pub batches: &'a [u8],
 }
 
 /// Bytes of a fetch response's payload before its batches.
-pub const FETCHED_PREFIX_BYTES: usize = 4 + 8 + 8 + 8 + 1;
+pub const FETCHED_PREFIX_BYTES: usize = 4 + 8 + 8 + 8 + 1 + 8;
 /// Bytes of a fetch response frame before its batches: the frame header
 /// and the payload's fixed part.
 pub const FETCHED_FRAME_PREFIX_BYTES: usize = FRAME_HEADER_BYTES + FETCHED_PREFIX_BYTES;
@@ -341,6 +377,7 @@ impl Fetched<'_> {
         b[12..20].copy_from_slice(&self.next_offset.to_le_bytes());
         b[20..28].copy_from_slice(&self.high_watermark.to_le_bytes());
         b[28] = u8::from(self.sealed);
+        b[29..37].copy_from_slice(&self.stored_end.to_le_bytes());
         b
     }
 
@@ -450,6 +487,7 @@ mod tests {
             next_offset: 40,
             high_watermark: 41,
             sealed: true,
+            stored_end: 0,
             batches,
         };
         let mut encoded = Vec::new();
@@ -514,6 +552,7 @@ mod tests {
             next_offset: 157,
             high_watermark: 200,
             sealed: false,
+            stored_end: 0,
             batches: &batches,
         };
         let mut encoded = Vec::new();
@@ -548,11 +587,12 @@ mod tests {
             max_bytes: 1 << 20,
             max_wait_ms: 500,
             checks: FetchChecks::Trust,
+            follower: None,
         })
         .encode(7, &mut out);
         let expected: &[u8] = &[
-            0x4b, 0x4c, 0x01, 0x11, 0x1c, 0x00, 0x00, 0x00, // "KL", v1, Fetch, 28 bytes
-            0x07, 0x00, 0x00, 0x00, 0x86, 0xd2, 0x3f, 0x39, // request id 7, checksum
+            0x4b, 0x4c, 0x01, 0x11, 0x1d, 0x00, 0x00, 0x00, // "KL", v1, Fetch, 29 bytes
+            0x07, 0x00, 0x00, 0x00, 0xb1, 0xc1, 0x76, 0x09, // request id 7, checksum
             0x04, 0x00, 0x6e, 0x73, 0x2f, 0x74, // topic "ns/t"
             0x01, 0x00, 0x00, 0x00, // segment 1
             0x00, // from: offset
@@ -560,6 +600,7 @@ mod tests {
             0x00, 0x00, 0x10, 0x00, // max bytes 1 MiB
             0xf4, 0x01, 0x00, 0x00, // max wait 500 ms
             0x00, // checks: trust
+            0x00, // no follower
         ];
         assert_eq!(out, expected);
     }

@@ -70,12 +70,13 @@ pub mod samples;
 
 pub use admin::{AdminRequest, BrokerStatus};
 pub use common::{
-    frame_header_for_parts, ErrorCode, SegmentInfo, ShardAddress, Successors, TopicInfo,
+    frame_header_for_parts, ErrorCode, FollowerInfo, SegmentInfo, ShardAddress, Successors,
+    TopicInfo,
 };
 pub use control::{BrokerShards, LayoutCommand, MembershipRequest, SegmentLoadReport};
 pub use data::{
     produce_frame_head, AckMode, DataRequest, FetchChecks, FetchFrom, FetchRequest, Fetched,
-    FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES, PRODUCE_PREFIX_BYTES,
+    FollowerId, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES, PRODUCE_PREFIX_BYTES,
 };
 pub use port::{BrokerPortRequest, ControlPortRequest, VerifiedRequest};
 pub use response::{Response, VerifiedResponse};
@@ -273,6 +274,7 @@ mod tests {
             next_offset: 3,
             high_watermark: 4,
             sealed: true,
+            stored_end: 0,
             batches: b"abcdef",
         };
         let mut whole = Vec::new();

@@ -324,6 +324,7 @@ impl<'a> Response<'a> {
                 next_offset: r.u64()?,
                 high_watermark: r.u64()?,
                 sealed: r.u8()? != 0,
+                stored_end: r.u64()?,
                 batches: r.rest(),
             }),
             FrameType::PayloadReadResponse => Response::PayloadBytes {
@@ -377,6 +378,7 @@ mod tests {
             next_offset: 80,
             high_watermark: 80,
             sealed: false,
+            stored_end: 0,
             batches,
         };
         match stated_crc {

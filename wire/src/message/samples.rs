@@ -7,8 +7,8 @@ use crate::payload_ref::{PayloadId, PayloadRef};
 
 use super::{
     AckMode, AdminRequest, BrokerShards, BrokerStatus, DataRequest, ErrorCode, FetchChecks,
-    FetchFrom, FetchRequest, Fetched, LayoutCommand, MembershipRequest, Response, SegmentInfo,
-    SegmentLoadReport, ShardAddress, Successors, TopicInfo,
+    FetchFrom, FetchRequest, Fetched, FollowerId, FollowerInfo, LayoutCommand, MembershipRequest,
+    Response, SegmentInfo, SegmentLoadReport, ShardAddress, Successors, TopicInfo,
 };
 
 /// Data requests, client to broker.
@@ -31,6 +31,7 @@ pub fn data_requests() -> Vec<DataRequest<'static>> {
             max_bytes: 1 << 20,
             max_wait_ms: 500,
             checks: FetchChecks::Trust,
+            follower: None,
         }),
         DataRequest::Fetch(FetchRequest {
             topic: "a/b".into(),
@@ -39,6 +40,10 @@ pub fn data_requests() -> Vec<DataRequest<'static>> {
             max_bytes: 1,
             max_wait_ms: 0,
             checks: FetchChecks::Trust,
+            follower: Some(FollowerId {
+                broker: 7,
+                shard: 3,
+            }),
         }),
         DataRequest::InitProducer,
         DataRequest::PayloadWrite {
@@ -80,6 +85,7 @@ pub fn admin_requests() -> Vec<AdminRequest> {
         AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 4,
+            replicas: 2,
         },
         AdminRequest::DeleteTopic {
             topic: "ns/t".into(),
@@ -197,6 +203,23 @@ pub fn responses() -> Vec<Response<'static>> {
                 appended_bytes: 12345,
                 successors: vec![4, 5],
                 lost_records: 17,
+                followers: vec![
+                    FollowerInfo {
+                        broker: 3,
+                        shard: 1,
+                        in_sync: true,
+                        address: Some(ShardAddress {
+                            tcp: "127.0.0.3:7420".into(),
+                            quic: "127.0.0.3:7420".into(),
+                        }),
+                    },
+                    FollowerInfo {
+                        broker: 4,
+                        shard: 0,
+                        in_sync: false,
+                        address: None,
+                    },
+                ],
                 ..SegmentInfo::default()
             }],
         }),
@@ -223,6 +246,7 @@ pub fn responses() -> Vec<Response<'static>> {
                 sealed_ms: Some(1_700_000_001_000),
                 first_append_ms: Some(1_700_000_000_020),
                 lost_records: 0,
+                followers: Vec::new(),
             }],
         }),
         Response::Brokers {
@@ -264,6 +288,7 @@ pub fn responses() -> Vec<Response<'static>> {
             next_offset: 10,
             high_watermark: 12,
             sealed: false,
+            stored_end: 8,
             batches: b"bytes",
         }),
         Response::PayloadBytes {

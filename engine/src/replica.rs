@@ -1,0 +1,458 @@
+//! A follower's copy of a segment another broker owns: the records the
+//! owner holds in its buffers and has not stored in the filer yet, at the
+//! same offsets, in mapped buffer files of this shard's own.
+//!
+//! The follower pulls. A task per followed segment fetches from the
+//! owner's shard (`Fetch` with the follower's id, docs/wire-format.md) in a
+//! long poll, from the offset it holds up to: the owner counts that offset
+//! as the follower's progress, and starts each answer no earlier than its
+//! stored end (what the filer holds no follower needs). The follower
+//! appends each batch, checked by its checksum, at the offset the owner
+//! gave it, and drops every buffer whose records the owner has stored.
+//!
+//! Files live under `<data-dir>/replicas/<topic>/<segment>/`, laid out as
+//! the owner's buffers are (`docs/chunk-format.md`). A follower holds at
+//! most [`REPLICA_BUFFERS_MAX`] of them; with that many full it stops
+//! fetching until the owner's stored end frees one (so a follower never
+//! holds more than the owner may leave unflushed). They are dropped when
+//! the segment is sealed, or no longer followed here, and on a restart (a
+//! follower that comes back copies again from the owner's stored end).
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use wire::message::{FetchChecks, FetchFrom, FetchRequest, Fetched, FollowerId};
+use wire::{BatchView, BrokerPortRequest, DataRequest, ErrorCode, Response};
+
+use crate::buffer::ActiveBuffer;
+use crate::error::EngineError;
+use crate::shard_metrics::ShardMetrics;
+
+/// The directory under the data directory that holds followers' copies.
+pub(crate) const REPLICAS_DIR: &str = "replicas";
+/// Most buffer files one followed segment holds.
+pub(crate) const REPLICA_BUFFERS_MAX: usize = 8;
+/// How much one fetch asks for.
+const FETCH_BYTES: u32 = 1 << 20;
+/// How long a fetch waits at the owner for new records.
+const FETCH_WAIT_MS: u32 = 500;
+/// How long a fetch may take to be answered before the connection is
+/// dropped and opened again.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause before trying again after a refusal or a broken connection.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// Pause while every buffer is full, waiting for the owner to store.
+const FULL_PAUSE: Duration = Duration::from_millis(20);
+
+/// A followed segment's copy: its buffer files, oldest first, the last one
+/// taking appends.
+pub(crate) struct ReplicaLog {
+    dir: PathBuf,
+    segment: u32,
+    /// Bytes of batches a buffer file holds.
+    buffer_bytes: usize,
+    buffers: VecDeque<ActiveBuffer>,
+    /// How many files were made, for their names.
+    made: u64,
+}
+
+impl ReplicaLog {
+    /// An empty copy in `dir` (anything there from before is removed).
+    pub(crate) fn create(
+        dir: PathBuf,
+        segment: u32,
+        buffer_bytes: usize,
+    ) -> Result<ReplicaLog, EngineError> {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| EngineError::io("remove old replica files", &dir, e))?;
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| EngineError::io("create replica directory", &dir, e))?;
+        Ok(ReplicaLog {
+            dir,
+            segment,
+            buffer_bytes,
+            buffers: VecDeque::new(),
+            made: 0,
+        })
+    }
+
+    /// One past the last offset held; `None` while empty.
+    pub(crate) fn next_offset(&self) -> Option<u64> {
+        self.buffers.back().map(ActiveBuffer::next_offset)
+    }
+
+    /// Whether every buffer file is made, so the copy may soon take no
+    /// more until [`ReplicaLog::trim`] frees one.
+    pub(crate) fn is_full(&self) -> bool {
+        self.buffers.len() >= REPLICA_BUFFERS_MAX
+    }
+
+    /// Whether a batch of `len` bytes can be taken now.
+    pub(crate) fn has_room(&self, len: usize) -> bool {
+        self.buffers.back().is_some_and(|b| b.fits(len)) || !self.is_full()
+    }
+
+    /// Append a batch the owner placed at `view.base_offset()`. A batch
+    /// past the end held (the owner's stored end moved past it: nothing
+    /// between is needed) starts the copy over there; a batch before it is
+    /// refused (the owner and follower disagree: the caller starts over).
+    pub(crate) fn append(&mut self, view: &BatchView<'_>) -> Result<(), EngineError> {
+        let base = view.base_offset();
+        match self.next_offset() {
+            Some(next) if base < next => {
+                return Err(EngineError::Segment {
+                    segment: self.dir.display().to_string(),
+                    reason: format!(
+                        "the owner sent offset {base}, and the copy holds up to {next}"
+                    ),
+                })
+            }
+            Some(next) if base > next => self.clear(),
+            _ => {}
+        }
+        let len = view.bytes().len();
+        if self.buffers.back().is_none_or(|b| !b.fits(len)) {
+            if self.is_full() {
+                return Err(EngineError::Segment {
+                    segment: self.dir.display().to_string(),
+                    reason: "every replica buffer is full".into(),
+                });
+            }
+            self.made += 1;
+            let path = self.dir.join(format!("{:020}-{}.buf", base, self.made));
+            let capacity = self.buffer_bytes.max(len);
+            self.buffers
+                .push_back(ActiveBuffer::create(path, self.segment, base, capacity)?);
+        }
+        let Some(active) = self.buffers.back_mut() else {
+            return Ok(());
+        };
+        let (placed, _) = active.append(view)?;
+        debug_assert_eq!(placed, base);
+        Ok(())
+    }
+
+    /// Drop every buffer whose records all sit below `stored_end` (the
+    /// owner stored them in the filer).
+    pub(crate) fn trim(&mut self, stored_end: u64) {
+        while self.buffers.len() > 1
+            && self
+                .buffers
+                .front()
+                .is_some_and(|b| b.next_offset() <= stored_end)
+        {
+            if let Some(b) = self.buffers.pop_front() {
+                remove_file(b.path());
+            }
+        }
+        // The last one too, once everything in it is stored: the next
+        // batch starts a new file.
+        if self
+            .buffers
+            .back()
+            .is_some_and(|b| b.next_offset() <= stored_end && self.buffers.len() == 1)
+        {
+            self.clear();
+        }
+    }
+
+    /// Drop everything held: the next batch starts the copy over.
+    pub(crate) fn clear(&mut self) {
+        for b in self.buffers.drain(..) {
+            remove_file(b.path());
+        }
+    }
+
+    /// Drop everything held and the directory.
+    pub(crate) fn remove(mut self) {
+        self.clear();
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!("replica {}: removing it: {e}", self.dir.display());
+            }
+        }
+    }
+}
+
+fn remove_file(path: &std::path::Path) {
+    if let Err(e) = std::fs::remove_file(path) {
+        log::warn!("replica file {}: removing it: {e}", path.display());
+    }
+}
+
+/// What a follower task follows, and from where.
+pub(crate) struct Following {
+    pub(crate) topic: String,
+    pub(crate) segment: u32,
+    /// The owner's shard, `host:port` (TCP).
+    pub(crate) owner: String,
+    pub(crate) me: FollowerId,
+    pub(crate) dir: PathBuf,
+    pub(crate) buffer_bytes: usize,
+}
+
+/// A running follower task: set `stop` to end it (it removes its files).
+#[derive(Debug)]
+pub(crate) struct Follower {
+    pub(crate) owner: String,
+    pub(crate) stop: Rc<Cell<bool>>,
+}
+
+/// Start following; the task runs until `stop` is set or the segment is
+/// sealed.
+pub(crate) fn start(following: Following, metrics: Arc<ShardMetrics>) -> Follower {
+    let stop = Rc::new(Cell::new(false));
+    let owner = following.owner.clone();
+    let flag = stop.clone();
+    glommio::spawn_local(async move {
+        run(following, flag, metrics).await;
+    })
+    .detach();
+    Follower { owner, stop }
+}
+
+async fn run(following: Following, stop: Rc<Cell<bool>>, metrics: Arc<ShardMetrics>) {
+    let name = format!("{}/{}", following.topic, following.segment);
+    let mut log = match ReplicaLog::create(
+        following.dir.clone(),
+        following.segment,
+        following.buffer_bytes,
+    ) {
+        Ok(log) => log,
+        Err(e) => {
+            log::error!("replica of {name}: cannot keep a copy: {e}");
+            return;
+        }
+    };
+    let mut complained = false;
+    while !stop.get() {
+        let mut stream = match TcpStream::connect(following.owner.as_str()).await {
+            Ok(s) => s,
+            Err(e) => {
+                if !complained {
+                    log::warn!(
+                        "replica of {name}: cannot reach its owner at {}: {e}; retrying",
+                        following.owner
+                    );
+                    complained = true;
+                }
+                glommio::timer::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        match copy(&mut stream, &following, &mut log, &stop, &metrics).await {
+            Ok(Ended::Sealed) => break,
+            Ok(Ended::Stopped) => break,
+            Err(e) => {
+                if !complained {
+                    log::warn!("replica of {name}: {e}; retrying");
+                    complained = true;
+                }
+                glommio::timer::sleep(RETRY_PAUSE).await;
+            }
+        }
+    }
+    log.remove();
+}
+
+enum Ended {
+    Sealed,
+    Stopped,
+}
+
+/// Fetch and append on one connection until it breaks, the segment is
+/// sealed, or the task is stopped.
+async fn copy(
+    stream: &mut TcpStream,
+    following: &Following,
+    log: &mut ReplicaLog,
+    stop: &Cell<bool>,
+    metrics: &ShardMetrics,
+) -> Result<Ended, String> {
+    let mut frame = Vec::with_capacity(256);
+    let mut payload = Vec::new();
+    let mut request_id: u32 = 0;
+    loop {
+        if stop.get() {
+            return Ok(Ended::Stopped);
+        }
+        if log.is_full() {
+            glommio::timer::sleep(FULL_PAUSE).await;
+        }
+        request_id = request_id.wrapping_add(1);
+        let from = log.next_offset().unwrap_or(0);
+        frame.clear();
+        BrokerPortRequest::Data(DataRequest::Fetch(FetchRequest {
+            topic: following.topic.clone(),
+            segment: following.segment,
+            from: FetchFrom::Offset(from),
+            max_bytes: if log.is_full() { 1 } else { FETCH_BYTES },
+            max_wait_ms: FETCH_WAIT_MS,
+            checks: FetchChecks::Trust,
+            follower: Some(following.me),
+        }))
+        .encode(request_id, &mut frame);
+        stream
+            .write_all(&frame)
+            .await
+            .map_err(|e| format!("sending a fetch: {e}"))?;
+        let header = read_answer(stream, &mut payload).await?;
+        let answer = Response::decode_verified(&header, &payload)
+            .map_err(|e| format!("its owner's answer: {e}"))?;
+        match answer.response {
+            Response::Fetched(Fetched {
+                stored_end, sealed, ..
+            }) => {
+                let mut copied = 0u64;
+                for view in &answer.batches {
+                    if !log.has_room(view.bytes().len()) {
+                        break;
+                    }
+                    if let Err(e) = log.append(view) {
+                        log::warn!(
+                            "replica of {}/{}: {e}; starting the copy over",
+                            following.topic,
+                            following.segment
+                        );
+                        log.clear();
+                        break;
+                    }
+                    copied += u64::from(view.record_count());
+                }
+                metrics.replica_records.add(copied);
+                log.trim(stored_end);
+                // A sealed segment's owner flushed it all: no copy is
+                // needed any more.
+                if sealed {
+                    return Ok(Ended::Sealed);
+                }
+            }
+            Response::Error {
+                code: ErrorCode::SegmentSealed,
+                ..
+            } => {
+                return Ok(Ended::Sealed);
+            }
+            // NotOwner, Busy, ShuttingDown: the layout will move on or stop
+            // this task; ask again.
+            Response::Error { .. } => glommio::timer::sleep(RETRY_PAUSE).await,
+            other => return Err(format!("its owner answered a fetch with {other:?}")),
+        }
+    }
+}
+
+/// Read one answer frame: its header, and its payload into `payload`.
+async fn read_answer(stream: &mut TcpStream, payload: &mut Vec<u8>) -> Result<FrameHeader, String> {
+    let read = async {
+        let mut head = [0u8; FRAME_HEADER_BYTES];
+        stream
+            .read_exact(&mut head)
+            .await
+            .map_err(|e| format!("reading an answer: {e}"))?;
+        let header = FrameHeader::decode(&head).map_err(|e| format!("an answer's header: {e}"))?;
+        payload.resize(header.payload_bytes as usize, 0);
+        stream
+            .read_exact(payload)
+            .await
+            .map_err(|e| format!("reading an answer: {e}"))?;
+        Ok(header)
+    };
+    match glommio::timer::timeout(ANSWER_TIMEOUT, async { Ok(read.await) }).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {ANSWER_TIMEOUT:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use wire::BatchBuilder;
+
+    /// A batch of `records` records as an owner holds it, at `base`.
+    fn batch(base: u64, records: u32) -> Vec<u8> {
+        let mut builder = BatchBuilder::new();
+        for i in 0..records {
+            builder
+                .push(1_000, format!("k{i}").as_bytes(), b"v", &[])
+                .unwrap();
+        }
+        let mut bytes = builder.finish(0, 0).to_vec();
+        bytes[..8].copy_from_slice(&base.to_le_bytes());
+        bytes
+    }
+
+    fn files(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir).unwrap().count()
+    }
+
+    #[test]
+    fn a_copy_takes_batches_at_the_owners_offsets_and_drops_what_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy");
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("stale.buf"), b"from before").unwrap();
+        let one = batch(0, 3).len();
+        // Room for two batches per file.
+        let mut log = ReplicaLog::create(path.clone(), 4, 2 * one).unwrap();
+        assert_eq!(files(&path), 0, "what was there before is gone");
+        assert_eq!(log.next_offset(), None);
+        for base in [0, 3, 6, 9, 12] {
+            log.append(&BatchView::validate(&batch(base, 3)).unwrap())
+                .unwrap();
+        }
+        assert_eq!(log.next_offset(), Some(15));
+        assert_eq!(files(&path), 3, "two batches a file");
+        // Behind what it holds: refused, nothing changes.
+        let err = log
+            .append(&BatchView::validate(&batch(12, 3)).unwrap())
+            .unwrap_err();
+        assert!(err.to_string().contains("holds up to 15"), "{err}");
+        // The owner stored up to 6: the first file goes.
+        log.trim(6);
+        assert_eq!(files(&path), 2);
+        log.trim(7);
+        assert_eq!(files(&path), 2, "a file partly stored stays");
+        // Past what it holds (the owner's stored end moved on): it starts
+        // over there.
+        log.append(&BatchView::validate(&batch(40, 2)).unwrap())
+            .unwrap();
+        assert_eq!(log.next_offset(), Some(42));
+        assert_eq!(files(&path), 1);
+        log.trim(42);
+        assert_eq!(log.next_offset(), None, "everything stored: nothing held");
+        assert_eq!(files(&path), 0);
+        log.remove();
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_copy_holds_at_most_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy");
+        let one = batch(0, 1).len();
+        let mut log = ReplicaLog::create(path, 1, one).unwrap();
+        for base in 0..REPLICA_BUFFERS_MAX as u64 {
+            assert!(log.has_room(one));
+            log.append(&BatchView::validate(&batch(base, 1)).unwrap())
+                .unwrap();
+        }
+        assert!(log.is_full() && !log.has_room(one));
+        let next = REPLICA_BUFFERS_MAX as u64;
+        assert!(log
+            .append(&BatchView::validate(&batch(next, 1)).unwrap())
+            .is_err());
+        log.trim(1);
+        assert!(log.has_room(one), "a stored file makes room");
+    }
+}

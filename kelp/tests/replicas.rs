@@ -1,0 +1,322 @@
+//! Replicas, on a real cluster on loopback (one `kelp control`, two or
+//! three `kelp serve --control` brokers): where the control plane places
+//! each segment's followers, what `kelp topic create --replicas` and `kelp
+//! topic describe` say of them, how a follower lost with its broker is
+//! replaced, and that a follower copies its owner's records at their
+//! offsets into files of its own, which an `all` produce waits for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wire::chunk::BatchWalk;
+
+mod support;
+
+use support::{broker_id, port, signal, Broker, ControlPlane};
+
+fn start_broker(dir: &std::path::Path, control: &ControlPlane) -> Broker {
+    Broker::start_with(
+        dir,
+        port(),
+        &["--control", &control.address(), "--unpinned"],
+    )
+}
+
+/// `kelp topic describe TOPIC --output json` through `broker`, parsed.
+fn describe(broker: &Broker, topic: &str) -> Value {
+    let out = broker.cli(&["topic", "describe", topic, "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "describe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A follower as the JSON names it: broker, in sync, shard, its address.
+type FollowerRow = (u64, bool, u64, String);
+
+/// Each open segment's owner and its followers.
+fn open_copies(info: &Value) -> Vec<(u64, Vec<FollowerRow>)> {
+    info["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["state"] == "open")
+        .map(|s| {
+            let followers = s["followers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let address = f["address"]["tcp"].as_str().unwrap_or("-").to_owned();
+                    (
+                        f["broker"].as_u64().unwrap(),
+                        f["in_sync"].as_bool().unwrap(),
+                        f["shard"].as_u64().unwrap(),
+                        address,
+                    )
+                })
+                .collect();
+            (s["broker"].as_u64().unwrap(), followers)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_are_kept_on_other_brokers_and_a_dead_followers_place_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start(
+        &dir.path().join("control"),
+        port(),
+        &["--broker-silence-ms", "2000"],
+    );
+    let b1 = start_broker(&dir.path().join("b1"), &control);
+    let b2 = start_broker(&dir.path().join("b2"), &control);
+    let b3 = start_broker(&dir.path().join("b3"), &control);
+    let client = support::tcp_client(&b1.broker_arg()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.list_brokers().await.unwrap().len() < 3 {
+        assert!(Instant::now() < deadline, "three brokers never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ids = [
+        broker_id(&client, &b1).await,
+        broker_id(&client, &b2).await,
+        broker_id(&client, &b3).await,
+    ];
+    // Shard i of a broker listens on its port + i.
+    let address_of = |id: u64, shard: u64| {
+        let i = ids.iter().position(|b| u64::from(*b) == id).unwrap();
+        let broker = [&b1, &b2, &b3][i];
+        format!("{}:{}", broker.host, u64::from(broker.port) + shard)
+    };
+
+    // The default keeps one copy.
+    let out = b1.cli(&["topic", "create", "rep/one"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains("each kept on 1 broker"), "{said}");
+    let one = open_copies(&describe(&b1, "rep/one"));
+    assert!(one.iter().all(|(_, f)| f.is_empty()), "{one:?}");
+    // Two copies: the follower elsewhere.
+    let out = b1.cli(&[
+        "topic",
+        "create",
+        "rep/two",
+        "--segments",
+        "4",
+        "--replicas",
+        "2",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains("each kept on 2 brokers"), "{said}");
+    let two = open_copies(&describe(&b1, "rep/two"));
+    assert_eq!(two.len(), 4);
+    let mut followers_used = BTreeSet::new();
+    for (owner, followers) in &two {
+        assert_eq!(followers.len(), 1, "{two:?}");
+        let (broker, in_sync, shard, address) = &followers[0];
+        assert_ne!(broker, owner, "a follower is never its segment's owner");
+        assert!(in_sync, "a new segment's follower starts in sync");
+        assert_eq!(address, &address_of(*broker, *shard), "its shard's address");
+        followers_used.insert(*broker);
+    }
+    assert!(followers_used.len() >= 2, "followers spread: {two:?}");
+
+    // Three copies: every broker holds each segment.
+    let out = b2.cli(&["topic", "create", "rep/three", "--replicas", "3"]);
+    assert!(out.status.success(), "{out:?}");
+    for (owner, followers) in open_copies(&describe(&b2, "rep/three")) {
+        let mut brokers: BTreeSet<u64> = followers.iter().map(|f| f.0).collect();
+        brokers.insert(owner);
+        assert_eq!(brokers.len(), 3);
+    }
+    // More copies than brokers is refused, clearly, and creates nothing.
+    let out = b1.cli(&["topic", "create", "rep/four", "--replicas", "4"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("replica count 4") && err.contains("3 brokers are live"),
+        "{err}"
+    );
+    let out = b1.cli(&["topic", "describe", "rep/four"]);
+    assert!(!out.status.success(), "rep/four was not created");
+    // The table shows them too.
+    let out = b1.cli(&["topic", "describe", "rep/two"]);
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("FOLLOWERS"), "{table}");
+
+    // Broker 3 dies: where it followed, another live broker takes its
+    // place, out of sync (it starts from the owner's stored end).
+    let victim = u64::from(ids[2]);
+    let followed_by_victim = two.iter().filter(|(_, f)| f[0].0 == victim).count();
+    b3.kill9();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let copies = open_copies(&describe(&b1, "rep/two"));
+        let gone = copies
+            .iter()
+            .all(|(owner, f)| *owner != victim && f.iter().all(|f| f.0 != victim));
+        if gone && copies.iter().all(|(_, f)| f.len() == 1) {
+            break copies;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "broker {victim}'s copies never replaced: {copies:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for (owner, followers) in &after {
+        assert_ne!(followers[0].0, *owner, "{after:?}");
+    }
+    let behind = after.iter().filter(|(_, f)| !f[0].1).count();
+    assert!(
+        behind >= followed_by_victim,
+        "{followed_by_victim} replacements start out of sync: {after:?}"
+    );
+    drop((b1, b2, control));
+}
+
+/// Every record a follower's copy files under `data_dir` hold, as
+/// `(offset, key)`, in offset order: read straight from the files, each
+/// batch checked by its checksum.
+fn copied_records(data_dir: &Path) -> Vec<(u64, String)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![data_dir.join("replicas")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "buf") {
+                files.push(path);
+            }
+        }
+    }
+    let mut records = Vec::new();
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        let data = &bytes[wire::chunk::CHUNK_HEADER_BYTES..];
+        // A buffer's batches run end to end; zeroes follow them.
+        for batch in BatchWalk::new(data) {
+            let Ok((_, view)) = batch else { break };
+            for r in view.records() {
+                let key = String::from_utf8(r.key.to_vec()).unwrap();
+                records.push((view.base_offset() + u64::from(r.offset_delta), key));
+            }
+        }
+    }
+    records.sort();
+    records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_copies_its_owners_records_and_an_all_produce_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start(
+        &dir.path().join("control"),
+        port(),
+        &["--broker-silence-ms", "30000"],
+    );
+    // Nothing is flushed during the test: what the follower holds is
+    // everything produced.
+    let start = |name: &str| {
+        Broker::start_with(
+            &dir.path().join(name),
+            port(),
+            &[
+                "--control",
+                &control.address(),
+                "--unpinned",
+                "--flush-age-ms",
+                "600000",
+            ],
+        )
+    };
+    let b1 = start("b1");
+    let b2 = start("b2");
+    let both = format!("{},{}", b1.broker_arg(), b2.broker_arg());
+    let client = support::tcp_client(&both).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.list_brokers().await.unwrap().len() < 2 {
+        assert!(Instant::now() < deadline, "two brokers never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = client
+        .create_topic_with_replicas("rep/copy", 1, 2)
+        .await
+        .unwrap();
+    let segment = &created.segments[0];
+    let owner = segment.broker.unwrap();
+    assert_eq!(segment.followers.len(), 1, "{segment:?}");
+    let follower_id = segment.followers[0].broker;
+    let (owner_broker, follower) = if owner == broker_id(&client, &b1).await {
+        (&b1, &b2)
+    } else {
+        (&b2, &b1)
+    };
+    assert_eq!(broker_id(&client, follower).await, follower_id);
+
+    // `all`: each batch is answered once the follower holds it.
+    let all = client::ProducerConfig {
+        ack: client::AckMode::All,
+        ..client::ProducerConfig::default()
+    };
+    let producer = client.producer("rep/copy", all).await.unwrap();
+    const RECORDS: u64 = 3_000;
+    for i in 0..RECORDS {
+        let key = format!("k{i}");
+        producer.send(key.as_bytes(), b"v", &[]).await.unwrap();
+    }
+    assert_eq!(producer.flush().await.unwrap(), RECORDS);
+    // The copy holds every record at the owner's offsets.
+    let copied = copied_records(&follower.data_dir);
+    let keys: Vec<String> = (0..RECORDS).map(|i| format!("k{i}")).collect();
+    assert_eq!(copied.len() as u64, RECORDS, "every record copied once");
+    for (i, (offset, key)) in copied.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets as the owner gave them");
+        assert_eq!(key, &keys[i]);
+    }
+    assert!(
+        copied_records(&owner_broker.data_dir).is_empty(),
+        "the owner keeps no copy of its own"
+    );
+
+    // The follower frozen: an `all` produce is not answered; a `leader`
+    // one is. Resumed, the `all` one is answered.
+    let follower_pid = follower.child.id();
+    signal("STOP", follower_pid);
+    let leader = client::ProducerConfig {
+        ack: client::AckMode::Leader,
+        ..client::ProducerConfig::default()
+    };
+    let by_leader = client.producer("rep/copy", leader).await.unwrap();
+    by_leader.send(b"lead", b"v", &[]).await.unwrap();
+    let acked = tokio::time::timeout(Duration::from_secs(20), by_leader.flush()).await;
+    assert_eq!(
+        acked.unwrap().unwrap(),
+        1,
+        "`leader` does not wait for followers"
+    );
+    producer.send(b"waits", b"v", &[]).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(2), producer.flush()).await;
+    assert!(
+        waited.is_err(),
+        "`all` answered while its follower was frozen"
+    );
+    signal("CONT", follower_pid);
+    let acked = tokio::time::timeout(Duration::from_secs(20), producer.flush()).await;
+    assert_eq!(acked.unwrap().unwrap(), RECORDS + 1);
+    let copied = copied_records(&follower.data_dir);
+    assert_eq!(copied.len() as u64, RECORDS + 2, "{:?}", copied.last());
+    drop(client);
+    drop((b1, b2, control));
+}
