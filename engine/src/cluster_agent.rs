@@ -416,11 +416,16 @@ impl ControlLink {
                     // Whatever the failure, the stream's position is unknown.
                     self.stream = None;
                     if self.addresses.len() == 1 {
-                        return Err(e.error);
-                    }
-                    // A connection that broke mid-call may be to an instance
-                    // that still leads: once more there, else the next.
-                    if !connected || e.move_on {
+                        // A connection kept from an earlier call may have
+                        // been closed since (the instance restarted, or
+                        // dropped it): once more, on a new one.
+                        if !(connected && attempt == 1 && !e.move_on) {
+                            return Err(e.error);
+                        }
+                    } else if !connected || e.move_on {
+                        // A connection that broke mid-call may be to an
+                        // instance that still leads: once more there, else
+                        // the next.
                         self.rotate();
                     }
                     e.error
@@ -1368,6 +1373,30 @@ mod tests {
                 .starts_with("no control-plane instance leads: connect to control plane "),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_connection_closed_between_calls_is_replaced() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        // Each connection answers one request and is closed, as by an
+        // instance that restarted between two calls.
+        let served = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut payload = Vec::new();
+                let header = read_frame(&mut stream, &mut payload).unwrap().unwrap();
+                let mut frame = Vec::new();
+                Response::Done.encode(header.request_id, &mut frame);
+                stream.write_all(&frame).unwrap();
+            }
+        });
+        let mut link = ControlLink::new(vec![address]);
+        for _ in 0..2 {
+            let (frame_type, _) = link.call(&AdminRequest::ListTopics.into()).unwrap();
+            assert_eq!(frame_type, FrameType::DoneResponse);
+        }
+        served.join().unwrap();
     }
 
     #[test]
