@@ -31,7 +31,7 @@ use crate::topic::NewSegment;
 use crate::{
     BrokerId, BrokerInfo, ControlError, Follower, InvalidChange, InvalidTopic, KeyRange,
     Membership, PolicyError, Rate, ScalingPolicy, Segment, SegmentId, SegmentState, Topic,
-    TopicName, REPLICAS_MAX, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
+    TopicName, DEFAULT_REPLICAS, REPLICAS_MAX, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
 };
 
 /// How the core treats brokers.
@@ -700,12 +700,16 @@ impl Cluster {
     }
 
     /// How many brokers keep a new topic's segments when its creator does
-    /// not say: 1 for now. (Issue 19 asks for 2 in a cluster; that waits
-    /// until a follower on a stopped broker no longer holds up the
-    /// creation's answer, which waits for every broker told to apply the
-    /// layout.)
+    /// not say: [`DEFAULT_REPLICAS`] while at least that many brokers are
+    /// live, else 1 (a lone broker has nowhere to copy to). The count is
+    /// the topic's for good: brokers that join later get followers placed
+    /// only for topics that asked for them.
     pub fn default_replicas(&self) -> u8 {
-        1
+        if self.membership.broker_ids().count() >= usize::from(DEFAULT_REPLICAS) {
+            DEFAULT_REPLICAS
+        } else {
+            1
+        }
     }
 
     /// Up to `count` followers for a new segment owned by `owner`, on
@@ -1864,7 +1868,7 @@ mod tests {
     }
 
     #[test]
-    fn replicas_go_to_other_brokers_and_default_to_one() {
+    fn replicas_go_to_other_brokers_and_default_to_two_in_a_cluster() {
         let mut alone = cluster(1);
         let t = name("ns/t");
         alone.create_topic(0, &t, 2, 0, None).unwrap();
@@ -1887,7 +1891,10 @@ mod tests {
 
         let mut c = cluster(3);
         c.create_topic(0, &name("ns/default"), 2, 0, None).unwrap();
-        assert_eq!(c.topic(&name("ns/default")).unwrap().replicas(), 1);
+        assert_eq!(c.topic(&name("ns/default")).unwrap().replicas(), 2);
+        assert!(copies(&c, &name("ns/default"))
+            .iter()
+            .all(|(owner, f)| f.len() == 1 && f[0].0 != *owner));
         c.create_topic(0, &t, 6, 2, None).unwrap();
         assert_eq!(c.topic(&t).unwrap().replicas(), 2);
         for (owner, followers) in copies(&c, &t) {

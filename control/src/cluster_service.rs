@@ -952,8 +952,8 @@ impl ClusterService {
         if let Some(g) = gate.and_then(|g| self.gates.get_mut(&g)) {
             g.deliveries_left += 1;
         }
-        let followers = self.followers_of_opened(action);
-        let delivery = Delivery::new(action, snapshot, gate, &followers);
+        let followed = self.opens_followed(action);
+        let delivery = Delivery::new(action, snapshot, gate, followed);
         let t = self
             .topic_deliveries
             .entry(delivery.topic.clone())
@@ -1522,25 +1522,16 @@ impl ClusterService {
         }
     }
 
-    /// The live brokers that follow the segments `action` opened.
-    fn followers_of_opened(&self, action: &Action) -> Vec<BrokerId> {
+    /// Whether a segment `action` opened has followers.
+    fn opens_followed(&self, action: &Action) -> bool {
         let Some(topic) = self.cluster.topic(action.topic()) else {
-            return Vec::new();
+            return false;
         };
-        let mut brokers = Vec::new();
-        for opened in action.opened() {
-            for follower in topic
+        action.opened().iter().any(|opened| {
+            topic
                 .segment(opened.segment)
-                .map_or(&[][..], |s| &s.followers[..])
-            {
-                if self.cluster.membership().is_live(follower.broker)
-                    && !brokers.contains(&follower.broker)
-                {
-                    brokers.push(follower.broker);
-                }
-            }
-        }
-        brokers
+                .is_some_and(|s| !s.followers.is_empty())
+        })
     }
 
     fn topic_json(&self, name: &TopicName) -> Vec<u8> {

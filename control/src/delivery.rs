@@ -10,19 +10,22 @@
 //!    everywhere before any successor opens, and nothing waits for a
 //!    flush yet;
 //! 2. [`Step::Apply`]: the layout to every sealing and opening broker,
-//!    and to the followers of what opens, at once: sealers flush and mark what they sealed while the successors
-//!    open. (A broker that seals and opens refuses before it opens on its
+//!    at once: sealers flush and mark what they sealed while the
+//!    successors open. (A broker that seals and opens refuses before it opens on its
 //!    own, so an action on one broker needs no step 1.) The delivery is
 //!    *released* here: the admin request that caused it may be answered
 //!    and the next delivery of the same topic may start;
-//! 3. [`Step::InformOthers`]: to every other live broker, if anything was
-//!    sealed (reads of a sealed segment go to any broker, which must know
-//!    it is sealed). A stalled broker here delays nobody.
+//! 3. [`Step::InformOthers`]: to every other live broker (taken when the
+//!    step is sent), if anything was sealed (reads of a sealed segment go
+//!    to any broker, which must know it is sealed) or what opens has
+//!    followers (they start copying once told). A stalled broker here
+//!    delays nobody: a follower on a stopped broker holds up no answer.
 //!
 //! A delete is one step, [`Step::Drop`]: `DropTopic` to each broker that
 //! held the topic's open segments. A change of followers is one step,
-//! [`Step::Apply`], to the owners and followers (old and new) of the
-//! segments it changed.
+//! [`Step::InformOthers`]: every broker live when it is sent (one that
+//! registers meanwhile may hold the topic's layout too); the layout's age
+//! orders it against the others.
 
 use std::collections::VecDeque;
 
@@ -76,13 +79,13 @@ pub(crate) struct Delivery {
 
 impl Delivery {
     /// The steps that carry out `action`, whose topic stood as `snapshot`
-    /// right after it; `followers` follow the segments it opened, and are
-    /// told the layout with the brokers that open them.
+    /// right after it; `followed` says whether a segment it opened has
+    /// followers.
     pub(crate) fn new(
         action: &Action,
         snapshot: Snapshot,
         gate: Option<u64>,
-        followers: &[BrokerId],
+        followed: bool,
     ) -> Delivery {
         let mut sealers: Vec<BrokerId> = Vec::new();
         let mut openers: Vec<BrokerId> = Vec::new();
@@ -99,9 +102,6 @@ impl Delivery {
         }
         let mut steps = VecDeque::new();
         if matches!(action, Action::Followers { .. }) {
-            // Every broker live when it is sent (one that registers
-            // meanwhile may hold the topic's layout too); the layout's age
-            // orders it against the others.
             steps.push_back(Step::InformOthers);
         } else if matches!(action, Action::DeleteTopic { .. }) {
             steps.push_back(Step::Drop(droppers));
@@ -115,14 +115,14 @@ impl Delivery {
             };
             let seals = !sealers.is_empty() && refusers.is_empty();
             let mut brokers = sealers;
-            for broker in openers.into_iter().chain(followers.iter().copied()) {
+            for broker in openers {
                 if !brokers.contains(&broker) {
                     brokers.push(broker);
                 }
             }
             steps.push_back(Step::Refuse(refusers));
             steps.push_back(Step::Apply { brokers, seals });
-            if !action.sealed().is_empty() {
+            if !action.sealed().is_empty() || followed {
                 steps.push_back(Step::InformOthers);
             }
         }
@@ -175,7 +175,7 @@ mod tests {
             opened: placed(3, 5),
             cause: Cause::Manual,
         };
-        let delivery = Delivery::new(&merge, snapshot(), None, &[]);
+        let delivery = Delivery::new(&merge, snapshot(), None, false);
         let steps: Vec<Step> = delivery.steps.iter().cloned().collect();
         assert_eq!(
             steps,
@@ -199,7 +199,7 @@ mod tests {
             opened: vec![placed(2, 4), placed(3, 4)],
             cause: Cause::Manual,
         };
-        let delivery = Delivery::new(&split, snapshot(), None, &[]);
+        let delivery = Delivery::new(&split, snapshot(), None, false);
         assert_eq!(delivery.steps.front(), Some(&Step::Refuse(Vec::new())));
         assert_eq!(
             delivery.steps.get(1),
@@ -217,7 +217,7 @@ mod tests {
             topic: topic.clone(),
             opened: vec![placed(0, 1), placed(1, 2), placed(2, 1)],
         };
-        let delivery = Delivery::new(&create, snapshot(), Some(9), &[]);
+        let delivery = Delivery::new(&create, snapshot(), Some(9), false);
         assert!(!delivery.seals_pending());
         assert_eq!(
             delivery.steps.back(),
@@ -226,11 +226,26 @@ mod tests {
                 seals: false
             })
         );
+        // Followers are told after the owners, by the step that holds
+        // nothing up: the creation is answered once its owners opened.
+        let delivery = Delivery::new(&create, snapshot(), Some(9), true);
+        let steps: Vec<Step> = delivery.steps.iter().cloned().collect();
+        assert_eq!(
+            steps,
+            [
+                Step::Refuse(Vec::new()),
+                Step::Apply {
+                    brokers: vec![BrokerId(1), BrokerId(2)],
+                    seals: false
+                },
+                Step::InformOthers,
+            ]
+        );
         let delete = Action::DeleteTopic {
             topic,
             brokers: vec![BrokerId(3)],
         };
-        let delivery = Delivery::new(&delete, snapshot(), None, &[]);
+        let delivery = Delivery::new(&delete, snapshot(), None, false);
         assert!(delivery.drop);
         assert_eq!(delivery.steps.len(), 1);
     }

@@ -73,7 +73,7 @@ pub use rebalancer::RebalancePolicy;
 pub use scaling_policy::{PolicyError, ScalingPolicy, MERGE_FACTOR_LONGEST, SPLIT_FACTORS};
 pub use segment::{Follower, Segment, SegmentId, SegmentState};
 pub use topic::{
-    InvalidTopic, Topic, TopicJsonError, REPLICAS_MAX, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
-    TOPIC_JSON_BYTES_MAX, TOPIC_JSON_VERSION,
+    InvalidTopic, Topic, TopicJsonError, DEFAULT_REPLICAS, REPLICAS_MAX, SEGMENTS_PER_TOPIC_MAX,
+    TOPICS_MAX, TOPIC_JSON_BYTES_MAX, TOPIC_JSON_VERSION,
 };
 pub use topic_name::{TopicName, TOPIC_NAME_BYTES_MAX};

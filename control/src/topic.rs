@@ -71,6 +71,11 @@ pub const TOPICS_MAX: usize = 100_000;
 /// Most brokers a segment can be kept on, its owner included.
 pub const REPLICAS_MAX: u8 = 5;
 
+/// Brokers a topic's segments are kept on when its creator does not say,
+/// in a cluster with at least that many live brokers (see
+/// [`Cluster::default_replicas`](crate::Cluster::default_replicas)).
+pub const DEFAULT_REPLICAS: u8 = 2;
+
 /// Every segment a topic is created with must get a non-empty range.
 const _: () = assert!(SEGMENTS_PER_TOPIC_MAX as u64 <= RING_END);
 

@@ -437,10 +437,17 @@ fn manual_split_refuses_writes_before_it_opens_and_flushes_meanwhile() {
         let told = told.as_ref().expect("a refusal, then the layout");
         assert!(!told.segment(kelp_control::SegmentId(0)).unwrap().is_open());
     }
+    // (The creation's layout may reach the other broker late too: it
+    // follows segment 0, and followers are told after the answer.)
     let open = other
         .events()
         .into_iter()
-        .find(|e| e.seq >= before)
+        .find(|e| {
+            e.seq >= before
+                && e.layout
+                    .as_ref()
+                    .is_some_and(|l| l.segment(kelp_control::SegmentId(1)).is_some())
+        })
         .expect("the opening broker was told");
     assert!(open.layout.is_some());
     assert!(

@@ -95,8 +95,20 @@ async fn segments_are_kept_on_other_brokers_and_a_dead_followers_place_is_taken(
         format!("{}:{}", broker.host, u64::from(broker.port) + shard)
     };
 
-    // The default keeps one copy.
-    let out = b1.cli(&["topic", "create", "rep/one"]);
+    // With two or more brokers live, the default keeps two copies.
+    let out = b1.cli(&["topic", "create", "rep/default", "--segments", "2"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains("each kept on 2 brokers"), "{said}");
+    let default = open_copies(&describe(&b1, "rep/default"));
+    assert!(
+        default
+            .iter()
+            .all(|(owner, f)| f.len() == 1 && f[0].0 != *owner),
+        "{default:?}"
+    );
+    // One copy when asked.
+    let out = b1.cli(&["topic", "create", "rep/one", "--replicas", "1"]);
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(said.contains("each kept on 1 broker"), "{said}");
