@@ -314,6 +314,55 @@ pub fn free_base_port(shards: usize) -> Result<SocketAddr> {
     bail!("no {shards} consecutive free ports found on 127.0.0.1")
 }
 
+/// How long a control plane may take to listen.
+const CONTROL_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A `kelp control` child on a free loopback port, killed on drop.
+pub struct ControlProcess {
+    child: Child,
+    /// Where it listens.
+    pub listen: SocketAddr,
+}
+
+impl ControlProcess {
+    /// `kelp control` from `kelp`, its data under `data_dir`; waits until
+    /// it listens.
+    pub fn start(kelp: &Path, data_dir: &Path) -> Result<ControlProcess> {
+        let listen = free_base_port(1)?;
+        let child = Command::new(kelp)
+            .arg("control")
+            .arg("--listen")
+            .arg(listen.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("start the control plane ({})", kelp.display()))?;
+        let mut control = ControlProcess { child, listen };
+        let deadline = Instant::now() + CONTROL_START_TIMEOUT;
+        while std::net::TcpStream::connect(listen).is_err() {
+            if let Some(status) = control.child.try_wait()? {
+                bail!("the control plane exited with {status} while starting");
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the control plane did not listen within {CONTROL_START_TIMEOUT:?}"
+            );
+            thread::sleep(START_POLL_INTERVAL);
+        }
+        Ok(control)
+    }
+}
+
+impl Drop for ControlProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,9 +29,9 @@ use crate::rate::{sum_windows, RateWindows, RATE_WINDOWS};
 use crate::rebalancer::{hot_and_cold, propose, Movable, RebalancePolicy};
 use crate::topic::NewSegment;
 use crate::{
-    BrokerId, BrokerInfo, ControlError, Follower, InvalidChange, InvalidTopic, KeyRange,
-    Membership, PolicyError, Rate, ScalingPolicy, Segment, SegmentId, SegmentState, Topic,
-    TopicName, DEFAULT_REPLICAS, REPLICAS_MAX, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
+    BrokerId, BrokerInfo, ControlError, Follower, FollowerLag, InvalidChange, InvalidTopic,
+    KeyRange, Membership, PolicyError, Rate, ScalingPolicy, Segment, SegmentId, SegmentState,
+    Topic, TopicName, DEFAULT_REPLICAS, REPLICAS_MAX, SEGMENTS_PER_TOPIC_MAX, TOPICS_MAX,
 };
 
 /// How the core treats brokers.
@@ -43,7 +43,17 @@ pub struct ClusterConfig {
     /// When to move segments off hot brokers; `None` turns the rebalancer
     /// off.
     pub rebalance: Option<RebalancePolicy>,
+    /// An in-sync follower whose owner reports it has not held every
+    /// record the owner had for longer than this leaves the in-sync set
+    /// (an `all` produce stops waiting for it); an out-of-sync one back
+    /// within half of it rejoins.
+    pub follower_lag_max_ms: u64,
 }
+
+/// [`ClusterConfig::follower_lag_max_ms`] by default: half the default
+/// broker silence, so a frozen broker stops holding up `all` produces
+/// before it is declared dead.
+pub const FOLLOWER_LAG_MAX_MS: u64 = 5_000;
 
 impl Default for ClusterConfig {
     /// Dead after 10 s of silence (brokers report every second); the
@@ -52,6 +62,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             broker_silence_ms: 10_000,
             rebalance: Some(RebalancePolicy::default()),
+            follower_lag_max_ms: FOLLOWER_LAG_MAX_MS,
         }
     }
 }
@@ -72,6 +83,9 @@ pub struct Cluster {
     rates: RateBook,
     /// Open segments whose owner is not live.
     orphans: BTreeSet<SegmentKey>,
+    /// What each open segment's owner last reported of its followers'
+    /// lags (one entry per open segment at most).
+    follower_lags: BTreeMap<TopicName, BTreeMap<SegmentId, Vec<FollowerLag>>>,
     /// The first `now_ms` the core saw.
     started_ms: Option<u64>,
     /// When the rebalancer last moved a segment.
@@ -87,6 +101,7 @@ impl Cluster {
             topics: BTreeMap::new(),
             rates: RateBook::default(),
             orphans: BTreeSet::new(),
+            follower_lags: BTreeMap::new(),
             started_ms: None,
             last_move_ms: None,
         }
@@ -241,6 +256,12 @@ impl Cluster {
             };
             if !segment.is_open() || segment.broker != Some(id) {
                 continue;
+            }
+            if !segment.followers.is_empty() {
+                self.follower_lags
+                    .entry(load.topic.clone())
+                    .or_default()
+                    .insert(load.segment, load.followers.clone());
             }
             let windows = windows_of(topic);
             // A segment created under this core had no traffic before its
@@ -757,26 +778,53 @@ impl Cluster {
         self.rehome(now_ms, &orphans, Cause::Orphaned)
     }
 
-    /// Once the restart grace is over: drop every open segment's
-    /// followers on brokers that are not live, and place followers (out
-    /// of sync: they start from the owner's stored end) until each open
-    /// segment has its topic's replicas, as far as live brokers allow.
-    /// One [`Action::Followers`] per topic changed.
+    /// Take followers out of the in-sync set or back by their owners'
+    /// reports (see [`sync_change`]); and once the restart grace is over,
+    /// drop every open segment's followers on brokers that are not live,
+    /// and place followers (out of sync: they start from the owner's
+    /// stored end) until each open segment has its topic's replicas, as
+    /// far as live brokers allow. One [`Action::Followers`] per topic
+    /// changed.
     fn repair_followers(&mut self, now_ms: u64) -> Vec<Action> {
+        // Before it, a broker not registered yet may just not have
+        // reported since the restart.
         let grace_over = self
             .started_ms
             .is_some_and(|start| now_ms.saturating_sub(start) >= self.config.broker_silence_ms);
-        if !grace_over || self.membership.is_empty() {
+        if self.membership.is_empty() {
             return Vec::new();
         }
         let live = self.membership.broker_ids().count();
+        // Reports of segments no longer open are of no use.
+        let topics = &self.topics;
+        self.follower_lags.retain(|topic, segments| {
+            let Some(t) = topics.get(topic) else {
+                return false;
+            };
+            segments.retain(|id, _| t.segment(*id).is_some_and(Segment::is_open));
+            !segments.is_empty()
+        });
+        let (membership, lags) = (&self.membership, &self.follower_lags);
+        let lag_max_ms = self.config.follower_lag_max_ms;
+        let in_sync_due = |topic: &TopicName, segment: SegmentId, f: &Follower| {
+            let lag = lags
+                .get(topic)?
+                .get(&segment)?
+                .iter()
+                .find(|l| l.broker == f.broker)?
+                .lag_ms;
+            sync_change(f.in_sync, lag, lag_max_ms)
+        };
         let short = |topic: &Topic, s: &Segment| {
             let wanted = usize::from(topic.replicas().saturating_sub(1)).min(live - 1);
-            s.broker.is_some_and(|owner| self.membership.is_live(owner))
+            let placing = grace_over
                 && (s.followers.len() < wanted
+                    || s.followers.iter().any(|f| !membership.is_live(f.broker)));
+            s.broker.is_some_and(|owner| membership.is_live(owner))
+                && (placing
                     || s.followers
                         .iter()
-                        .any(|f| !self.membership.is_live(f.broker)))
+                        .any(|f| in_sync_due(topic.name(), s.id, f).is_some()))
         };
         let due: Vec<TopicName> = self
             .topics
@@ -803,8 +851,11 @@ impl Cluster {
                 let mut kept: Vec<Follower> = segment
                     .followers
                     .iter()
-                    .filter(|f| self.membership.is_live(f.broker))
-                    .copied()
+                    .filter(|f| !grace_over || membership.is_live(f.broker))
+                    .map(|f| Follower {
+                        in_sync: in_sync_due(&name, segment.id, f).unwrap_or(f.in_sync),
+                        ..*f
+                    })
                     .collect();
                 let expected = self
                     .rates
@@ -813,11 +864,15 @@ impl Cluster {
                     .unwrap_or_default();
                 let mut avoid: Vec<BrokerId> = kept.iter().map(|f| f.broker).collect();
                 avoid.push(owner);
-                let missing = wanted.saturating_sub(kept.len());
+                let missing = if grace_over {
+                    wanted.saturating_sub(kept.len())
+                } else {
+                    0
+                };
                 for broker in placement.pick_followers(expected, &avoid, missing) {
                     kept.push(Follower {
                         broker,
-                        shard: shards.pick(&self.membership, broker, None),
+                        shard: shards.pick(membership, broker, None),
                         in_sync: false,
                     });
                 }
@@ -1456,6 +1511,19 @@ pub enum InvariantViolation {
     },
 }
 
+/// Whether a follower now `in_sync` whose owner reports `lag_ms` should
+/// change (`None`: stay as it is): one in sync whose lag passed `max_ms`
+/// ([`ClusterConfig::follower_lag_max_ms`]) leaves, one out of sync back
+/// within half of it rejoins (the gap keeps a follower near the limit from
+/// flapping).
+fn sync_change(in_sync: bool, lag_ms: u64, max_ms: u64) -> Option<bool> {
+    match in_sync {
+        true if lag_ms > max_ms => Some(false),
+        false if lag_ms <= max_ms / 2 => Some(true),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -1491,6 +1559,7 @@ mod tests {
         let mut c = Cluster::new(ClusterConfig {
             broker_silence_ms: 3_000,
             rebalance: None,
+            follower_lag_max_ms: FOLLOWER_LAG_MAX_MS,
         });
         for id in 1..=brokers {
             assert!(c.handle_register(0, info(id, 2)).unwrap().is_empty());
@@ -1531,6 +1600,7 @@ mod tests {
                     topic: topic.clone(),
                     segment: *segment,
                     rate: rate(bytes_per_s),
+                    followers: Vec::new(),
                 })
                 .collect();
             c.handle_load_report(now_ms, id, &loads).unwrap();
@@ -1868,6 +1938,67 @@ mod tests {
     }
 
     #[test]
+    fn a_follower_behind_too_long_leaves_the_in_sync_set_and_rejoins_once_caught_up() {
+        let mut c = cluster(2);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 1, 2, None).unwrap();
+        let segment = c.topic(&t).unwrap().open_segments().next().unwrap().clone();
+        let owner = segment.broker.unwrap();
+        let follower = segment.followers[0].broker;
+        let mut now = 0;
+        // Both brokers report; the owner says how far its follower is.
+        let report = |c: &mut Cluster, now: u64, lag_ms: u64| {
+            let load = SegmentLoad {
+                topic: t.clone(),
+                segment: segment.id,
+                rate: rate(1),
+                followers: vec![FollowerLag {
+                    broker: follower,
+                    lag_ms,
+                }],
+            };
+            c.handle_load_report(now, owner, &[load]).unwrap();
+            c.handle_heartbeat(now, follower).unwrap();
+            c.handle_tick(now)
+        };
+        let in_sync = |c: &Cluster| c.topic(&t).unwrap().segment(segment.id).unwrap().followers[0];
+        // Behind, but within the limit (the start's grace does not hold
+        // this up: a report is news, not a silence).
+        while now < 1_000 {
+            now += 1_000;
+            assert!(report(&mut c, now, FOLLOWER_LAG_MAX_MS).is_empty());
+        }
+        assert!(in_sync(&c).in_sync);
+        // Past it: out, in one change of followers.
+        now += 1_000;
+        let actions = report(&mut c, now, FOLLOWER_LAG_MAX_MS + 1);
+        assert!(
+            matches!(&actions[..], [Action::Followers { before, .. }] if before[0].1[0].in_sync),
+            "{actions:?}"
+        );
+        let out = in_sync(&c);
+        assert!(!out.in_sync);
+        assert_eq!(out.broker, follower, "kept, only out of sync");
+        // Still behind, or back but not by enough: nothing more.
+        for lag in [u64::MAX, FOLLOWER_LAG_MAX_MS, FOLLOWER_LAG_MAX_MS / 2 + 1] {
+            now += 1_000;
+            assert!(report(&mut c, now, lag).is_empty(), "lag {lag}");
+        }
+        // Caught up: back in.
+        now += 1_000;
+        let actions = report(&mut c, now, 0);
+        assert!(
+            matches!(&actions[..], [Action::Followers { .. }]),
+            "{actions:?}"
+        );
+        assert!(in_sync(&c).in_sync);
+        assert_eq!(c.topic(&t).unwrap().follower_changes, 2);
+        assert_eq!(sync_change(true, 10, 5), Some(false));
+        assert_eq!(sync_change(false, 2, 5), Some(true));
+        assert_eq!(sync_change(false, 3, 5), None);
+    }
+
+    #[test]
     fn replicas_go_to_other_brokers_and_default_to_two_in_a_cluster() {
         let mut alone = cluster(1);
         let t = name("ns/t");
@@ -2064,6 +2195,7 @@ mod tests {
             topic: t.clone(),
             segment: SegmentId(segment),
             rate: rate(5),
+            followers: Vec::new(),
         };
         // Segment 0 is on b1, 1 on b2; 9 does not exist.
         assert_eq!(
@@ -2090,6 +2222,7 @@ mod tests {
                 utilization_min: 0.1,
                 cooldown_ms: 2_000,
             }),
+            follower_lag_max_ms: FOLLOWER_LAG_MAX_MS,
         });
         c.handle_register(0, info(1, 1)).unwrap();
         let t = name("ns/t");

@@ -68,7 +68,7 @@ use crate::segment_fence::{self, Fenced};
 use crate::state_store::StateStore;
 use crate::{
     Action, BrokerCommand, BrokerId, BrokerInfo, Capacity, Cluster, ClusterConfig, ControlError,
-    Rate, ScalingPolicy, SegmentId, SegmentLoad, SegmentState, Topic, TopicName,
+    FollowerLag, Rate, ScalingPolicy, SegmentId, SegmentLoad, SegmentState, Topic, TopicName,
 };
 
 pub use crate::broker_queue::{CommandId, CommandRequest, COMMANDS_QUEUED_PER_BROKER_MAX};
@@ -470,6 +470,9 @@ impl ClusterService {
             );
         } else {
             let actions = self.cluster.handle_tick(now_ms);
+            for action in &actions {
+                self.log_followers_changed(action);
+            }
             self.execute_all(&actions, None);
         }
         self.forget_departed();
@@ -1357,6 +1360,14 @@ impl ClusterService {
                     bytes_per_s: report.bytes_per_s,
                     records_per_s: report.records_per_s,
                 },
+                followers: report
+                    .followers
+                    .iter()
+                    .map(|f| FollowerLag {
+                        broker: BrokerId(f.broker),
+                        lag_ms: f.lag_ms,
+                    })
+                    .collect(),
             });
         }
         self.cluster
@@ -1495,6 +1506,46 @@ impl ClusterService {
 
     fn persist(&self, topic: &Topic) -> Result<(), ControlError> {
         self.store.put_topic(topic)
+    }
+
+    /// Say which followers `action` (if a change of followers) took out of
+    /// the in-sync set, brought back, placed or dropped: an `all` produce
+    /// stops or starts waiting for them.
+    fn log_followers_changed(&self, action: &Action) {
+        let Action::Followers { topic, before, .. } = action else {
+            return;
+        };
+        let Some(now) = self.cluster.topic(topic) else {
+            return;
+        };
+        for (id, old) in before {
+            let Some(segment) = now.segment(*id) else {
+                continue;
+            };
+            for f in &segment.followers {
+                let was = old.iter().find(|o| o.broker == f.broker);
+                let what = match (was.map(|o| o.in_sync), f.in_sync) {
+                    (None, _) => "placed (behind until it copies)",
+                    (Some(true), false) => "left the in-sync set: behind its owner for too long",
+                    (Some(false), true) => "rejoined the in-sync set: caught up",
+                    _ => continue,
+                };
+                log::info!(
+                    "segment {topic}/{}: its follower on broker {} {what}",
+                    id.0,
+                    f.broker
+                );
+            }
+            for o in old {
+                if !segment.followers.iter().any(|f| f.broker == o.broker) {
+                    log::info!(
+                        "segment {topic}/{}: its follower on broker {} was dropped (broker gone)",
+                        id.0,
+                        o.broker
+                    );
+                }
+            }
+        }
     }
 
     /// Seal a segment whose owner is gone in the filer, at the end of what

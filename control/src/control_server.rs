@@ -93,6 +93,9 @@ pub struct ControlServerConfig {
     pub filer: Option<ClusterFiler>,
     /// A broker silent for longer than this is dead.
     pub broker_silence_ms: u64,
+    /// A follower behind its owner for longer than this leaves the
+    /// in-sync set ([`ClusterConfig::follower_lag_max_ms`]).
+    pub follower_lag_max_ms: u64,
     /// How often the core ticks.
     pub tick_ms: u64,
     /// The rebalancer; `None` turns it off.
@@ -136,6 +139,7 @@ impl Default for ControlServerConfig {
             data_dir: PathBuf::from("./kelp-control"),
             filer: None,
             broker_silence_ms: ClusterConfig::default().broker_silence_ms,
+            follower_lag_max_ms: ClusterConfig::default().follower_lag_max_ms,
             tick_ms: 1_000,
             rebalance: ClusterConfig::default().rebalance,
             link: BrokerLink::default(),
@@ -240,14 +244,16 @@ impl ControlServer {
     pub fn start(config: ControlServerConfig) -> Result<ControlServer, ControlServerError> {
         if config.tick_ms == 0
             || config.broker_silence_ms == 0
+            || config.follower_lag_max_ms == 0
             || config.connections_max == 0
             || config.connections_per_ip_max == 0
             || config.idle_timeout_ms == 0
             || config.frame_timeout_ms == 0
         {
             return Err(ControlServerError::Config(
-                "tick_ms, broker_silence_ms, connections_max, connections_per_ip_max, \
-                 idle_timeout_ms and frame_timeout_ms must be at least 1"
+                "tick_ms, broker_silence_ms, follower_lag_max_ms, connections_max, \
+                 connections_per_ip_max, idle_timeout_ms and frame_timeout_ms must be at \
+                 least 1"
                     .to_owned(),
             ));
         }
@@ -289,6 +295,7 @@ impl ControlServer {
         let cluster_config = ClusterConfig {
             broker_silence_ms: config.broker_silence_ms,
             rebalance: config.rebalance,
+            follower_lag_max_ms: config.follower_lag_max_ms,
         };
         let command_timeout_ms = command_time_max_ms.saturating_add(COMMAND_RESULT_SLACK_MS);
         let (service, candidate) = match config.election.clone() {

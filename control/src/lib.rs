@@ -62,12 +62,12 @@ pub use broker::{
     BrokerId, BrokerInfo, Capacity, InvalidRegistration, SHARDS_PER_BROKER_MAX,
     SHARD_ADDRESS_BYTES_MAX,
 };
-pub use cluster::{Cluster, ClusterConfig, InvariantViolation};
+pub use cluster::{Cluster, ClusterConfig, InvariantViolation, FOLLOWER_LAG_MAX_MS};
 pub use cluster_service::{ActionCounts, ClusterService};
 pub use control_server::{ClusterFiler, ControlServer, ControlServerConfig, ControlServerError};
 pub use error::{ControlError, CorruptLayout, InvalidChange};
 pub use key_range::{KeyRange, RING_END};
-pub use membership::{BrokerEntry, Membership, SegmentLoad, BROKERS_MAX};
+pub use membership::{BrokerEntry, FollowerLag, Membership, SegmentLoad, BROKERS_MAX};
 pub use rate::{Rate, RateWindows, RATE_WINDOWS};
 pub use rebalancer::RebalancePolicy;
 pub use scaling_policy::{PolicyError, ScalingPolicy, MERGE_FACTOR_LONGEST, SPLIT_FACTORS};

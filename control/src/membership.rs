@@ -22,6 +22,18 @@ pub struct SegmentLoad {
     pub segment: SegmentId,
     /// Its traffic since the broker's previous report.
     pub rate: Rate,
+    /// How far behind each of its followers is, as the owner sees it.
+    pub followers: Vec<FollowerLag>,
+}
+
+/// How far behind its owner one follower of a segment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerLag {
+    /// The follower's broker.
+    pub broker: BrokerId,
+    /// How long since it last held every record the owner had, in ms (0:
+    /// it does now; `u64::MAX`: not since it was named out of sync).
+    pub lag_ms: u64,
 }
 
 /// What the registry knows about one live broker.

@@ -269,6 +269,7 @@ fn load(topic: &str, segment: u32, bytes_per_s: u64) -> SegmentLoadReport {
         next_offset: 0,
         first_append_ms: None,
         lost_records: 0,
+        followers: Vec::new(),
     }
 }
 

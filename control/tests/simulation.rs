@@ -24,8 +24,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use kelp_control::{
     Action, BrokerId, BrokerInfo, Capacity, Cause, Cluster, ClusterConfig, ControlError,
-    InvalidRegistration, KeyRange, Rate, RebalancePolicy, ScalingPolicy, SegmentLoad, SegmentState,
-    Topic, TopicName, RING_END,
+    FollowerLag, InvalidRegistration, KeyRange, Rate, RebalancePolicy, ScalingPolicy, SegmentLoad,
+    SegmentState, Topic, TopicName, RING_END,
 };
 
 const STEP_MS: u64 = 1_000;
@@ -146,6 +146,7 @@ impl Sim {
                 utilization_min: 0.05,
                 cooldown_ms: 5_000,
             }),
+            follower_lag_max_ms: kelp_control::FOLLOWER_LAG_MAX_MS,
         };
         Sim {
             rng: fastrand::Rng::with_seed(seed),
@@ -356,7 +357,7 @@ impl Sim {
         // Every running broker reports on what it owns; one the core
         // declared dead registers again.
         for (id, info) in self.running.clone() {
-            let loads: Vec<SegmentLoad> = match self.cluster.membership().broker(id) {
+            let mut loads: Vec<SegmentLoad> = match self.cluster.membership().broker(id) {
                 Some(entry) => entry
                     .segments()
                     .iter()
@@ -367,6 +368,7 @@ impl Sim {
                             topic: topic.clone(),
                             segment: *segment,
                             rate,
+                            followers: Vec::new(),
                         })
                     })
                     .collect(),
@@ -375,6 +377,28 @@ impl Sim {
                     continue;
                 }
             };
+            // Followers keep up, fall behind, or never start: the core takes
+            // them out of the in-sync set and back.
+            for load in &mut loads {
+                let followers = self
+                    .cluster
+                    .topic(&load.topic)
+                    .and_then(|t| t.segment(load.segment))
+                    .map(|s| s.followers.clone())
+                    .unwrap_or_default();
+                for f in followers {
+                    let lag_ms = match self.rng.u8(..8) {
+                        0 => u64::MAX,
+                        1 => 60_000,
+                        2 | 3 => 100,
+                        _ => 0,
+                    };
+                    load.followers.push(FollowerLag {
+                        broker: f.broker,
+                        lag_ms,
+                    });
+                }
+            }
             let used = self.cluster.handle_load_report(now, id, &loads).unwrap();
             assert!(used <= loads.len());
             // A report at the instant a segment was made (or first seen
@@ -754,6 +778,7 @@ mod service_sim {
             let config = ClusterConfig {
                 broker_silence_ms: SILENCE_MS,
                 rebalance: None,
+                follower_lag_max_ms: kelp_control::FOLLOWER_LAG_MAX_MS,
             };
             let service = ClusterService::open(
                 Box::new(kelp_control::state_store::FilerStateStore::new(

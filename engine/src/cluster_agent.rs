@@ -983,6 +983,7 @@ impl ClusterAgent {
                 next_offset: f.next_offset,
                 first_append_ms: f.first_append_ms,
                 lost_records: f.lost_records,
+                followers: f.followers,
             });
             last.insert(key, (f.appended_bytes, f.appended_records));
         }

@@ -647,6 +647,10 @@ impl Shard {
                     continue;
                 }
                 let st = &cell.stats;
+                let followers = match held {
+                    Segment::Owned(owned) => owned.follower_lags(),
+                    _ => Vec::new(),
+                };
                 out.push(SegmentLoadFigures {
                     topic: name.clone(),
                     segment: cell.id,
@@ -655,6 +659,7 @@ impl Shard {
                     appended_records: st.appended_records.load(Relaxed),
                     first_append_ms: Some(st.first_append_ms.load(Relaxed)).filter(|&t| t > 0),
                     lost_records: st.lost_records.load(Relaxed),
+                    followers,
                 });
             }
         }
@@ -718,4 +723,6 @@ pub(crate) struct SegmentLoadFigures {
     pub(crate) appended_records: u64,
     pub(crate) first_append_ms: Option<u64>,
     pub(crate) lost_records: u64,
+    /// How far behind each follower is (an owned segment's).
+    pub(crate) followers: Vec<wire::message::FollowerLag>,
 }

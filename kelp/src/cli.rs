@@ -112,6 +112,11 @@ pub struct ControlArgs {
     /// segments move.
     #[arg(long, default_value_t = 10_000)]
     pub broker_silence_ms: u64,
+    /// A follower that has not held everything its segment's owner had
+    /// for longer than this leaves the in-sync set (`all` produces stop
+    /// waiting for it); back within half of it, it rejoins.
+    #[arg(long, default_value_t = control::FOLLOWER_LAG_MAX_MS)]
+    pub follower_lag_ms: u64,
     /// How often the control plane checks for dead brokers, splits, merges
     /// and rebalancing.
     #[arg(long, default_value_t = 1_000)]

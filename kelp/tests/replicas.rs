@@ -236,7 +236,14 @@ async fn a_follower_copies_its_owners_records_and_an_all_produce_waits_for_it() 
     let control = ControlPlane::start(
         &dir.path().join("control"),
         port(),
-        &["--broker-silence-ms", "30000"],
+        // Followers never leave the in-sync set here (the next test has
+        // them do so).
+        &[
+            "--broker-silence-ms",
+            "30000",
+            "--follower-lag-ms",
+            "600000",
+        ],
     );
     // Nothing is flushed during the test: what the follower holds is
     // everything produced.
@@ -329,6 +336,122 @@ async fn a_follower_copies_its_owners_records_and_an_all_produce_waits_for_it() 
     assert_eq!(acked.unwrap().unwrap(), RECORDS + 1);
     let copied = copied_records(&follower.data_dir);
     assert_eq!(copied.len() as u64, RECORDS + 2, "{:?}", copied.last());
+    drop(client);
+    drop((b1, b2, control));
+}
+
+/// Whether the single segment of `topic`'s follower is in sync, and on
+/// which broker, as the control plane says.
+async fn follower_state(client: &client::Client, topic: &str) -> (u32, bool) {
+    let info = client.describe_topic(topic).await.unwrap();
+    let segment = info.segments.iter().find(|s| !s.sealed).unwrap();
+    assert_eq!(segment.followers.len(), 1, "{segment:?}");
+    (segment.followers[0].broker, segment.followers[0].in_sync)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_too_long_leaves_the_in_sync_set_and_rejoins_once_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    // A follower may be behind for 1 s; a broker is dead after 60 s, so
+    // what lets an `all` produce through below is the in-sync set, not a
+    // death.
+    let control = ControlPlane::start(
+        &dir.path().join("control"),
+        port(),
+        &["--broker-silence-ms", "60000", "--follower-lag-ms", "1000"],
+    );
+    let start = |name: &str| {
+        Broker::start_with(
+            &dir.path().join(name),
+            port(),
+            &[
+                "--control",
+                &control.address(),
+                "--unpinned",
+                "--flush-age-ms",
+                "600000",
+            ],
+        )
+    };
+    let b1 = start("b1");
+    let b2 = start("b2");
+    let both = format!("{},{}", b1.broker_arg(), b2.broker_arg());
+    let client = support::tcp_client(&both).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.list_brokers().await.unwrap().len() < 2 {
+        assert!(Instant::now() < deadline, "two brokers never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = client
+        .create_topic_with_replicas("rep/lag", 1, 2)
+        .await
+        .unwrap();
+    let owner = created.segments[0].broker.unwrap();
+    let follower = if owner == broker_id(&client, &b1).await {
+        &b2
+    } else {
+        &b1
+    };
+    let follower_id = broker_id(&client, follower).await;
+    assert_eq!(
+        follower_state(&client, "rep/lag").await,
+        (follower_id, true)
+    );
+
+    let all = client::ProducerConfig {
+        ack: client::AckMode::All,
+        ..client::ProducerConfig::default()
+    };
+    let producer = client.producer("rep/lag", all).await.unwrap();
+    let mut sent = 0u64;
+    let mut send = |n: u64| {
+        let keys: Vec<String> = (sent..sent + n).map(|i| format!("k{i}")).collect();
+        sent += n;
+        keys
+    };
+    for key in send(100) {
+        producer.send(key.as_bytes(), b"v", &[]).await.unwrap();
+    }
+    assert_eq!(producer.flush().await.unwrap(), 100);
+
+    // Frozen, the follower falls behind: the control plane takes it out
+    // of the in-sync set, and `all` is answered without it.
+    let pid = follower.child.id();
+    signal("STOP", pid);
+    for key in send(10) {
+        producer.send(key.as_bytes(), b"v", &[]).await.unwrap();
+    }
+    let acked = tokio::time::timeout(Duration::from_secs(30), producer.flush()).await;
+    assert_eq!(
+        acked
+            .expect("`all` held up by a follower out of the in-sync set")
+            .unwrap(),
+        110
+    );
+    assert_eq!(
+        follower_state(&client, "rep/lag").await,
+        (follower_id, false),
+        "kept as a follower, out of sync (its broker is not dead)"
+    );
+
+    // Resumed, it copies what it missed and rejoins.
+    signal("CONT", pid);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !follower_state(&client, "rep/lag").await.1 {
+        assert!(Instant::now() < deadline, "the follower never rejoined");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for key in send(10) {
+        producer.send(key.as_bytes(), b"v", &[]).await.unwrap();
+    }
+    assert_eq!(producer.flush().await.unwrap(), 120);
+    // In sync again, an `all` answer means the follower holds the batch.
+    let copied = copied_records(&follower.data_dir);
+    assert_eq!(copied.len(), 120, "{:?}", copied.last());
+    for (i, (offset, key)) in copied.iter().enumerate() {
+        assert_eq!(*offset, i as u64);
+        assert_eq!(key, &format!("k{i}"));
+    }
     drop(client);
     drop((b1, b2, control));
 }

@@ -35,9 +35,8 @@
 //! [--rate RECORDS_PER_S] [--value-bytes B] [--batch-records N]
 //! [--segments N] [--kelp PATH]`
 
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,7 +45,7 @@ use clap::Parser;
 use client::{Client, ClientOptions, ProducerConfig, SegmentInfo, TopicInfo, Transport};
 use hdrhistogram::Histogram;
 use kelp_benches::broker_process::{
-    free_base_port, BrokerLauncher, BrokerProcess, BrokerSettings, ProcessStats, TempDir,
+    BrokerLauncher, BrokerProcess, BrokerSettings, ControlProcess, ProcessStats, TempDir,
 };
 use kelp_benches::frames::Dialer;
 use kelp_benches::load::{new_histogram, run_producer, ProducerPlan, Progress, SendBudget};
@@ -181,14 +180,14 @@ fn main() -> Result<()> {
         .build()?;
     let measured = runtime.block_on(measure(&args, &cluster));
     cluster.stop()?;
-    let rounds = measured?;
-    print_results(&args, &rounds);
+    let (layout, rounds) = measured?;
+    print_results(&args, &layout, &rounds);
     Ok(())
 }
 
 /// Starts the topic, waits for its followers, warms up, then runs the
-/// rounds.
-async fn measure(args: &Args, cluster: &Cluster) -> Result<Vec<Round>> {
+/// rounds: the layout measured, and each round's figures.
+async fn measure(args: &Args, cluster: &Cluster) -> Result<(TopicInfo, Vec<Round>)> {
     let client = Client::connect(
         &cluster.bootstrap(),
         Transport::Tcp,
@@ -239,7 +238,7 @@ async fn measure(args: &Args, cluster: &Cluster) -> Result<Vec<Round>> {
         });
     }
     client.close().await;
-    Ok(rounds)
+    Ok((layout, rounds))
 }
 
 /// Waits until every open segment has a follower that is in sync: the
@@ -476,12 +475,22 @@ fn met(yes: bool) -> &'static str {
     }
 }
 
-fn print_results(args: &Args, rounds: &[Round]) {
+fn print_results(args: &Args, layout: &TopicInfo, rounds: &[Round]) {
     println!(
         "replicated_ack: kelp control and {BROKERS} brokers of 1 shard, unpinned; topic of {} segments, \
          {REPLICAS} replicas (owner + 1 follower, in sync); records of {} B; {} rounds, {} s a phase",
         args.segments, args.value_bytes, args.rounds, args.seconds
     );
+    let copies: Vec<String> = layout
+        .segments
+        .iter()
+        .map(|s| {
+            let owner = s.broker.map_or("?".into(), |b| b.to_string());
+            let followers: Vec<String> = s.followers.iter().map(|f| f.broker.to_string()).collect();
+            format!("{} on b{owner} -> b{}", s.id, followers.join(",b"))
+        })
+        .collect();
+    println!("segments (owner -> follower): {}", copies.join("; "));
     println!("baseline: ack leader, measured in the same round; ratios are all / leader");
     println!();
     println!(
@@ -591,9 +600,11 @@ fn print_results(args: &Args, rounds: &[Round]) {
         );
     }
     println!();
+    let ratio_of_medians =
+        median_throughput(1).records_per_s / median_throughput(0).records_per_s.max(f64::EPSILON);
     println!(
-        "target: all throughput >= {THROUGHPUT_RATIO_TARGET}x leader: median ratio {throughput_ratio:.2}, \
-         lowest {:.2}: {}",
+        "target: all throughput >= {THROUGHPUT_RATIO_TARGET}x leader: median of the rounds' ratios \
+         {throughput_ratio:.2} (lowest {:.2}, ratio of the medians {ratio_of_medians:.2}): {}",
         ratios.iter().copied().fold(f64::INFINITY, f64::min),
         met(throughput_ratio >= THROUGHPUT_RATIO_TARGET)
     );
@@ -662,49 +673,5 @@ impl Cluster {
         }
         drop(self.control);
         Ok(())
-    }
-}
-
-/// A `kelp control` child, killed on drop (as in `split_follow`, which
-/// keeps its own private).
-struct ControlProcess {
-    child: Child,
-    listen: SocketAddr,
-}
-
-impl ControlProcess {
-    fn start(kelp: &Path, data_dir: &Path) -> Result<ControlProcess> {
-        let listen = free_base_port(1)?;
-        let child = Command::new(kelp)
-            .arg("control")
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("start the control plane ({})", kelp.display()))?;
-        let mut control = ControlProcess { child, listen };
-        let deadline = Instant::now() + START_TIMEOUT;
-        while TcpStream::connect(listen).is_err() {
-            if let Some(status) = control.child.try_wait()? {
-                bail!("the control plane exited with {status} while starting");
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "the control plane did not listen within {START_TIMEOUT:?}"
-            );
-            std::thread::sleep(POLL_INTERVAL);
-        }
-        Ok(control)
-    }
-}
-
-impl Drop for ControlProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -20,9 +20,7 @@
 //! `target/release/split_follow [--rounds N] [--ack leader|durable]
 //! [--rate RECORDS_PER_S] [--brokers N] [--kelp PATH]`
 
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,7 +30,7 @@ use clap::Parser;
 use client::{Client, ClientOptions, Producer, ProducerConfig, TopicInfo, Transport};
 use kelp_benches::bench_args::AckArg;
 use kelp_benches::broker_process::{
-    free_base_port, BrokerLauncher, BrokerProcess, BrokerSettings, TempDir,
+    BrokerLauncher, BrokerProcess, BrokerSettings, ControlProcess, TempDir,
 };
 
 const TOPIC: &str = "bench/split-follow";
@@ -363,48 +361,5 @@ impl Cluster {
         }
         drop(self.control);
         Ok(())
-    }
-}
-
-/// A `kelp control` child, killed on drop.
-struct ControlProcess {
-    child: Child,
-    listen: SocketAddr,
-}
-
-impl ControlProcess {
-    fn start(kelp: &Path, data_dir: &Path) -> Result<ControlProcess> {
-        let listen = free_base_port(1)?;
-        let child = Command::new(kelp)
-            .arg("control")
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("start the control plane ({})", kelp.display()))?;
-        let mut control = ControlProcess { child, listen };
-        let deadline = Instant::now() + START_TIMEOUT;
-        while TcpStream::connect(listen).is_err() {
-            if let Some(status) = control.child.try_wait()? {
-                bail!("the control plane exited with {status} while starting");
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "the control plane did not listen within {START_TIMEOUT:?}"
-            );
-            std::thread::sleep(POLL_INTERVAL);
-        }
-        Ok(control)
-    }
-}
-
-impl Drop for ControlProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -870,16 +870,30 @@ impl SegmentCell {
 
     /// Take the followers the layout names for this segment.
     pub(crate) fn set_followers(&self, followers: &[control::Follower]) {
-        self.followers.borrow_mut().set(followers);
+        let end = self.core.state.borrow().log.next_offset();
+        self.followers
+            .borrow_mut()
+            .set(followers, Instant::now(), end);
         self.replicated.notify(usize::MAX);
     }
 
     /// A follower fetched from `offset`: it holds every record before.
     pub(crate) fn follower_fetched(&self, id: wire::message::FollowerId, offset: u64) {
-        let offset = offset.min(self.core.state.borrow().log.next_offset());
-        if self.followers.borrow_mut().fetched(id, offset) {
+        let end = self.core.state.borrow().log.next_offset();
+        let offset = offset.min(end);
+        if self
+            .followers
+            .borrow_mut()
+            .fetched(id, offset, end, Instant::now())
+        {
             self.replicated.notify(usize::MAX);
         }
+    }
+
+    /// How far behind each follower is now (for the load report).
+    pub(crate) fn follower_lags(&self) -> Vec<wire::message::FollowerLag> {
+        let end = self.core.state.borrow().log.next_offset();
+        self.followers.borrow().lags(end, Instant::now())
     }
 
     /// One past the last offset stored in the filer.

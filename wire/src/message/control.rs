@@ -82,6 +82,23 @@ pub struct SegmentLoadReport {
     pub first_append_ms: Option<u64>,
     /// Offsets found damaged and lost (`SegmentInfo::lost_records`).
     pub lost_records: u64,
+    /// How far behind each follower the owner's layout names is (at most
+    /// [`FOLLOWER_LAGS_MAX`]).
+    pub followers: Vec<FollowerLag>,
+}
+
+/// Most followers one segment's load report names: a segment is kept on
+/// at most 5 brokers, its owner and 4 followers (`control::REPLICAS_MAX`).
+pub const FOLLOWER_LAGS_MAX: usize = 4;
+
+/// How far behind its owner one follower of a segment is, as the owner
+/// sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FollowerLag {
+    pub broker: u32,
+    /// How long since it last held every record the owner had (0: it does
+    /// now), in ms.
+    pub lag_ms: u64,
 }
 
 frame_types!(MembershipRequest as "request" {
@@ -115,6 +132,11 @@ impl MembershipRequest {
                     w.u64(s.next_offset);
                     w.u64(s.first_append_ms.unwrap_or(NONE_U64));
                     w.u64(s.lost_records);
+                    w.count(s.followers.len());
+                    for f in &s.followers {
+                        w.u32(f.broker);
+                        w.u64(f.lag_ms);
+                    }
                 }
             }
             MembershipRequest::LeaveBroker { broker } => w.u32(*broker),
@@ -131,10 +153,10 @@ impl MembershipRequest {
             },
             FrameType::LoadReportRequest => {
                 let broker = r.u32()?;
-                let n = r.count(2 + 4 + 8 * 5)?;
+                let n = r.count(2 + 4 + 8 * 5 + 4)?;
                 let mut segments = Vec::with_capacity(n);
                 for _ in 0..n {
-                    segments.push(SegmentLoadReport {
+                    let mut segment = SegmentLoadReport {
                         topic: r.string()?,
                         segment: r.u32()?,
                         bytes_per_s: r.u64()?,
@@ -142,7 +164,23 @@ impl MembershipRequest {
                         next_offset: r.u64()?,
                         first_append_ms: some_u64(r.u64()?),
                         lost_records: r.u64()?,
-                    });
+                        followers: Vec::new(),
+                    };
+                    let followers = r.count(4 + 8)?;
+                    if followers > FOLLOWER_LAGS_MAX {
+                        return Err(DecodeError::TooLarge {
+                            what: "follower list",
+                            len: followers as u64,
+                            max: FOLLOWER_LAGS_MAX as u64,
+                        });
+                    }
+                    for _ in 0..followers {
+                        segment.followers.push(FollowerLag {
+                            broker: r.u32()?,
+                            lag_ms: r.u64()?,
+                        });
+                    }
+                    segments.push(segment);
                 }
                 MembershipRequest::LoadReport { broker, segments }
             }

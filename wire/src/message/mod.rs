@@ -73,7 +73,10 @@ pub use common::{
     frame_header_for_parts, ErrorCode, FollowerInfo, SegmentInfo, ShardAddress, Successors,
     TopicInfo,
 };
-pub use control::{BrokerShards, LayoutCommand, MembershipRequest, SegmentLoadReport};
+pub use control::{
+    BrokerShards, FollowerLag, LayoutCommand, MembershipRequest, SegmentLoadReport,
+    FOLLOWER_LAGS_MAX,
+};
 pub use data::{
     produce_frame_head, AckMode, DataRequest, FetchChecks, FetchFrom, FetchRequest, Fetched,
     FollowerId, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES, PRODUCE_PREFIX_BYTES,

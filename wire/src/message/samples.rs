@@ -7,8 +7,9 @@ use crate::payload_ref::{PayloadId, PayloadRef};
 
 use super::{
     AckMode, AdminRequest, BrokerShards, BrokerStatus, DataRequest, ErrorCode, FetchChecks,
-    FetchFrom, FetchRequest, Fetched, FollowerId, FollowerInfo, LayoutCommand, MembershipRequest,
-    Response, SegmentInfo, SegmentLoadReport, ShardAddress, Successors, TopicInfo,
+    FetchFrom, FetchRequest, Fetched, FollowerId, FollowerInfo, FollowerLag, LayoutCommand,
+    MembershipRequest, Response, SegmentInfo, SegmentLoadReport, ShardAddress, Successors,
+    TopicInfo,
 };
 
 /// Data requests, client to broker.
@@ -143,6 +144,10 @@ pub fn membership_requests() -> Vec<MembershipRequest> {
                 next_offset: 4,
                 first_append_ms: Some(5),
                 lost_records: 6,
+                followers: vec![FollowerLag {
+                    broker: 7,
+                    lag_ms: 8,
+                }],
             }],
         },
         MembershipRequest::LeaveBroker { broker: 3 },
