@@ -363,6 +363,70 @@ impl Drop for ControlProcess {
     }
 }
 
+/// The brokers a benchmark measures: a lone broker, or a `kelp control`
+/// and brokers joined to it (unpinned: they share this host's cores).
+pub struct BrokerGroup {
+    control: Option<ControlProcess>,
+    pub brokers: Vec<BrokerProcess>,
+}
+
+impl BrokerGroup {
+    /// `brokers` brokers of `kelp` with `settings`, their data under
+    /// `data`; with more than one, a control plane first.
+    pub fn start(
+        kelp: &Path,
+        brokers: usize,
+        settings: &BrokerSettings,
+        data: &Path,
+    ) -> Result<BrokerGroup> {
+        let mut launcher = BrokerLauncher {
+            program: kelp.to_path_buf(),
+            args: vec!["serve".into()],
+        };
+        let control = if brokers > 1 {
+            let control = ControlProcess::start(kelp, &data.join("control"))?;
+            launcher.args.extend([
+                "--control".into(),
+                control.listen.to_string().into(),
+                "--unpinned".into(),
+            ]);
+            Some(control)
+        } else {
+            None
+        };
+        let mut started = Vec::with_capacity(brokers);
+        for i in 0..brokers {
+            let dir = data.join(format!("broker-{i}"));
+            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+            started.push(BrokerProcess::start(&launcher, settings, &dir)?);
+        }
+        Ok(BrokerGroup {
+            control,
+            brokers: started,
+        })
+    }
+
+    /// Every broker's address, for a client's bootstrap list.
+    pub fn bootstrap(&self) -> String {
+        let addresses: Vec<String> = self
+            .brokers
+            .iter()
+            .map(|b| b.listen().to_string())
+            .collect();
+        addresses.join(",")
+    }
+
+    /// Stops the brokers (each flushes and must exit cleanly), then the
+    /// control plane.
+    pub fn stop(self) -> Result<()> {
+        for broker in self.brokers {
+            broker.stop()?;
+        }
+        drop(self.control);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,7 +36,7 @@
 //! [--segments N] [--kelp PATH]`
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,9 +44,7 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
 use client::{Client, ClientOptions, ProducerConfig, SegmentInfo, TopicInfo, Transport};
 use hdrhistogram::Histogram;
-use kelp_benches::broker_process::{
-    BrokerLauncher, BrokerProcess, BrokerSettings, ControlProcess, ProcessStats, TempDir,
-};
+use kelp_benches::broker_process::{BrokerGroup, BrokerSettings, ProcessStats, TempDir};
 use kelp_benches::frames::Dialer;
 use kelp_benches::load::{new_histogram, run_producer, ProducerPlan, Progress, SendBudget};
 use kelp_benches::workload::Workload;
@@ -173,7 +171,15 @@ fn main() -> Result<()> {
         kelp.display()
     );
     let data = TempDir::create(None, "kelp-replicated-ack")?;
-    let cluster = Cluster::start(&kelp, data.path())?;
+    let settings = BrokerSettings {
+        shards: 1,
+        buffer_bytes: BUFFER_BYTES,
+        buffer_bytes_max: None,
+        flush_age_ms: FLUSH_AGE_MS,
+        drop_flushed_pages: false,
+        filer: None,
+    };
+    let cluster = BrokerGroup::start(&kelp, BROKERS, &settings, data.path())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -187,7 +193,7 @@ fn main() -> Result<()> {
 
 /// Starts the topic, waits for its followers, warms up, then runs the
 /// rounds: the layout measured, and each round's figures.
-async fn measure(args: &Args, cluster: &Cluster) -> Result<(TopicInfo, Vec<Round>)> {
+async fn measure(args: &Args, cluster: &BrokerGroup) -> Result<(TopicInfo, Vec<Round>)> {
     let client = Client::connect(
         &cluster.bootstrap(),
         Transport::Tcp,
@@ -267,7 +273,7 @@ async fn wait_for_followers(client: &Client, deadline: Instant) -> Result<TopicI
 /// acknowledged once the phase ends.
 async fn throughput_phase(
     client: &Client,
-    cluster: &Cluster,
+    cluster: &BrokerGroup,
     args: &Args,
     ack: AckMode,
     time: Duration,
@@ -428,7 +434,7 @@ struct CpuClocks {
 }
 
 impl CpuClocks {
-    fn start(cluster: &Cluster) -> Result<CpuClocks> {
+    fn start(cluster: &BrokerGroup) -> Result<CpuClocks> {
         let mut brokers = Vec::new();
         for broker in &cluster.brokers {
             let stats = ProcessStats::new(broker.pid());
@@ -617,61 +623,4 @@ fn print_results(args: &Args, layout: &TopicInfo, rounds: &[Round]) {
         ms(all_p99s.iter().copied().fold(0.0, f64::max)),
         met(all_p99 < P99_US_TARGET as f64)
     );
-}
-
-/// The processes measured: a control plane and `BROKERS` brokers.
-struct Cluster {
-    control: ControlProcess,
-    brokers: Vec<BrokerProcess>,
-}
-
-impl Cluster {
-    fn start(kelp: &Path, data: &Path) -> Result<Cluster> {
-        let settings = BrokerSettings {
-            shards: 1,
-            buffer_bytes: BUFFER_BYTES,
-            buffer_bytes_max: None,
-            flush_age_ms: FLUSH_AGE_MS,
-            drop_flushed_pages: false,
-            filer: None,
-        };
-        let control = ControlProcess::start(kelp, &data.join("control"))?;
-        let launcher = BrokerLauncher {
-            program: kelp.to_path_buf(),
-            // Two brokers and the load share this host's cores.
-            args: vec![
-                "serve".into(),
-                "--control".into(),
-                control.listen.to_string().into(),
-                "--unpinned".into(),
-            ],
-        };
-        let mut brokers = Vec::new();
-        for i in 0..BROKERS {
-            let dir = data.join(format!("broker-{i}"));
-            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-            brokers.push(BrokerProcess::start(&launcher, &settings, &dir)?);
-        }
-        Ok(Cluster { control, brokers })
-    }
-
-    /// Every broker's address, for the client's bootstrap list.
-    fn bootstrap(&self) -> String {
-        let addresses: Vec<String> = self
-            .brokers
-            .iter()
-            .map(|b| b.listen().to_string())
-            .collect();
-        addresses.join(",")
-    }
-
-    /// Stops the brokers (each flushes and must exit cleanly), then the
-    /// control plane.
-    fn stop(self) -> Result<()> {
-        for broker in self.brokers {
-            broker.stop()?;
-        }
-        drop(self.control);
-        Ok(())
-    }
 }

@@ -20,7 +20,7 @@
 //! `target/release/split_follow [--rounds N] [--ack leader|durable]
 //! [--rate RECORDS_PER_S] [--brokers N] [--kelp PATH]`
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,9 +29,7 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
 use client::{Client, ClientOptions, Producer, ProducerConfig, TopicInfo, Transport};
 use kelp_benches::bench_args::AckArg;
-use kelp_benches::broker_process::{
-    BrokerLauncher, BrokerProcess, BrokerSettings, ControlProcess, TempDir,
-};
+use kelp_benches::broker_process::{BrokerGroup, BrokerSettings, TempDir};
 
 const TOPIC: &str = "bench/split-follow";
 /// Keys of the load, sent in turn so every key range sees records.
@@ -118,7 +116,15 @@ fn main() -> Result<()> {
         kelp.display()
     );
     let data = TempDir::create(None, "kelp-split-follow")?;
-    let cluster = Cluster::start(&kelp, args.brokers, data.path())?;
+    let settings = BrokerSettings {
+        shards: 2,
+        buffer_bytes: BUFFER_BYTES,
+        buffer_bytes_max: None,
+        flush_age_ms: FLUSH_AGE_MS,
+        drop_flushed_pages: false,
+        filer: None,
+    };
+    let cluster = BrokerGroup::start(&kelp, args.brokers as usize, &settings, data.path())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -298,68 +304,5 @@ fn cluster_name(brokers: u32) -> String {
     match brokers {
         1 => "lone broker, 2 shards".into(),
         n => format!("kelp control and {n} brokers of 2 shards, unpinned"),
-    }
-}
-
-/// The processes measured: a lone broker, or a control plane and brokers.
-struct Cluster {
-    control: Option<ControlProcess>,
-    brokers: Vec<BrokerProcess>,
-}
-
-impl Cluster {
-    fn start(kelp: &Path, brokers: u32, data: &Path) -> Result<Cluster> {
-        let settings = BrokerSettings {
-            shards: 2,
-            buffer_bytes: BUFFER_BYTES,
-            buffer_bytes_max: None,
-            flush_age_ms: FLUSH_AGE_MS,
-            drop_flushed_pages: false,
-            filer: None,
-        };
-        let mut launcher = BrokerLauncher {
-            program: kelp.to_path_buf(),
-            args: vec!["serve".into()],
-        };
-        let control = if brokers > 1 {
-            let control = ControlProcess::start(kelp, &data.join("control"))?;
-            let address = control.listen.to_string();
-            launcher.args.extend(["--control".into(), address.into()]);
-            // Several brokers share this host's cores.
-            launcher.args.push("--unpinned".into());
-            Some(control)
-        } else {
-            None
-        };
-        let mut started = Vec::new();
-        for i in 0..brokers {
-            let dir = data.join(format!("broker-{i}"));
-            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-            started.push(BrokerProcess::start(&launcher, &settings, &dir)?);
-        }
-        Ok(Cluster {
-            control,
-            brokers: started,
-        })
-    }
-
-    /// Every broker's address, for the client's bootstrap list.
-    fn bootstrap(&self) -> String {
-        let addresses: Vec<String> = self
-            .brokers
-            .iter()
-            .map(|b| b.listen().to_string())
-            .collect();
-        addresses.join(",")
-    }
-
-    /// Stops the brokers (each flushes and must exit cleanly), then the
-    /// control plane.
-    fn stop(self) -> Result<()> {
-        for broker in self.brokers {
-            broker.stop()?;
-        }
-        drop(self.control);
-        Ok(())
     }
 }
