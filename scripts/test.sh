@@ -124,6 +124,10 @@ step "split_follow smoke (one split, merge and move under load; every record sen
 cargo build --release -p kelp-benches --bin split_follow
 target/release/split_follow --rounds 1 --rate 2000 --kelp target/release/kelp
 
+step "replicated_ack smoke (ack all against leader on two brokers, replicas 2; every record sent is acknowledged)"
+cargo build --release -p kelp-benches --bin replicated_ack
+target/release/replicated_ack --rounds 1 --seconds 1 --rate 2000 --kelp target/release/kelp
+
 step "criterion smoke (every micro-benchmark once, in test mode)"
 cargo bench -p kelp-benches --bench hot_path -- --test
 

@@ -17,6 +17,8 @@
 //! holds more than the owner may leave unflushed). They are dropped when
 //! the segment is sealed, or no longer followed here, and on a restart (a
 //! follower that comes back copies again from the owner's stored end).
+//! Each file is made (created, its blocks reserved, mapped) on the
+//! blocking pool, as an owner's spares are, not on the shard's thread.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -33,6 +35,7 @@ use wire::{BatchView, BrokerPortRequest, DataRequest, ErrorCode, Response};
 
 use crate::buffer::ActiveBuffer;
 use crate::error::EngineError;
+use crate::segment::blocking;
 use crate::shard_metrics::ShardMetrics;
 
 /// The directory under the data directory that holds followers' copies.
@@ -101,11 +104,27 @@ impl ReplicaLog {
         self.buffers.back().is_some_and(|b| b.fits(len)) || !self.is_full()
     }
 
-    /// Append a batch the owner placed at `view.base_offset()`. A batch
-    /// past the end held (the owner's stored end moved past it: nothing
-    /// between is needed) starts the copy over there; a batch before it is
-    /// refused (the owner and follower disagree: the caller starts over).
+    /// Append a batch the owner placed at `view.base_offset()`, making a
+    /// buffer file for it here if it needs one (the copy task makes it off
+    /// the shard's thread instead: [`ReplicaLog::prepare`]).
+    #[cfg(test)]
     pub(crate) fn append(&mut self, view: &BatchView<'_>) -> Result<(), EngineError> {
+        if let Some(wanted) = self.prepare(view)? {
+            self.add(wanted.create()?);
+        }
+        self.append_prepared(view)
+    }
+
+    /// Get ready to take a batch the owner placed at `view.base_offset()`:
+    /// the buffer file to make for it first, if the last one has no room.
+    /// A batch past the end held (the owner's stored end moved past it:
+    /// nothing between is needed) starts the copy over there; a batch
+    /// before it is refused (the owner and follower disagree: the caller
+    /// starts over), as is one for which every file is made.
+    pub(crate) fn prepare(
+        &mut self,
+        view: &BatchView<'_>,
+    ) -> Result<Option<WantedBuffer>, EngineError> {
         let base = view.base_offset();
         match self.next_offset() {
             Some(next) if base < next => {
@@ -120,24 +139,40 @@ impl ReplicaLog {
             _ => {}
         }
         let len = view.bytes().len();
-        if self.buffers.back().is_none_or(|b| !b.fits(len)) {
-            if self.is_full() {
-                return Err(EngineError::Segment {
-                    segment: self.dir.display().to_string(),
-                    reason: "every replica buffer is full".into(),
-                });
-            }
-            self.made += 1;
-            let path = self.dir.join(format!("{:020}-{}.buf", base, self.made));
-            let capacity = self.buffer_bytes.max(len);
-            self.buffers
-                .push_back(ActiveBuffer::create(path, self.segment, base, capacity)?);
+        if self.buffers.back().is_some_and(|b| b.fits(len)) {
+            return Ok(None);
         }
+        if self.is_full() {
+            return Err(EngineError::Segment {
+                segment: self.dir.display().to_string(),
+                reason: "every replica buffer is full".into(),
+            });
+        }
+        self.made += 1;
+        Ok(Some(WantedBuffer {
+            path: self.dir.join(format!("{:020}-{}.buf", base, self.made)),
+            segment: self.segment,
+            base,
+            capacity: self.buffer_bytes.max(len),
+        }))
+    }
+
+    /// Take the buffer file [`ReplicaLog::prepare`] asked for.
+    pub(crate) fn add(&mut self, buffer: ActiveBuffer) {
+        self.buffers.push_back(buffer);
+    }
+
+    /// Append a batch [`ReplicaLog::prepare`] got ready for (its buffer
+    /// file added if it wanted one).
+    pub(crate) fn append_prepared(&mut self, view: &BatchView<'_>) -> Result<(), EngineError> {
         let Some(active) = self.buffers.back_mut() else {
-            return Ok(());
+            return Err(EngineError::Segment {
+                segment: self.dir.display().to_string(),
+                reason: "a batch appended before its buffer file was made".into(),
+            });
         };
         let (placed, _) = active.append(view)?;
-        debug_assert_eq!(placed, base);
+        debug_assert_eq!(placed, view.base_offset());
         Ok(())
     }
 
@@ -183,6 +218,22 @@ impl ReplicaLog {
     }
 }
 
+/// A buffer file a copy needs made before it takes its next batch.
+pub(crate) struct WantedBuffer {
+    path: PathBuf,
+    segment: u32,
+    base: u64,
+    capacity: usize,
+}
+
+impl WantedBuffer {
+    /// Make it: create the file, reserve its blocks and map it (blocking:
+    /// the copy task runs this off the shard's thread).
+    fn create(self) -> Result<ActiveBuffer, EngineError> {
+        ActiveBuffer::create(self.path, self.segment, self.base, self.capacity)
+    }
+}
+
 fn remove_file(path: &std::path::Path) {
     if let Err(e) = std::fs::remove_file(path) {
         log::warn!("replica file {}: removing it: {e}", path.display());
@@ -222,11 +273,13 @@ pub(crate) fn start(following: Following, metrics: Arc<ShardMetrics>) -> Followe
 
 async fn run(following: Following, stop: Rc<Cell<bool>>, metrics: Arc<ShardMetrics>) {
     let name = format!("{}/{}", following.topic, following.segment);
-    let mut log = match ReplicaLog::create(
+    let (dir, segment, buffer_bytes) = (
         following.dir.clone(),
         following.segment,
         following.buffer_bytes,
-    ) {
+    );
+    let made = blocking(move || ReplicaLog::create(dir, segment, buffer_bytes)).await;
+    let mut log = match made {
         Ok(log) => log,
         Err(e) => {
             log::error!("replica of {name}: cannot keep a copy: {e}");
@@ -318,7 +371,18 @@ async fn copy(
                     if !log.has_room(view.bytes().len()) {
                         break;
                     }
-                    if let Err(e) = log.append(view) {
+                    let appended = match log.prepare(view) {
+                        Ok(None) => log.append_prepared(view),
+                        Ok(Some(wanted)) => match blocking(move || wanted.create()).await {
+                            Ok(buffer) => {
+                                log.add(buffer);
+                                log.append_prepared(view)
+                            }
+                            Err(e) => Err(e),
+                        },
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = appended {
                         log::warn!(
                             "replica of {}/{}: {e}; starting the copy over",
                             following.topic,

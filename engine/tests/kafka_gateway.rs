@@ -136,7 +136,7 @@ fn create_topic(c: &mut Kafka, name: &str, partitions: i32) {
             topics: vec![CreatableTopic {
                 name: name.into(),
                 num_partitions: partitions,
-                replication_factor: 3,
+                replication_factor: -1,
                 assignments: Vec::new(),
                 configs: Vec::new(),
             }],
@@ -448,6 +448,38 @@ fn every_api_answers() {
     assert_eq!(
         expect!(r, CreateTopics).topics[0].error_code,
         k::TOPIC_ALREADY_EXISTS
+    );
+    // The broker's default replication factor (-1) is one copy on a lone
+    // broker; more copies than live brokers, or a factor out of range, are
+    // refused as Kafka refuses them, and nothing is created.
+    let create = |name: &str, replication_factor: i16| {
+        RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: 1,
+                replication_factor,
+                assignments: Vec::new(),
+                configs: Vec::new(),
+            }],
+            timeout_ms: 5000,
+            validate_only: false,
+        })
+    };
+    let r = c.call(create("one-copy", -1), 7);
+    let t = &expect!(r, CreateTopics).topics[0];
+    assert_eq!((t.error_code, t.replication_factor), (k::NONE, 1), "{t:?}");
+    for (name, rf) in [("three-copies", 3), ("no-copy", 0), ("six-copies", 6)] {
+        let r = c.call(create(name, rf), 7);
+        let t = &expect!(r, CreateTopics).topics[0];
+        assert_eq!(t.error_code, k::INVALID_REPLICATION_FACTOR, "{t:?}");
+        assert_eq!(t.replication_factor, -1);
+        assert!(t.error_message.as_ref().is_some_and(|m| !m.is_empty()));
+    }
+    let r = c.call(metadata_request(&["three-copies"], false), 8);
+    assert_eq!(
+        expect!(r, Metadata).topics[0].error_code,
+        k::UNKNOWN_TOPIC_OR_PARTITION,
+        "a refused creation creates nothing"
     );
 
     let r = c.call(metadata_request(&["apis", "missing"], false), 9);

@@ -230,26 +230,16 @@ fn copied_records(data_dir: &Path) -> Vec<(u64, String)> {
     records
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follower_copies_its_owners_records_and_an_all_produce_waits_for_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let control = ControlPlane::start(
-        &dir.path().join("control"),
-        port(),
-        // Followers never leave the in-sync set here (the next test has
-        // them do so).
-        &[
-            "--broker-silence-ms",
-            "30000",
-            "--follower-lag-ms",
-            "600000",
-        ],
-    );
-    // Nothing is flushed during the test: what the follower holds is
-    // everything produced.
+/// Two brokers joined to `control` that flush nothing during a test (what
+/// a follower holds is everything produced), and a client of both once
+/// both registered.
+async fn two_unflushing_brokers(
+    dir: &Path,
+    control: &ControlPlane,
+) -> (Broker, Broker, client::Client) {
     let start = |name: &str| {
         Broker::start_with(
-            &dir.path().join(name),
+            &dir.join(name),
             port(),
             &[
                 "--control",
@@ -269,6 +259,25 @@ async fn a_follower_copies_its_owners_records_and_an_all_produce_waits_for_it() 
         assert!(Instant::now() < deadline, "two brokers never registered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    (b1, b2, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_copies_its_owners_records_and_an_all_produce_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start(
+        &dir.path().join("control"),
+        port(),
+        // Followers never leave the in-sync set here (the next test has
+        // them do so).
+        &[
+            "--broker-silence-ms",
+            "30000",
+            "--follower-lag-ms",
+            "600000",
+        ],
+    );
+    let (b1, b2, client) = two_unflushing_brokers(dir.path(), &control).await;
     let created = client
         .create_topic_with_replicas("rep/copy", 1, 2)
         .await
@@ -360,28 +369,7 @@ async fn a_follower_behind_too_long_leaves_the_in_sync_set_and_rejoins_once_caug
         port(),
         &["--broker-silence-ms", "60000", "--follower-lag-ms", "1000"],
     );
-    let start = |name: &str| {
-        Broker::start_with(
-            &dir.path().join(name),
-            port(),
-            &[
-                "--control",
-                &control.address(),
-                "--unpinned",
-                "--flush-age-ms",
-                "600000",
-            ],
-        )
-    };
-    let b1 = start("b1");
-    let b2 = start("b2");
-    let both = format!("{},{}", b1.broker_arg(), b2.broker_arg());
-    let client = support::tcp_client(&both).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client.list_brokers().await.unwrap().len() < 2 {
-        assert!(Instant::now() < deadline, "two brokers never registered");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (b1, b2, client) = two_unflushing_brokers(dir.path(), &control).await;
     let created = client
         .create_topic_with_replicas("rep/lag", 1, 2)
         .await
