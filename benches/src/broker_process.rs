@@ -314,6 +314,23 @@ pub fn free_base_port(shards: usize) -> Result<SocketAddr> {
     bail!("no {shards} consecutive free ports found on 127.0.0.1")
 }
 
+/// The `kelp` executable a benchmark starts: `given` (`--kelp`), else the
+/// one beside this program; it must exist.
+pub fn kelp_executable(given: Option<&Path>) -> Result<PathBuf> {
+    let kelp = match given {
+        Some(path) => path.to_path_buf(),
+        None => std::env::current_exe()
+            .context("path of this program")?
+            .with_file_name("kelp"),
+    };
+    ensure!(
+        kelp.is_file(),
+        "no kelp executable at {} (build it with cargo build --release -p kelp, or pass --kelp)",
+        kelp.display()
+    );
+    Ok(kelp)
+}
+
 /// How long a control plane may take to listen.
 const CONTROL_START_TIMEOUT: Duration = Duration::from_secs(60);
 

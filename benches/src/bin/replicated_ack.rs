@@ -44,7 +44,9 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
 use client::{Client, ClientOptions, ProducerConfig, SegmentInfo, TopicInfo, Transport};
 use hdrhistogram::Histogram;
-use kelp_benches::broker_process::{BrokerGroup, BrokerSettings, ProcessStats, TempDir};
+use kelp_benches::broker_process::{
+    kelp_executable, BrokerGroup, BrokerSettings, ProcessStats, TempDir,
+};
 use kelp_benches::frames::Dialer;
 use kelp_benches::load::{new_histogram, run_producer, ProducerPlan, Progress, SendBudget};
 use kelp_benches::workload::Workload;
@@ -159,17 +161,7 @@ struct Round {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let kelp = match &args.kelp {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()
-            .context("path of this program")?
-            .with_file_name("kelp"),
-    };
-    ensure!(
-        kelp.is_file(),
-        "no kelp executable at {} (build it with cargo build --release -p kelp, or pass --kelp)",
-        kelp.display()
-    );
+    let kelp = kelp_executable(args.kelp.as_deref())?;
     let data = TempDir::create(None, "kelp-replicated-ack")?;
     let settings = BrokerSettings {
         shards: 1,

@@ -29,7 +29,7 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
 use client::{Client, ClientOptions, Producer, ProducerConfig, TopicInfo, Transport};
 use kelp_benches::bench_args::AckArg;
-use kelp_benches::broker_process::{BrokerGroup, BrokerSettings, TempDir};
+use kelp_benches::broker_process::{kelp_executable, BrokerGroup, BrokerSettings, TempDir};
 
 const TOPIC: &str = "bench/split-follow";
 /// Keys of the load, sent in turn so every key range sees records.
@@ -104,17 +104,7 @@ fn main() -> Result<()> {
         args.ack != AckArg::None,
         "--ack none has no round trip to measure; use leader or durable"
     );
-    let kelp = match &args.kelp {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()
-            .context("path of this program")?
-            .with_file_name("kelp"),
-    };
-    ensure!(
-        kelp.is_file(),
-        "no kelp executable at {} (build it with cargo build --release -p kelp, or pass --kelp)",
-        kelp.display()
-    );
+    let kelp = kelp_executable(args.kelp.as_deref())?;
     let data = TempDir::create(None, "kelp-split-follow")?;
     let settings = BrokerSettings {
         shards: 2,
