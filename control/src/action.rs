@@ -42,6 +42,9 @@ pub struct SealedSegment {
     pub broker: Option<BrokerId>,
     /// The owning shard on that broker.
     pub shard: u16,
+    /// With its owner gone: the follower broker whose copy seals it
+    /// ([`Segment::sealer`](crate::Segment::sealer)), if one is live.
+    pub sealer: Option<BrokerId>,
 }
 
 /// A segment the action opened.
@@ -242,6 +245,7 @@ pub(crate) mod tests {
             epoch: 1,
             broker: broker.map(BrokerId),
             shard: 0,
+            sealer: None,
         }
     }
 

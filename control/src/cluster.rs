@@ -394,6 +394,7 @@ impl Cluster {
                 created_ms: now_ms,
                 broker: Some(broker),
                 sealed_ms: None,
+                sealer: None,
                 followers,
             });
         }
@@ -1245,12 +1246,20 @@ impl Cluster {
             if let Some(b) = live {
                 self.membership.remove_segment(b, name, id, shard);
             }
+            let mut sealer = None;
+            if let Some(segment) = topic.segments.iter_mut().find(|s| s.id == id) {
+                if live.is_none() {
+                    sealer = pick_sealer(&segment.followers, &self.membership);
+                    segment.sealer = sealer;
+                }
+            }
             let epoch = topic.segment(id).map_or(0, |s| s.epoch);
             sealed_out.push(SealedSegment {
                 segment: id,
                 epoch,
                 broker: live,
                 shard,
+                sealer,
             });
         }
         // `replace` returns ids in range order; `new` may not be sorted.
@@ -1274,6 +1283,20 @@ impl Cluster {
         }
         Ok((sealed_out, opened))
     }
+}
+
+/// The follower whose copy seals a segment whose owner is gone: the first
+/// in-sync one on a live broker (it holds every record an `all` produce
+/// was answered for), else the first live one (it holds more than the
+/// filer may), else none (the control plane seals it at the filer's end).
+fn pick_sealer(followers: &[Follower], membership: &Membership) -> Option<BrokerId> {
+    let live = |f: &&Follower| membership.is_live(f.broker);
+    followers
+        .iter()
+        .filter(live)
+        .find(|f| f.in_sync)
+        .or_else(|| followers.iter().find(live))
+        .map(|f| f.broker)
 }
 
 /// Every open segment's averaged rates, by topic then segment (so a lookup
@@ -2275,6 +2298,7 @@ mod tests {
                     created_ms: 0,
                     broker: None,
                     sealed_ms: None,
+                    sealer: None,
                     followers: Vec::new(),
                 })
                 .collect(),

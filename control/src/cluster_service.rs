@@ -78,6 +78,14 @@ pub use crate::broker_queue::{CommandId, CommandRequest, COMMANDS_QUEUED_PER_BRO
 /// core's tick is put off, so what waits on slow brokers stays bounded.
 pub const DELIVERIES_PENDING_MAX: usize = 4096;
 
+/// How long a follower chosen to seal a dead owner's segment from its copy
+/// (`Segment::sealer`) has before the control plane seals it itself at the
+/// filer's end, even while the follower's broker is live. A follower
+/// stores at most `REPLICA_BUFFERS_MAX` buffers, a few seconds of uploads
+/// even to S3; a broker that dies meanwhile is given up on sooner, once it
+/// is declared dead.
+pub const SEALER_WAIT_MS: u64 = 30_000;
+
 /// The refusal of a request the control port does not take (a data
 /// request, a broker command): what the control server answers a frame
 /// that decodes as `DecodeError::Foreign` with.
@@ -207,6 +215,11 @@ pub struct ClusterService {
     /// could not be written yet (the filer failed), with their seal epoch:
     /// retried every tick. Readers wait at their end until it is written.
     unfenced: BTreeMap<(TopicName, SegmentId), u32>,
+    /// Segments sealed while their owner was gone that a follower seals
+    /// from its copy: its broker, the seal epoch, and when the control
+    /// plane stops waiting and seals them itself (`SEALER_WAIT_MS`, or
+    /// sooner once the follower's broker is not live).
+    sealing_followers: BTreeMap<(TopicName, SegmentId), (BrokerId, u32, u64)>,
     /// The highest broker id ever seen (registrations, topics).
     broker_id_max: Option<u32>,
     /// A command with no result after this long has failed.
@@ -300,6 +313,7 @@ impl ClusterService {
             next_offsets: HashMap::new(),
             unpersisted: BTreeSet::new(),
             unfenced: BTreeMap::new(),
+            sealing_followers: BTreeMap::new(),
             broker_id_max,
             command_timeout_ms: command_timeout_ms.max(1),
             now_ms: 0,
@@ -475,6 +489,7 @@ impl ClusterService {
             }
             self.execute_all(&actions, None);
         }
+        self.give_up_on_sealers(now_ms);
         self.forget_departed();
         self.prune_departed_due();
         let cluster = &self.cluster;
@@ -1482,10 +1497,26 @@ impl ClusterService {
             return Err(e);
         }
         for sealed in action.sealed() {
-            if sealed.broker.is_none() {
-                // The layout goes out either way; readers wait at the
-                // segment's end until its marker is written.
-                self.fence(topic.name(), sealed.segment, sealed.epoch);
+            if sealed.broker.is_some() {
+                continue;
+            }
+            // The layout goes out either way; readers wait at the
+            // segment's end until its marker is written.
+            match sealed.sealer {
+                Some(by) => {
+                    log::info!(
+                        "segment {}/{}: its owner is gone; its follower on broker {by} \
+                         seals it from its copy",
+                        topic.name(),
+                        sealed.segment.0
+                    );
+                    let until_ms = self.now_ms.saturating_add(SEALER_WAIT_MS);
+                    self.sealing_followers.insert(
+                        (topic.name().clone(), sealed.segment),
+                        (by, sealed.epoch, until_ms),
+                    );
+                }
+                None => self.fence(topic.name(), sealed.segment, sealed.epoch),
             }
         }
         let snapshot = Snapshot {
@@ -1506,6 +1537,36 @@ impl ClusterService {
 
     fn persist(&self, topic: &Topic) -> Result<(), ControlError> {
         self.store.put_topic(topic)
+    }
+
+    /// Forget each segment a follower was to seal from its copy once its
+    /// marker is there; seal it at the filer's end if the follower has not
+    /// within `SEALER_WAIT_MS`, or its broker is no longer live.
+    fn give_up_on_sealers(&mut self, now_ms: u64) {
+        let pending: Vec<_> = self
+            .sealing_followers
+            .iter()
+            .map(|(key, (by, epoch, until_ms))| (key.clone(), *by, *epoch, *until_ms))
+            .collect();
+        for ((topic, segment), by, epoch, until_ms) in pending {
+            let marker = filer_layout::seal_marker(&topic, segment.0);
+            if self.filer.size(&marker).is_ok() {
+                log::info!(
+                    "segment {topic}/{}: sealed by its follower on broker {by}",
+                    segment.0
+                );
+            } else if now_ms < until_ms && self.cluster.membership().is_live(by) {
+                continue;
+            } else if self.cluster.topic(&topic).is_some() {
+                log::warn!(
+                    "segment {topic}/{}: its follower on broker {by} did not seal it; \
+                     sealing it at the filer's end",
+                    segment.0
+                );
+                self.fence(&topic, segment, epoch);
+            }
+            self.sealing_followers.remove(&(topic, segment));
+        }
     }
 
     /// Say which followers `action` (if a change of followers) took out of
@@ -1561,7 +1622,10 @@ impl ClusterService {
                 );
             }
             Ok(Fenced::AlreadySealed) => {
-                log::info!("segment {topic}/{}: its owner sealed it first", segment.0);
+                log::info!(
+                    "segment {topic}/{}: sealed already (by its owner or a follower)",
+                    segment.0
+                );
             }
             Err(e) => {
                 log::error!(
@@ -2133,7 +2197,7 @@ mod tests {
         h.ask(AdminRequest::CreateTopic {
             topic: "ns/t".into(),
             segments: 1,
-            replicas: 0,
+            replicas: 1,
         });
         let name = TopicName::parse("ns/t").unwrap();
         let owner = h.service.cluster().topic(&name).unwrap().segments()[0]
@@ -2173,6 +2237,119 @@ mod tests {
             filer.size(&filer_layout::chunk(&name, 0, 0)).is_ok(),
             "the fence"
         );
+    }
+
+    /// A dead owner's segment with a follower on a live broker is sealed
+    /// by that follower from its copy: the control plane names it in the
+    /// layout and writes nothing itself, until it gives up on it
+    /// (`SEALER_WAIT_MS`, or the follower's broker declared dead too).
+    #[test]
+    fn a_dead_owners_follower_seals_its_segment_unless_it_takes_too_long() {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
+        let mut h = Harness::with_filer(dir, filer.clone());
+        for broker in 0..2 {
+            h.ask(MembershipRequest::LoadReport {
+                broker,
+                segments: Vec::new(),
+            });
+        }
+        h.ask(AdminRequest::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 1,
+            replicas: 2,
+        });
+        let name = TopicName::parse("ns/t").unwrap();
+        let segment = h.service.cluster().topic(&name).unwrap().segments()[0].clone();
+        let owner = segment.broker.unwrap();
+        let follower = segment.followers[0].broker;
+        assert_ne!(owner, follower);
+        let silence_ms = ClusterConfig::default().broker_silence_ms;
+        h.now_ms += silence_ms + 1;
+        h.ask(MembershipRequest::LoadReport {
+            broker: follower.0,
+            segments: Vec::new(),
+        });
+        h.service.handle_tick(h.now_ms);
+        h.run(|_, _| true);
+        let sealed = &h.service.cluster().topic(&name).unwrap().segments()[0];
+        assert!(!sealed.is_open());
+        assert_eq!(sealed.sealer, Some(follower), "its follower seals it");
+        let marker = filer_layout::seal_marker(&name, 0);
+        assert!(filer.size(&marker).is_err(), "the control plane waits");
+        assert_eq!(h.service.sealing_followers.len(), 1);
+
+        // Still waiting just before the limit (the follower reports).
+        h.now_ms += SEALER_WAIT_MS - 1;
+        h.ask(MembershipRequest::LoadReport {
+            broker: follower.0,
+            segments: Vec::new(),
+        });
+        h.service.handle_tick(h.now_ms);
+        assert!(filer.size(&marker).is_err());
+        // At it, the control plane seals it at the filer's end.
+        h.now_ms += 1;
+        h.ask(MembershipRequest::LoadReport {
+            broker: follower.0,
+            segments: Vec::new(),
+        });
+        h.service.handle_tick(h.now_ms);
+        assert!(h.service.sealing_followers.is_empty());
+        let mut content = vec![0u8; 128];
+        let n = filer.read_at(&marker, 0, &mut content).unwrap();
+        let content = std::str::from_utf8(&content[..n]).unwrap();
+        assert!(content.contains(r#""written_by":"control""#), "{content}");
+    }
+
+    /// Its follower's broker declared dead too: the control plane stops
+    /// waiting for it at once.
+    #[test]
+    fn a_sealer_declared_dead_is_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
+        let mut h = Harness::with_filer(dir, filer.clone());
+        for broker in 0..3 {
+            h.ask(MembershipRequest::LoadReport {
+                broker,
+                segments: Vec::new(),
+            });
+        }
+        h.ask(AdminRequest::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 1,
+            replicas: 2,
+        });
+        let name = TopicName::parse("ns/t").unwrap();
+        let segment = h.service.cluster().topic(&name).unwrap().segments()[0].clone();
+        let (owner, follower) = (segment.broker.unwrap(), segment.followers[0].broker);
+        let third = (0..3).find(|b| *b != owner.0 && *b != follower.0).unwrap();
+        let silence_ms = ClusterConfig::default().broker_silence_ms;
+        // The owner goes silent first; the follower a little later.
+        h.now_ms += silence_ms / 2;
+        for broker in [follower.0, third] {
+            h.ask(MembershipRequest::LoadReport {
+                broker,
+                segments: Vec::new(),
+            });
+        }
+        h.now_ms += silence_ms / 2 + 1;
+        h.ask(MembershipRequest::LoadReport {
+            broker: third,
+            segments: Vec::new(),
+        });
+        h.service.handle_tick(h.now_ms);
+        h.run(|_, _| true);
+        assert_eq!(h.service.sealing_followers.len(), 1);
+        let marker = filer_layout::seal_marker(&name, 0);
+        assert!(filer.size(&marker).is_err());
+        h.now_ms += silence_ms / 2 + 1;
+        h.ask(MembershipRequest::LoadReport {
+            broker: third,
+            segments: Vec::new(),
+        });
+        h.service.handle_tick(h.now_ms);
+        assert!(h.service.sealing_followers.is_empty());
+        assert!(filer.size(&marker).is_ok(), "sealed at the filer's end");
     }
 
     #[test]

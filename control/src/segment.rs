@@ -67,6 +67,12 @@ pub struct Segment {
     /// segment of one replica (left out of the JSON then).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub followers: Vec<Follower>,
+    /// For a segment sealed while its owner was gone: the follower broker
+    /// whose copy seals it. It stores what its copy holds past the filer's
+    /// end, fences the end and writes the seal marker (docs/broker.md
+    /// "Failover"). `None` otherwise (left out of the JSON then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealer: Option<BrokerId>,
 }
 
 /// One follower of a segment: shard `shard` of broker `broker` copies the

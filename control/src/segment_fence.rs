@@ -27,9 +27,10 @@ use wire::chunk::{build_chunk, ChunkHeader, CHUNK_HEADER_BYTES};
 use crate::error::ControlError;
 use crate::{filer_layout, TopicName};
 
-/// How many chunks a zombie owner may store under the fence's feet before
-/// the fence gives up for this round (it is tried again on the next
-/// tick). An owner stores one chunk per flush, at most a few per second.
+/// How many chunks others (a zombie owner, another sealer) may store under
+/// the fence's feet before the fence gives up for this round (it is tried
+/// again on the next tick). An owner stores one chunk per flush, at most a
+/// few per second.
 pub const FENCE_ATTEMPTS_MAX: u32 = 64;
 
 /// What [`fence_segment`] found or did.
@@ -43,6 +44,35 @@ pub enum Fenced {
     AlreadySealed,
 }
 
+/// Records a survivor holds of a segment whose owner is gone, stored
+/// before the fence is placed: a follower's copy (the engine's
+/// `replica`). Every holder of a segment's records holds the same record
+/// at the same offset (they all copy one owner), so chunks from any of
+/// them follow each other in the filer whoever stored which.
+pub trait HeldRecords {
+    /// A chunk (docs/chunk-format.md) of held records whose first batch
+    /// starts exactly at `offset`, or `None` if no held batch starts there.
+    fn chunk_from(&mut self, offset: u64) -> Option<HeldChunk>;
+}
+
+/// One chunk of [`HeldRecords`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldChunk {
+    /// The whole chunk file.
+    pub bytes: Vec<u8>,
+    /// One past its last record (more than the offset it was asked from).
+    pub next_offset: u64,
+}
+
+/// Holds nothing: the control plane's own fence.
+struct NothingHeld;
+
+impl HeldRecords for NothingHeld {
+    fn chunk_from(&mut self, _offset: u64) -> Option<HeldChunk> {
+        None
+    }
+}
+
 /// Seal `segment` of `topic` in the filer at the end of its stored chunks
 /// and lost ranges: create the fence chunk there, then the seal marker
 /// (written by `written_by`, at seal epoch `epoch`). See the module doc.
@@ -53,33 +83,64 @@ pub fn fence_segment(
     epoch: u32,
     written_by: &str,
 ) -> Result<Fenced, ControlError> {
+    seal_from_copy(filer, topic, segment, epoch, written_by, &mut NothingHeld).map(|(f, _)| f)
+}
+
+/// [`fence_segment`] by a survivor holding records of the segment: first
+/// store, as chunks, what `held` has from the filer's end on (each chunk
+/// created only if its path is free, as an owner's are), then fence the
+/// end and write the marker. Also returns how many records it stored.
+///
+/// A chunk someone else stored first at the path wanted (the zombie owner,
+/// or the control plane's fence) is taken as it is: the next chunk starts
+/// where it ends, and an empty one (a fence) ends the segment there.
+pub fn seal_from_copy(
+    filer: &dyn Filer,
+    topic: &TopicName,
+    segment: u32,
+    epoch: u32,
+    written_by: &str,
+    held: &mut dyn HeldRecords,
+) -> Result<(Fenced, u64), ControlError> {
     let marker = filer_layout::seal_marker(topic, segment);
     if exists(filer, &marker)? {
-        return Ok(Fenced::AlreadySealed);
+        return Ok((Fenced::AlreadySealed, 0));
     }
     let mut end = stored_end(filer, topic, segment)?;
-    let mut attempts = 0;
+    let mut stored = 0u64;
+    let mut conflicts = 0;
     loop {
-        attempts += 1;
         let path = filer_layout::chunk(topic, segment, end);
-        let fence =
-            build_chunk(segment, end, &[]).map_err(|e| fence_error(segment, e.to_string()))?;
-        match filer.create(&path, &fence) {
-            Ok(()) => break,
+        let held = held.chunk_from(end).filter(|c| c.next_offset > end);
+        let bytes = match &held {
+            Some(chunk) => chunk.bytes.clone(),
+            None => {
+                build_chunk(segment, end, &[]).map_err(|e| fence_error(segment, e.to_string()))?
+            }
+        };
+        match filer.create(&path, &bytes) {
+            Ok(()) => match held {
+                Some(chunk) => {
+                    stored += chunk.next_offset - end;
+                    end = chunk.next_offset;
+                }
+                None => break,
+            },
             Err(e) if e.is_already_exists() => {
                 let header = chunk_header(filer, &path)
                     .map_err(|reason| fence_error(segment, format!("chunk {path}: {reason}")))?;
                 if header.next_offset == end {
-                    // A fence an earlier attempt left (its marker write
-                    // failed): it stands.
+                    // A fence (an earlier attempt's, whose marker write
+                    // failed, or another sealer's): it stands.
                     break;
                 }
                 end = header.next_offset;
-                if attempts >= FENCE_ATTEMPTS_MAX {
+                conflicts += 1;
+                if conflicts >= FENCE_ATTEMPTS_MAX {
                     return Err(fence_error(
                         segment,
                         format!(
-                            "its owner stored {attempts} chunks while the fence was being \
+                            "others stored {conflicts} chunks while the fence was being \
                              placed; trying again later"
                         ),
                     ));
@@ -89,9 +150,9 @@ pub fn fence_segment(
         }
     }
     if !filer_layout::create_seal_marker(filer, topic, segment, epoch, end, written_by)? {
-        return Ok(Fenced::AlreadySealed);
+        return Ok((Fenced::AlreadySealed, stored));
     }
-    Ok(Fenced::At(end))
+    Ok((Fenced::At(end), stored))
 }
 
 fn fence_error(segment: u32, reason: String) -> ControlError {
@@ -289,6 +350,98 @@ mod tests {
         assert_eq!(
             fence_segment(&filer, &t, 7, 1, "control").unwrap(),
             Fenced::At(2)
+        );
+    }
+
+    /// One-record batches at `from..to`, handed out three to a chunk.
+    struct Held {
+        from: u64,
+        to: u64,
+    }
+
+    impl HeldRecords for Held {
+        fn chunk_from(&mut self, offset: u64) -> Option<HeldChunk> {
+            if offset < self.from || offset >= self.to {
+                return None;
+            }
+            let next_offset = (offset + 3).min(self.to);
+            Some(HeldChunk {
+                bytes: chunk(offset, next_offset - offset),
+                next_offset,
+            })
+        }
+    }
+
+    #[test]
+    fn a_survivor_stores_what_it_holds_past_the_stored_end_then_fences() {
+        let dir = tempfile::tempdir().unwrap();
+        let filer = LocalFiler::open(dir.path()).unwrap();
+        let t = topic();
+        filer
+            .create(&filer_layout::chunk(&t, 7, 0), &chunk(0, 4))
+            .unwrap();
+        // It holds 2..9: what the filer has (below 4) is not stored again.
+        let mut held = Held { from: 2, to: 9 };
+        assert_eq!(
+            seal_from_copy(&filer, &t, 7, 3, "broker 2 (follower)", &mut held).unwrap(),
+            (Fenced::At(9), 5)
+        );
+        assert_eq!(header_at(&filer, 4).next_offset, 7);
+        assert_eq!(header_at(&filer, 7).next_offset, 9);
+        let fence = header_at(&filer, 9);
+        assert_eq!((fence.next_offset, fence.data_bytes), (9, 0));
+        // A second sealer finds the marker and stores nothing.
+        let mut again = Held { from: 0, to: 12 };
+        assert_eq!(
+            seal_from_copy(&filer, &t, 7, 3, "control", &mut again).unwrap(),
+            (Fenced::AlreadySealed, 0)
+        );
+    }
+
+    #[test]
+    fn a_survivor_takes_a_chunk_stored_under_its_feet_and_continues_after_it() {
+        // The zombie owner stores its chunk at 4 (to 6) just before the
+        // survivor's first create reaches the filer: the survivor goes on
+        // from 6 with what it holds.
+        let dir = tempfile::tempdir().unwrap();
+        let filer = LocalFiler::open(dir.path()).unwrap();
+        let t = topic();
+        filer
+            .create(&filer_layout::chunk(&t, 7, 0), &chunk(0, 4))
+            .unwrap();
+        let owner = std::sync::Mutex::new(Some((filer_layout::chunk(&t, 7, 4), chunk(4, 2))));
+        let racing = crate::test_filer::HookedCreates::new(
+            dir.path(),
+            Box::new(move |inner, _| match owner.lock().unwrap().take() {
+                Some((path, bytes)) => inner.create(&path, &bytes),
+                None => Ok(()),
+            }),
+        );
+        let mut held = Held { from: 0, to: 8 };
+        assert_eq!(
+            seal_from_copy(&racing, &t, 7, 3, "broker 2 (follower)", &mut held).unwrap(),
+            (Fenced::At(8), 2)
+        );
+        assert_eq!(header_at(&filer, 4).next_offset, 6, "the owner's chunk");
+        assert_eq!(header_at(&filer, 6).next_offset, 8, "the survivor's");
+        assert_eq!(header_at(&filer, 8).next_offset, 8, "the fence");
+
+        // A fence already there (the control plane gave up waiting): the
+        // survivor stores nothing past it.
+        let t2 = TopicName::parse("fence/fenced").unwrap();
+        filer
+            .create(&filer_layout::chunk(&t2, 7, 0), &chunk(0, 2))
+            .unwrap();
+        filer
+            .create(
+                &filer_layout::chunk(&t2, 7, 2),
+                &build_chunk(7, 2, &[]).unwrap(),
+            )
+            .unwrap();
+        let mut held = Held { from: 0, to: 8 };
+        assert_eq!(
+            seal_from_copy(&filer, &t2, 7, 3, "broker 2 (follower)", &mut held).unwrap(),
+            (Fenced::At(2), 0)
         );
     }
 

@@ -328,6 +328,7 @@ impl Topic {
                 created_ms: now_ms,
                 broker: piece.broker,
                 sealed_ms: None,
+                sealer: None,
                 followers: piece.followers.clone(),
             });
         }
@@ -753,6 +754,7 @@ mod tests {
             created_ms: 7,
             broker: None,
             sealed_ms: None,
+            sealer: None,
             followers: Vec::new(),
         }
     }

@@ -19,6 +19,14 @@
 //! follower that comes back copies again from the owner's stored end).
 //! Each file is made (created, its blocks reserved, mapped) on the
 //! blocking pool, as an owner's spares are, not on the shard's thread.
+//!
+//! When the owner dies, the control plane may name this follower the
+//! segment's *sealer* (`Segment::sealer`): the task stops fetching, stores
+//! what its copy holds past the filer's end as chunks (each created only
+//! if its path is free), fences the end and writes the seal marker
+//! (`control::segment_fence::seal_from_copy`, docs/broker.md "Failover").
+//! What the owner answered `all` for is in every in-sync copy, so it is in
+//! the filer once the segment is sealed.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -27,8 +35,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use control::segment_fence::{seal_from_copy, Fenced, HeldChunk, HeldRecords};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+use wire::chunk::{build_chunk, BatchWalk};
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::{FetchChecks, FetchFrom, FetchRequest, Fetched, FollowerId};
 use wire::{BatchView, BrokerPortRequest, DataRequest, ErrorCode, Response};
@@ -36,6 +46,7 @@ use wire::{BatchView, BrokerPortRequest, DataRequest, ErrorCode, Response};
 use crate::buffer::ActiveBuffer;
 use crate::error::EngineError;
 use crate::segment::blocking;
+use crate::shard_filer::ShardFiler;
 use crate::shard_metrics::ShardMetrics;
 
 /// The directory under the data directory that holds followers' copies.
@@ -53,6 +64,11 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// Pause while every buffer is full, waiting for the owner to store.
 const FULL_PAUSE: Duration = Duration::from_millis(20);
+/// Most tries at sealing from the copy (the filer failing), one
+/// [`SEAL_RETRY_PAUSE`] apart: well within the control plane's
+/// `SEALER_WAIT_MS`, after which it seals the segment itself.
+const SEAL_ATTEMPTS_MAX: u32 = 10;
+const SEAL_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 /// A followed segment's copy: its buffer files, oldest first, the last one
 /// taking appends.
@@ -218,6 +234,38 @@ impl ReplicaLog {
     }
 }
 
+impl HeldRecords for ReplicaLog {
+    /// The batches of the buffer file holding `offset`, from the one that
+    /// starts there (each verified by its checksum; the walk stops at the
+    /// first that fails, and what follows it is not offered).
+    fn chunk_from(&mut self, offset: u64) -> Option<HeldChunk> {
+        let buffer = self
+            .buffers
+            .iter()
+            .find(|b| b.base_offset() <= offset && offset < b.next_offset())?;
+        let mut batches: Vec<&[u8]> = Vec::new();
+        let mut next_offset = offset;
+        for walked in BatchWalk::new(buffer.data()) {
+            let Ok((_, view)) = walked else {
+                log::warn!(
+                    "replica {}: a damaged batch after offset {next_offset}; the copy ends there",
+                    self.dir.display()
+                );
+                break;
+            };
+            if view.base_offset() == next_offset {
+                batches.push(view.bytes());
+                next_offset = view.next_offset();
+            }
+        }
+        if batches.is_empty() {
+            return None;
+        }
+        let bytes = build_chunk(self.segment, offset, &batches).ok()?;
+        Some(HeldChunk { bytes, next_offset })
+    }
+}
+
 /// A buffer file a copy needs made before it takes its next batch.
 pub(crate) struct WantedBuffer {
     path: PathBuf,
@@ -249,29 +297,79 @@ pub(crate) struct Following {
     pub(crate) me: FollowerId,
     pub(crate) dir: PathBuf,
     pub(crate) buffer_bytes: usize,
+    /// Where a seal from the copy stores its chunks and marker.
+    pub(crate) store: Rc<ShardFiler>,
 }
 
-/// A running follower task: set `stop` to end it (it removes its files).
+/// A running follower task: [`Follower::stop`] ends it (it removes its
+/// files), [`Follower::seal`] has it seal the segment from its copy first.
 #[derive(Debug)]
 pub(crate) struct Follower {
     pub(crate) owner: String,
-    pub(crate) stop: Rc<Cell<bool>>,
+    orders: Rc<Orders>,
 }
 
-/// Start following; the task runs until `stop` is set or the segment is
-/// sealed.
+/// What a follower task is told, and when it is done.
+#[derive(Debug, Default)]
+struct Orders {
+    stop: Cell<bool>,
+    /// The seal epoch, once told to seal from its copy.
+    seal: Cell<Option<u32>>,
+    /// Wakes the task from a fetch when told either.
+    told: event_listener::Event,
+    /// Set when the task has ended (its files removed).
+    done: Cell<bool>,
+}
+
+impl Orders {
+    fn halted(&self) -> bool {
+        self.stop.get() || self.seal.get().is_some()
+    }
+}
+
+impl Follower {
+    /// End the task: it stops copying and removes its files.
+    pub(crate) fn stop(&self) {
+        self.orders.stop.set(true);
+        self.orders.told.notify(usize::MAX);
+    }
+
+    /// Have the task stop copying and seal the segment (at seal epoch
+    /// `epoch`) from what its copy holds; told once, later calls change
+    /// nothing.
+    pub(crate) fn seal(&self, epoch: u32) {
+        if self.orders.seal.get().is_none() {
+            self.orders.seal.set(Some(epoch));
+            self.orders.told.notify(usize::MAX);
+        }
+    }
+
+    /// Whether it was told to seal.
+    pub(crate) fn sealing(&self) -> bool {
+        self.orders.seal.get().is_some()
+    }
+
+    /// Whether the task has ended.
+    pub(crate) fn is_done(&self) -> bool {
+        self.orders.done.get()
+    }
+}
+
+/// Start following; the task runs until stopped, told to seal, or the
+/// segment is sealed by its owner.
 pub(crate) fn start(following: Following, metrics: Arc<ShardMetrics>) -> Follower {
-    let stop = Rc::new(Cell::new(false));
+    let orders = Rc::new(Orders::default());
     let owner = following.owner.clone();
-    let flag = stop.clone();
+    let told = orders.clone();
     glommio::spawn_local(async move {
-        run(following, flag, metrics).await;
+        run(following, &told, metrics).await;
+        told.done.set(true);
     })
     .detach();
-    Follower { owner, stop }
+    Follower { owner, orders }
 }
 
-async fn run(following: Following, stop: Rc<Cell<bool>>, metrics: Arc<ShardMetrics>) {
+async fn run(following: Following, orders: &Orders, metrics: Arc<ShardMetrics>) {
     let name = format!("{}/{}", following.topic, following.segment);
     let (dir, segment, buffer_bytes) = (
         following.dir.clone(),
@@ -287,26 +385,29 @@ async fn run(following: Following, stop: Rc<Cell<bool>>, metrics: Arc<ShardMetri
         }
     };
     let mut complained = false;
-    while !stop.get() {
-        let mut stream = match TcpStream::connect(following.owner.as_str()).await {
-            Ok(s) => s,
-            Err(e) => {
-                if !complained {
-                    log::warn!(
-                        "replica of {name}: cannot reach its owner at {}: {e}; retrying",
-                        following.owner
-                    );
-                    complained = true;
-                }
-                glommio::timer::sleep(RETRY_PAUSE).await;
-                continue;
-            }
+    loop {
+        let told = orders.told.listen();
+        if orders.halted() {
+            break;
+        }
+        let attempt = async {
+            let mut stream = TcpStream::connect(following.owner.as_str())
+                .await
+                .map_err(|e| format!("cannot reach its owner at {}: {e}", following.owner))?;
+            let _ = stream.set_nodelay(true);
+            copy(&mut stream, &following, &mut log, orders, &metrics).await
         };
-        let _ = stream.set_nodelay(true);
-        match copy(&mut stream, &following, &mut log, &stop, &metrics).await {
-            Ok(Ended::Sealed) => break,
-            Ok(Ended::Stopped) => break,
-            Err(e) => {
+        // Told to stop or seal: the fetch in flight is dropped at once (an
+        // owner that is gone may never answer it).
+        let ended = futures_lite::future::or(async { Some(attempt.await) }, async {
+            told.await;
+            None
+        })
+        .await;
+        match ended {
+            None | Some(Ok(Ended::Stopped)) => {}
+            Some(Ok(Ended::Sealed)) => break,
+            Some(Err(e)) => {
                 if !complained {
                     log::warn!("replica of {name}: {e}; retrying");
                     complained = true;
@@ -315,7 +416,70 @@ async fn run(following: Following, stop: Rc<Cell<bool>>, metrics: Arc<ShardMetri
             }
         }
     }
-    log.remove();
+    if let (false, Some(epoch)) = (orders.stop.get(), orders.seal.get()) {
+        log = seal(&following, log, epoch, orders).await;
+    }
+    let _ = blocking(move || log.remove()).await;
+}
+
+/// Seal the segment from the copy `log` (see the module docs), trying
+/// again while the filer fails, up to [`SEAL_ATTEMPTS_MAX`] times.
+async fn seal(
+    following: &Following,
+    mut log: ReplicaLog,
+    epoch: u32,
+    orders: &Orders,
+) -> ReplicaLog {
+    let name = format!("{}/{}", following.topic, following.segment);
+    let topic = match control::TopicName::parse(&following.topic) {
+        Ok(t) => t,
+        Err(e) => {
+            log::error!("replica of {name}: cannot seal it: {e}");
+            return log;
+        }
+    };
+    let by = format!("broker {} (follower)", following.me.broker);
+    let segment = following.segment;
+    for attempt in 1..=SEAL_ATTEMPTS_MAX {
+        let (t, b) = (topic.clone(), by.clone());
+        let (back, sealed) = following
+            .store
+            .upload(move |filer| {
+                let mut log = log;
+                let sealed = seal_from_copy(filer, &t, segment, epoch, &b, &mut log);
+                (log, sealed)
+            })
+            .await;
+        log = back;
+        match sealed {
+            Ok((Fenced::At(end), stored)) => {
+                log::info!(
+                    "segment {name}: its owner is gone; sealed from this broker's copy at \
+                     offset {end} ({stored} records the filer lacked stored from the copy)"
+                );
+                return log;
+            }
+            Ok((Fenced::AlreadySealed, stored)) => {
+                log::info!(
+                    "segment {name}: its owner is gone; sealed already by another \
+                     ({stored} records stored from this broker's copy first)"
+                );
+                return log;
+            }
+            Err(e) if attempt < SEAL_ATTEMPTS_MAX && !orders.stop.get() => {
+                log::warn!("segment {name}: sealing it from this broker's copy: {e}; retrying");
+                glommio::timer::sleep(SEAL_RETRY_PAUSE).await;
+            }
+            Err(e) => {
+                log::error!(
+                    "segment {name}: sealing it from this broker's copy: {e}; the control \
+                     plane seals it at the filer's end"
+                );
+                return log;
+            }
+        }
+    }
+    log
 }
 
 enum Ended {
@@ -324,19 +488,19 @@ enum Ended {
 }
 
 /// Fetch and append on one connection until it breaks, the segment is
-/// sealed, or the task is stopped.
+/// sealed, or the task is stopped or told to seal.
 async fn copy(
     stream: &mut TcpStream,
     following: &Following,
     log: &mut ReplicaLog,
-    stop: &Cell<bool>,
+    orders: &Orders,
     metrics: &ShardMetrics,
 ) -> Result<Ended, String> {
     let mut frame = Vec::with_capacity(256);
     let mut payload = Vec::new();
     let mut request_id: u32 = 0;
     loop {
-        if stop.get() {
+        if orders.halted() {
             return Ok(Ended::Stopped);
         }
         if log.is_full() {
@@ -498,6 +662,29 @@ mod tests {
         assert_eq!(files(&path), 0);
         log.remove();
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_copy_offers_chunks_from_a_batch_boundary() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = batch(0, 3).len();
+        let mut log = ReplicaLog::create(dir.path().join("copy"), 4, 2 * one).unwrap();
+        for base in [0, 3, 6, 9, 12] {
+            log.append(&BatchView::validate(&batch(base, 3)).unwrap())
+                .unwrap();
+        }
+        let header = |c: &HeldChunk| {
+            let h = wire::chunk::ChunkHeader::decode(&c.bytes).unwrap();
+            (h.segment_id, h.base_offset, h.next_offset)
+        };
+        // From 3: the rest of the file holding it (3..6).
+        let c = log.chunk_from(3).unwrap();
+        assert_eq!((header(&c), c.next_offset), ((4, 3, 6), 6));
+        let c = log.chunk_from(6).unwrap();
+        assert_eq!((header(&c), c.next_offset), ((4, 6, 12), 12));
+        assert!(log.chunk_from(4).is_none(), "not where a batch starts");
+        assert!(log.chunk_from(15).is_none(), "past what it holds");
+        log.remove();
     }
 
     #[test]

@@ -206,7 +206,7 @@ impl Shard {
                 self.followed.borrow_mut().retain(|(topic, _), f| {
                     let keep = *topic != name;
                     if !keep {
-                        f.stop.set(true);
+                        f.stop();
                     }
                     keep
                 });
@@ -381,7 +381,8 @@ impl Shard {
 
     /// Follow the open segments of topic `name` whose layout names this
     /// shard a follower (start a copy of each not followed yet, `replica`),
-    /// and stop following its others (their copies are removed).
+    /// have the copy of each sealed one that names this broker its sealer
+    /// seal it, and stop following its others (their copies are removed).
     fn follow(&self, name: &str) {
         let Some(me) = self.config.broker_id else {
             return;
@@ -390,25 +391,47 @@ impl Shard {
         let Some(t) = topics.get(name) else {
             return;
         };
-        let mut wanted: HashMap<u32, String> = HashMap::new();
-        for s in t.layout.open_segments() {
-            let mine = s
-                .followers
+        let mine = |s: &control::Segment| {
+            s.followers
                 .iter()
-                .any(|f| f.broker.0 == me && usize::from(f.shard) == self.index);
+                .any(|f| f.broker.0 == me && usize::from(f.shard) == self.index)
+        };
+        let mut wanted: HashMap<u32, String> = HashMap::new();
+        let mut to_seal: HashMap<u32, u32> = HashMap::new();
+        for s in t.layout.segments() {
+            if !mine(s) {
+                continue;
+            }
+            if !s.is_open() {
+                if s.sealer.is_some_and(|b| b.0 == me) {
+                    to_seal.insert(s.id.0, s.epoch);
+                }
+                continue;
+            }
             let owner = s.broker.and_then(|b| {
                 let shards = &t.owners.iter().find(|o| o.broker == b.0)?.shards;
                 Some(shards.get(usize::from(s.shard))?.tcp.clone())
             });
-            if let (true, Some(owner)) = (mine, owner) {
+            if let Some(owner) = owner {
                 wanted.insert(s.id.0, owner);
             }
         }
         let mut followed = self.followed.borrow_mut();
         followed.retain(|(topic, segment), f| {
-            let keep = topic != name || wanted.get(segment) == Some(&f.owner);
+            if topic != name {
+                return true;
+            }
+            if let Some(epoch) = to_seal.get(segment) {
+                // Kept until the seal is done.
+                f.seal(*epoch);
+                return !f.is_done();
+            }
+            if f.sealing() {
+                return !f.is_done();
+            }
+            let keep = wanted.get(segment) == Some(&f.owner);
             if !keep {
-                f.stop.set(true);
+                f.stop();
             }
             keep
         });
@@ -435,6 +458,7 @@ impl Shard {
                 },
                 dir,
                 buffer_bytes: usize::try_from(self.config.buffer_bytes).unwrap_or(usize::MAX),
+                store: self.store.clone(),
             };
             followed.insert(key, crate::replica::start(following, self.metrics.clone()));
         }

@@ -443,3 +443,116 @@ async fn a_follower_behind_too_long_leaves_the_in_sync_set_and_rejoins_once_caug
     drop(client);
     drop((b1, b2, control));
 }
+
+/// Wait until `segment` of `topic` is sealed with an open successor (its
+/// owner declared dead and its range moved).
+async fn wait_sealed(client: &client::Client, topic: &str, segment: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(info) = client.describe_topic(topic).await {
+            let sealed = info.segments.iter().any(|s| s.id == segment && s.sealed);
+            if sealed && info.segments.iter().any(|s| !s.sealed) {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "segment {segment} of {topic} was never sealed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Publish `keys` x `per_key` records with `ack`, valued `<key>:<seq>`,
+/// and wait for every answer.
+async fn publish_keyed(
+    client: &client::Client,
+    topic: &str,
+    ack: client::AckMode,
+    keys: u64,
+    per_key: u64,
+) {
+    let config = client::ProducerConfig {
+        ack,
+        ..client::ProducerConfig::default()
+    };
+    let producer = client.producer(topic, config).await.unwrap();
+    for seq in 0..per_key {
+        for k in 0..keys {
+            let key = format!("key-{k}");
+            let value = format!("{key}:{seq}");
+            producer
+                .send(key.as_bytes(), value.as_bytes(), &[])
+                .await
+                .unwrap();
+        }
+    }
+    let acked = tokio::time::timeout(Duration::from_secs(30), producer.flush()).await;
+    assert_eq!(acked.unwrap().unwrap(), keys * per_key);
+}
+
+/// The seal marker of `segment` of `topic` in the cluster's filer.
+fn seal_marker(control: &ControlPlane, topic: &str, segment: u32) -> String {
+    let path = control
+        .data_dir
+        .join(format!("filer/topics/{topic}/{segment}/sealed"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// An owner killed with `kill -9` while every record is still only in
+/// buffers (its own and its follower's; neither flushes during the test):
+/// the follower seals the segment from its copy, and every record an
+/// `all` produce was answered for is read back, each once, each key in
+/// order. Without the copy the filer would hold none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_killed_loses_no_record_an_all_produce_was_answered_for() {
+    const TOPIC: &str = "rep/failover";
+    const KEYS: u64 = 16;
+    const PER_KEY: u64 = 250;
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start(
+        &dir.path().join("control"),
+        port(),
+        &["--broker-silence-ms", "2000", "--follower-lag-ms", "600000"],
+    );
+    let (b1, b2, client) = two_unflushing_brokers(dir.path(), &control).await;
+    let created = client
+        .create_topic_with_replicas(TOPIC, 1, 2)
+        .await
+        .unwrap();
+    let segment = created.segments[0].id;
+    let owner = created.segments[0].broker.unwrap();
+    let (victim, survivor) = if owner == broker_id(&client, &b1).await {
+        (b1, b2)
+    } else {
+        (b2, b1)
+    };
+    publish_keyed(&client, TOPIC, client::AckMode::All, KEYS, PER_KEY).await;
+    drop(client);
+    let total = KEYS * PER_KEY;
+    assert_eq!(
+        copied_records(&survivor.data_dir).len() as u64,
+        total,
+        "the follower holds every record"
+    );
+
+    victim.kill9();
+    let to_survivor = support::tcp_client(&survivor.broker_arg()).await;
+    wait_sealed(&to_survivor, TOPIC, segment).await;
+    let mut subscriber = support::keyed::subscribe_earliest(&to_survivor, TOPIC).await;
+    let got = support::keyed::read_records(&mut subscriber, total, Duration::from_secs(60)).await;
+    support::keyed::each_key_once_in_order(got, total);
+    let marker = seal_marker(&control, TOPIC, segment);
+    assert!(
+        marker.contains("(follower)") && marker.contains(&format!(r#""end":{total},"#)),
+        "the follower sealed it after every record: {marker}"
+    );
+    // Its copy is gone once it is sealed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !copied_records(&survivor.data_dir).is_empty() {
+        assert!(Instant::now() < deadline, "the sealed copy was kept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(to_survivor);
+    drop((survivor, control));
+}
