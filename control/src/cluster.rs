@@ -767,11 +767,17 @@ impl Cluster {
         self.rehome(now_ms, entry.segments(), Cause::BrokerDied(id))
     }
 
+    /// Whether one silence period has passed since the first tick: before
+    /// it, a broker not registered may just not have reported since the
+    /// control plane started.
+    pub fn restart_grace_over(&self, now_ms: u64) -> bool {
+        self.started_ms
+            .is_some_and(|start| now_ms.saturating_sub(start) >= self.config.broker_silence_ms)
+    }
+
     /// Re-home every orphan, once the restart grace is over.
     fn rehome_orphans(&mut self, now_ms: u64) -> Vec<Action> {
-        let grace_over = self
-            .started_ms
-            .is_some_and(|start| now_ms.saturating_sub(start) >= self.config.broker_silence_ms);
+        let grace_over = self.restart_grace_over(now_ms);
         if !grace_over || self.orphans.is_empty() || self.membership.is_empty() {
             return Vec::new();
         }
@@ -789,9 +795,7 @@ impl Cluster {
     fn repair_followers(&mut self, now_ms: u64) -> Vec<Action> {
         // Before it, a broker not registered yet may just not have
         // reported since the restart.
-        let grace_over = self
-            .started_ms
-            .is_some_and(|start| now_ms.saturating_sub(start) >= self.config.broker_silence_ms);
+        let grace_over = self.restart_grace_over(now_ms);
         if self.membership.is_empty() {
             return Vec::new();
         }

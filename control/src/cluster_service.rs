@@ -216,10 +216,9 @@ pub struct ClusterService {
     /// retried every tick. Readers wait at their end until it is written.
     unfenced: BTreeMap<(TopicName, SegmentId), u32>,
     /// Segments sealed while their owner was gone that a follower seals
-    /// from its copy: its broker, the seal epoch, and when the control
-    /// plane stops waiting and seals them itself (`SEALER_WAIT_MS`, or
-    /// sooner once the follower's broker is not live).
-    sealing_followers: BTreeMap<(TopicName, SegmentId), (BrokerId, u32, u64)>,
+    /// from its copy, until their marker is there or the control plane
+    /// gives up on the follower (`give_up_on_sealers`).
+    sealing_followers: BTreeMap<(TopicName, SegmentId), SealerWait>,
     /// The highest broker id ever seen (registrations, topics).
     broker_id_max: Option<u32>,
     /// A command with no result after this long has failed.
@@ -245,6 +244,18 @@ pub struct ClusterService {
     /// Actions decided since this state machine was built (counted where
     /// each is carried out: `execute`, and a topic's creation).
     actions: ActionCounts,
+}
+
+/// A segment's sealer being waited for (`ClusterService::sealing_followers`).
+#[derive(Debug, Clone, Copy)]
+struct SealerWait {
+    /// The follower's broker.
+    by: BrokerId,
+    /// The segment's seal epoch.
+    epoch: u32,
+    /// Since when the wait counts: the first tick that saw it, and again
+    /// after each tick the filer did not answer. `None` until a tick.
+    since_ms: Option<u64>,
 }
 
 /// Actions a control plane decided, by kind (its metrics).
@@ -328,6 +339,22 @@ impl ClusterService {
             answers: VecDeque::new(),
             actions: ActionCounts::default(),
         };
+        // Segments a follower was to seal: waited for again (the first
+        // tick finds the marker of those sealed already).
+        for topic in service.cluster.topics() {
+            for segment in topic.segments().iter().filter(|s| !s.is_open()) {
+                if let Some(by) = segment.sealer {
+                    service.sealing_followers.insert(
+                        (topic.name().clone(), segment.id),
+                        SealerWait {
+                            by,
+                            epoch: segment.epoch,
+                            since_ms: None,
+                        },
+                    );
+                }
+            }
+        }
         let names: Vec<TopicName> = service.cluster.topics().map(|t| t.name().clone()).collect();
         for name in names {
             let snapshot = service.snapshot(&name);
@@ -1510,10 +1537,13 @@ impl ClusterService {
                         topic.name(),
                         sealed.segment.0
                     );
-                    let until_ms = self.now_ms.saturating_add(SEALER_WAIT_MS);
                     self.sealing_followers.insert(
                         (topic.name().clone(), sealed.segment),
-                        (by, sealed.epoch, until_ms),
+                        SealerWait {
+                            by,
+                            epoch: sealed.epoch,
+                            since_ms: Some(self.now_ms),
+                        },
                     );
                 }
                 None => self.fence(topic.name(), sealed.segment, sealed.epoch),
@@ -1541,31 +1571,54 @@ impl ClusterService {
 
     /// Forget each segment a follower was to seal from its copy once its
     /// marker is there; seal it at the filer's end if the follower has not
-    /// within `SEALER_WAIT_MS`, or its broker is no longer live.
+    /// within `SEALER_WAIT_MS` of the filer answering, or its broker is no
+    /// longer live (past the restart grace: before it, a live broker may
+    /// not have registered again yet).
     fn give_up_on_sealers(&mut self, now_ms: u64) {
-        let pending: Vec<_> = self
-            .sealing_followers
-            .iter()
-            .map(|(key, (by, epoch, until_ms))| (key.clone(), *by, *epoch, *until_ms))
-            .collect();
-        for ((topic, segment), by, epoch, until_ms) in pending {
-            let marker = filer_layout::seal_marker(&topic, segment.0);
-            if self.filer.size(&marker).is_ok() {
-                log::info!(
-                    "segment {topic}/{}: sealed by its follower on broker {by}",
-                    segment.0
-                );
-            } else if now_ms < until_ms && self.cluster.membership().is_live(by) {
+        let keys: Vec<(TopicName, SegmentId)> = self.sealing_followers.keys().cloned().collect();
+        for key in keys {
+            let Some(wait) = self.sealing_followers.get_mut(&key) else {
                 continue;
-            } else if self.cluster.topic(&topic).is_some() {
-                log::warn!(
-                    "segment {topic}/{}: its follower on broker {by} did not seal it; \
-                     sealing it at the filer's end",
-                    segment.0
-                );
-                self.fence(&topic, segment, epoch);
+            };
+            let (topic, segment) = &key;
+            let since_ms = *wait.since_ms.get_or_insert(now_ms);
+            match self
+                .filer
+                .size(&filer_layout::seal_marker(topic, segment.0))
+            {
+                Ok(_) => {
+                    log::info!(
+                        "segment {topic}/{}: sealed by its follower on broker {}",
+                        segment.0,
+                        wait.by
+                    );
+                }
+                Err(filer::FilerError::NotFound { .. }) => {
+                    let waited = now_ms.saturating_sub(since_ms) >= SEALER_WAIT_MS;
+                    let gone = !self.cluster.membership().is_live(wait.by)
+                        && self.cluster.restart_grace_over(now_ms);
+                    if !waited && !gone {
+                        continue;
+                    }
+                    let (by, epoch) = (wait.by, wait.epoch);
+                    if self.cluster.topic(topic).is_some() {
+                        log::warn!(
+                            "segment {topic}/{}: its follower on broker {by} did not seal \
+                             it; sealing it at the filer's end",
+                            segment.0
+                        );
+                        self.fence(topic, *segment, epoch);
+                    }
+                }
+                Err(e) => {
+                    // The store does not answer: the follower's uploads
+                    // wait too, and the wait is not counted.
+                    log::debug!("segment {topic}/{}: looking for its marker: {e}", segment.0);
+                    wait.since_ms = Some(now_ms);
+                    continue;
+                }
             }
-            self.sealing_followers.remove(&(topic, segment));
+            self.sealing_followers.remove(&key);
         }
     }
 

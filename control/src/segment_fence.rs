@@ -64,8 +64,10 @@ pub struct HeldChunk {
     pub next_offset: u64,
 }
 
-/// Holds nothing: the control plane's own fence.
-struct NothingHeld;
+/// Holds nothing: the control plane's own fence, or a follower's that
+/// lost its copy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NothingHeld;
 
 impl HeldRecords for NothingHeld {
     fn chunk_from(&mut self, _offset: u64) -> Option<HeldChunk> {

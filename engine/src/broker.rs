@@ -292,6 +292,7 @@ impl Broker {
                             u32::try_from(index).unwrap_or(u32::MAX),
                         ),
                         followed: RefCell::new(HashMap::new()),
+                        sealed_here: RefCell::new(std::collections::HashSet::new()),
                         followings_started: Cell::new(0),
                     });
                     glommio::spawn_local(shard.clone().tick_forever()).detach();

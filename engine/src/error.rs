@@ -31,11 +31,12 @@ pub enum EngineError {
     /// its bytes could not be stored.
     #[error("segment {segment}: {reason}")]
     Segment { segment: String, reason: String },
-    /// A segment the control plane sealed while this broker was away: what
-    /// it held past the seal point was never stored (clients look again).
+    /// A segment sealed while this broker was away (by the control plane,
+    /// or a follower from its copy): what it held past the seal point was
+    /// never stored (clients look again).
     #[error(
-        "segment {segment} was sealed by the control plane while this broker was away; ask for \
-         the topic's layout again"
+        "segment {segment} was sealed while this broker was away (declared dead); ask for the \
+         topic's layout again"
     )]
     Fenced { segment: String },
     /// Stored bytes that do not decode as what they should be: a buffer

@@ -35,7 +35,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use control::segment_fence::{seal_from_copy, Fenced, HeldChunk, HeldRecords};
+use control::segment_fence::{seal_from_copy, Fenced, HeldChunk, HeldRecords, NothingHeld};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use wire::chunk::{build_chunk, BatchWalk};
@@ -64,11 +64,12 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// Pause while every buffer is full, waiting for the owner to store.
 const FULL_PAUSE: Duration = Duration::from_millis(20);
-/// Most tries at sealing from the copy (the filer failing), one
-/// [`SEAL_RETRY_PAUSE`] apart: well within the control plane's
-/// `SEALER_WAIT_MS`, after which it seals the segment itself.
-const SEAL_ATTEMPTS_MAX: u32 = 10;
-const SEAL_RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// The pause after a failed try at sealing from the copy, doubled up to
+/// the maximum. Tries go on until the segment is sealed, by this follower
+/// or by the control plane (which waits for it only while the filer
+/// answers, `SEALER_WAIT_MS`), or the task is stopped.
+const SEAL_RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
+const SEAL_RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
 
 /// A followed segment's copy: its buffer files, oldest first, the last one
 /// taking appends.
@@ -417,69 +418,112 @@ async fn run(following: Following, orders: &Orders, metrics: Arc<ShardMetrics>) 
         }
     }
     if let (false, Some(epoch)) = (orders.stop.get(), orders.seal.get()) {
-        log = seal(&following, log, epoch, orders).await;
+        let sealer = Sealer {
+            topic: following.topic.clone(),
+            segment: following.segment,
+            epoch,
+            me: following.me.broker,
+            store: following.store.clone(),
+        };
+        log = sealer.seal(log, true, || orders.stop.get()).await;
     }
     let _ = blocking(move || log.remove()).await;
 }
 
-/// Seal the segment from the copy `log` (see the module docs), trying
-/// again while the filer fails, up to [`SEAL_ATTEMPTS_MAX`] times.
-async fn seal(
-    following: &Following,
-    mut log: ReplicaLog,
-    epoch: u32,
-    orders: &Orders,
-) -> ReplicaLog {
-    let name = format!("{}/{}", following.topic, following.segment);
-    let topic = match control::TopicName::parse(&following.topic) {
-        Ok(t) => t,
-        Err(e) => {
-            log::error!("replica of {name}: cannot seal it: {e}");
-            return log;
-        }
-    };
-    let by = format!("broker {} (follower)", following.me.broker);
-    let segment = following.segment;
-    for attempt in 1..=SEAL_ATTEMPTS_MAX {
-        let (t, b) = (topic.clone(), by.clone());
-        let (back, sealed) = following
-            .store
-            .upload(move |filer| {
-                let mut log = log;
-                let sealed = seal_from_copy(filer, &t, segment, epoch, &b, &mut log);
-                (log, sealed)
-            })
-            .await;
-        log = back;
-        match sealed {
-            Ok((Fenced::At(end), stored)) => {
-                log::info!(
-                    "segment {name}: its owner is gone; sealed from this broker's copy at \
-                     offset {end} ({stored} records the filer lacked stored from the copy)"
-                );
-                return log;
-            }
-            Ok((Fenced::AlreadySealed, stored)) => {
-                log::info!(
-                    "segment {name}: its owner is gone; sealed already by another \
-                     ({stored} records stored from this broker's copy first)"
-                );
-                return log;
-            }
-            Err(e) if attempt < SEAL_ATTEMPTS_MAX && !orders.stop.get() => {
-                log::warn!("segment {name}: sealing it from this broker's copy: {e}; retrying");
-                glommio::timer::sleep(SEAL_RETRY_PAUSE).await;
-            }
-            Err(e) => {
-                log::error!(
-                    "segment {name}: sealing it from this broker's copy: {e}; the control \
-                     plane seals it at the filer's end"
-                );
-                return log;
+/// A follower named a dead owner's segment's sealer (see the module docs).
+pub(crate) struct Sealer {
+    pub(crate) topic: String,
+    pub(crate) segment: u32,
+    /// The segment's seal epoch.
+    pub(crate) epoch: u32,
+    /// This broker's id.
+    pub(crate) me: u32,
+    pub(crate) store: Rc<ShardFiler>,
+}
+
+impl Sealer {
+    /// Seal the segment at the filer's end: this follower has no copy
+    /// (its broker restarted since it had one), in a task of its own.
+    pub(crate) fn seal_without_copy(self) {
+        glommio::spawn_local(async move {
+            self.seal(NothingHeld, false, || false).await;
+        })
+        .detach();
+    }
+
+    /// What sealing from `held` logs: `copy` says whether it was a copy.
+    fn report(&self, sealed: Fenced, stored: u64, copy: bool) {
+        let name = format!("{}/{}", self.topic, self.segment);
+        match (sealed, copy) {
+            (Fenced::At(end), true) => log::info!(
+                "segment {name}: its owner is gone; sealed from this broker's copy at offset \
+                 {end} ({stored} records the filer lacked stored from the copy)"
+            ),
+            (Fenced::At(end), false) => log::warn!(
+                "segment {name}: its owner is gone, and this broker, named to seal it, has no \
+                 copy (it restarted since): sealed at the filer's end, offset {end}"
+            ),
+            (Fenced::AlreadySealed, true) => log::info!(
+                "segment {name}: its owner is gone; sealed already by another ({stored} records \
+                 stored from this broker's copy first)"
+            ),
+            (Fenced::AlreadySealed, false) => {
+                log::debug!("segment {name}: sealed already");
             }
         }
     }
-    log
+
+    /// Seal the segment from `held` (a copy if `copy`, else nothing),
+    /// trying again while the filer fails until it is sealed (by this
+    /// follower or another) or `stopped`.
+    async fn seal<H: HeldRecords + Send + 'static>(
+        &self,
+        mut held: H,
+        copy: bool,
+        stopped: impl Fn() -> bool,
+    ) -> H {
+        let name = format!("{}/{}", self.topic, self.segment);
+        let topic = match control::TopicName::parse(&self.topic) {
+            Ok(t) => t,
+            Err(e) => {
+                log::error!("segment {name}: cannot seal it: {e}");
+                return held;
+            }
+        };
+        let by = format!("broker {} (follower)", self.me);
+        let (segment, epoch) = (self.segment, self.epoch);
+        let mut pause = SEAL_RETRY_PAUSE_MIN;
+        loop {
+            let (t, b) = (topic.clone(), by.clone());
+            let (back, sealed) = self
+                .store
+                .upload(move |filer| {
+                    let mut held = held;
+                    let sealed = seal_from_copy(filer, &t, segment, epoch, &b, &mut held);
+                    (held, sealed)
+                })
+                .await;
+            held = back;
+            match sealed {
+                Ok((fenced, stored)) => {
+                    self.report(fenced, stored, copy);
+                    return held;
+                }
+                Err(e) if !stopped() => {
+                    log::warn!(
+                        "segment {name}: sealing it from this broker's copy: {e}; retrying in \
+                         {pause:?}"
+                    );
+                    glommio::timer::sleep(pause).await;
+                    pause = (pause * 2).min(SEAL_RETRY_PAUSE_MAX);
+                }
+                Err(e) => {
+                    log::warn!("segment {name}: sealing it from this broker's copy: {e}; stopped");
+                    return held;
+                }
+            }
+        }
+    }
 }
 
 enum Ended {

@@ -131,6 +131,10 @@ pub(crate) struct Shard {
     pub(crate) followed: RefCell<HashMap<(String, u32), crate::replica::Follower>>,
     /// How many follower tasks it started, naming each copy's directory.
     pub(crate) followings_started: Cell<u64>,
+    /// The segments whose layout names this shard's broker their sealer
+    /// that were sealed here (or are being, without a copy), by topic and
+    /// segment: each is sealed once per run, not on every layout.
+    pub(crate) sealed_here: RefCell<std::collections::HashSet<(String, u32)>>,
 }
 
 /// The segment ids that have a directory under a topic's buffers
@@ -210,6 +214,9 @@ impl Shard {
                     }
                     keep
                 });
+                self.sealed_here
+                    .borrow_mut()
+                    .retain(|(topic, _)| *topic != name);
                 let _ = reply.send_async(()).await;
             }
             ShardCommand::Shutdown { reply } => {
@@ -417,6 +424,7 @@ impl Shard {
             }
         }
         let mut followed = self.followed.borrow_mut();
+        let mut sealed_here = self.sealed_here.borrow_mut();
         followed.retain(|(topic, segment), f| {
             if topic != name {
                 return true;
@@ -424,6 +432,7 @@ impl Shard {
             if let Some(epoch) = to_seal.get(segment) {
                 // Kept until the seal is done.
                 f.seal(*epoch);
+                sealed_here.insert((topic.clone(), *segment));
                 return !f.is_done();
             }
             if f.sealing() {
@@ -435,6 +444,20 @@ impl Shard {
             }
             keep
         });
+        for (segment, epoch) in to_seal {
+            if sealed_here.insert((name.to_owned(), segment)) {
+                // No copy (this broker restarted since): sealed at the
+                // filer's end unless it is sealed already.
+                crate::replica::Sealer {
+                    topic: name.to_owned(),
+                    segment,
+                    epoch,
+                    me,
+                    store: self.store.clone(),
+                }
+                .seal_without_copy();
+            }
+        }
         for (segment, owner) in wanted {
             let key = (name.to_owned(), segment);
             if followed.contains_key(&key) {

@@ -163,15 +163,20 @@ fn kill_minus_nine_loses_nothing_acknowledged() {
     let port = port();
     let broker = Broker::start(dir.path(), port);
     create_topic(&broker, "crash/test", 4);
+    // `all` on a lone broker (no followers) promises what `leader` does.
+    create_topic(&broker, "crash/all", 2);
     const TOTAL: usize = 20_000;
     const KEYS: usize = 100;
     publish_keyed(&broker, "crash/test", "tcp", "leader", TOTAL, KEYS);
+    publish_keyed(&broker, "crash/all", "tcp", "all", TOTAL / 4, KEYS);
     // Straight after the acks, before the 1 s age flush: nothing in the filer yet.
     broker.kill9();
 
     let broker = Broker::start(dir.path(), port);
     let records = subscribe(&broker, "crash/test", "tcp", "earliest", TOTAL);
     check_complete_and_ordered(&records, TOTAL, KEYS);
+    let records = subscribe(&broker, "crash/all", "tcp", "earliest", TOTAL / 4);
+    check_complete_and_ordered(&records, TOTAL / 4, KEYS);
 
     // Recovery flushed the buffers: chunk files exist and `chunk cat` reads them.
     let chunks = chunk_files(&broker.data_dir.join("filer/topics/crash/test"));

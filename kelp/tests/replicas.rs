@@ -556,3 +556,99 @@ async fn an_owner_killed_loses_no_record_an_all_produce_was_answered_for() {
     drop(to_survivor);
     drop((survivor, control));
 }
+
+/// An owner frozen (SIGSTOP) past the silence limit: its follower seals
+/// the segment from its copy, after every record an `all` produce was
+/// answered for. Resumed, the zombie answers no `all` produce (its
+/// follower no longer fetches from it): a producer that kept the old
+/// layout is refused and resends to the successor. Every record is read
+/// once, each key in order, and nothing the zombie held past the seal
+/// point becomes visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_owner_is_sealed_by_its_follower_and_answers_no_all_produce_after() {
+    const TOPIC: &str = "rep/zombie";
+    const KEYS: u64 = 16;
+    const PER_KEY: u64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let control = ControlPlane::start(
+        &dir.path().join("control"),
+        port(),
+        &["--broker-silence-ms", "2000", "--follower-lag-ms", "600000"],
+    );
+    let (b1, b2, client) = two_unflushing_brokers(dir.path(), &control).await;
+    let created = client
+        .create_topic_with_replicas(TOPIC, 1, 2)
+        .await
+        .unwrap();
+    let segment = created.segments[0].id;
+    let owner = created.segments[0].broker.unwrap();
+    let (zombie, survivor) = if owner == broker_id(&client, &b1).await {
+        (b1, b2)
+    } else {
+        (b2, b1)
+    };
+    // A producer that learns the layout now and keeps it.
+    let all = client::ProducerConfig {
+        ack: client::AckMode::All,
+        ..client::ProducerConfig::default()
+    };
+    let stale = client.producer(TOPIC, all).await.unwrap();
+    let send_round = |seq: u64| {
+        let stale = &stale;
+        async move {
+            for k in 0..KEYS {
+                let key = format!("key-{k}");
+                let value = format!("{key}:{seq}");
+                stale
+                    .send(key.as_bytes(), value.as_bytes(), &[])
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    for seq in 0..PER_KEY {
+        send_round(seq).await;
+    }
+    assert_eq!(stale.flush().await.unwrap(), KEYS * PER_KEY);
+
+    let pid = zombie.child.id();
+    signal("STOP", pid);
+    let to_survivor = support::tcp_client(&survivor.broker_arg()).await;
+    wait_sealed(&to_survivor, TOPIC, segment).await;
+    // The follower seals it after the copy's last record.
+    let before = KEYS * PER_KEY;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let marker = loop {
+        let path = control
+            .data_dir
+            .join(format!("filer/topics/{TOPIC}/{segment}/sealed"));
+        if path.exists() {
+            break seal_marker(&control, TOPIC, segment);
+        }
+        assert!(Instant::now() < deadline, "no seal marker");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        marker.contains("(follower)") && marker.contains(&format!(r#""end":{before},"#)),
+        "{marker}"
+    );
+
+    // Resumed, the zombie is sent `all` batches first thing.
+    signal("CONT", pid);
+    for seq in PER_KEY..2 * PER_KEY {
+        send_round(seq).await;
+    }
+    let acked = tokio::time::timeout(Duration::from_secs(60), stale.flush()).await;
+    assert_eq!(acked.unwrap().unwrap(), 2 * KEYS * PER_KEY);
+
+    let mut subscriber = support::keyed::subscribe_earliest(&to_survivor, TOPIC).await;
+    let total = 2 * KEYS * PER_KEY;
+    let got = support::keyed::read_records(&mut subscriber, total, Duration::from_secs(60)).await;
+    support::keyed::each_key_once_in_order(got, total);
+    // Nothing was added past the seal point while it ran again.
+    assert_eq!(seal_marker(&control, TOPIC, segment), marker);
+    drop(stale);
+    drop(client);
+    drop(to_survivor);
+    drop((zombie, survivor, control));
+}

@@ -268,7 +268,7 @@ impl SegmentCore {
             Closed::Fenced => Some(ServeError::new(
                 ErrorCode::NotOwner,
                 format!(
-                    "segment {} was sealed by the control plane while this broker was away; \
+                    "segment {} was sealed while this broker was away (declared dead); \
                      ask for the topic's layout again",
                     self.id
                 ),
@@ -971,20 +971,23 @@ impl SegmentCell {
         self.space.notify(usize::MAX);
     }
 
-    /// The flusher found the control plane's fence at offset `at`, where
-    /// this owner's next chunk should go: the segment was sealed there
-    /// while this broker was away (declared dead, then back). The records
-    /// it holds from `at` on were never stored and never will be: they
-    /// are dropped with their buffers, counted in the log, and nothing more
-    /// is acknowledged, written or read here (`NotOwner`: clients look
-    /// again and find the segment sealed at `at`).
+    /// The flusher found another writer's chunk at offset `at`, where
+    /// this owner's next chunk should go: the segment was sealed while
+    /// this broker was away (declared dead, then back), by the control
+    /// plane's fence at `at`, or by a follower storing its copy from there
+    /// on. The records this owner holds from `at` are not stored by it
+    /// and never will be: they are dropped with their buffers, counted in
+    /// the log, and nothing more is acknowledged, written or read here
+    /// (`NotOwner`: clients look again and find the segment sealed).
     pub(crate) fn fence(&self, at: u64) {
         let next = self.core.state.borrow().log.next_offset();
         log::error!(
-            "segment {}: the control plane sealed it at offset {at} while this broker was away \
-             (declared dead); the {} records this broker held from offset {at} to {next} are \
-             dropped: none was acknowledged as durable, and any acknowledged with ack=leader \
-             are lost (docs/broker.md, \"What each ack mode survives\")",
+            "segment {}: another writer stored its chunk at offset {at} while this broker was \
+             away (declared dead): the control plane's fence, or a follower sealing it from its \
+             copy. The {} records this broker held from offset {at} to {next} are dropped here: \
+             those a follower copied are in the filer up to the seal point; the rest were never \
+             acknowledged as durable or all, and any acknowledged with ack=leader are lost \
+             (docs/broker.md, \"What each ack mode survives\")",
             self.core.chunk_prefix,
             next.saturating_sub(at)
         );
