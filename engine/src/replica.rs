@@ -17,8 +17,8 @@
 //! holds more than the owner may leave unflushed). They are dropped when
 //! the segment is sealed, or no longer followed here, and on a restart (a
 //! follower that comes back copies again from the owner's stored end).
-//! Each file is made (created, its blocks reserved, mapped) on the
-//! blocking pool, as an owner's spares are, not on the shard's thread.
+//! Each file is made (created, its blocks reserved, mapped) and removed on
+//! the blocking pool, as an owner's spares are, not on the shard's thread.
 //!
 //! When the owner dies, the control plane may name this follower the
 //! segment's *sealer* (`Segment::sealer`): the task stops fetching, stores
@@ -81,6 +81,9 @@ pub(crate) struct ReplicaLog {
     buffers: VecDeque<ActiveBuffer>,
     /// How many files were made, for their names.
     made: u64,
+    /// Files dropped from the copy and not removed yet: the copy task
+    /// removes them on the blocking pool ([`ReplicaLog::take_discarded`]).
+    discarded: Vec<ActiveBuffer>,
 }
 
 impl ReplicaLog {
@@ -102,6 +105,7 @@ impl ReplicaLog {
             buffer_bytes,
             buffers: VecDeque::new(),
             made: 0,
+            discarded: Vec::new(),
         })
     }
 
@@ -203,7 +207,7 @@ impl ReplicaLog {
                 .is_some_and(|b| b.next_offset() <= stored_end)
         {
             if let Some(b) = self.buffers.pop_front() {
-                remove_file(b.path());
+                self.discarded.push(b);
             }
         }
         // The last one too, once everything in it is stored: the next
@@ -219,14 +223,19 @@ impl ReplicaLog {
 
     /// Drop everything held: the next batch starts the copy over.
     pub(crate) fn clear(&mut self) {
-        for b in self.buffers.drain(..) {
-            remove_file(b.path());
-        }
+        self.discarded.extend(self.buffers.drain(..));
     }
 
-    /// Drop everything held and the directory.
+    /// The files dropped from the copy since the last call, to be removed
+    /// ([`discard`]) off the shard's thread.
+    pub(crate) fn take_discarded(&mut self) -> Vec<ActiveBuffer> {
+        std::mem::take(&mut self.discarded)
+    }
+
+    /// Drop everything held and the directory (blocking).
     pub(crate) fn remove(mut self) {
         self.clear();
+        discard(self.take_discarded());
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 log::warn!("replica {}: removing it: {e}", self.dir.display());
@@ -280,6 +289,13 @@ impl WantedBuffer {
     /// the copy task runs this off the shard's thread).
     fn create(self) -> Result<ActiveBuffer, EngineError> {
         ActiveBuffer::create(self.path, self.segment, self.base, self.capacity)
+    }
+}
+
+/// Unmap and remove buffer files dropped from a copy (blocking).
+pub(crate) fn discard(buffers: Vec<ActiveBuffer>) {
+    for b in buffers {
+        remove_file(b.path());
     }
 }
 
@@ -603,6 +619,10 @@ async fn copy(
                 }
                 metrics.replica_records.add(copied);
                 log.trim(stored_end);
+                let discarded = log.take_discarded();
+                if !discarded.is_empty() {
+                    blocking(move || discard(discarded)).await;
+                }
                 // A sealed segment's owner flushed it all: no copy is
                 // needed any more.
                 if sealed {
@@ -692,16 +712,20 @@ mod tests {
         assert!(err.to_string().contains("holds up to 15"), "{err}");
         // The owner stored up to 6: the first file goes.
         log.trim(6);
+        discard(log.take_discarded());
         assert_eq!(files(&path), 2);
         log.trim(7);
+        discard(log.take_discarded());
         assert_eq!(files(&path), 2, "a file partly stored stays");
         // Past what it holds (the owner's stored end moved on): it starts
         // over there.
         log.append(&BatchView::validate(&batch(40, 2)).unwrap())
             .unwrap();
+        discard(log.take_discarded());
         assert_eq!(log.next_offset(), Some(42));
         assert_eq!(files(&path), 1);
         log.trim(42);
+        discard(log.take_discarded());
         assert_eq!(log.next_offset(), None, "everything stored: nothing held");
         assert_eq!(files(&path), 0);
         log.remove();
