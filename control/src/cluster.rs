@@ -48,7 +48,18 @@ pub struct ClusterConfig {
     /// (an `all` produce stops waiting for it); an out-of-sync one back
     /// within half of it rejoins.
     pub follower_lag_max_ms: u64,
+    /// How long a follower named to seal a dead owner's segment from its
+    /// copy has before the control plane seals it at the filer's end
+    /// itself (counted while the filer answers; docs/control-plane.md,
+    /// "Failover").
+    pub sealer_wait_ms: u64,
 }
+
+/// [`ClusterConfig::sealer_wait_ms`] by default. A follower stores at most
+/// `REPLICA_BUFFERS_MAX` buffers, a few seconds of uploads even to S3; a
+/// follower whose broker dies meanwhile is given up on sooner, once it is
+/// declared dead.
+pub const SEALER_WAIT_MS: u64 = 30_000;
 
 /// [`ClusterConfig::follower_lag_max_ms`] by default: half the default
 /// broker silence, so a frozen broker stops holding up `all` produces
@@ -63,6 +74,7 @@ impl Default for ClusterConfig {
             broker_silence_ms: 10_000,
             rebalance: Some(RebalancePolicy::default()),
             follower_lag_max_ms: FOLLOWER_LAG_MAX_MS,
+            sealer_wait_ms: SEALER_WAIT_MS,
         }
     }
 }
@@ -1587,6 +1599,7 @@ mod tests {
             broker_silence_ms: 3_000,
             rebalance: None,
             follower_lag_max_ms: FOLLOWER_LAG_MAX_MS,
+            sealer_wait_ms: SEALER_WAIT_MS,
         });
         for id in 1..=brokers {
             assert!(c.handle_register(0, info(id, 2)).unwrap().is_empty());
@@ -2250,6 +2263,7 @@ mod tests {
                 cooldown_ms: 2_000,
             }),
             follower_lag_max_ms: FOLLOWER_LAG_MAX_MS,
+            sealer_wait_ms: SEALER_WAIT_MS,
         });
         c.handle_register(0, info(1, 1)).unwrap();
         let t = name("ns/t");

@@ -78,14 +78,6 @@ pub use crate::broker_queue::{CommandId, CommandRequest, COMMANDS_QUEUED_PER_BRO
 /// core's tick is put off, so what waits on slow brokers stays bounded.
 pub const DELIVERIES_PENDING_MAX: usize = 4096;
 
-/// How long a follower chosen to seal a dead owner's segment from its copy
-/// (`Segment::sealer`) has before the control plane seals it itself at the
-/// filer's end, even while the follower's broker is live. A follower
-/// stores at most `REPLICA_BUFFERS_MAX` buffers, a few seconds of uploads
-/// even to S3; a broker that dies meanwhile is given up on sooner, once it
-/// is declared dead.
-pub const SEALER_WAIT_MS: u64 = 30_000;
-
 /// The refusal of a request the control port does not take (a data
 /// request, a broker command): what the control server answers a frame
 /// that decodes as `DecodeError::Foreign` with.
@@ -1514,21 +1506,16 @@ impl ClusterService {
             self.deliver(action, snapshot, gate);
             return Ok(());
         };
-        if let Err(e) = self.persist(topic) {
-            // Not committed: brokers are not told until it is; they learn
-            // the layout by resync once it is persisted.
-            self.unpersisted.insert(topic.name().clone());
-            for broker in action_brokers(action) {
-                self.mark_behind(broker);
-            }
-            return Err(e);
-        }
         for sealed in action.sealed() {
             if sealed.broker.is_some() {
                 continue;
             }
-            // The layout goes out either way; readers wait at the
-            // segment's end until its marker is written.
+            // Before the topic is persisted, and whether or not that
+            // succeeds: a marker written for a layout not yet committed
+            // states a seal the retried commit will make (a segment whose
+            // owner is gone is sealed in any layout after). The layout
+            // goes out either way; readers wait at the segment's end
+            // until its marker is written.
             match sealed.sealer {
                 Some(by) => {
                     log::info!(
@@ -1548,6 +1535,15 @@ impl ClusterService {
                 }
                 None => self.fence(topic.name(), sealed.segment, sealed.epoch),
             }
+        }
+        if let Err(e) = self.persist(topic) {
+            // Not committed: brokers are not told until it is; they learn
+            // the layout by resync once it is persisted.
+            self.unpersisted.insert(topic.name().clone());
+            for broker in action_brokers(action) {
+                self.mark_behind(broker);
+            }
+            return Err(e);
         }
         let snapshot = Snapshot {
             version: self.next_id(),
@@ -1569,11 +1565,15 @@ impl ClusterService {
         self.store.put_topic(topic)
     }
 
-    /// Forget each segment a follower was to seal from its copy once its
-    /// marker is there; seal it at the filer's end if the follower has not
-    /// within `SEALER_WAIT_MS` of the filer answering, or its broker is no
-    /// longer live (past the restart grace: before it, a live broker may
-    /// not have registered again yet).
+    /// For each segment a follower was to seal from its copy whose wait is
+    /// over (`ClusterConfig::sealer_wait_ms` since its layout was committed
+    /// and of the filer answering), look for its marker: there, the
+    /// follower sealed it; missing, seal it at the filer's end. A sealer
+    /// declared dead meanwhile is still waited for: one declared dead by
+    /// mistake (a stall) comes back with its copy, and sealing at the
+    /// filer's end would lose what only the copy holds. The filer is asked
+    /// only once the wait is over (its calls block the driver, and a store
+    /// that is away can hold each for its retry timeout).
     fn give_up_on_sealers(&mut self, now_ms: u64) {
         let keys: Vec<(TopicName, SegmentId)> = self.sealing_followers.keys().cloned().collect();
         for key in keys {
@@ -1581,7 +1581,16 @@ impl ClusterService {
                 continue;
             };
             let (topic, segment) = &key;
+            if self.unpersisted.contains(topic) {
+                // Not committed, so not sent: the follower does not know
+                // yet, and the wait has not started.
+                wait.since_ms = Some(now_ms);
+                continue;
+            }
             let since_ms = *wait.since_ms.get_or_insert(now_ms);
+            if now_ms.saturating_sub(since_ms) < self.cluster.config().sealer_wait_ms {
+                continue;
+            }
             match self
                 .filer
                 .size(&filer_layout::seal_marker(topic, segment.0))
@@ -1594,12 +1603,6 @@ impl ClusterService {
                     );
                 }
                 Err(filer::FilerError::NotFound { .. }) => {
-                    let waited = now_ms.saturating_sub(since_ms) >= SEALER_WAIT_MS;
-                    let gone = !self.cluster.membership().is_live(wait.by)
-                        && self.cluster.restart_grace_over(now_ms);
-                    if !waited && !gone {
-                        continue;
-                    }
                     let (by, epoch) = (wait.by, wait.epoch);
                     if self.cluster.topic(topic).is_some() {
                         log::warn!(
@@ -1612,8 +1615,12 @@ impl ClusterService {
                 }
                 Err(e) => {
                     // The store does not answer: the follower's uploads
-                    // wait too, and the wait is not counted.
-                    log::debug!("segment {topic}/{}: looking for its marker: {e}", segment.0);
+                    // wait too, and the wait starts over.
+                    log::warn!(
+                        "segment {topic}/{}: looking for its seal marker: {e}; waiting for \
+                         its follower again",
+                        segment.0
+                    );
                     wait.since_ms = Some(now_ms);
                     continue;
                 }
@@ -2048,6 +2055,15 @@ mod tests {
             self.run(|_, _| true)
         }
 
+        /// `broker` reports (nothing of its own), then a tick, both now.
+        fn report_and_tick(&mut self, broker: BrokerId) {
+            self.ask(MembershipRequest::LoadReport {
+                broker: broker.0,
+                segments: Vec::new(),
+            });
+            self.service.handle_tick(self.now_ms);
+        }
+
         /// Hand the service `request`, sending none of the commands it
         /// sets off.
         fn send(&mut self, request: impl Into<ControlPortRequest>) {
@@ -2292,12 +2308,10 @@ mod tests {
         );
     }
 
-    /// A dead owner's segment with a follower on a live broker is sealed
-    /// by that follower from its copy: the control plane names it in the
-    /// layout and writes nothing itself, until it gives up on it
-    /// (`SEALER_WAIT_MS`, or the follower's broker declared dead too).
-    #[test]
-    fn a_dead_owners_follower_seals_its_segment_unless_it_takes_too_long() {
+    /// Two brokers, a topic of one segment and two replicas, its owner
+    /// silent past the limit: the segment sealed, naming its follower the
+    /// sealer. The harness, the topic, the follower and the filer.
+    fn dead_owner_with_a_follower() -> (Harness, TopicName, BrokerId, Arc<filer::LocalFiler>) {
         let dir = tempfile::tempdir().unwrap();
         let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
         let mut h = Harness::with_filer(dir, filer.clone());
@@ -2317,36 +2331,32 @@ mod tests {
         let owner = segment.broker.unwrap();
         let follower = segment.followers[0].broker;
         assert_ne!(owner, follower);
-        let silence_ms = ClusterConfig::default().broker_silence_ms;
-        h.now_ms += silence_ms + 1;
-        h.ask(MembershipRequest::LoadReport {
-            broker: follower.0,
-            segments: Vec::new(),
-        });
-        h.service.handle_tick(h.now_ms);
+        h.now_ms += ClusterConfig::default().broker_silence_ms + 1;
+        h.report_and_tick(follower);
         h.run(|_, _| true);
         let sealed = &h.service.cluster().topic(&name).unwrap().segments()[0];
         assert!(!sealed.is_open());
         assert_eq!(sealed.sealer, Some(follower), "its follower seals it");
+        assert_eq!(h.service.sealing_followers.len(), 1);
+        (h, name, follower, filer)
+    }
+
+    /// A dead owner's segment with a follower on a live broker is sealed
+    /// by that follower from its copy: the control plane names it in the
+    /// layout and writes nothing itself until `sealer_wait_ms` has passed;
+    /// then, with no marker there, it seals it at the filer's end.
+    #[test]
+    fn a_dead_owners_follower_seals_its_segment_unless_it_takes_too_long() {
+        let (mut h, name, follower, filer) = dead_owner_with_a_follower();
         let marker = filer_layout::seal_marker(&name, 0);
+        // Still waiting just before the limit (the follower reports).
+        h.now_ms += crate::cluster::SEALER_WAIT_MS - 1;
+        h.report_and_tick(follower);
         assert!(filer.size(&marker).is_err(), "the control plane waits");
         assert_eq!(h.service.sealing_followers.len(), 1);
-
-        // Still waiting just before the limit (the follower reports).
-        h.now_ms += SEALER_WAIT_MS - 1;
-        h.ask(MembershipRequest::LoadReport {
-            broker: follower.0,
-            segments: Vec::new(),
-        });
-        h.service.handle_tick(h.now_ms);
-        assert!(filer.size(&marker).is_err());
         // At it, the control plane seals it at the filer's end.
         h.now_ms += 1;
-        h.ask(MembershipRequest::LoadReport {
-            broker: follower.0,
-            segments: Vec::new(),
-        });
-        h.service.handle_tick(h.now_ms);
+        h.report_and_tick(follower);
         assert!(h.service.sealing_followers.is_empty());
         let mut content = vec![0u8; 128];
         let n = filer.read_at(&marker, 0, &mut content).unwrap();
@@ -2354,10 +2364,39 @@ mod tests {
         assert!(content.contains(r#""written_by":"control""#), "{content}");
     }
 
-    /// Its follower's broker declared dead too: the control plane stops
-    /// waiting for it at once.
+    /// The follower sealed it in time: at the limit the control plane
+    /// finds its marker and writes nothing.
     #[test]
-    fn a_sealer_declared_dead_is_not_waited_for() {
+    fn a_segment_its_follower_sealed_is_left_as_it_is() {
+        let (mut h, name, follower, filer) = dead_owner_with_a_follower();
+        let marker = filer_layout::seal_marker(&name, 0);
+        assert!(filer_layout::create_seal_marker(
+            filer.as_ref(),
+            &name,
+            0,
+            1,
+            7,
+            "broker 1 (follower)"
+        )
+        .unwrap());
+        h.now_ms += crate::cluster::SEALER_WAIT_MS;
+        h.report_and_tick(follower);
+        assert!(h.service.sealing_followers.is_empty());
+        assert!(
+            filer.size(&filer_layout::chunk(&name, 0, 0)).is_err(),
+            "no fence of the control plane's"
+        );
+        let mut content = vec![0u8; 128];
+        let n = filer.read_at(&marker, 0, &mut content).unwrap();
+        let content = std::str::from_utf8(&content[..n]).unwrap();
+        assert!(content.contains("(follower)"), "{content}");
+    }
+
+    /// Its follower's broker declared dead too: the control plane still
+    /// waits for it (declared dead by mistake, it comes back with its
+    /// copy), and seals the segment itself only once the wait is over.
+    #[test]
+    fn a_sealer_declared_dead_is_still_waited_for() {
         let dir = tempfile::tempdir().unwrap();
         let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
         let mut h = Harness::with_filer(dir, filer.clone());
@@ -2401,6 +2440,14 @@ mod tests {
             segments: Vec::new(),
         });
         h.service.handle_tick(h.now_ms);
+        assert!(
+            !h.service.cluster().membership().is_live(follower),
+            "the follower is declared dead"
+        );
+        assert_eq!(h.service.sealing_followers.len(), 1, "still waited for");
+        assert!(filer.size(&marker).is_err());
+        h.now_ms += crate::cluster::SEALER_WAIT_MS;
+        h.report_and_tick(BrokerId(third));
         assert!(h.service.sealing_followers.is_empty());
         assert!(filer.size(&marker).is_ok(), "sealed at the filer's end");
     }

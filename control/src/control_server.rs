@@ -96,6 +96,10 @@ pub struct ControlServerConfig {
     /// A follower behind its owner for longer than this leaves the
     /// in-sync set ([`ClusterConfig::follower_lag_max_ms`]).
     pub follower_lag_max_ms: u64,
+    /// How long a follower named to seal a dead owner's segment has
+    /// before the control plane seals it itself
+    /// ([`ClusterConfig::sealer_wait_ms`]).
+    pub sealer_wait_ms: u64,
     /// How often the core ticks.
     pub tick_ms: u64,
     /// The rebalancer; `None` turns it off.
@@ -140,6 +144,7 @@ impl Default for ControlServerConfig {
             filer: None,
             broker_silence_ms: ClusterConfig::default().broker_silence_ms,
             follower_lag_max_ms: ClusterConfig::default().follower_lag_max_ms,
+            sealer_wait_ms: ClusterConfig::default().sealer_wait_ms,
             tick_ms: 1_000,
             rebalance: ClusterConfig::default().rebalance,
             link: BrokerLink::default(),
@@ -296,6 +301,7 @@ impl ControlServer {
             broker_silence_ms: config.broker_silence_ms,
             rebalance: config.rebalance,
             follower_lag_max_ms: config.follower_lag_max_ms,
+            sealer_wait_ms: config.sealer_wait_ms,
         };
         let command_timeout_ms = command_time_max_ms.saturating_add(COMMAND_RESULT_SLACK_MS);
         let (service, candidate) = match config.election.clone() {

@@ -62,7 +62,9 @@ pub use broker::{
     BrokerId, BrokerInfo, Capacity, InvalidRegistration, SHARDS_PER_BROKER_MAX,
     SHARD_ADDRESS_BYTES_MAX,
 };
-pub use cluster::{Cluster, ClusterConfig, InvariantViolation, FOLLOWER_LAG_MAX_MS};
+pub use cluster::{
+    Cluster, ClusterConfig, InvariantViolation, FOLLOWER_LAG_MAX_MS, SEALER_WAIT_MS,
+};
 pub use cluster_service::{ActionCounts, ClusterService};
 pub use control_server::{ClusterFiler, ControlServer, ControlServerConfig, ControlServerError};
 pub use error::{ControlError, CorruptLayout, InvalidChange};

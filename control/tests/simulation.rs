@@ -147,6 +147,7 @@ impl Sim {
                 cooldown_ms: 5_000,
             }),
             follower_lag_max_ms: kelp_control::FOLLOWER_LAG_MAX_MS,
+            sealer_wait_ms: kelp_control::SEALER_WAIT_MS,
         };
         Sim {
             rng: fastrand::Rng::with_seed(seed),
@@ -779,6 +780,7 @@ mod service_sim {
                 broker_silence_ms: SILENCE_MS,
                 rebalance: None,
                 follower_lag_max_ms: kelp_control::FOLLOWER_LAG_MAX_MS,
+                sealer_wait_ms: kelp_control::SEALER_WAIT_MS,
             };
             let service = ClusterService::open(
                 Box::new(kelp_control::state_store::FilerStateStore::new(

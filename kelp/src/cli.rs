@@ -117,6 +117,11 @@ pub struct ControlArgs {
     /// waiting for it); back within half of it, it rejoins.
     #[arg(long, default_value_t = control::FOLLOWER_LAG_MAX_MS)]
     pub follower_lag_ms: u64,
+    /// How long a follower named to seal a dead owner's segment from its
+    /// copy has before the control plane seals it at the filer's end
+    /// (counted only while the filer answers).
+    #[arg(long, default_value_t = control::SEALER_WAIT_MS)]
+    pub sealer_wait_ms: u64,
     /// How often the control plane checks for dead brokers, splits, merges
     /// and rebalancing.
     #[arg(long, default_value_t = 1_000)]

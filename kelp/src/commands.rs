@@ -97,6 +97,7 @@ pub fn control(args: ControlArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir,
         broker_silence_ms: args.broker_silence_ms,
         follower_lag_max_ms: args.follower_lag_ms,
+        sealer_wait_ms: args.sealer_wait_ms,
         tick_ms: args.tick_ms,
         election,
         connections_per_ip_max: usize::try_from(args.connections_per_ip_max).unwrap_or(usize::MAX),

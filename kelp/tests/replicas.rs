@@ -652,3 +652,110 @@ async fn a_frozen_owner_is_sealed_by_its_follower_and_answers_no_all_produce_aft
     drop(to_survivor);
     drop((zombie, survivor, control));
 }
+
+/// An owner killed while the S3 store is away (a proxy in front of a real
+/// S3-compatible server refuses every connection): its follower cannot
+/// store its copy until the store answers, and the control plane, whose
+/// own calls fail too (its commit of the layout among them), does not
+/// count that time against its wait for the follower (5 s here, against
+/// an outage of 8 s). Once the store is back
+/// the follower seals the segment from its copy, and every record an
+/// `all` produce was answered for is read back; none was ever flushed by
+/// the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_killed_during_an_s3_outage_is_sealed_by_its_follower_once_the_store_answers() {
+    const TOPIC: &str = "rep/outage";
+    const KEYS: u64 = 16;
+    const PER_KEY: u64 = 100;
+    let server = test_support::S3Server::start();
+    let target: u16 = server
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    let proxy = support::s3_proxy::Proxy::start(target);
+    let env = proxy.env(&server.env());
+    let dir = tempfile::tempdir().unwrap();
+    let filer = server.url("rep");
+    let control = ControlPlane::start_with_env(
+        &dir.path().join("control"),
+        port(),
+        &[
+            "--broker-silence-ms",
+            "2000",
+            "--follower-lag-ms",
+            "600000",
+            "--sealer-wait-ms",
+            "5000",
+            "--s3-retry-timeout-ms",
+            "500",
+            "--filer",
+            &filer,
+        ],
+        &env,
+    );
+    let start = |name: &str| {
+        Broker::start_with_env(
+            &dir.path().join(name),
+            port(),
+            &[
+                "--control",
+                &control.address(),
+                "--unpinned",
+                "--flush-age-ms",
+                "600000",
+                "--s3-retry-timeout-ms",
+                "500",
+            ],
+            &env,
+        )
+    };
+    let b1 = start("b1");
+    let b2 = start("b2");
+    let both = format!("{},{}", b1.broker_arg(), b2.broker_arg());
+    let client = support::tcp_client(&both).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.list_brokers().await.unwrap().len() < 2 {
+        assert!(Instant::now() < deadline, "two brokers never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = client
+        .create_topic_with_replicas(TOPIC, 1, 2)
+        .await
+        .unwrap();
+    let segment = created.segments[0].id;
+    let owner = created.segments[0].broker.unwrap();
+    let (victim, survivor) = if owner == broker_id(&client, &b1).await {
+        (b1, b2)
+    } else {
+        (b2, b1)
+    };
+    publish_keyed(&client, TOPIC, client::AckMode::All, KEYS, PER_KEY).await;
+    drop(client);
+
+    proxy.take_down();
+    victim.kill9();
+    let to_survivor = support::tcp_client(&survivor.broker_arg()).await;
+    wait_sealed(&to_survivor, TOPIC, segment).await;
+    // Well past the control plane's wait, with the store still away.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let marker = format!("rep/topics/{TOPIC}/{segment}/sealed");
+    assert!(
+        !server.keys("rep/").contains(&marker),
+        "sealed while the store was away"
+    );
+    proxy.bring_up();
+
+    let total = KEYS * PER_KEY;
+    let mut subscriber = support::keyed::subscribe_earliest(&to_survivor, TOPIC).await;
+    let got = support::keyed::read_records(&mut subscriber, total, Duration::from_secs(60)).await;
+    support::keyed::each_key_once_in_order(got, total);
+    assert!(
+        server.keys("rep/").contains(&marker),
+        "no seal marker: {:?}",
+        server.keys("rep/")
+    );
+    drop(to_survivor);
+    drop((survivor, control));
+}

@@ -5,6 +5,7 @@
 pub mod flood;
 pub mod keyed;
 pub mod records;
+pub mod s3_proxy;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
