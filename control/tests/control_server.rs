@@ -598,7 +598,17 @@ fn a_silent_broker_dies_and_its_segments_move() {
     let mut client = Client::connect(server.address());
     let live = client.register(None, &b0);
     let silent = client.register(None, &b1);
-    let created = create(&mut client, "ns/t", 2);
+    // One replica: no follower to seal the dead owner's segment from its
+    // copy, so the control plane seals it (kelp/tests/replicas.rs has the
+    // follower's seal).
+    let created = client.topic(
+        &AdminRequest::CreateTopic {
+            topic: "ns/t".to_owned(),
+            segments: 2,
+            replicas: 1,
+        }
+        .into(),
+    );
     let doomed = created
         .segments
         .iter()
