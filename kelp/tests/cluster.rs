@@ -319,11 +319,18 @@ async fn a_killed_broker_is_declared_dead_and_its_segments_move() {
             .find(|x| x.id == s.successors[0])
             .unwrap();
         assert_ne!(successor.broker, Some(victim));
-        // Nobody else could: the control plane marked the segment sealed.
-        assert!(control
+        // Its owner could not: its follower (from its copy) or the control
+        // plane marks the segment sealed.
+        let marker = control
             .data_dir
-            .join(format!("filer/topics/{TOPIC}/{id}/sealed"))
-            .exists());
+            .join(format!("filer/topics/{TOPIC}/{id}/sealed"));
+        while !marker.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "segment {id} never marked sealed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     let brokers = client.list_brokers().await.unwrap();
     assert_eq!(brokers.len(), 1, "{brokers:?}");

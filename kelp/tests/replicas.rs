@@ -237,19 +237,26 @@ async fn two_unflushing_brokers(
     dir: &Path,
     control: &ControlPlane,
 ) -> (Broker, Broker, client::Client) {
-    let start = |name: &str| {
-        Broker::start_with(
-            &dir.join(name),
-            port(),
-            &[
-                "--control",
-                &control.address(),
-                "--unpinned",
-                "--flush-age-ms",
-                "600000",
-            ],
-        )
-    };
+    two_unflushing_brokers_with(dir, control, &[], &[]).await
+}
+
+/// [`two_unflushing_brokers`] with `env` and `extra` flags.
+async fn two_unflushing_brokers_with(
+    dir: &Path,
+    control: &ControlPlane,
+    env: &[(&'static str, String)],
+    extra: &[&str],
+) -> (Broker, Broker, client::Client) {
+    let address = control.address();
+    let mut args = vec![
+        "--control",
+        address.as_str(),
+        "--unpinned",
+        "--flush-age-ms",
+        "600000",
+    ];
+    args.extend_from_slice(extra);
+    let start = |name: &str| Broker::start_with_env(&dir.join(name), port(), &args, env);
     let b1 = start("b1");
     let b2 = start("b2");
     let both = format!("{},{}", b1.broker_arg(), b2.broker_arg());
@@ -261,6 +268,31 @@ async fn two_unflushing_brokers(
     }
     (b1, b2, client)
 }
+
+/// A topic of one segment kept on both `b1` and `b2`: the segment's id,
+/// then the broker that owns it and the one that follows it.
+async fn one_followed_segment(
+    client: &client::Client,
+    topic: &str,
+    b1: Broker,
+    b2: Broker,
+) -> (u32, Broker, Broker) {
+    let created = client
+        .create_topic_with_replicas(topic, 1, 2)
+        .await
+        .unwrap();
+    let segment = &created.segments[0];
+    assert_eq!(segment.followers.len(), 1, "{segment:?}");
+    if segment.broker == Some(broker_id(client, &b1).await) {
+        (segment.id, b1, b2)
+    } else {
+        (segment.id, b2, b1)
+    }
+}
+
+/// The control plane of the failover tests: a broker silent for 2 s is
+/// dead; followers never leave the in-sync set.
+const FAILOVER_CONTROL: [&str; 4] = ["--broker-silence-ms", "2000", "--follower-lag-ms", "600000"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_copies_its_owners_records_and_an_all_produce_waits_for_it() {
@@ -510,23 +542,9 @@ async fn an_owner_killed_loses_no_record_an_all_produce_was_answered_for() {
     const KEYS: u64 = 16;
     const PER_KEY: u64 = 250;
     let dir = tempfile::tempdir().unwrap();
-    let control = ControlPlane::start(
-        &dir.path().join("control"),
-        port(),
-        &["--broker-silence-ms", "2000", "--follower-lag-ms", "600000"],
-    );
+    let control = ControlPlane::start(&dir.path().join("control"), port(), &FAILOVER_CONTROL);
     let (b1, b2, client) = two_unflushing_brokers(dir.path(), &control).await;
-    let created = client
-        .create_topic_with_replicas(TOPIC, 1, 2)
-        .await
-        .unwrap();
-    let segment = created.segments[0].id;
-    let owner = created.segments[0].broker.unwrap();
-    let (victim, survivor) = if owner == broker_id(&client, &b1).await {
-        (b1, b2)
-    } else {
-        (b2, b1)
-    };
+    let (segment, victim, survivor) = one_followed_segment(&client, TOPIC, b1, b2).await;
     publish_keyed(&client, TOPIC, client::AckMode::All, KEYS, PER_KEY).await;
     drop(client);
     let total = KEYS * PER_KEY;
@@ -570,23 +588,9 @@ async fn a_frozen_owner_is_sealed_by_its_follower_and_answers_no_all_produce_aft
     const KEYS: u64 = 16;
     const PER_KEY: u64 = 100;
     let dir = tempfile::tempdir().unwrap();
-    let control = ControlPlane::start(
-        &dir.path().join("control"),
-        port(),
-        &["--broker-silence-ms", "2000", "--follower-lag-ms", "600000"],
-    );
+    let control = ControlPlane::start(&dir.path().join("control"), port(), &FAILOVER_CONTROL);
     let (b1, b2, client) = two_unflushing_brokers(dir.path(), &control).await;
-    let created = client
-        .create_topic_with_replicas(TOPIC, 1, 2)
-        .await
-        .unwrap();
-    let segment = created.segments[0].id;
-    let owner = created.segments[0].broker.unwrap();
-    let (zombie, survivor) = if owner == broker_id(&client, &b1).await {
-        (b1, b2)
-    } else {
-        (b2, b1)
-    };
+    let (segment, zombie, survivor) = one_followed_segment(&client, TOPIC, b1, b2).await;
     // A producer that learns the layout now and keeps it.
     let all = client::ProducerConfig {
         ack: client::AckMode::All,
@@ -682,10 +686,10 @@ async fn an_owner_killed_during_an_s3_outage_is_sealed_by_its_follower_once_the_
         &dir.path().join("control"),
         port(),
         &[
-            "--broker-silence-ms",
-            "2000",
-            "--follower-lag-ms",
-            "600000",
+            FAILOVER_CONTROL[0],
+            FAILOVER_CONTROL[1],
+            FAILOVER_CONTROL[2],
+            FAILOVER_CONTROL[3],
             "--sealer-wait-ms",
             "5000",
             "--s3-retry-timeout-ms",
@@ -695,42 +699,14 @@ async fn an_owner_killed_during_an_s3_outage_is_sealed_by_its_follower_once_the_
         ],
         &env,
     );
-    let start = |name: &str| {
-        Broker::start_with_env(
-            &dir.path().join(name),
-            port(),
-            &[
-                "--control",
-                &control.address(),
-                "--unpinned",
-                "--flush-age-ms",
-                "600000",
-                "--s3-retry-timeout-ms",
-                "500",
-            ],
-            &env,
-        )
-    };
-    let b1 = start("b1");
-    let b2 = start("b2");
-    let both = format!("{},{}", b1.broker_arg(), b2.broker_arg());
-    let client = support::tcp_client(&both).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client.list_brokers().await.unwrap().len() < 2 {
-        assert!(Instant::now() < deadline, "two brokers never registered");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let created = client
-        .create_topic_with_replicas(TOPIC, 1, 2)
-        .await
-        .unwrap();
-    let segment = created.segments[0].id;
-    let owner = created.segments[0].broker.unwrap();
-    let (victim, survivor) = if owner == broker_id(&client, &b1).await {
-        (b1, b2)
-    } else {
-        (b2, b1)
-    };
+    let (b1, b2, client) = two_unflushing_brokers_with(
+        dir.path(),
+        &control,
+        &env,
+        &["--s3-retry-timeout-ms", "500"],
+    )
+    .await;
+    let (segment, victim, survivor) = one_followed_segment(&client, TOPIC, b1, b2).await;
     publish_keyed(&client, TOPIC, client::AckMode::All, KEYS, PER_KEY).await;
     drop(client);
 
