@@ -2308,14 +2308,22 @@ mod tests {
         );
     }
 
-    /// Two brokers, a topic of one segment and two replicas, its owner
-    /// silent past the limit: the segment sealed, naming its follower the
-    /// sealer. The harness, the topic, the follower and the filer.
-    fn dead_owner_with_a_follower() -> (Harness, TopicName, BrokerId, Arc<filer::LocalFiler>) {
+    /// `brokers` brokers on a local filer and topic `ns/t` of one segment
+    /// on two replicas: the harness, the filer, the topic's name, and its
+    /// segment's owner and follower.
+    fn a_followed_segment(
+        brokers: u32,
+    ) -> (
+        Harness,
+        Arc<filer::LocalFiler>,
+        TopicName,
+        BrokerId,
+        BrokerId,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
         let mut h = Harness::with_filer(dir, filer.clone());
-        for broker in 0..2 {
+        for broker in 0..brokers {
             h.ask(MembershipRequest::LoadReport {
                 broker,
                 segments: Vec::new(),
@@ -2328,9 +2336,16 @@ mod tests {
         });
         let name = TopicName::parse("ns/t").unwrap();
         let segment = h.service.cluster().topic(&name).unwrap().segments()[0].clone();
-        let owner = segment.broker.unwrap();
-        let follower = segment.followers[0].broker;
+        let (owner, follower) = (segment.broker.unwrap(), segment.followers[0].broker);
         assert_ne!(owner, follower);
+        (h, filer, name, owner, follower)
+    }
+
+    /// Two brokers, a topic of one segment and two replicas, its owner
+    /// silent past the limit: the segment sealed, naming its follower the
+    /// sealer. The harness, the topic, the follower and the filer.
+    fn dead_owner_with_a_follower() -> (Harness, TopicName, BrokerId, Arc<filer::LocalFiler>) {
+        let (mut h, filer, name, _, follower) = a_followed_segment(2);
         h.now_ms += ClusterConfig::default().broker_silence_ms + 1;
         h.report_and_tick(follower);
         h.run(|_, _| true);
@@ -2397,23 +2412,7 @@ mod tests {
     /// copy), and seals the segment itself only once the wait is over.
     #[test]
     fn a_sealer_declared_dead_is_still_waited_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let filer = Arc::new(filer::LocalFiler::open(dir.path()).unwrap());
-        let mut h = Harness::with_filer(dir, filer.clone());
-        for broker in 0..3 {
-            h.ask(MembershipRequest::LoadReport {
-                broker,
-                segments: Vec::new(),
-            });
-        }
-        h.ask(AdminRequest::CreateTopic {
-            topic: "ns/t".into(),
-            segments: 1,
-            replicas: 2,
-        });
-        let name = TopicName::parse("ns/t").unwrap();
-        let segment = h.service.cluster().topic(&name).unwrap().segments()[0].clone();
-        let (owner, follower) = (segment.broker.unwrap(), segment.followers[0].broker);
+        let (mut h, filer, name, owner, follower) = a_followed_segment(3);
         let third = (0..3).find(|b| *b != owner.0 && *b != follower.0).unwrap();
         let silence_ms = ClusterConfig::default().broker_silence_ms;
         // The owner goes silent first; the follower a little later.

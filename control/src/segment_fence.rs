@@ -240,6 +240,23 @@ mod tests {
         build_chunk(7, base, &refs).unwrap()
     }
 
+    /// The filer at `root`, where another writer creates `bytes` at `path`
+    /// just before the first create made through it reaches the filer.
+    fn stored_first(
+        root: &std::path::Path,
+        path: filer::ObjectPath,
+        bytes: Vec<u8>,
+    ) -> crate::test_filer::HookedCreates {
+        let first = std::sync::Mutex::new(Some((path, bytes)));
+        crate::test_filer::HookedCreates::new(
+            root,
+            Box::new(move |inner, _| match first.lock().unwrap().take() {
+                Some((path, bytes)) => inner.create(&path, &bytes),
+                None => Ok(()),
+            }),
+        )
+    }
+
     fn header_at(filer: &LocalFiler, base: u64) -> ChunkHeader {
         chunk_header(filer, &filer_layout::chunk(&topic(), 7, base)).unwrap()
     }
@@ -319,14 +336,7 @@ mod tests {
             .unwrap();
         // The owner stores its chunk just before the fence's first create
         // reaches the filer.
-        let owner = std::sync::Mutex::new(Some((filer_layout::chunk(&t, 7, 4), chunk(4, 3))));
-        let racing = crate::test_filer::HookedCreates::new(
-            dir.path(),
-            Box::new(move |inner, _| match owner.lock().unwrap().take() {
-                Some((path, bytes)) => inner.create(&path, &bytes),
-                None => Ok(()),
-            }),
-        );
+        let racing = stored_first(dir.path(), filer_layout::chunk(&t, 7, 4), chunk(4, 3));
         assert_eq!(
             fence_segment(&racing, &t, 7, 3, "control").unwrap(),
             Fenced::At(7)
@@ -411,14 +421,7 @@ mod tests {
         filer
             .create(&filer_layout::chunk(&t, 7, 0), &chunk(0, 4))
             .unwrap();
-        let owner = std::sync::Mutex::new(Some((filer_layout::chunk(&t, 7, 4), chunk(4, 2))));
-        let racing = crate::test_filer::HookedCreates::new(
-            dir.path(),
-            Box::new(move |inner, _| match owner.lock().unwrap().take() {
-                Some((path, bytes)) => inner.create(&path, &bytes),
-                None => Ok(()),
-            }),
-        );
+        let racing = stored_first(dir.path(), filer_layout::chunk(&t, 7, 4), chunk(4, 2));
         let mut held = Held { from: 0, to: 8 };
         assert_eq!(
             seal_from_copy(&racing, &t, 7, 3, "broker 2 (follower)", &mut held).unwrap(),
