@@ -1265,7 +1265,12 @@ impl Cluster {
             let mut sealer = None;
             if let Some(segment) = topic.segments.iter_mut().find(|s| s.id == id) {
                 if live.is_none() {
-                    sealer = pick_sealer(&segment.followers, &self.membership);
+                    let lags = self
+                        .follower_lags
+                        .get(name)
+                        .and_then(|t| t.get(&id))
+                        .map_or(&[][..], Vec::as_slice);
+                    sealer = pick_sealer(&segment.followers, lags, &self.membership);
                     segment.sealer = sealer;
                 }
             }
@@ -1303,15 +1308,26 @@ impl Cluster {
 
 /// The follower whose copy seals a segment whose owner is gone: the first
 /// in-sync one on a live broker (it holds every record an `all` produce
-/// was answered for), else the first live one (it holds more than the
-/// filer may), else none (the control plane seals it at the filer's end).
-fn pick_sealer(followers: &[Follower], membership: &Membership) -> Option<BrokerId> {
+/// was answered for), else the live one the owner last reported least
+/// behind (with none in sync, `all` waits for at least one follower, the
+/// furthest: docs/broker.md "Followers"), else none (the control plane
+/// seals it at the filer's end).
+fn pick_sealer(
+    followers: &[Follower],
+    lags: &[FollowerLag],
+    membership: &Membership,
+) -> Option<BrokerId> {
     let live = |f: &&Follower| membership.is_live(f.broker);
+    let lag = |f: &&Follower| {
+        lags.iter()
+            .find(|l| l.broker == f.broker)
+            .map_or(u64::MAX, |l| l.lag_ms)
+    };
     followers
         .iter()
         .filter(live)
         .find(|f| f.in_sync)
-        .or_else(|| followers.iter().find(live))
+        .or_else(|| followers.iter().filter(live).min_by_key(lag))
         .map(|f| f.broker)
 }
 

@@ -41,7 +41,7 @@ use glommio::net::TcpStream;
 use wire::chunk::{build_chunk, BatchWalk};
 use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
 use wire::message::{FetchChecks, FetchFrom, FetchRequest, Fetched, FollowerId};
-use wire::{BatchView, BrokerPortRequest, DataRequest, ErrorCode, Response};
+use wire::{BatchView, BrokerPortRequest, DataRequest, Response};
 
 use crate::buffer::ActiveBuffer;
 use crate::error::EngineError;
@@ -629,14 +629,10 @@ async fn copy(
                     return Ok(Ended::Sealed);
                 }
             }
-            Response::Error {
-                code: ErrorCode::SegmentSealed,
-                ..
-            } => {
-                return Ok(Ended::Sealed);
-            }
-            // NotOwner, Busy, ShuttingDown: the layout will move on or stop
-            // this task; ask again.
+            // SegmentSealed, NotOwner, Busy, ShuttingDown: the layout will
+            // move on or stop this task (an owner that just restarted may
+            // answer so before it has the layout again: the copy is kept);
+            // ask again.
             Response::Error { .. } => glommio::timer::sleep(RETRY_PAUSE).await,
             other => return Err(format!("its owner answered a fetch with {other:?}")),
         }

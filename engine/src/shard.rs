@@ -438,7 +438,10 @@ impl Shard {
             if f.sealing() {
                 return !f.is_done();
             }
-            let keep = wanted.get(segment) == Some(&f.owner);
+            // A task that ended while the layout still names this copy
+            // (its owner answered that it sealed the segment) is started
+            // again below.
+            let keep = wanted.get(segment) == Some(&f.owner) && !f.is_done();
             if !keep {
                 f.stop();
             }

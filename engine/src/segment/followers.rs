@@ -66,9 +66,12 @@ impl SegmentFollowers {
     }
 
     /// `id` fetched from `offset` at `now`, the owner's end being `end`:
-    /// it holds everything before `offset`. False if the layout does not
-    /// name it (a follower the layout dropped, or one of a newer layout
-    /// than this owner holds) or it held that much already.
+    /// it holds everything before `offset`, and no more: a follower that
+    /// fetches from less than before lost part of its copy (it restarted,
+    /// or started its copy over), and its progress goes back. True if it
+    /// now holds more than before; false if the layout does not name it
+    /// (a follower the layout dropped, or one of a newer layout than this
+    /// owner holds).
     pub(crate) fn fetched(&mut self, id: FollowerId, offset: u64, end: u64, now: Instant) -> bool {
         let Some(p) = self.followers.iter_mut().find(|p| p.id == id) else {
             return false;
@@ -79,22 +82,25 @@ impl SegmentFollowers {
             p.caught_up = p.caught_up.max(Some(p.previous.0));
         }
         p.previous = (now, end);
-        if offset > p.fetched {
-            p.fetched = offset;
-            true
-        } else {
-            false
-        }
+        let more = offset > p.fetched;
+        p.fetched = offset;
+        more
     }
 
-    /// Every in-sync follower holds every record before this offset;
-    /// `None` when none is in sync (an `all` produce waits for nobody).
+    /// How far an `all` produce's records are copied: every in-sync
+    /// follower holds every record before this offset. With followers but
+    /// none in sync (each one dropped from the set, or placed anew and
+    /// still catching up), at least one follower holds them: a record an
+    /// `all` produce was answered for is always on a second broker, so a
+    /// follower can seal the segment from its copy if the owner dies.
+    /// `None` with no followers (one replica: an `all` produce waits for
+    /// nobody).
     pub(crate) fn replicated_to(&self) -> Option<u64> {
-        self.followers
-            .iter()
-            .filter(|p| p.in_sync)
+        let in_sync = self.followers.iter().filter(|p| p.in_sync);
+        in_sync
             .map(|p| p.fetched)
             .min()
+            .or_else(|| self.followers.iter().map(|p| p.fetched).max())
     }
 
     /// Each follower's lag at `now`, the owner's end being `end`: 0 for
@@ -145,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn the_slowest_in_sync_follower_sets_how_far_records_are_replicated() {
+    fn the_slowest_in_sync_follower_or_else_the_furthest_one_sets_how_far_records_are_replicated() {
         let now = Instant::now();
         let mut f = SegmentFollowers::default();
         assert_eq!(f.replicated_to(), None, "no followers: nobody to wait for");
@@ -159,8 +165,10 @@ mod tests {
         assert_eq!(f.replicated_to(), Some(0), "follower 2 holds nothing yet");
         assert!(f.fetched(id(2), 7, 20, now));
         assert_eq!(f.replicated_to(), Some(7));
-        assert!(!f.fetched(id(2), 5, 20, now), "progress never goes back");
-        assert_eq!(f.replicated_to(), Some(7));
+        // From less than before: it lost part of its copy.
+        assert!(!f.fetched(id(2), 5, 20, now));
+        assert_eq!(f.replicated_to(), Some(5), "its progress goes back");
+        assert!(f.fetched(id(2), 7, 20, now));
         assert!(f.fetched(id(3), 2, 20, now));
         assert_eq!(
             f.replicated_to(),
@@ -176,8 +184,13 @@ mod tests {
         assert_eq!(f.replicated_to(), Some(0), "4 starts at 0");
         assert!(f.fetched(id(4), 12, 20, now));
         assert_eq!(f.replicated_to(), Some(10));
-        f.set(&[follower(1, false)], now, 20);
-        assert_eq!(f.replicated_to(), None);
+        // None in sync: at least one follower holds the records.
+        f.set(&[follower(1, false), follower(4, false)], now, 20);
+        assert_eq!(f.replicated_to(), Some(12), "the furthest one");
+        f.set(&[follower(5, false)], now, 20);
+        assert_eq!(f.replicated_to(), Some(0), "a new one holds nothing");
+        f.set(&[], now, 20);
+        assert_eq!(f.replicated_to(), None, "no followers: nobody to wait for");
     }
 
     #[test]

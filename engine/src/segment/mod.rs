@@ -902,7 +902,9 @@ impl SegmentCell {
     }
 
     /// Wait until every in-sync follower holds the records before
-    /// `offset` (an `all` produce), or the filer does (stored is more
+    /// `offset` (an `all` produce; with followers but none in sync, one
+    /// of them: `SegmentFollowers::replicated_to`), or the filer does
+    /// (stored is more
     /// than copied: a segment sealed meanwhile flushes everything). Fails
     /// as [`SegmentCell::wait_flushed`] does when the segment fails, is
     /// fenced, or closes first.
