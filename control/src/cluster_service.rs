@@ -246,7 +246,8 @@ struct SealerWait {
     /// The segment's seal epoch.
     epoch: u32,
     /// Since when the wait counts: the first tick that saw it, and again
-    /// after each tick the filer did not answer. `None` until a tick.
+    /// at each tick its topic was not committed yet or the filer did not
+    /// answer. `None` until a tick.
     since_ms: Option<u64>,
 }
 
@@ -331,8 +332,9 @@ impl ClusterService {
             answers: VecDeque::new(),
             actions: ActionCounts::default(),
         };
-        // Segments a follower was to seal: waited for again (the first
-        // tick finds the marker of those sealed already).
+        // Segments a follower was to seal: waited for again (the marker of
+        // each is looked for once its wait is over, which ends the wait of
+        // those sealed already).
         for topic in service.cluster.topics() {
             for segment in topic.segments().iter().filter(|s| !s.is_open()) {
                 if let Some(by) = segment.sealer {
