@@ -306,6 +306,14 @@ impl Cluster {
         }
     }
 
+    /// The control plane did not run for `stalled_ms` up to `now_ms` (its
+    /// driver blocked on the filer or the state store): no broker is
+    /// counted silent for that time, since nothing it sent could be heard.
+    pub fn handle_stall(&mut self, now_ms: u64, stalled_ms: u64) {
+        self.observe(now_ms);
+        self.membership.excuse(now_ms, stalled_ms);
+    }
+
     /// The periodic step (see the module docs for what it does, in order).
     pub fn handle_tick(&mut self, now_ms: u64) -> Vec<Action> {
         self.observe(now_ms);
@@ -2183,6 +2191,38 @@ mod tests {
         assert!(actions.iter().all(|a| a.cause() == Cause::Orphaned));
         assert!(c.orphans().is_empty());
         assert_eq!(owners(&c, &t), [(2, 7, 0), (3, 7, 0)]);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn the_control_planes_own_stall_is_not_counted_as_brokers_silence() {
+        // Silence limit 3 s. Both brokers were last heard at 1 s; the
+        // control plane then stalled for 5 s, and ticks at 6 s.
+        let mut c = cluster(2);
+        let t = name("ns/t");
+        c.create_topic(0, &t, 2, 1, None).unwrap();
+        c.handle_heartbeat(1_000, BrokerId(1)).unwrap();
+        c.handle_heartbeat(1_000, BrokerId(2)).unwrap();
+        c.handle_stall(6_000, 5_000);
+        assert!(c.handle_tick(6_000).is_empty(), "silent for 0 s it heard");
+        // Broker 1 speaks after the stall; broker 2 stays silent: it is
+        // dead once it was silent for 3 s of the control plane running.
+        c.handle_heartbeat(6_500, BrokerId(1)).unwrap();
+        assert!(c.handle_tick(9_000).is_empty());
+        c.handle_heartbeat(9_000, BrokerId(1)).unwrap();
+        let actions = c.handle_tick(9_001);
+        assert!(!actions.is_empty(), "broker 2 silent for 3 s of running");
+        assert!(actions
+            .iter()
+            .all(|a| a.cause() == Cause::BrokerDied(BrokerId(2))));
+        assert!(!c.membership().is_live(BrokerId(2)));
+        assert!(c.membership().is_live(BrokerId(1)));
+        // A stall never makes a broker heard later than now.
+        c.handle_stall(9_100, 60_000);
+        assert_eq!(
+            c.membership().broker(BrokerId(1)).unwrap().last_seen_ms(),
+            9_100
+        );
         c.check_invariants().unwrap();
     }
 

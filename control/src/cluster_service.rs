@@ -447,6 +447,26 @@ impl ClusterService {
         self.run_deliveries();
     }
 
+    /// The driver did not run for `stalled_ms` up to `now_ms` (a filer or
+    /// state-store call blocked it, or the process was not scheduled):
+    /// that time counts neither as brokers' silence
+    /// ([`Cluster::handle_stall`]), nor against commands in flight (their
+    /// results may be waiting in the driver's queue), nor against sealers
+    /// being waited for.
+    pub fn handle_stall(&mut self, now_ms: u64, stalled_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.cluster.handle_stall(now_ms, stalled_ms);
+        let later = |t: u64| t.saturating_add(stalled_ms).min(now_ms);
+        for queue in self.queues.values_mut() {
+            if let Some((_, sent_ms)) = &mut queue.in_flight {
+                *sent_ms = later(*sent_ms);
+            }
+        }
+        for wait in self.sealing_followers.values_mut() {
+            wait.since_ms = wait.since_ms.map(later);
+        }
+    }
+
     /// The periodic step: time out commands, retry unpersisted topics, the
     /// core's tick (its actions carried out), and forget brokers gone
     /// whose queues are empty.
@@ -2236,6 +2256,39 @@ mod tests {
         h.service
             .handle_command_done(h.now_ms + 5_001, command.broker, command.id, Ok(()));
         assert!(h.service.needs_resync(command.broker));
+    }
+
+    /// A stall of the driver (it did not run for a while) counts neither
+    /// against a command in flight, whose result may be waiting in the
+    /// driver's queue, nor as the brokers' silence.
+    #[test]
+    fn a_stall_times_out_no_command_and_buries_no_broker() {
+        let mut h = Harness::new();
+        for broker in 0..2 {
+            h.ask(MembershipRequest::LoadReport {
+                broker,
+                segments: Vec::new(),
+            });
+        }
+        h.send(AdminRequest::CreateTopic {
+            topic: "ns/t".into(),
+            segments: 2,
+            replicas: 0,
+        });
+        let command = h.service.poll_command().unwrap();
+        let silence_ms = ClusterConfig::default().broker_silence_ms;
+        let stalled_ms = 2 * silence_ms;
+        let back = h.now_ms + stalled_ms;
+        h.service.handle_stall(back, stalled_ms);
+        h.service.handle_tick(back);
+        assert!(!h.service.needs_resync(command.broker), "timed out");
+        assert_eq!(h.service.cluster().membership().len(), 2, "buried");
+        h.service
+            .handle_command_done(back, command.broker, command.id, Ok(()));
+        assert!(!h.service.needs_resync(command.broker));
+        // Time the driver runs counts again.
+        h.service.handle_tick(back + silence_ms + 1);
+        assert_eq!(h.service.cluster().membership().len(), 0);
     }
 
     /// A dead owner's segment is sealed in the filer (fence, then marker);

@@ -76,6 +76,15 @@ const COMMAND_RESULT_SLACK_MS: u64 = 1_000;
 /// nothing else wakes it: a new leader serves at most this long after its
 /// campaign won, and a deposed one stops as soon.
 pub const LEADERSHIP_POLL_MS: u64 = 100;
+/// A stretch in which the driver handled inputs without waiting for the
+/// next one for longer than this is a stall of its own (a filer or
+/// state-store call that hung, the process not scheduled): the state
+/// machine is told ([`ClusterService::handle_stall`]), so what brokers
+/// said meanwhile, queued and not heard yet, is not taken for silence.
+pub const DRIVER_STALL_MS: u64 = 250;
+/// A stall this long is logged as a warning (shorter ones at debug level:
+/// a slow store call now and then is normal).
+const DRIVER_STALL_WARN_MS: u64 = 1_000;
 
 /// How to run the control plane.
 #[derive(Debug, Clone)]
@@ -481,6 +490,8 @@ impl Driver {
                 wait = wait.min(poll);
             }
             let input = self.inputs.recv_timeout(wait);
+            // From here to the next wait the driver hears nothing.
+            let mut busy_since = Instant::now();
             // Whatever came, it is handled by who leads now.
             self.follow_leadership(tick);
             match input {
@@ -508,6 +519,8 @@ impl Driver {
                 Ok(DriverInput::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => {}
             }
+            // A stall is told before the tick that would count it.
+            self.note_stall(&mut busy_since);
             if Instant::now() >= next_tick {
                 if let Some(service) = self.service.as_mut() {
                     service.handle_tick(now_ms());
@@ -517,6 +530,30 @@ impl Driver {
                 next_tick = Instant::now() + tick;
             }
             self.transmit();
+            self.note_stall(&mut busy_since);
+        }
+    }
+
+    /// Tell the state machine of a stall: the driver has been busy since
+    /// `busy_since` for longer than [`DRIVER_STALL_MS`] (and the count
+    /// starts again).
+    fn note_stall(&mut self, busy_since: &mut Instant) {
+        let busy = busy_since.elapsed();
+        if busy < Duration::from_millis(DRIVER_STALL_MS) {
+            return;
+        }
+        *busy_since = Instant::now();
+        let stalled_ms = u64::try_from(busy.as_millis()).unwrap_or(u64::MAX);
+        if let Some(service) = self.service.as_mut() {
+            let said = "the control plane was stalled for";
+            let why = "(a filer or state-store call, or the process not scheduled); brokers' \
+                       silence is not counted for that time";
+            if stalled_ms >= DRIVER_STALL_WARN_MS {
+                log::warn!("{said} {stalled_ms} ms {why}");
+            } else {
+                log::debug!("{said} {stalled_ms} ms {why}");
+            }
+            service.handle_stall(now_ms(), stalled_ms);
         }
     }
 

@@ -150,6 +150,16 @@ impl Membership {
         }
     }
 
+    /// The control plane itself did not run for `stalled_ms` up to
+    /// `now_ms`: what it could not hear in that time is not silence, so
+    /// each broker's silence is counted from `stalled_ms` later (never
+    /// past `now_ms`).
+    pub(crate) fn excuse(&mut self, now_ms: u64, stalled_ms: u64) {
+        for entry in self.brokers.values_mut() {
+            entry.last_seen_ms = entry.last_seen_ms.saturating_add(stalled_ms).min(now_ms);
+        }
+    }
+
     /// Brokers silent for more than `silence_ms` at `now_ms`, ascending.
     pub fn silent(&self, now_ms: u64, silence_ms: u64) -> Vec<BrokerId> {
         self.brokers
@@ -266,9 +276,17 @@ mod tests {
         assert!(!m.touch(1_001, BrokerId(9)));
         assert_eq!(m.silent(1_501, 1_000), [BrokerId(1)]);
         assert_eq!(m.silent(9_000, 1_000), [BrokerId(1), BrokerId(2)]);
+        // A stall of the control plane's own moves silence on, never past now.
+        m.excuse(1_200, 100);
+        assert_eq!(m.broker(BrokerId(2)).unwrap().last_seen_ms(), 1_101);
+        assert_eq!(m.broker(BrokerId(1)).unwrap().last_seen_ms(), 600);
+        m.excuse(1_200, 10_000);
+        assert_eq!(m.broker(BrokerId(1)).unwrap().last_seen_ms(), 1_200);
+        m.touch(1_001, BrokerId(2));
+        assert_eq!(m.broker(BrokerId(2)).unwrap().last_seen_ms(), 1_200);
         // A stale touch never moves last_seen back.
         m.touch(10, BrokerId(2));
-        assert_eq!(m.broker(BrokerId(2)).unwrap().last_seen_ms(), 1_001);
+        assert_eq!(m.broker(BrokerId(2)).unwrap().last_seen_ms(), 1_200);
         assert!(m.remove(BrokerId(2)).is_some());
         assert!(!m.is_live(BrokerId(2)));
         let err = m.join(0, info(3, 0)).unwrap_err();

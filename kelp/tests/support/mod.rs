@@ -162,6 +162,24 @@ impl Broker {
         Broker::spawn(host, data_dir, port, extra, env, Stdio::inherit())
     }
 
+    /// [`Broker::start_on`], its log (stderr) appended to `log` instead of
+    /// the test's, for tests that keep each process's log apart.
+    pub fn start_on_logged(
+        host: &'static str,
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+        log: &Path,
+    ) -> Broker {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open broker log");
+        Broker::spawn(host, data_dir, port, extra, env, Stdio::from(file))
+    }
+
     /// [`Broker::start_with_env`], its log (stderr) written to `log`
     /// instead of the test's, for tests that read what the broker said.
     pub fn start_logged(
@@ -336,12 +354,23 @@ impl ControlPlane {
     /// [`ControlPlane::start`], its log (stderr) appended to `log`, for
     /// tests that read what it said.
     pub fn start_logged(data_dir: &Path, port: u16, extra: &[&str], log: &Path) -> ControlPlane {
+        ControlPlane::start_logged_with_env(data_dir, port, extra, &[], log)
+    }
+
+    /// [`ControlPlane::start_logged`] with `env` added to its environment.
+    pub fn start_logged_with_env(
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, String)],
+        log: &Path,
+    ) -> ControlPlane {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .expect("open control plane log");
-        ControlPlane::spawn(data_dir, port, extra, &[], Stdio::from(file))
+        ControlPlane::spawn(data_dir, port, extra, env, Stdio::from(file))
     }
 
     fn spawn(

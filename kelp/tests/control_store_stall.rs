@@ -1,0 +1,149 @@
+//! A control plane whose store hangs must not take its own stall for the
+//! brokers' silence. One `kelp control` and two `kelp serve --control`
+//! brokers (127.0.0.2 and .3 standing for two hosts) share a real
+//! S3-compatible server, the control plane with a 2 s silence limit. The
+//! server is frozen (SIGSTOP: requests hang) while a topic is created, so
+//! the control plane's driver waits on the store for several silence
+//! periods and hears nothing the brokers send meanwhile. Once the store
+//! answers, no broker may be declared dead: every segment keeps its owner
+//! and epoch, none is sealed, and neither broker is told to register
+//! again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{port, signal, Broker, ControlPlane};
+use test_support::S3Server;
+
+const SILENCE_MS: &str = "2000";
+/// How long the store hangs: three silence periods.
+const STALL: Duration = Duration::from_secs(6);
+/// Ticks after the stall, in which a wrongly counted silence would show.
+const AFTER: Duration = Duration::from_secs(4);
+const TOPIC: &str = "stall/kept";
+
+fn start_broker(
+    host: &'static str,
+    dir: &Path,
+    control: &ControlPlane,
+    env: &[(&str, String)],
+) -> Broker {
+    Broker::start_on_logged(
+        host,
+        &dir.join(host),
+        port(),
+        &["--control", &control.address(), "--unpinned"],
+        env,
+        &dir.join(format!("{host}.log")),
+    )
+}
+
+/// Each segment of `topic` as `(id, state, owner, epoch)`.
+fn segments(broker: &Broker, topic: &str) -> Vec<(u64, String, u64, u64)> {
+    let out = broker.cli(&["topic", "describe", topic, "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "describe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    info["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_u64().unwrap(),
+                s["state"].as_str().unwrap().to_owned(),
+                s["broker"].as_u64().unwrap_or(u64::MAX),
+                s["epoch"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_control_plane_stalled_by_a_hung_store_declares_no_broker_dead() {
+    let server = S3Server::start();
+    let env = server.env();
+    let dir = tempfile::tempdir().unwrap();
+    let control_log = dir.path().join("control.log");
+    let control = ControlPlane::start_logged_with_env(
+        &dir.path().join("control"),
+        port(),
+        &[
+            "--broker-silence-ms",
+            SILENCE_MS,
+            "--filer",
+            &server.url("stall"),
+        ],
+        &env,
+        &control_log,
+    );
+    let brokers = [
+        start_broker("127.0.0.2", dir.path(), &control, &env),
+        start_broker("127.0.0.3", dir.path(), &control, &env),
+    ];
+    let created = brokers[0].cli(&[
+        "topic",
+        "create",
+        TOPIC,
+        "--segments",
+        "2",
+        "--replicas",
+        "2",
+    ]);
+    assert!(
+        created.status.success(),
+        "create failed: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let before = segments(&brokers[0], TOPIC);
+    assert!(before.iter().all(|s| s.1 == "open"), "{before:?}");
+
+    signal("STOP", server.pid());
+    let started = Instant::now();
+    // The control plane persists the new topic in the hung store: its
+    // driver waits there until the store answers.
+    let address = brokers[1].broker_arg();
+    let creating = std::thread::spawn(move || {
+        std::process::Command::new(support::kelp_bin())
+            .args(["topic", "create", "stall/during", "--broker", &address])
+            .output()
+            .expect("run kelp")
+    });
+    std::thread::sleep(STALL);
+    signal("CONT", server.pid());
+    let during = creating.join().unwrap();
+    println!(
+        "create during the stall: {} after {:?}",
+        during.status,
+        started.elapsed()
+    );
+    std::thread::sleep(AFTER);
+
+    let control_said = std::fs::read_to_string(&control_log).unwrap();
+    let after = segments(&brokers[0], TOPIC);
+    assert_eq!(
+        after, before,
+        "segments moved or were sealed after the control plane's own stall:\n{control_said}"
+    );
+    assert!(
+        control_said.contains("the control plane was stalled for"),
+        "the driver never waited on the store, so this test showed nothing:\n{control_said}"
+    );
+    for (i, broker) in brokers.iter().enumerate() {
+        let said =
+            std::fs::read_to_string(dir.path().join(format!("{}.log", broker.host))).unwrap();
+        assert!(
+            !said.contains("does not know this broker"),
+            "broker {i} was declared dead:\n{said}"
+        );
+    }
+    drop(brokers);
+    drop(control);
+}
