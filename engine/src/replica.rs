@@ -322,13 +322,14 @@ pub(crate) struct Following {
 /// files), [`Follower::seal`] has it seal the segment from its copy first.
 #[derive(Debug)]
 pub(crate) struct Follower {
-    pub(crate) owner: String,
     orders: Rc<Orders>,
 }
 
 /// What a follower task is told, and when it is done.
 #[derive(Debug, Default)]
 struct Orders {
+    /// The owner's shard, `host:port` (TCP), as the layout names it last.
+    owner: std::cell::RefCell<String>,
     stop: Cell<bool>,
     /// The seal epoch, once told to seal from its copy.
     seal: Cell<Option<u32>>,
@@ -361,6 +362,18 @@ impl Follower {
         }
     }
 
+    /// Fetch from the owner at `owner` from now on (it restarted on
+    /// another address), keeping the copy: the segment, and so its
+    /// offsets, are the same. True if that is a change.
+    pub(crate) fn redirect(&self, owner: &str) -> bool {
+        if *self.orders.owner.borrow() == owner {
+            return false;
+        }
+        *self.orders.owner.borrow_mut() = owner.to_owned();
+        self.orders.told.notify(usize::MAX);
+        true
+    }
+
     /// Whether it was told to seal.
     pub(crate) fn sealing(&self) -> bool {
         self.orders.seal.get().is_some()
@@ -375,15 +388,23 @@ impl Follower {
 /// Start following; the task runs until stopped, told to seal, or the
 /// segment is sealed by its owner.
 pub(crate) fn start(following: Following, metrics: Arc<ShardMetrics>) -> Follower {
-    let orders = Rc::new(Orders::default());
-    let owner = following.owner.clone();
+    let orders = Rc::new(Orders {
+        owner: std::cell::RefCell::new(following.owner.clone()),
+        ..Orders::default()
+    });
+    log::debug!(
+        "replica of {}/{}: following its owner at {}",
+        following.topic,
+        following.segment,
+        following.owner
+    );
     let told = orders.clone();
     glommio::spawn_local(async move {
         run(following, &told, metrics).await;
         told.done.set(true);
     })
     .detach();
-    Follower { owner, orders }
+    Follower { orders }
 }
 
 async fn run(following: Following, orders: &Orders, metrics: Arc<ShardMetrics>) {
@@ -407,15 +428,17 @@ async fn run(following: Following, orders: &Orders, metrics: Arc<ShardMetrics>) 
         if orders.halted() {
             break;
         }
+        let owner = orders.owner.borrow().clone();
         let attempt = async {
-            let mut stream = TcpStream::connect(following.owner.as_str())
+            let mut stream = TcpStream::connect(owner.as_str())
                 .await
-                .map_err(|e| format!("cannot reach its owner at {}: {e}", following.owner))?;
+                .map_err(|e| format!("cannot reach its owner at {owner}: {e}"))?;
             let _ = stream.set_nodelay(true);
             copy(&mut stream, &following, &mut log, orders, &metrics).await
         };
-        // Told to stop or seal: the fetch in flight is dropped at once (an
-        // owner that is gone may never answer it).
+        // Told to stop or seal, or that the owner moved: the fetch in
+        // flight is dropped at once (an owner that is gone may never
+        // answer it).
         let ended = futures_lite::future::or(async { Some(attempt.await) }, async {
             told.await;
             None
@@ -459,7 +482,8 @@ pub(crate) struct Sealer {
 
 impl Sealer {
     /// Seal the segment at the filer's end: this follower has no copy
-    /// (its broker restarted since it had one), in a task of its own.
+    /// (its broker restarted since it had one, or never heard of the
+    /// segment before it was sealed), in a task of its own.
     pub(crate) fn seal_without_copy(self) {
         glommio::spawn_local(async move {
             self.seal(NothingHeld, false, || false).await;
@@ -477,7 +501,8 @@ impl Sealer {
             ),
             (Fenced::At(end), false) => log::warn!(
                 "segment {name}: its owner is gone, and this broker, named to seal it, has no \
-                 copy (it restarted since): sealed at the filer's end, offset {end}"
+                 copy (it restarted since, or never had the layout that made it a follower): \
+                 sealed at the filer's end, offset {end}"
             ),
             (Fenced::AlreadySealed, true) => log::info!(
                 "segment {name}: its owner is gone; sealed already by another ({stored} records \

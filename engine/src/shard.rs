@@ -403,7 +403,10 @@ impl Shard {
                 .iter()
                 .any(|f| f.broker.0 == me && usize::from(f.shard) == self.index)
         };
-        let mut wanted: HashMap<u32, String> = HashMap::new();
+        // Each open segment this shard follows, with its owner's address
+        // (`None` while the layout knows none: the owner has not
+        // registered with a control plane that just started).
+        let mut wanted: HashMap<u32, Option<String>> = HashMap::new();
         let mut to_seal: HashMap<u32, u32> = HashMap::new();
         for s in t.layout.segments() {
             if !mine(s) {
@@ -419,9 +422,7 @@ impl Shard {
                 let shards = &t.owners.iter().find(|o| o.broker == b.0)?.shards;
                 Some(shards.get(usize::from(s.shard))?.tcp.clone())
             });
-            if let Some(owner) = owner {
-                wanted.insert(s.id.0, owner);
-            }
+            wanted.insert(s.id.0, owner);
         }
         let mut followed = self.followed.borrow_mut();
         let mut sealed_here = self.sealed_here.borrow_mut();
@@ -440,16 +441,28 @@ impl Shard {
             }
             // A task that ended while the layout still names this copy
             // (its owner answered that it sealed the segment) is started
-            // again below.
-            let keep = wanted.get(segment) == Some(&f.owner) && !f.is_done();
-            if !keep {
+            // again below. One whose owner's address changed (the owner
+            // restarted) goes on there with its copy; one whose owner's
+            // address is not known now keeps its copy and tries the last.
+            let Some(owner) = wanted.get(segment) else {
+                log::debug!("replica of {name}/{segment}: no longer followed here; dropped");
                 f.stop();
+                return false;
+            };
+            if f.is_done() {
+                return false;
             }
-            keep
+            if let Some(owner) = owner {
+                if f.redirect(owner) {
+                    log::info!("replica of {name}/{segment}: its owner is at {owner} now");
+                }
+            }
+            true
         });
         for (segment, epoch) in to_seal {
             if sealed_here.insert((name.to_owned(), segment)) {
-                // No copy (this broker restarted since): sealed at the
+                // No copy (this broker restarted since, or never had the
+                // layout that made it a follower): sealed at the
                 // filer's end unless it is sealed already.
                 crate::replica::Sealer {
                     topic: name.to_owned(),
@@ -462,6 +475,9 @@ impl Shard {
             }
         }
         for (segment, owner) in wanted {
+            let Some(owner) = owner else {
+                continue;
+            };
             let key = (name.to_owned(), segment);
             if followed.contains_key(&key) {
                 continue;

@@ -113,7 +113,7 @@ enum Store {
 
 /// The cluster's processes, restarted on the same ports and data dirs.
 struct Cluster {
-    dir: tempfile::TempDir,
+    dir: RunDir,
     s3: Option<S3Server>,
     control: Option<ControlPlane>,
     control_port: u16,
@@ -124,7 +124,7 @@ struct Cluster {
 
 impl Cluster {
     fn start(store: Store) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = RunDir(Some(tempfile::tempdir().unwrap()));
         let control_port = port();
         let (s3, hosts) = match store {
             Store::Directory => (None, vec!["127.0.0.1"; BROKERS]),
@@ -160,22 +160,24 @@ impl Cluster {
             args.extend(["--filer".to_owned(), s3.url("nemesis")]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.control = Some(ControlPlane::start_with_env(
+        self.control = Some(ControlPlane::start_logged_with_env(
             &self.dir.path().join("control"),
             self.control_port,
             &args,
             &self.env(),
+            &self.dir.path().join("control.log"),
         ));
     }
 
     fn start_broker(&mut self, i: usize) {
         let control = format!("127.0.0.1:{}", self.control_port);
-        self.brokers[i] = Some(Broker::start_on(
+        self.brokers[i] = Some(Broker::start_on_logged(
             self.hosts[i],
             &self.dir.path().join(format!("broker-{i}")),
             self.ports[i],
             &["--control", &control, "--unpinned"],
             &self.env(),
+            &self.dir.path().join(format!("broker-{i}.log")),
         ));
     }
 
@@ -212,6 +214,30 @@ impl Cluster {
                 signal("STOP", pid);
                 std::thread::sleep(Duration::from_millis(frozen_ms));
                 signal("CONT", pid);
+            }
+        }
+    }
+}
+
+/// The run's directory: the processes' data dirs and logs
+/// (`control.log`, `broker-N.log`). Removed after a run that passed, kept
+/// (and its path printed) after one that failed, to read what happened.
+struct RunDir(Option<tempfile::TempDir>);
+
+impl RunDir {
+    fn path(&self) -> &std::path::Path {
+        self.0.as_ref().expect("the run's directory").path()
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(dir) = self.0.take() {
+                eprintln!(
+                    "nemesis: logs and data dirs kept in {}",
+                    dir.keep().display()
+                );
             }
         }
     }
