@@ -23,6 +23,7 @@ pub struct ControlFigures {
     receive_bytes: AtomicU64,
     refused_for_connections: AtomicU64,
     refused_for_address: AtomicU64,
+    stalled_ms: AtomicU64,
 }
 
 /// The figures read at one moment.
@@ -49,6 +50,9 @@ pub struct ControlFiguresSnapshot {
     /// Connections turned away: their address holds its share
     /// (`connections_per_ip_max`).
     pub refused_for_address: u64,
+    /// Milliseconds the driver was stalled, in stretches over
+    /// `DRIVER_STALL_MS` (not counted as brokers' silence).
+    pub stalled_ms: u64,
 }
 
 /// The driver's record of what it published of one state machine's
@@ -138,6 +142,11 @@ impl ControlFigures {
         self.refused_for_address.fetch_add(1, Relaxed);
     }
 
+    /// The driver was stalled for `ms`.
+    pub(crate) fn count_stall(&self, ms: u64) {
+        self.stalled_ms.fetch_add(ms, Relaxed);
+    }
+
     /// The figures now.
     pub fn read(&self) -> ControlFiguresSnapshot {
         ControlFiguresSnapshot {
@@ -158,6 +167,7 @@ impl ControlFigures {
             receive_bytes: self.receive_bytes.load(Relaxed),
             refused_for_connections: self.refused_for_connections.load(Relaxed),
             refused_for_address: self.refused_for_address.load(Relaxed),
+            stalled_ms: self.stalled_ms.load(Relaxed),
         }
     }
 }

@@ -544,6 +544,7 @@ impl Driver {
         }
         *busy_since = Instant::now();
         let stalled_ms = u64::try_from(busy.as_millis()).unwrap_or(u64::MAX);
+        self.figures.count_stall(stalled_ms);
         if let Some(service) = self.service.as_mut() {
             let said = "the control plane was stalled for";
             let why = "(a filer or state-store call, or the process not scheduled); brokers' \

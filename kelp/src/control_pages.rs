@@ -89,6 +89,14 @@ impl AdminPages for ControlPages {
             ),
             refused,
             one(
+                Family::counter(
+                    "kelp_control_stalled_ms",
+                    "Milliseconds the control plane's driver was held up (a hung filer or state \
+                     store), in stretches over 250 ms; not counted as brokers' silence.",
+                ),
+                Value::Counter(f.stalled_ms),
+            ),
+            one(
                 Family::gauge(
                     "kelp_control_receive_bytes",
                     "Request bytes held against the receive budget (--receive-bytes-max).",

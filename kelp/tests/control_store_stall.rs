@@ -7,11 +7,13 @@
 //! periods and hears nothing the brokers send meanwhile. Once the store
 //! answers, no broker may be declared dead: every segment keeps its owner
 //! and epoch, none is sealed, and neither broker is told to register
-//! again.
+//! again. The stall is counted (`kelp_control_stalled_ms`) and logged.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -66,12 +68,31 @@ fn segments(broker: &Broker, topic: &str) -> Vec<(u64, String, u64, u64)> {
         .collect()
 }
 
+/// `kelp_control_stalled_ms_total` on the control plane's metrics page
+/// (its format is checked with Prometheus' parser in
+/// `kelp/tests/metrics.rs`).
+fn stalled_ms(http: u16) -> u64 {
+    let mut stream = TcpStream::connect(("127.0.0.1", http)).expect("connect to --http");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut page = String::new();
+    stream.read_to_string(&mut page).unwrap();
+    page.lines()
+        .find_map(|l| l.strip_prefix("kelp_control_stalled_ms_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no kelp_control_stalled_ms_total in {page}"))
+}
+
 #[test]
 fn a_control_plane_stalled_by_a_hung_store_declares_no_broker_dead() {
     let server = S3Server::start();
     let env = server.env();
     let dir = tempfile::tempdir().unwrap();
     let control_log = dir.path().join("control.log");
+    let http = port();
     let control = ControlPlane::start_logged_with_env(
         &dir.path().join("control"),
         port(),
@@ -80,6 +101,8 @@ fn a_control_plane_stalled_by_a_hung_store_declares_no_broker_dead() {
             SILENCE_MS,
             "--filer",
             &server.url("stall"),
+            "--http",
+            &format!("127.0.0.1:{http}"),
         ],
         &env,
         &control_log,
@@ -127,6 +150,11 @@ fn a_control_plane_stalled_by_a_hung_store_declares_no_broker_dead() {
     std::thread::sleep(AFTER);
 
     let control_said = std::fs::read_to_string(&control_log).unwrap();
+    let stalled_ms = stalled_ms(http);
+    assert!(
+        stalled_ms >= (STALL.as_millis() as u64) / 2,
+        "kelp_control_stalled_ms counted {stalled_ms} ms"
+    );
     let after = segments(&brokers[0], TOPIC);
     assert_eq!(
         after, before,

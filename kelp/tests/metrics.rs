@@ -388,6 +388,17 @@ fn a_control_plane_publishes_its_brokers_segments_and_actions() {
     assert_eq!((state("open"), state("sealed")), (3.0, 1.0));
     assert_eq!(action(&page, "create_topic"), 1.0);
     assert_eq!(action(&page, "merge"), 0.0);
+    // A counter, there from the start (kelp/tests/control_store_stall.rs
+    // sees it count).
+    let stalled = family(&page, "kelp_control_stalled_ms", "counter");
+    assert!(
+        stalled["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "kelp_control_stalled_ms_total"),
+        "{stalled}"
+    );
     broker.stop();
     control.stop();
 }

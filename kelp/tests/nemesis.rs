@@ -1,9 +1,9 @@
 //! The nemesis (issue 19, item 6): a cluster on loopback with real
 //! processes (one `kelp control`, three `kelp serve --control` brokers, a
 //! 2 s silence limit, a topic of two replicas) under keyed load from
-//! idempotent `durable` producers (`KELP_NEMESIS_ACKS=all,durable`
-//! alternates rounds between `all` and `durable`), while a seeded schedule
-//! of faults runs for a bounded time, one at a time:
+//! idempotent producers, rounds alternating between `all` and `durable`
+//! (`KELP_NEMESIS_ACKS=all` or `=durable` runs one), while a seeded
+//! schedule of faults runs for a bounded time, one at a time:
 //!
 //! - a broker killed with SIGKILL and started again on its data dir after
 //!   0 to 5 s (long enough, often, to be declared dead and have its
@@ -23,16 +23,16 @@
 //! unknown (it may be stored), and the producer is replaced. Then every
 //! record is read back and checked: each acknowledged record stored, no
 //! record stored twice, and each key's acknowledged records in the order
-//! they were sent. An `all` record a dead owner had not flushed is meant
-//! to be kept by its follower, which seals the segment from its copy
-//! (docs/broker.md, "Failover"), but under these faults some still are
-//! not (RELIABILITY.md), so `all` runs only when asked for; `leader` is
-//! not run (it keeps the loss window it documents).
+//! they were sent. An `all` record a dead owner had not flushed is kept
+//! by its follower, which seals the segment from its copy (docs/broker.md,
+//! "Failover"); `leader` is not run (it keeps the loss window it
+//! documents).
 //!
 //! The seed is printed; `KELP_NEMESIS_SEED` replays a schedule (timing on
 //! a real machine still varies), and `KELP_NEMESIS_SECS` sets how long
 //! faults run in each (60 s by default; RELIABILITY.md records longer
-//! runs).
+//! runs). Each process logs to a file in the run's directory, which a
+//! failed run keeps (its path is printed).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -272,13 +272,11 @@ impl Ledger {
     }
 }
 
-/// The acks rounds take in turn: `durable` unless `KELP_NEMESIS_ACKS`
-/// names others (`all,durable`). `all` is not in the default: under these
-/// faults it still loses acknowledged records now and then (seeds in
-/// RELIABILITY.md; issue 19 stays open for it).
+/// The acks rounds take in turn: `all` and `durable` unless
+/// `KELP_NEMESIS_ACKS` names others (`all`, `durable`).
 fn acks() -> Vec<AckMode> {
     let Ok(names) = std::env::var("KELP_NEMESIS_ACKS") else {
-        return vec![AckMode::Durable];
+        return vec![AckMode::All, AckMode::Durable];
     };
     let acks: Vec<AckMode> = names
         .split(',')
