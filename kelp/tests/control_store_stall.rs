@@ -12,8 +12,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -72,14 +70,8 @@ fn segments(broker: &Broker, topic: &str) -> Vec<(u64, String, u64, u64)> {
 /// (its format is checked with Prometheus' parser in
 /// `kelp/tests/metrics.rs`).
 fn stalled_ms(http: u16) -> u64 {
-    let mut stream = TcpStream::connect(("127.0.0.1", http)).expect("connect to --http");
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut page = String::new();
-    stream.read_to_string(&mut page).unwrap();
+    let (status, page) = support::http_get(http, "GET", "/metrics");
+    assert_eq!(status, 200, "{page}");
     page.lines()
         .find_map(|l| l.strip_prefix("kelp_control_stalled_ms_total "))
         .and_then(|v| v.trim().parse().ok())

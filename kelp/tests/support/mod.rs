@@ -172,12 +172,7 @@ impl Broker {
         env: &[(&str, String)],
         log: &Path,
     ) -> Broker {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("open broker log");
-        Broker::spawn(host, data_dir, port, extra, env, Stdio::from(file))
+        Broker::spawn(host, data_dir, port, extra, env, appending_to(log))
     }
 
     /// [`Broker::start_with_env`], its log (stderr) written to `log`
@@ -365,12 +360,7 @@ impl ControlPlane {
         env: &[(&str, String)],
         log: &Path,
     ) -> ControlPlane {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("open control plane log");
-        ControlPlane::spawn(data_dir, port, extra, env, Stdio::from(file))
+        ControlPlane::spawn(data_dir, port, extra, env, appending_to(log))
     }
 
     fn spawn(
@@ -505,6 +495,43 @@ pub fn produce_header(payload_bytes: u32) -> [u8; wire::frame::FRAME_HEADER_BYTE
     h[4..8].copy_from_slice(&payload_bytes.to_le_bytes());
     h[8..12].copy_from_slice(&1u32.to_le_bytes());
     h
+}
+
+/// A process's stderr appended to the file `log` (created if missing).
+fn appending_to(log: &Path) -> Stdio {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("open the log {}: {e}", log.display()));
+    Stdio::from(file)
+}
+
+/// `GET`-like `method` of `path` from an HTTP listener on
+/// `127.0.0.1:port`: the status code and the body.
+pub fn http_get(port: u16, method: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the admin port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status: u16 = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
 }
 
 /// `kelp <command> <extra>` listening on `listen` with its data in
