@@ -77,8 +77,9 @@ const COMMAND_RESULT_SLACK_MS: u64 = 1_000;
 /// campaign won, and a deposed one stops as soon.
 pub const LEADERSHIP_POLL_MS: u64 = 100;
 /// A stretch in which the driver handled inputs without waiting for the
-/// next one for longer than this is a stall of its own (a filer or
-/// state-store call that hung, the process not scheduled): the state
+/// next one (or woke from a wait later than it asked) for longer than
+/// this is a stall of its own (a filer or state-store call that hung, the
+/// process not scheduled or stopped): the state
 /// machine is told ([`ClusterService::handle_stall`]), so what brokers
 /// said meanwhile, queued and not heard yet, is not taken for silence.
 pub const DRIVER_STALL_MS: u64 = 250;
@@ -489,9 +490,12 @@ impl Driver {
             if self.candidate.is_some() {
                 wait = wait.min(poll);
             }
+            let waited_from = Instant::now();
             let input = self.inputs.recv_timeout(wait);
-            // From here to the next wait the driver hears nothing.
-            let mut busy_since = Instant::now();
+            // From here to the next wait the driver hears nothing; nor did
+            // it from when its wait should have ended, if it woke that
+            // much later (the process was not scheduled, or stopped).
+            let mut busy_since = Instant::now().min(waited_from + wait);
             // Whatever came, it is handled by who leads now.
             self.follow_leadership(tick);
             match input {
