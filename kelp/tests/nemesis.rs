@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use client::{AckMode, Client, FetchFrom, ProducerConfig, SubscribeOptions};
-use support::keyed::{key_name, read_records};
+use support::keyed::{key_name, read_records_while_moving};
 use support::{port, signal, tcp_client, Broker, ControlPlane};
 use test_support::{S3Server, SeededRng};
 
@@ -67,7 +67,13 @@ const RECORDS_MAX: u64 = 10_000_000;
 const ROUND_LIMIT: Duration = Duration::from_secs(60);
 /// Records of the round after the faults, which must be acknowledged.
 const FINAL_RECORDS: u64 = 1_000;
+/// The read-back of every record gives up when no record arrived for
+/// this long (the reader is stuck)...
+const READ_QUIET: Duration = Duration::from_secs(60);
+/// ...or when it took longer than this, or than the records at this
+/// pace (an hour's 7 million records take minutes to read from S3).
 const READ_LIMIT: Duration = Duration::from_secs(300);
+const READ_RECORDS_PER_S_MIN: u64 = 2_000;
 
 /// One fault of the schedule.
 #[derive(Debug, Clone, Copy)]
@@ -464,7 +470,8 @@ fn run(store: Store) {
             .subscribe(TOPIC, FetchFrom::Earliest, options)
             .await
             .expect("subscribe");
-        read_records(&mut subscriber, acked, READ_LIMIT).await
+        let limit = READ_LIMIT.max(Duration::from_secs(acked / READ_RECORDS_PER_S_MIN));
+        read_records_while_moving(&mut subscriber, acked, READ_QUIET, limit).await
     });
 
     // Per key, per sequence: read or not.

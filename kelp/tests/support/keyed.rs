@@ -220,14 +220,42 @@ pub async fn read_records(
     want: u64,
     limit: Duration,
 ) -> Vec<(String, u64)> {
-    let deadline = Instant::now() + limit;
+    read_records_while_moving(subscriber, want, limit, limit).await
+}
+
+/// How often a long read prints how far it got.
+const READ_PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Like [`read_records`], but gives up early when no record arrived for
+/// `quiet` (a reader that is stuck, not slow), and prints its progress
+/// every `READ_PROGRESS_EVERY`, so a long read shows which it was.
+pub async fn read_records_while_moving(
+    subscriber: &mut client::Subscriber,
+    want: u64,
+    quiet: Duration,
+    limit: Duration,
+) -> Vec<(String, u64)> {
+    let started = Instant::now();
+    let deadline = started + limit;
     let mut got = Vec::new();
     let mut complete_at: Option<Instant> = None;
+    let mut last_record = started;
+    let mut next_progress = started + READ_PROGRESS_EVERY;
     while Instant::now() < deadline
+        && last_record.elapsed() < quiet
         && complete_at.is_none_or(|t| t.elapsed() < Duration::from_secs(1))
     {
         if complete_at.is_none() && got.len() as u64 >= want {
             complete_at = Some(Instant::now());
+        }
+        if Instant::now() >= next_progress {
+            next_progress += READ_PROGRESS_EVERY;
+            let secs = started.elapsed().as_secs_f64();
+            println!(
+                "read {} of {want} records in {secs:.0} s ({:.0} a second)",
+                got.len(),
+                got.len() as f64 / secs
+            );
         }
         let Ok(next) = tokio::time::timeout(Duration::from_millis(200), subscriber.next()).await
         else {
@@ -235,6 +263,7 @@ pub async fn read_records(
         };
         let record = next.expect("the subscriber ended").expect("read a record");
         got.push(parse(&record));
+        last_record = Instant::now();
     }
     got
 }
