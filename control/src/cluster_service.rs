@@ -456,7 +456,7 @@ impl ClusterService {
     pub fn handle_stall(&mut self, now_ms: u64, stalled_ms: u64) {
         self.now_ms = self.now_ms.max(now_ms);
         self.cluster.handle_stall(now_ms, stalled_ms);
-        let later = |t: u64| t.saturating_add(stalled_ms).min(now_ms);
+        let later = |t: u64| crate::membership::excused(t, now_ms, stalled_ms);
         for queue in self.queues.values_mut() {
             if let Some((_, sent_ms)) = &mut queue.in_flight {
                 *sent_ms = later(*sent_ms);
@@ -2069,6 +2069,27 @@ mod tests {
             h
         }
 
+        /// Both brokers synced (by their first load report), then a topic
+        /// created: the harness and the first command that sets off, not
+        /// yet sent.
+        fn commanded() -> (Harness, OutgoingCommand) {
+            let mut h = Harness::new();
+            for broker in 0..2 {
+                h.ask(MembershipRequest::LoadReport {
+                    broker,
+                    segments: Vec::new(),
+                });
+                assert!(!h.service.needs_resync(BrokerId(broker)));
+            }
+            h.send(AdminRequest::CreateTopic {
+                topic: "ns/t".into(),
+                segments: 2,
+                replicas: 0,
+            });
+            let command = h.service.poll_command().unwrap();
+            (h, command)
+        }
+
         fn ask(
             &mut self,
             request: impl Into<ControlPortRequest>,
@@ -2220,34 +2241,15 @@ mod tests {
             || CommandFailed::Lost("connection reset".into()),
             || CommandFailed::NotSent("no sender thread".into()),
         ];
-        // Registered brokers are synced by their first load report; a
-        // create then sends each a command.
-        let commanded = || {
-            let mut h = Harness::new();
-            for broker in 0..2 {
-                h.ask(MembershipRequest::LoadReport {
-                    broker,
-                    segments: Vec::new(),
-                });
-                assert!(!h.service.needs_resync(BrokerId(broker)));
-            }
-            h.send(AdminRequest::CreateTopic {
-                topic: "ns/t".into(),
-                segments: 2,
-                replicas: 0,
-            });
-            let command = h.service.poll_command().unwrap();
-            (h, command)
-        };
         for failure in failures {
-            let (mut h, command) = commanded();
+            let (mut h, command) = Harness::commanded();
             let broker = command.broker;
             h.service
                 .handle_command_done(h.now_ms, broker, command.id, Err(failure()));
             assert!(h.service.needs_resync(broker), "{}", failure());
         }
 
-        let (mut h, command) = commanded();
+        let (mut h, command) = Harness::commanded();
         h.service.handle_tick(h.now_ms + 4_999);
         assert!(!h.service.needs_resync(command.broker));
         h.service.handle_tick(h.now_ms + 5_000);
@@ -2263,19 +2265,7 @@ mod tests {
     /// driver's queue, nor as the brokers' silence.
     #[test]
     fn a_stall_times_out_no_command_and_buries_no_broker() {
-        let mut h = Harness::new();
-        for broker in 0..2 {
-            h.ask(MembershipRequest::LoadReport {
-                broker,
-                segments: Vec::new(),
-            });
-        }
-        h.send(AdminRequest::CreateTopic {
-            topic: "ns/t".into(),
-            segments: 2,
-            replicas: 0,
-        });
-        let command = h.service.poll_command().unwrap();
+        let (mut h, command) = Harness::commanded();
         let silence_ms = ClusterConfig::default().broker_silence_ms;
         let stalled_ms = 2 * silence_ms;
         let back = h.now_ms + stalled_ms;

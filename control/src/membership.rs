@@ -156,7 +156,7 @@ impl Membership {
     /// past `now_ms`).
     pub(crate) fn excuse(&mut self, now_ms: u64, stalled_ms: u64) {
         for entry in self.brokers.values_mut() {
-            entry.last_seen_ms = entry.last_seen_ms.saturating_add(stalled_ms).min(now_ms);
+            entry.last_seen_ms = excused(entry.last_seen_ms, now_ms, stalled_ms);
         }
     }
 
@@ -245,6 +245,13 @@ impl Membership {
     pub fn is_empty(&self) -> bool {
         self.brokers.is_empty()
     }
+}
+
+/// A moment `t_ms` as a stall of `stalled_ms` up to `now_ms` shifts it:
+/// that much later, never past `now_ms`. The one rule for every clock a
+/// stall excuses (brokers' silence, commands in flight, sealer waits).
+pub(crate) fn excused(t_ms: u64, now_ms: u64, stalled_ms: u64) -> u64 {
+    t_ms.saturating_add(stalled_ms).min(now_ms)
 }
 
 #[cfg(test)]
