@@ -902,6 +902,139 @@ fn deleted_groups_lose_their_offsets_for_good_and_the_cluster_is_described() {
     broker.stop().unwrap();
 }
 
+/// The gateway is the only node: every partition is led by its preferred
+/// (and only) replica, so no election is needed; a partition can be
+/// "moved" only onto node 0, where it is; no move is ever under way.
+#[test]
+fn elections_are_never_needed_and_partitions_stay_on_node_0() {
+    use kafka::api::alter_partition_reassignments::*;
+    use kafka::api::elect_leaders::*;
+    use kafka::api::list_partition_reassignments::*;
+    let (_dir, _port, broker) = started();
+    let mut c = Kafka::with_topic(&broker, "placed", 2);
+    let elect = |election_type: i8, topics: Option<Vec<(&str, Vec<i32>)>>| {
+        RequestBody::ElectLeaders(ElectLeadersRequest {
+            election_type,
+            topic_partitions: topics.map(|ts| {
+                ts.into_iter()
+                    .map(|(topic, partitions)| ElectLeadersTopicPartitions {
+                        topic: topic.into(),
+                        partitions,
+                    })
+                    .collect()
+            }),
+            timeout_ms: 5_000,
+        })
+    };
+    let named = || Some(vec![("placed", vec![0, 1, 2]), ("nowhere", vec![0])]);
+    for version in [0, 1, 2] {
+        for election_type in [0, 1] {
+            let r = c.call(elect(election_type, named()), version);
+            let r = expect!(r, ElectLeaders);
+            assert_eq!(r.error_code, k::NONE);
+            let codes: Vec<(String, i32, i16)> = r
+                .replica_election_results
+                .iter()
+                .flat_map(|t| {
+                    t.partition_result
+                        .iter()
+                        .map(|p| (t.topic.clone(), p.partition_id, p.error_code))
+                })
+                .collect();
+            assert_eq!(
+                codes,
+                [
+                    ("placed".into(), 0, k::ELECTION_NOT_NEEDED),
+                    ("placed".into(), 1, k::ELECTION_NOT_NEEDED),
+                    ("placed".into(), 2, k::UNKNOWN_TOPIC_OR_PARTITION),
+                    ("nowhere".into(), 0, k::UNKNOWN_TOPIC_OR_PARTITION),
+                ],
+                "v{version}, election type {election_type}"
+            );
+        }
+    }
+    // Every partition: none needed an election, so none is named.
+    let r = c.call(elect(0, None), 2);
+    let r = expect!(r, ElectLeaders);
+    assert_eq!(r.error_code, k::NONE);
+    assert!(r
+        .replica_election_results
+        .iter()
+        .any(|t| t.topic == "placed"));
+    assert!(r
+        .replica_election_results
+        .iter()
+        .all(|t| t.partition_result.is_empty()));
+    // An election type Kafka does not define.
+    let r = c.call(elect(7, named()), 2);
+    assert_eq!(expect!(r, ElectLeaders).error_code, k::INVALID_REQUEST);
+
+    let moves: Vec<(i32, Option<Vec<i32>>)> = vec![
+        (0, Some(vec![0])),
+        (1, Some(vec![1])),
+        (0, Some(vec![0, 0])),
+        (1, Some(vec![])),
+        (0, None),
+        (5, Some(vec![0])),
+    ];
+    let r = c.call(
+        RequestBody::AlterPartitionReassignments(AlterPartitionReassignmentsRequest {
+            timeout_ms: 5_000,
+            topics: vec![ReassignableTopic {
+                name: "placed".into(),
+                partitions: moves
+                    .iter()
+                    .map(|(partition_index, replicas)| ReassignablePartition {
+                        partition_index: *partition_index,
+                        replicas: replicas.clone(),
+                    })
+                    .collect(),
+            }],
+        }),
+        0,
+    );
+    let r = expect!(r, AlterPartitionReassignments);
+    assert_eq!(r.error_code, k::NONE);
+    let codes: Vec<i16> = r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            k::NONE,
+            k::INVALID_REPLICA_ASSIGNMENT,
+            k::INVALID_REPLICA_ASSIGNMENT,
+            k::INVALID_REPLICA_ASSIGNMENT,
+            k::NO_REASSIGNMENT_IN_PROGRESS,
+            k::UNKNOWN_TOPIC_OR_PARTITION,
+        ]
+    );
+    let why = r.responses[0].partitions[1].error_message.as_deref();
+    assert!(why.is_some_and(|m| m.contains("broker 1")), "{why:?}");
+
+    for topics in [
+        None,
+        Some(vec![ListPartitionReassignmentsTopics {
+            name: "placed".into(),
+            partition_indexes: vec![0, 1],
+        }]),
+    ] {
+        let r = c.call(
+            RequestBody::ListPartitionReassignments(ListPartitionReassignmentsRequest {
+                timeout_ms: 5_000,
+                topics,
+            }),
+            0,
+        );
+        let r = expect!(r, ListPartitionReassignments);
+        assert_eq!(r.error_code, k::NONE);
+        assert!(r.topics.is_empty(), "nothing moves: {:?}", r.topics);
+    }
+    broker.stop().unwrap();
+}
+
 #[test]
 fn acks_all_and_committed_offsets_survive_a_restart() {
     let (dir, port, broker) = started();

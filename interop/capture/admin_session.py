@@ -8,8 +8,14 @@ Steps, on a topic and group the earlier sessions made: Metadata for the
 topic, DescribeConfigs of the topic, ListOffsets (earliest and latest) of
 its partitions, ListGroups, DescribeGroups of the group, OffsetFetch of the
 group, CreateTopics and DeleteTopics of `<topic>-doomed`, DescribeCluster,
+ElectLeaders (preferred) of the topic's partitions, (kafka-python)
+ListPartitionReassignments and AlterPartitionReassignments (partition 0
+onto broker 0, partition 1 onto broker 1, partition 2's move cancelled),
 (kafka-python) OffsetDelete of the group's offset of partition 0, then
 DeleteGroups of the group (its members are gone by then).
+
+kelp's tests (kelp/tests/kafka_admin.rs) run it against a gateway and check
+each step's result; capture_vectors.py records its requests.
 """
 
 import argparse
@@ -31,7 +37,7 @@ def emit(step, result):
 
 
 def confluent(args):
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions, ElectionType, TopicPartition
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap, "client.id": args.client_id})
@@ -71,6 +77,11 @@ def confluent(args):
 
     cluster = admin.describe_cluster(request_timeout=timeout).result(timeout)
     emit("describe-cluster", {"id": cluster.cluster_id, "brokers": len(cluster.nodes)})
+    # confluent-kafka 2.16's elect_leaders fails on any keyword argument
+    # (a SystemError from its C argument parsing), so no request_timeout.
+    elected = admin.elect_leaders(ElectionType.PREFERRED,
+                                  [TopicPartition(args.topic, p) for p in partitions]).result(timeout)
+    emit("elect-leaders", {tp.partition: e.name() if e else None for tp, e in elected.items()})
     gone = admin.delete_consumer_groups([args.group], request_timeout=timeout)
     gone[args.group].result(timeout)
     emit("delete-groups", args.group)
@@ -78,6 +89,7 @@ def confluent(args):
 
 def kafka_python(args):
     from kafka import TopicPartition
+    from kafka import errors as Errors
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic, OffsetSpec
 
     admin = KafkaAdminClient(bootstrap_servers=args.bootstrap, client_id=args.client_id,
@@ -105,6 +117,16 @@ def kafka_python(args):
     admin.delete_topics([doomed])
     emit("delete-topics", doomed)
     emit("describe-cluster", admin.describe_cluster())
+    elected = admin.elect_leaders(0, {args.topic: partitions})
+    emit("elect-leaders", {p.partition_id: Errors.for_code(p.error_code).__name__
+                           for t in elected.replica_election_results for p in t.partition_result})
+    emit("list-reassignments", admin.list_partition_reassignments())
+    altered = admin.alter_partition_reassignments({
+        TopicPartition(args.topic, partitions[0]): [0],
+        TopicPartition(args.topic, partitions[1]): [1],
+        TopicPartition(args.topic, partitions[2]): None,
+    })
+    emit("alter-reassignments", {tp.partition: e.__name__ if e else None for tp, e in altered.items()})
     # One partition's: a group left with no offset at all is gone, and
     # DeleteGroups would find nothing.
     emit("offset-delete", admin.delete_group_offsets(

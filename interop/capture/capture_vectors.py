@@ -8,7 +8,8 @@ without), consume with a group (join, sync, heartbeat, offset fetch and
 commit, leave), read the committed offsets, and an admin session
 (admin_session.py / admin_session.js: metadata, describe configs, list
 offsets, list and describe groups, create and delete a topic, describe the
-cluster, delete the group).
+cluster, elect leaders, list and alter partition reassignments, delete the
+group).
 
 The proxy records every request frame a client sends and every response
 frame the gateway returns. Of those it keeps one exchange per (client, API,
@@ -86,6 +87,9 @@ API_NAMES = {
     22: "init-producer-id",
     32: "describe-configs",
     42: "delete-groups",
+    43: "elect-leaders",
+    45: "alter-partition-reassignments",
+    46: "list-partition-reassignments",
     47: "offset-delete",
     60: "describe-cluster",
 }

@@ -83,3 +83,10 @@ pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 /// The leader epoch is newer than the broker's.
 pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
+/// A replica assignment names no broker, a broker twice, or one that is
+/// not registered.
+pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+/// The partition's leader is already the one an election would choose.
+pub const ELECTION_NOT_NEEDED: i16 = 84;
+/// A reassignment was cancelled where none is under way.
+pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;

@@ -83,6 +83,7 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("confluent", ApiKey::InitProducerId, 4),
     ("confluent", ApiKey::DescribeConfigs, 1),
     ("confluent", ApiKey::DeleteGroups, 2),
+    ("confluent", ApiKey::ElectLeaders, 2),
     ("kafka-python", ApiKey::Produce, 9),
     ("kafka-python", ApiKey::Fetch, 12),
     ("kafka-python", ApiKey::ListOffsets, 7),
@@ -104,6 +105,9 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("kafka-python", ApiKey::DeleteGroups, 2),
     ("kafka-python", ApiKey::OffsetDelete, 0),
     ("kafka-python", ApiKey::DescribeCluster, 1),
+    ("kafka-python", ApiKey::ElectLeaders, 2),
+    ("kafka-python", ApiKey::AlterPartitionReassignments, 0),
+    ("kafka-python", ApiKey::ListPartitionReassignments, 0),
     ("kafkajs", ApiKey::Produce, 7),
     ("kafkajs", ApiKey::Fetch, 11),
     ("kafkajs", ApiKey::ListOffsets, 3),
@@ -411,6 +415,17 @@ fn check_request(e: &Exchange, body: &RequestBody<'_>) {
                 assert_eq!(r.endpoint_type, 1, "{name}: brokers");
             }
         }
+        RequestBody::ElectLeaders(r) => {
+            let topics = r.topic_partitions.as_deref().unwrap_or_default();
+            assert!(topics.iter().all(|t| t.topic == TOPIC), "{name}");
+        }
+        RequestBody::AlterPartitionReassignments(r) => {
+            assert!(r.topics.iter().all(|t| t.name == TOPIC), "{name}");
+        }
+        RequestBody::ListPartitionReassignments(r) => {
+            let topics = r.topics.as_deref().unwrap_or_default();
+            assert!(topics.iter().all(|t| t.name == TOPIC), "{name}");
+        }
     }
 }
 
@@ -571,6 +586,22 @@ fn check_response(name: &str, body: &ResponseBody<'_>) {
         ResponseBody::DescribeCluster(r) => {
             assert_eq!((r.error_code, r.cluster_id.as_str()), (0, "kelp"), "{name}");
             assert_eq!(r.brokers.len(), 1, "{name}");
+        }
+        // One node leads every partition: no election is needed.
+        ResponseBody::ElectLeaders(r) => {
+            assert_eq!(r.error_code, 0, "{name}");
+            for p in r
+                .replica_election_results
+                .iter()
+                .flat_map(|t| &t.partition_result)
+            {
+                assert_eq!(p.error_code, 84, "{name}: ELECTION_NOT_NEEDED");
+            }
+        }
+        ResponseBody::AlterPartitionReassignments(r) => assert_eq!(r.error_code, 0, "{name}"),
+        ResponseBody::ListPartitionReassignments(r) => {
+            assert_eq!(r.error_code, 0, "{name}");
+            assert!(r.topics.is_empty(), "{name}: nothing moves");
         }
     }
 }

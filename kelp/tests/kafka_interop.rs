@@ -779,3 +779,177 @@ fn kafka_groups_and_producers_on_s3_survive_a_broker_replaced_with_an_empty_disk
     assert_eq!(u64_of(&all, "missing"), 0, "{all}");
     gateway.broker.stop();
 }
+
+/// Records the admin scenario produces and reads with a group before the
+/// admin session.
+const ADMIN_RECORDS: u64 = 40;
+/// How long one admin session may take.
+const ADMIN_SESSION_S_MAX: u64 = 90;
+
+/// Each client's admin library (`interop/capture/admin_session.*`, the
+/// session the vector capture records) against a gateway whose topic has
+/// `ADMIN_RECORDS` records read and committed by a group that has left:
+/// every step succeeds and answers what the gateway holds (partitions,
+/// offsets, committed offsets, the group, one broker), elections are not
+/// needed, partitions move only onto node 0 and no move is under way, and
+/// the group is deleted.
+fn admin_session(client: Client) {
+    client.check_installed();
+    drop(python()); // the set-up uses confluent-kafka
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = Gateway::start(dir.path());
+    let bootstrap = gateway.bootstrap();
+    let topic = format!("admin-{}", client.name());
+    let group = format!("{topic}-group");
+    create_topic(Client::Confluent, &bootstrap, &topic);
+    let mut produce = Client::Confluent.command("produce", &bootstrap, &topic, 60);
+    produce.args(["--count", &ADMIN_RECORDS.to_string(), "--keys", "16"]);
+    assert_eq!(u64_of(&run(produce, 60), "acked"), ADMIN_RECORDS);
+    let mut consume = Client::Confluent.command("consume", &bootstrap, &topic, 60);
+    consume
+        .args(["--expect", &ADMIN_RECORDS.to_string(), "--keys", "16"])
+        .args(["--group", &group]);
+    assert_eq!(u64_of(&run(consume, 60), "unique"), ADMIN_RECORDS);
+
+    let mut session = match client {
+        Client::Confluent | Client::KafkaPython => {
+            let mut cmd = Command::new(python());
+            cmd.arg(repo_root().join("interop/capture/admin_session.py"))
+                .args(["--client", client.name()]);
+            cmd
+        }
+        Client::Kafkajs => {
+            let mut cmd = Command::new(node());
+            cmd.arg(repo_root().join("interop/capture/admin_session.js"))
+                .env("NODE_PATH", repo_root().join("interop/node/node_modules"));
+            cmd
+        }
+    };
+    session
+        .args([
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+        ])
+        .args(["--timeout-s", &ADMIN_SESSION_S_MAX.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = session.spawn().expect("start the admin session");
+    let lines = read_lines(&mut child);
+    let status = wait_bounded(&mut child, ADMIN_SESSION_S_MAX);
+    let steps: BTreeMap<String, Value> = lines
+        .iter()
+        .map(|line| {
+            let v: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("admin session printed {line:?}: {e}"));
+            (v["step"].as_str().unwrap().to_string(), v["result"].clone())
+        })
+        .collect();
+    eprintln!("{} admin session: {steps:?}", client.name());
+    assert!(
+        status.success(),
+        "{} admin session: {status}",
+        client.name()
+    );
+    let step = |name: &str| -> &Value {
+        steps
+            .get(name)
+            .unwrap_or_else(|| panic!("{}: no step {name:?} in {steps:?}", client.name()))
+    };
+    let partitions: Vec<u64> = (0..PARTITIONS).collect();
+    assert_eq!(step("metadata"), &serde_json::json!(partitions));
+    assert!(step("describe-configs")
+        .to_string()
+        .contains("retention.ms"));
+    // Latest offsets and committed offsets: both the records read, in all.
+    let (latest, committed): (u64, u64) = match client {
+        Client::Confluent => (
+            offsets_in(step("list-offsets latest")),
+            offsets_in(step("offset-fetch")),
+        ),
+        Client::KafkaPython => (
+            offsets_in(step("list-offsets latest")),
+            offsets_in(&step("offset-fetch")[&group]),
+        ),
+        Client::Kafkajs => (
+            offsets_in(step("list-offsets")),
+            offsets_in(&step("offset-fetch")[0]["partitions"]),
+        ),
+    };
+    assert_eq!((latest, committed), (ADMIN_RECORDS, ADMIN_RECORDS));
+    assert!(step("list-groups").to_string().contains(&group));
+    assert!(step("describe-groups")
+        .to_string()
+        .to_lowercase()
+        .contains("empty"));
+    assert_eq!(
+        step("delete-topics"),
+        &Value::String(format!("{topic}-doomed"))
+    );
+    if client == Client::Kafkajs {
+        // kafkajs has no election or reassignment admin calls.
+        assert_eq!(step("delete-groups")[0]["errorCode"], 0);
+    } else {
+        assert!(step("describe-cluster").to_string().contains("\"kelp\""));
+        // Every partition: "not needed" however the client spells it.
+        let elected = step("elect-leaders").as_object().unwrap();
+        assert_eq!(elected.len(), PARTITIONS as usize, "{elected:?}");
+        for outcome in elected.values() {
+            let spelled = outcome.as_str().unwrap_or_default().to_lowercase();
+            assert!(
+                spelled.replace('_', "").starts_with("electionnotneeded"),
+                "{outcome}"
+            );
+        }
+        assert!(steps.contains_key("delete-groups"));
+        assert!(steps.contains_key("done"));
+    }
+    if client == Client::KafkaPython {
+        assert_eq!(step("list-reassignments"), &serde_json::json!({}));
+        // Partition 0 onto node 0 (where it is), 1 onto an unknown
+        // broker, 2's move (none) cancelled.
+        assert_eq!(
+            step("alter-reassignments"),
+            &serde_json::json!({
+                "0": null,
+                "1": "InvalidReplicationAssignmentError",
+                "2": "NoReassignmentInProgressError",
+            })
+        );
+    }
+    gateway.broker.stop();
+}
+
+/// The sum of the offsets in a client's per-partition listing (an object
+/// or array of numbers, numeric strings, `[offset, ...]` tuples or
+/// `{"offset": ...}` objects); negative ones (none committed) count 0.
+fn offsets_in(listing: &Value) -> u64 {
+    let offset = |v: &Value| -> i64 {
+        let v = match v {
+            Value::Array(tuple) => &tuple[0],
+            Value::Object(o) => &o["offset"],
+            v => v,
+        };
+        match v {
+            Value::String(s) => s.parse().unwrap(),
+            v => v.as_i64().unwrap_or_else(|| panic!("no offset in {v}")),
+        }
+    };
+    let each: Vec<i64> = match listing {
+        Value::Object(o) => o.values().map(offset).collect(),
+        Value::Array(a) => a.iter().map(offset).collect(),
+        other => panic!("not a listing of offsets: {other}"),
+    };
+    each.into_iter().map(|o| o.max(0) as u64).sum()
+}
+
+test_per_client!(admin_session:
+    confluent_kafka_admin_client_session => Client::Confluent,
+    kafka_python_admin_client_session => Client::KafkaPython,
+    kafkajs_admin_session => Client::Kafkajs,
+);

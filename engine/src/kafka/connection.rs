@@ -33,7 +33,9 @@ use tokio::task::JoinHandle;
 
 use crate::connection::PeerTimeouts;
 
-use super::{admin, fetch, groups, metadata, offsets, produce, Gateway, REQUEST_FRAME_BYTES_MAX};
+use super::{
+    admin, fetch, groups, metadata, offsets, placement, produce, Gateway, REQUEST_FRAME_BYTES_MAX,
+};
 
 /// Requests of one connection in flight at once (librdkafka's most for an
 /// idempotent producer).
@@ -412,6 +414,15 @@ async fn handle(
         }
         RequestBody::DescribeCluster(r) => {
             ResponseBody::DescribeCluster(metadata::describe_cluster(gateway, r))
+        }
+        RequestBody::ElectLeaders(r) => {
+            ResponseBody::ElectLeaders(placement::elect_leaders(gateway, r).await)
+        }
+        RequestBody::AlterPartitionReassignments(r) => ResponseBody::AlterPartitionReassignments(
+            placement::alter_reassignments(gateway, r).await,
+        ),
+        RequestBody::ListPartitionReassignments(r) => {
+            ResponseBody::ListPartitionReassignments(placement::list_reassignments(r))
         }
     };
     Ok(kafka::encode_response_frame(

@@ -21,6 +21,7 @@ mod groups;
 mod listener;
 mod metadata;
 mod offsets;
+mod placement;
 mod pool;
 mod produce;
 mod producer_ids;

@@ -1,6 +1,7 @@
 //! One richly populated request and response of every API, every optional
 //! field set to a non-default value, for round trips at every version.
 
+use kelp_kafka::api::alter_partition_reassignments::*;
 use kelp_kafka::api::api_versions::*;
 use kelp_kafka::api::create_topics::*;
 use kelp_kafka::api::delete_groups::*;
@@ -8,6 +9,7 @@ use kelp_kafka::api::delete_topics::*;
 use kelp_kafka::api::describe_cluster::*;
 use kelp_kafka::api::describe_configs::*;
 use kelp_kafka::api::describe_groups::*;
+use kelp_kafka::api::elect_leaders::*;
 use kelp_kafka::api::fetch::*;
 use kelp_kafka::api::find_coordinator::*;
 use kelp_kafka::api::heartbeat::*;
@@ -16,6 +18,7 @@ use kelp_kafka::api::join_group::*;
 use kelp_kafka::api::leave_group::*;
 use kelp_kafka::api::list_groups::*;
 use kelp_kafka::api::list_offsets::*;
+use kelp_kafka::api::list_partition_reassignments::*;
 use kelp_kafka::api::metadata::*;
 use kelp_kafka::api::offset_commit::*;
 use kelp_kafka::api::offset_delete::*;
@@ -221,6 +224,37 @@ pub fn requests(records: &[u8]) -> Vec<RequestBody<'_>> {
         }),
         RequestBody::DeleteGroups(DeleteGroupsRequest {
             groups_names: vec![s("g"), s("h")],
+        }),
+        RequestBody::ElectLeaders(ElectLeadersRequest {
+            election_type: 1,
+            topic_partitions: Some(vec![ElectLeadersTopicPartitions {
+                topic: s("orders"),
+                partitions: vec![0, 2],
+            }]),
+            timeout_ms: 30_000,
+        }),
+        RequestBody::AlterPartitionReassignments(AlterPartitionReassignmentsRequest {
+            timeout_ms: 30_000,
+            topics: vec![ReassignableTopic {
+                name: s("orders"),
+                partitions: vec![
+                    ReassignablePartition {
+                        partition_index: 0,
+                        replicas: Some(vec![1, 2]),
+                    },
+                    ReassignablePartition {
+                        partition_index: 1,
+                        replicas: None,
+                    },
+                ],
+            }],
+        }),
+        RequestBody::ListPartitionReassignments(ListPartitionReassignmentsRequest {
+            timeout_ms: 30_000,
+            topics: Some(vec![ListPartitionReassignmentsTopics {
+                name: s("orders"),
+                partition_indexes: vec![1, 3],
+            }]),
         }),
         RequestBody::OffsetDelete(OffsetDeleteRequest {
             group_id: s("g"),
@@ -488,6 +522,45 @@ pub fn responses(records: &[u8]) -> Vec<ResponseBody<'_>> {
                     error_code: 68,
                 },
             ],
+        }),
+        ResponseBody::ElectLeaders(ElectLeadersResponse {
+            throttle_time_ms: 10,
+            error_code: 42,
+            replica_election_results: vec![ReplicaElectionResult {
+                topic: s("orders"),
+                partition_result: vec![ElectionPartitionResult {
+                    partition_id: 2,
+                    error_code: 84,
+                    error_message: Some(s("not needed")),
+                }],
+            }],
+        }),
+        ResponseBody::AlterPartitionReassignments(AlterPartitionReassignmentsResponse {
+            throttle_time_ms: 10,
+            error_code: 0,
+            error_message: Some(s("partly")),
+            responses: vec![ReassignableTopicResponse {
+                name: s("orders"),
+                partitions: vec![ReassignablePartitionResponse {
+                    partition_index: 0,
+                    error_code: 39,
+                    error_message: Some(s("broker 1 is not registered")),
+                }],
+            }],
+        }),
+        ResponseBody::ListPartitionReassignments(ListPartitionReassignmentsResponse {
+            throttle_time_ms: 10,
+            error_code: 0,
+            error_message: None,
+            topics: vec![OngoingTopicReassignment {
+                name: s("orders"),
+                partitions: vec![OngoingPartitionReassignment {
+                    partition_index: 1,
+                    replicas: vec![0, 1],
+                    adding_replicas: vec![1],
+                    removing_replicas: vec![],
+                }],
+            }],
         }),
         ResponseBody::OffsetDelete(OffsetDeleteResponse {
             error_code: 0,
