@@ -189,22 +189,17 @@ impl ShardFiler {
 }
 
 /// Read `buf.len()` bytes of `path` from `offset`, or up to its end: the
-/// number read.
+/// number read. One `read_at`: a filer's read is short only at the
+/// object's end (the `Filer` contract), and asking again there costs a
+/// remote store two more requests (a range past the end, refused, then
+/// the object's size) for every block a reader of small chunks reads.
 fn read_full(
     filer: &dyn Filer,
     path: &ObjectPath,
     offset: u64,
     buf: &mut [u8],
 ) -> Result<usize, ServeError> {
-    let mut done = 0;
-    while done < buf.len() {
-        let n = filer
-            .read_at(path, offset + done as u64, &mut buf[done..])
-            .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))?;
-        if n == 0 {
-            break;
-        }
-        done += n;
-    }
-    Ok(done)
+    filer
+        .read_at(path, offset, buf)
+        .map_err(|e| ServeError::new(ErrorCode::Storage, e.to_string()))
 }

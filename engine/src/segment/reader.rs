@@ -39,6 +39,9 @@ use crate::serve_error::ServeError;
 /// How long a fetch from a sealed segment's view waits before it looks
 /// for the owner's marker and new chunks again.
 const SEAL_POLL: Duration = Duration::from_millis(100);
+/// Chunks of a remote filer one fetch answer reads at once after the one
+/// it started in (`SegmentCore::go_on_in_chunks`).
+const CHUNKS_READ_TOGETHER_MAX: usize = 16;
 
 /// How a reader at a segment's end learns of new records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,7 +373,76 @@ impl SegmentCore {
                 blocking(move || files.load()).await;
             }
         }
+        if let FetchBody::Copied(frame) = &mut result.body {
+            if checks == FetchChecks::Trust {
+                result.next_offset = self
+                    .go_on_in_chunks(frame, result.next_offset, max_bytes)
+                    .await;
+            }
+        }
         Ok(result)
+    }
+
+    /// An answer copied from a remote filer's chunk (`frame`, its batches
+    /// ending at `next`) goes on with the whole chunks after it, while
+    /// they follow on without a gap and fit in `max_bytes`, at most
+    /// [`CHUNKS_READ_TOGETHER_MAX`] of them, read at once: a reader of
+    /// small chunks (durable acks make them) gets about `max_bytes` per
+    /// round trip, and waits for one read, not one per chunk. Returns the
+    /// offset after the answer's last batch. A chunk whose read fails or
+    /// whose bytes do not walk as whole batches to its end ends the answer
+    /// before it (the reader's next fetch starts there, and meets the
+    /// error itself).
+    async fn go_on_in_chunks(&self, frame: &mut Vec<u8>, next: u64, max_bytes: usize) -> u64 {
+        let chunks: Vec<ChunkMeta> = {
+            let state = self.state.borrow();
+            let all = state.log.chunks();
+            let mut room = max_bytes.saturating_sub(frame.len() - FETCHED_FRAME_PREFIX_BYTES);
+            let mut at = next;
+            let mut picked = Vec::new();
+            for chunk in &all[all.partition_point(|c| c.header.next_offset <= next)..] {
+                let bytes = chunk.header.data_bytes as usize;
+                if picked.len() == CHUNKS_READ_TOGETHER_MAX
+                    || chunk.header.base_offset != at
+                    || chunk.damaged.is_some()
+                    || bytes > room
+                {
+                    break;
+                }
+                room -= bytes;
+                at = chunk.header.next_offset;
+                picked.push(chunk.clone());
+            }
+            picked
+        };
+        let reads: Vec<_> = chunks
+            .iter()
+            .map(|chunk| {
+                let store = self.store.clone();
+                let (path, bytes) = (chunk.path.clone(), chunk.header.data_bytes as usize);
+                glommio::spawn_local(async move {
+                    store
+                        .read_range_after(0, &path, CHUNK_HEADER_BYTES as u64, bytes)
+                        .await
+                })
+            })
+            .collect();
+        let mut next = next;
+        let mut appending = true;
+        for (chunk, read) in chunks.iter().zip(reads) {
+            // Every read is awaited, so none is left running.
+            let data = read.await;
+            let Ok(data) = data.as_deref() else {
+                appending = false;
+                continue;
+            };
+            appending = appending && walks_to(data, chunk.header.next_offset);
+            if appending {
+                frame.extend_from_slice(data);
+                next = chunk.header.next_offset;
+            }
+        }
+        next
     }
 
     /// Turn a start position into an offset.
@@ -846,6 +918,18 @@ impl SegmentCore {
     ) -> Result<Vec<u8>, ServeError> {
         self.store.read_range_after(room, path, offset, len).await
     }
+}
+
+/// Whether `data` is whole batches end to end, the last ending at `end`.
+fn walks_to(data: &[u8], end: u64) -> bool {
+    let mut last = None;
+    for item in BatchWalk::new(data) {
+        match item {
+            Ok((_, batch)) => last = Some(batch.next_offset()),
+            Err(_) => return false,
+        }
+    }
+    last == Some(end)
 }
 
 /// If a batch holding offsets from `start` begins in `data` but is cut off,
