@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use control::segment_fence::{seal_from_copy, Fenced, HeldChunk, HeldRecords, NothingHeld};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -45,6 +45,7 @@ use wire::{BatchView, BrokerPortRequest, DataRequest, Response};
 
 use crate::buffer::ActiveBuffer;
 use crate::error::EngineError;
+use crate::log_limit::LogLimit;
 use crate::segment::blocking;
 use crate::shard_filer::ShardFiler;
 use crate::shard_metrics::ShardMetrics;
@@ -62,6 +63,9 @@ const FETCH_WAIT_MS: u32 = 500;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause before trying again after a refusal or a broken connection.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// A follower that keeps failing to copy says so once per this interval
+/// (with the failures in between), not once per retry, nor only once.
+const FOLLOW_FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
 /// Pause while every buffer is full, waiting for the owner to store.
 const FULL_PAUSE: Duration = Duration::from_millis(20);
 /// The pause after a failed try at sealing from the copy, doubled up to
@@ -422,7 +426,7 @@ async fn run(following: Following, orders: &Orders, metrics: Arc<ShardMetrics>) 
             return;
         }
     };
-    let mut complained = false;
+    let mut failures = LogLimit::new(FOLLOW_FAILURE_LOG_INTERVAL);
     loop {
         let told = orders.told.listen();
         if orders.halted() {
@@ -448,9 +452,11 @@ async fn run(following: Following, orders: &Orders, metrics: Arc<ShardMetrics>) 
             None | Some(Ok(Ended::Stopped)) => {}
             Some(Ok(Ended::Sealed)) => break,
             Some(Err(e)) => {
-                if !complained {
-                    log::warn!("replica of {name}: {e}; retrying");
-                    complained = true;
+                if let Some(held_back) = failures.admit(Instant::now()) {
+                    log::warn!(
+                        "replica of {name}: {e}; retrying every {RETRY_PAUSE:?} ({held_back} \
+                         failures since the last report)"
+                    );
                 }
                 glommio::timer::sleep(RETRY_PAUSE).await;
             }
