@@ -368,7 +368,9 @@ impl SegmentCell {
         };
         let mut stored = {
             let prefix = chunk_prefix.clone();
-            store.read(move |filer| load_stored(filer, &prefix)).await?
+            store
+                .read(move |filer| load_stored(filer, &prefix, &[]))
+                .await?
         };
         let chunk_end = stored.chunks.last().map_or(0, |c| c.header.next_offset);
         if let Some(tail) = stored.unknown_tail.take() {
@@ -1072,7 +1074,7 @@ impl SealedView {
             let prefix = filer_layout::segment_prefix(topic, id);
             let marker = filer_layout::seal_marker(topic, id);
             store
-                .read(move |filer| load_sealed(filer, &prefix, &marker))
+                .read(move |filer| load_sealed(filer, &prefix, &marker, &[]))
                 .await?
         };
         let end = stored.end();
@@ -1116,7 +1118,7 @@ pub(crate) async fn seal_point(
     let prefix = filer_layout::segment_prefix(topic, id);
     let marker = filer_layout::seal_marker(topic, id);
     let (stored, marked) = store
-        .read(move |filer| load_sealed(filer, &prefix, &marker))
+        .read(move |filer| load_sealed(filer, &prefix, &marker, &[]))
         .await?;
     Ok(marked.then(|| stored.end()))
 }

@@ -278,8 +278,10 @@ impl SegmentCore {
         let (stored, marked) = {
             let prefix = self.chunk_prefix.clone();
             let marker = filer_layout::seal_marker(&self.topic, self.id);
+            // Headers already read are not read again (every poll).
+            let known = self.state.borrow().log.chunks().to_vec();
             self.store
-                .read(move |filer| load_sealed(filer, &prefix, &marker))
+                .read(move |filer| load_sealed(filer, &prefix, &marker, &known))
                 .await
                 .map_err(|e| ServeError::storage(&e))?
         };

@@ -1,7 +1,8 @@
 //! What the filer holds of a segment: its chunks by base offset (headers
 //! verified, a damaged one kept aside with what can be said of it), its
 //! lost ranges, and for a segment sealed elsewhere whether its seal marker
-//! is there. Read on the shard's read lane; nothing here keeps state.
+//! is there. Read on the shard's read lane; nothing here keeps state (a
+//! caller hands in the chunks it knows, whose headers are not read again).
 
 use filer::{Filer, ObjectPath};
 use wire::chunk::{ChunkHeader, CHUNK_HEADER_BYTES};
@@ -52,10 +53,21 @@ impl Stored {
     }
 }
 
-/// Every chunk and lost range of a segment.
-pub(super) fn load_stored(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Stored, EngineError> {
+/// Headers read at once, each on a thread of its own, when a segment's
+/// listing names chunks whose headers are not known yet and the filer
+/// keeps nothing local (a remote store answers each in a round trip).
+const HEADER_READS_AT_ONCE: usize = 8;
+
+/// Every chunk and lost range of a segment. The headers of chunks in
+/// `known` (sorted by base offset) are taken from there, not read again:
+/// chunks are never overwritten, so a header read once stays true.
+pub(super) fn load_stored(
+    filer: &dyn Filer,
+    prefix: &ObjectPath,
+    known: &[ChunkMeta],
+) -> Result<Stored, EngineError> {
     let mut stored = Stored::default();
-    let mut damaged = Vec::new();
+    let mut unread = Vec::new();
     for path in filer.list(prefix)? {
         if let Some((from, to)) = filer_layout::parse_lost_name(path.as_str()) {
             stored.lost.push(LostRange { from, to });
@@ -64,14 +76,22 @@ pub(super) fn load_stored(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Stor
         let Some(base) = filer_layout::parse_chunk_name(path.as_str()) else {
             continue;
         };
-        let mut head = [0u8; CHUNK_HEADER_BYTES];
-        let n = filer.read_at(&path, 0, &mut head)?;
-        let header = ChunkHeader::decode(&head[..n])
-            .map_err(|e| e.to_string())
-            .and_then(|h| match h.base_offset == base {
-                true => Ok(h),
-                false => Err(format!("its header says base offset {}", h.base_offset)),
-            });
+        let seen = known
+            .binary_search_by_key(&base, |c| c.header.base_offset)
+            .ok()
+            .map(|i| &known[i])
+            .filter(|c| c.path == path && c.damaged.is_none());
+        match seen {
+            Some(chunk) => stored.chunks.push(chunk.clone()),
+            None => unread.push((base, path)),
+        }
+    }
+    let mut damaged = Vec::new();
+    for ((base, path), header) in read_headers(filer, prefix, &unread)? {
+        let header = header.and_then(|h| match h.base_offset == base {
+            true => Ok(h),
+            false => Err(format!("its header says base offset {}", h.base_offset)),
+        });
         match header {
             Ok(header) => stored.chunks.push(ChunkMeta {
                 path,
@@ -158,6 +178,75 @@ pub(super) fn load_stored(filer: &dyn Filer, prefix: &ObjectPath) -> Result<Stor
     Ok(stored)
 }
 
+/// A chunk (base offset, path) and its header, or why it does not decode.
+type HeaderRead = ((u64, ObjectPath), Result<ChunkHeader, String>);
+
+/// The header of each chunk of `chunks` (base offset, path), or why it
+/// does not decode, in the same order; an I/O error fails the whole read.
+/// A remote filer's headers are read up to [`HEADER_READS_AT_ONCE`] at a
+/// time.
+fn read_headers(
+    filer: &dyn Filer,
+    prefix: &ObjectPath,
+    chunks: &[(u64, ObjectPath)],
+) -> Result<Vec<HeaderRead>, EngineError> {
+    let read_one = |path: &ObjectPath| -> Result<Result<ChunkHeader, String>, EngineError> {
+        let mut head = [0u8; CHUNK_HEADER_BYTES];
+        let n = filer.read_at(path, 0, &mut head)?;
+        Ok(ChunkHeader::decode(&head[..n]).map_err(|e| e.to_string()))
+    };
+    let readers = match filer.keeps_local_files() {
+        true => 1,
+        false => HEADER_READS_AT_ONCE.min(chunks.len()),
+    };
+    let headers: Vec<Result<ChunkHeader, String>> = if readers <= 1 {
+        chunks
+            .iter()
+            .map(|(_, path)| read_one(path))
+            .collect::<Result<_, _>>()?
+    } else {
+        // Reader `r` reads chunks r, r + readers, ...; the answers go back
+        // into the chunks' order.
+        let per_reader: Vec<Result<Vec<_>, EngineError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..readers)
+                .map(|r| {
+                    scope.spawn(move || {
+                        chunks
+                            .iter()
+                            .skip(r)
+                            .step_by(readers)
+                            .map(|(_, path)| read_one(path))
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(EngineError::Segment {
+                            segment: prefix.to_string(),
+                            reason: "a chunk header reader panicked".into(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        let mut per_reader: Vec<std::vec::IntoIter<_>> = per_reader
+            .into_iter()
+            .map(|r| r.map(Vec::into_iter))
+            .collect::<Result<_, _>>()?;
+        (0..chunks.len())
+            .map(|i| per_reader[i % readers].next())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| EngineError::Segment {
+                segment: prefix.to_string(),
+                reason: "a chunk header reader answered too few".into(),
+            })?
+    };
+    Ok(chunks.iter().cloned().zip(headers).collect())
+}
+
 /// Whether `bytes` are a whole chunk index: entries, then the CRC-32C of
 /// their bytes (docs/chunk-format.md, "Sparse index").
 fn is_chunk_index(bytes: &[u8]) -> bool {
@@ -174,6 +263,7 @@ pub(super) fn load_sealed(
     filer: &dyn Filer,
     prefix: &ObjectPath,
     marker: &ObjectPath,
+    known: &[ChunkMeta],
 ) -> Result<(Stored, bool), EngineError> {
     // The marker first: chunks listed after it are all there are.
     let marked = match filer.read_at(marker, 0, &mut [0u8; 1]) {
@@ -181,5 +271,113 @@ pub(super) fn load_sealed(
         Err(filer::FilerError::NotFound { .. }) => false,
         Err(e) => return Err(e.into()),
     };
-    Ok((load_stored(filer, prefix)?, marked))
+    Ok((load_stored(filer, prefix, known)?, marked))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use wire::chunk::build_chunk;
+    use wire::BatchBuilder;
+
+    use super::*;
+
+    /// Instrumentation, not a fault: the real local filer, counting the
+    /// chunk header reads, and saying it keeps nothing local when
+    /// `remote` (so headers are read as from a remote store, at once).
+    #[derive(Debug)]
+    struct CountedReads {
+        inner: Arc<dyn Filer>,
+        remote: bool,
+        chunk_reads: AtomicUsize,
+    }
+
+    impl Filer for CountedReads {
+        fn put(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), filer::FilerError> {
+            self.inner.put(path, bytes)
+        }
+        fn create(&self, path: &ObjectPath, bytes: &[u8]) -> Result<(), filer::FilerError> {
+            self.inner.create(path, bytes)
+        }
+        fn read_at(
+            &self,
+            path: &ObjectPath,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<usize, filer::FilerError> {
+            if path.as_str().ends_with(".chunk") {
+                self.chunk_reads.fetch_add(1, Ordering::Relaxed);
+            }
+            self.inner.read_at(path, offset, buf)
+        }
+        fn size(&self, path: &ObjectPath) -> Result<u64, filer::FilerError> {
+            self.inner.size(path)
+        }
+        fn list(&self, prefix: &ObjectPath) -> Result<Vec<ObjectPath>, filer::FilerError> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, path: &ObjectPath) -> Result<(), filer::FilerError> {
+            self.inner.delete(path)
+        }
+        fn local_file(&self, path: &ObjectPath) -> Option<std::path::PathBuf> {
+            self.inner.local_file(path)
+        }
+        fn keeps_local_files(&self) -> bool {
+            !self.remote
+        }
+    }
+
+    /// `chunks` chunks of one record each from offset `from`, in segment 0
+    /// of topic `t/s`.
+    fn write_chunks(filer: &dyn Filer, from: u64, chunks: u64) {
+        for c in from..from + chunks {
+            let mut b = BatchBuilder::new();
+            b.push(1, b"k", format!("v{c}").as_bytes(), &[]).unwrap();
+            let mut batch = b.finish(0, 0).to_vec();
+            wire::batch::set_base_offset(&mut batch, c);
+            let bytes = build_chunk(0, c, &[&batch]).unwrap();
+            let topic = TopicName::parse("t/s").unwrap();
+            filer
+                .create(&filer_layout::chunk(&topic, 0, c), &bytes)
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn headers_read_at_once_come_back_in_order_and_known_ones_are_not_read_again() {
+        for remote in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let filer = CountedReads {
+                inner: Arc::new(filer::LocalFiler::open(dir.path()).unwrap()),
+                remote,
+                chunk_reads: AtomicUsize::new(0),
+            };
+            let prefix = filer_layout::segment_prefix(&TopicName::parse("t/s").unwrap(), 0);
+            write_chunks(&filer, 0, 21);
+            let first = load_stored(&filer, &prefix, &[]).unwrap();
+            let bases: Vec<(u64, u64)> = first
+                .chunks
+                .iter()
+                .map(|c| (c.header.base_offset, c.header.next_offset))
+                .collect();
+            let expected: Vec<(u64, u64)> = (0..21).map(|c| (c, c + 1)).collect();
+            assert_eq!(bases, expected, "remote {remote}");
+            assert!(first.chunks.iter().all(|c| c.damaged.is_none()));
+            assert_eq!(filer.chunk_reads.swap(0, Ordering::Relaxed), 21);
+
+            // Listed again with what is known: only the new chunks' headers.
+            write_chunks(&filer, 21, 2);
+            let again = load_stored(&filer, &prefix, &first.chunks).unwrap();
+            assert_eq!(again.chunks.len(), 23);
+            assert_eq!(again.chunks[22].header.next_offset, 23);
+            assert_eq!(
+                filer.chunk_reads.load(Ordering::Relaxed),
+                2,
+                "remote {remote}"
+            );
+        }
+    }
 }
