@@ -51,6 +51,18 @@ fn batch(keys: &[&str], value: &str) -> Vec<u8> {
     b.finish(0, 0).to_vec()
 }
 
+/// `batches` are whole batches from offset 0 to `next_offset`, end to end
+/// (across the chunks an answer went on into).
+fn assert_end_to_end(batches: &[u8], next_offset: u64) {
+    let mut expect = 0;
+    for item in BatchWalk::new(batches) {
+        let (_, b) = item.unwrap();
+        assert_eq!(b.base_offset(), expect, "batches end to end across chunks");
+        expect = b.next_offset();
+    }
+    assert_eq!(expect, next_offset);
+}
+
 fn fetch_all(conn: &mut Conn, topic: &str, segment: u32) -> Vec<(u64, Vec<u8>)> {
     let mut out = Vec::new();
     let mut from = Some(FetchFrom::Earliest);
@@ -290,13 +302,7 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
         "an answer of up to 4 MiB ends at {}, inside the first chunk (which ends at {first_chunk_end})",
         f.next_offset
     );
-    let mut expect = 0;
-    for item in BatchWalk::new(f.batches) {
-        let (_, b) = item.unwrap();
-        assert_eq!(b.base_offset(), expect, "batches end to end across chunks");
-        expect = b.next_offset();
-    }
-    assert_eq!(expect, f.next_offset);
+    assert_end_to_end(f.batches, f.next_offset);
 
     // From an offset in the middle of a chunk's batch.
     let r = c.fetch("t/seek", 0, FetchFrom::Offset(1234), 1, 0);
@@ -350,21 +356,14 @@ fn reads_span_chunks_buffers_and_seek_by_offset_and_time() {
 /// so every answer comes from the bucket.
 #[test]
 fn an_answer_from_s3_goes_on_across_small_chunks() {
-    use test_support::{S3Server, S3_ACCESS_KEY_ID, S3_REGION, S3_SECRET_ACCESS_KEY};
+    use test_support::S3Server;
     const BATCHES: u64 = 40;
     const RECORDS_PER_BATCH: u64 = 5;
     let server = S3Server::start();
     let on_s3 = |dir: &std::path::Path, port: u16| BrokerConfig {
         shards: 1,
         filer: Some(filer::FilerUrl::parse(&server.url("spans")).unwrap()),
-        s3: filer_s3::S3Settings {
-            endpoint: Some(server.endpoint()),
-            region: Some(S3_REGION.into()),
-            allow_http: Some(true),
-            access_key_id: Some(S3_ACCESS_KEY_ID.into()),
-            secret_access_key: Some(S3_SECRET_ACCESS_KEY.into()),
-            retry_timeout: None,
-        },
+        s3: server.settings(),
         ..config(dir, port)
     };
     let first = tempfile::tempdir().unwrap();
@@ -406,13 +405,7 @@ fn an_answer_from_s3_goes_on_across_small_chunks() {
         f.next_offset
     );
     assert!(bases.contains(&f.next_offset) || f.next_offset == BATCHES * RECORDS_PER_BATCH);
-    let mut expect = 0;
-    for item in BatchWalk::new(f.batches) {
-        let (_, b) = item.unwrap();
-        assert_eq!(b.base_offset(), expect, "batches end to end across chunks");
-        expect = b.next_offset();
-    }
-    assert_eq!(expect, f.next_offset);
+    assert_end_to_end(f.batches, f.next_offset);
     // A small answer stops at its first chunk's end, or within it.
     let r = c.fetch("t/small", 0, FetchFrom::Earliest, 1, 0);
     let Response::Fetched(f) = decode(&r) else {

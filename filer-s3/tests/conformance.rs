@@ -26,19 +26,7 @@ fn read_all(filer: &dyn Filer, path: &ObjectPath) -> Vec<u8> {
 }
 
 fn s3_filer(server: &S3Server, prefix: &str) -> S3Filer {
-    S3Filer::open(
-        server.bucket(),
-        prefix,
-        &S3Settings {
-            endpoint: Some(server.endpoint()),
-            region: Some(S3_REGION.into()),
-            allow_http: Some(true),
-            access_key_id: Some(S3_ACCESS_KEY_ID.into()),
-            secret_access_key: Some(S3_SECRET_ACCESS_KEY.into()),
-            retry_timeout: None,
-        },
-    )
-    .unwrap()
+    S3Filer::open(server.bucket(), prefix, &server.settings()).unwrap()
 }
 
 /// Every check, in order, on one empty filer; `scratch` is a local

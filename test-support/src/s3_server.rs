@@ -85,6 +85,18 @@ impl S3Server {
         format!("s3://{}/{prefix}", self.bucket)
     }
 
+    /// What an S3 filer in this process needs to reach this server.
+    pub fn settings(&self) -> filer_s3::S3Settings {
+        filer_s3::S3Settings {
+            endpoint: Some(self.endpoint()),
+            region: Some(S3_REGION.into()),
+            allow_http: Some(true),
+            access_key_id: Some(S3_ACCESS_KEY_ID.into()),
+            secret_access_key: Some(S3_SECRET_ACCESS_KEY.into()),
+            retry_timeout: None,
+        }
+    }
+
     /// The standard AWS environment a kelp process needs to reach this
     /// server.
     pub fn env(&self) -> Vec<(&'static str, String)> {
