@@ -21,7 +21,8 @@ use filer::ObjectPath;
 use wire::batch::{BatchHead, BatchView};
 use wire::checksum::{crc32c_append, crc32c_combine, COMBINE_MIN_BYTES};
 use wire::chunk::{
-    decode_index, seek_offset, seek_timestamp, BatchWalk, ChunkIndexEntry, CHUNK_HEADER_BYTES,
+    decode_index, seek_offset, seek_timestamp, BatchWalk, ChunkHeader, ChunkIndexEntry,
+    CHUNK_HEADER_BYTES,
 };
 use wire::message::FETCHED_FRAME_PREFIX_BYTES;
 use wire::{ErrorCode, FetchChecks, FetchFrom};
@@ -279,7 +280,10 @@ impl SegmentCore {
             let prefix = self.chunk_prefix.clone();
             let marker = filer_layout::seal_marker(&self.topic, self.id);
             // Headers already read are not read again (every poll).
-            let known = self.state.borrow().log.chunks().to_vec();
+            let known: Vec<ChunkHeader> = (self.state.borrow().log.chunks().iter())
+                .filter(|c| c.damaged.is_none())
+                .map(|c| c.header)
+                .collect();
             self.store
                 .read(move |filer| load_sealed(filer, &prefix, &marker, &known))
                 .await

@@ -58,13 +58,15 @@ impl Stored {
 /// keeps nothing local (a remote store answers each in a round trip).
 const HEADER_READS_AT_ONCE: usize = 8;
 
-/// Every chunk and lost range of a segment. The headers of chunks in
-/// `known` (sorted by base offset) are taken from there, not read again:
-/// chunks are never overwritten, so a header read once stays true.
+/// Every chunk and lost range of a segment. The headers in `known`
+/// (undamaged chunks' of this segment, sorted by base offset) are taken
+/// for the chunks they name, not read again: a chunk's name is its base
+/// offset, and chunks are never overwritten, so a header read once stays
+/// true.
 pub(super) fn load_stored(
     filer: &dyn Filer,
     prefix: &ObjectPath,
-    known: &[ChunkMeta],
+    known: &[ChunkHeader],
 ) -> Result<Stored, EngineError> {
     let mut stored = Stored::default();
     let mut unread = Vec::new();
@@ -76,14 +78,13 @@ pub(super) fn load_stored(
         let Some(base) = filer_layout::parse_chunk_name(path.as_str()) else {
             continue;
         };
-        let seen = known
-            .binary_search_by_key(&base, |c| c.header.base_offset)
-            .ok()
-            .map(|i| &known[i])
-            .filter(|c| c.path == path && c.damaged.is_none());
-        match seen {
-            Some(chunk) => stored.chunks.push(chunk.clone()),
-            None => unread.push((base, path)),
+        match known.binary_search_by_key(&base, |h| h.base_offset) {
+            Ok(i) => stored.chunks.push(ChunkMeta {
+                path,
+                header: known[i],
+                damaged: None,
+            }),
+            Err(_) => unread.push((base, path)),
         }
     }
     let mut damaged = Vec::new();
@@ -183,66 +184,46 @@ type HeaderRead = ((u64, ObjectPath), Result<ChunkHeader, String>);
 
 /// The header of each chunk of `chunks` (base offset, path), or why it
 /// does not decode, in the same order; an I/O error fails the whole read.
-/// A remote filer's headers are read up to [`HEADER_READS_AT_ONCE`] at a
-/// time.
+/// A remote filer's headers are read by up to [`HEADER_READS_AT_ONCE`]
+/// threads, each a contiguous share of the chunks.
 fn read_headers(
     filer: &dyn Filer,
     prefix: &ObjectPath,
     chunks: &[(u64, ObjectPath)],
 ) -> Result<Vec<HeaderRead>, EngineError> {
-    let read_one = |path: &ObjectPath| -> Result<Result<ChunkHeader, String>, EngineError> {
-        let mut head = [0u8; CHUNK_HEADER_BYTES];
-        let n = filer.read_at(path, 0, &mut head)?;
-        Ok(ChunkHeader::decode(&head[..n]).map_err(|e| e.to_string()))
+    let read_all = |part: &[(u64, ObjectPath)]| -> Result<Vec<_>, EngineError> {
+        part.iter()
+            .map(|(_, path)| {
+                let mut head = [0u8; CHUNK_HEADER_BYTES];
+                let n = filer.read_at(path, 0, &mut head)?;
+                Ok(ChunkHeader::decode(&head[..n]).map_err(|e| e.to_string()))
+            })
+            .collect()
     };
     let readers = match filer.keeps_local_files() {
         true => 1,
         false => HEADER_READS_AT_ONCE.min(chunks.len()),
     };
-    let headers: Vec<Result<ChunkHeader, String>> = if readers <= 1 {
-        chunks
-            .iter()
-            .map(|(_, path)| read_one(path))
-            .collect::<Result<_, _>>()?
+    let headers = if readers <= 1 {
+        read_all(chunks)?
     } else {
-        // Reader `r` reads chunks r, r + readers, ...; the answers go back
-        // into the chunks' order.
-        let per_reader: Vec<Result<Vec<_>, EngineError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..readers)
-                .map(|r| {
-                    scope.spawn(move || {
-                        chunks
-                            .iter()
-                            .skip(r)
-                            .step_by(readers)
-                            .map(|(_, path)| read_one(path))
-                            .collect::<Result<Vec<_>, _>>()
-                    })
-                })
+        let read_all = &read_all;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = chunks
+                .chunks(chunks.len().div_ceil(readers))
+                .map(|part| scope.spawn(move || read_all(part)))
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(EngineError::Segment {
-                            segment: prefix.to_string(),
-                            reason: "a chunk header reader panicked".into(),
-                        })
+            let mut headers = Vec::with_capacity(chunks.len());
+            for handle in handles {
+                headers.extend(handle.join().unwrap_or_else(|_| {
+                    Err(EngineError::Segment {
+                        segment: prefix.to_string(),
+                        reason: "a chunk header reader panicked".into(),
                     })
-                })
-                .collect()
-        });
-        let mut per_reader: Vec<std::vec::IntoIter<_>> = per_reader
-            .into_iter()
-            .map(|r| r.map(Vec::into_iter))
-            .collect::<Result<_, _>>()?;
-        (0..chunks.len())
-            .map(|i| per_reader[i % readers].next())
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| EngineError::Segment {
-                segment: prefix.to_string(),
-                reason: "a chunk header reader answered too few".into(),
-            })?
+                })?);
+            }
+            Ok::<_, EngineError>(headers)
+        })?
     };
     Ok(chunks.iter().cloned().zip(headers).collect())
 }
@@ -263,7 +244,7 @@ pub(super) fn load_sealed(
     filer: &dyn Filer,
     prefix: &ObjectPath,
     marker: &ObjectPath,
-    known: &[ChunkMeta],
+    known: &[ChunkHeader],
 ) -> Result<(Stored, bool), EngineError> {
     // The marker first: chunks listed after it are all there are.
     let marked = match filer.read_at(marker, 0, &mut [0u8; 1]) {
@@ -370,7 +351,8 @@ mod tests {
 
             // Listed again with what is known: only the new chunks' headers.
             write_chunks(&filer, 21, 2);
-            let again = load_stored(&filer, &prefix, &first.chunks).unwrap();
+            let known: Vec<ChunkHeader> = first.chunks.iter().map(|c| c.header).collect();
+            let again = load_stored(&filer, &prefix, &known).unwrap();
             assert_eq!(again.chunks.len(), 23);
             assert_eq!(again.chunks[22].header.next_offset, 23);
             assert_eq!(
