@@ -269,7 +269,7 @@ fn text(message: &[u8]) -> Result<&str, ScramError> {
 }
 
 /// The value of attribute `name` (`name=value`) at the head of `part`.
-fn attribute<'a>(part: Option<&'a str>, name: char) -> Result<&'a str, ScramError> {
+fn attribute(part: Option<&str>, name: char) -> Result<&str, ScramError> {
     let part = part.ok_or(ScramError::Malformed("an attribute is missing"))?;
     let mut chars = part.chars();
     if chars.next() != Some(name) || chars.next() != Some('=') {
