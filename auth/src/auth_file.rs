@@ -79,7 +79,7 @@ struct GrantToml {
 }
 
 /// One user: who it is and how it proves it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct User {
     principal: Arc<Principal>,
     credentials: Vec<ScramCredential>,
@@ -150,6 +150,33 @@ impl AuthFile {
             users,
             cluster_secret: file.cluster_secret,
             decoy_key: hmac::Key::new(hmac::HMAC_SHA256, &key),
+        })
+    }
+
+    /// This file with `secret` for its cluster secret: how a lone broker
+    /// and the control plane inside it, given a file without one, prove
+    /// themselves to each other with a secret of their own run.
+    pub fn with_cluster_secret(&self, secret: &str) -> Result<AuthFile, String> {
+        if secret.len() < CLUSTER_SECRET_BYTES_MIN {
+            return Err(format!(
+                "cluster_secret is shorter than {CLUSTER_SECRET_BYTES_MIN} bytes"
+            ));
+        }
+        let mut users = self.users.clone();
+        users.insert(
+            CLUSTER_USER.to_owned(),
+            User {
+                principal: Arc::new(Principal {
+                    name: CLUSTER_USER.to_owned(),
+                    role: Role::Cluster,
+                }),
+                credentials: credentials_of(secret, &SystemRandom::new())?,
+            },
+        );
+        Ok(AuthFile {
+            users,
+            cluster_secret: Some(secret.to_owned()),
+            decoy_key: self.decoy_key.clone(),
         })
     }
 
@@ -224,6 +251,15 @@ impl AuthFile {
                 == 0;
         same.then(|| Arc::clone(&u.principal))
     }
+}
+
+/// A fresh random secret of 32 bytes, hex.
+pub fn random_secret() -> Result<String, String> {
+    let mut bytes = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| "no randomness for a secret".to_owned())?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn credentials_of(
@@ -352,6 +388,17 @@ mod tests {
         assert!(file.check_password("alice", "nope").is_none());
         assert!(file.cluster_secret().is_none());
         assert!(file.principal(CLUSTER_USER).is_none());
+        let secret = random_secret().unwrap();
+        let with = file.with_cluster_secret(&secret).unwrap();
+        assert_eq!(with.cluster_secret(), Some(secret.as_str()));
+        assert_eq!(
+            log_in(&with, ScramHash::Sha256, CLUSTER_USER, &secret).as_deref(),
+            Some(CLUSTER_USER)
+        );
+        assert_eq!(
+            log_in(&with, ScramHash::Sha256, "alice", "s3cret").as_deref(),
+            Some("alice")
+        );
     }
 
     #[test]

@@ -183,6 +183,18 @@ impl ScramCredential {
         })
     }
 
+    /// The credential of `password` with a fresh random salt and
+    /// [`ITERATIONS_DEFAULT`].
+    pub fn fresh(hash: ScramHash, password: &str) -> Result<ScramCredential, String> {
+        use ring::rand::SecureRandom;
+        let mut salt = [0u8; SALT_BYTES];
+        ring::rand::SystemRandom::new()
+            .fill(&mut salt)
+            .map_err(|_| "no randomness for a salt".to_owned())?;
+        ScramCredential::from_password(hash, password, &salt, ITERATIONS_DEFAULT)
+            .map_err(|e| e.to_string())
+    }
+
     /// Read `SCRAM-SHA-256$ITERATIONS:SALT$STOREDKEY:SERVERKEY` (base64
     /// fields: the form PostgreSQL stores, and `kelp auth hash` prints).
     pub fn parse(text: &str) -> Result<ScramCredential, ScramError> {

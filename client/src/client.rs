@@ -63,6 +63,9 @@ pub struct ClientOptions {
     /// (the standard AWS environment): payloads are then written and read
     /// there directly, as with `payload_dir`. At most one of the two.
     pub payload_filer: Option<String>,
+    /// The user and password every connection authenticates with (a
+    /// broker started with `--auth`); `None` authenticates no connection.
+    pub credentials: Option<auth::Credentials>,
 }
 
 impl Default for ClientOptions {
@@ -75,6 +78,7 @@ impl Default for ClientOptions {
             tls_ca_file: None,
             payload_dir: None,
             payload_filer: None,
+            credentials: None,
         }
     }
 }
@@ -196,7 +200,16 @@ impl Client {
         let dialer = Dialer::new(transport, bootstrap, options.tls_ca_file.as_deref())?;
         let limits = limits(options);
         let connect_timeout = Duration::from_millis(options.connect_timeout_ms);
-        let admin = Arc::new(dialer.dial(bootstrap, limits, connect_timeout).await?);
+        let admin = Arc::new(
+            dialer
+                .dial(
+                    bootstrap,
+                    limits,
+                    connect_timeout,
+                    options.credentials.as_ref(),
+                )
+                .await?,
+        );
         let frame = admin
             .call(
                 &DataRequest::Shards.into(),
@@ -721,6 +734,7 @@ impl Client {
                     addr,
                     limits(&self.inner.options),
                     Duration::from_millis(self.inner.options.connect_timeout_ms),
+                    self.inner.options.credentials.as_ref(),
                 )
                 .await?,
         );

@@ -50,6 +50,7 @@ mod producer;
 mod subscriber;
 mod transport;
 
+pub use auth::Credentials;
 pub use client::{
     Client, ClientOptions, BOOTSTRAP_BROKERS_MAX, CONNECT_TIMEOUT_MS_DEFAULT,
     IN_FLIGHT_REQUESTS_MAX_DEFAULT, PEER_CONNECTIONS_MAX, REQUEST_TIMEOUT_MS_DEFAULT,

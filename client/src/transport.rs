@@ -89,6 +89,7 @@ impl Dialer {
         addr: SocketAddr,
         limits: ConnectionLimits,
         connect_timeout: Duration,
+        credentials: Option<&auth::Credentials>,
     ) -> Result<Connection, ClientError> {
         let name = addr.to_string();
         let connect_error = |reason: String| ClientError::Connect {
@@ -109,7 +110,10 @@ impl Dialer {
                     .set_nodelay(true)
                     .map_err(|e| ClientError::io("setting TCP_NODELAY", e))?;
                 let socket = Some(std::os::unix::io::AsRawFd::as_raw_fd(&stream));
-                let (r, w) = stream.into_split();
+                let (mut r, mut w) = stream.into_split();
+                if let Some(credentials) = credentials {
+                    authenticate(&mut r, &mut w, credentials, connect_timeout).await?;
+                }
                 Ok(Connection::start(name, r, w, limits, None, socket))
             }
             Dialer::Quic(endpoint) => {
@@ -120,10 +124,13 @@ impl Dialer {
                     .await
                     .map_err(|_| timed_out())?
                     .map_err(|e| connect_error(e.to_string()))?;
-                let (send, recv) = connection
+                let (mut send, mut recv) = connection
                     .open_bi()
                     .await
                     .map_err(|e| connect_error(e.to_string()))?;
+                if let Some(credentials) = credentials {
+                    authenticate(&mut recv, &mut send, credentials, connect_timeout).await?;
+                }
                 Ok(Connection::start(
                     name,
                     recv,
@@ -132,6 +139,65 @@ impl Dialer {
                     Some(Box::new(connection)),
                     None,
                 ))
+            }
+        }
+    }
+}
+
+/// Authenticate a fresh connection with `credentials`, before anything
+/// else is sent on it: two round trips, each within `timeout`.
+async fn authenticate(
+    reader: &mut (impl tokio::io::AsyncRead + Unpin),
+    writer: &mut (impl tokio::io::AsyncWrite + Unpin),
+    credentials: &auth::Credentials,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use wire::frame::{FrameHeader, FRAME_HEADER_BYTES};
+    let (mut handshake, mut request) = auth::Handshake::start_fresh(credentials);
+    let mut frame = Vec::new();
+    let mut payload = Vec::new();
+    loop {
+        frame.clear();
+        request.encode(0, &mut frame);
+        let round = async {
+            writer
+                .write_all(&frame)
+                .await
+                .map_err(|e| ClientError::io("sending an authentication step", e))?;
+            let mut head = [0u8; FRAME_HEADER_BYTES];
+            reader
+                .read_exact(&mut head)
+                .await
+                .map_err(|e| ClientError::io("reading an authentication answer", e))?;
+            let header = FrameHeader::decode(&head)?;
+            payload.resize(header.payload_bytes as usize, 0);
+            reader
+                .read_exact(&mut payload)
+                .await
+                .map_err(|e| ClientError::io("reading an authentication answer", e))?;
+            header.verify_payload(&payload)?;
+            Ok::<_, ClientError>(header)
+        };
+        let header =
+            tokio::time::timeout(timeout, round)
+                .await
+                .map_err(|_| ClientError::Timeout {
+                    operation: "authenticating",
+                    after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                })??;
+        let response = wire::Response::decode(header.frame_type, &payload)?;
+        match handshake.answer(&response) {
+            Ok(Some(next)) => request = next,
+            Ok(None) => return Ok(()),
+            Err(auth::HandshakeError::Refused { code, message }) => {
+                return Err(ClientError::Broker { code, message })
+            }
+            Err(e) => {
+                return Err(ClientError::Broker {
+                    code: wire::ErrorCode::Unauthenticated,
+                    message: e.to_string(),
+                })
             }
         }
     }

@@ -66,10 +66,13 @@ pub enum LinkError {
 }
 
 /// Sends commands to brokers (see the module docs).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BrokerLink {
     connect_timeout: Duration,
     answer_timeout: Duration,
+    /// What the control plane authenticates to brokers with (the
+    /// cluster's credentials), on brokers started with an auth file.
+    credentials: Option<std::sync::Arc<auth::Credentials>>,
 }
 
 impl Default for BrokerLink {
@@ -77,6 +80,7 @@ impl Default for BrokerLink {
         BrokerLink {
             connect_timeout: Duration::from_millis(BROKER_CONNECT_TIMEOUT_MS),
             answer_timeout: Duration::from_millis(BROKER_ANSWER_TIMEOUT_MS),
+            credentials: None,
         }
     }
 }
@@ -88,7 +92,14 @@ impl BrokerLink {
         BrokerLink {
             connect_timeout: connect_timeout.max(floor),
             answer_timeout: answer_timeout.max(floor),
+            credentials: None,
         }
+    }
+
+    /// This link, authenticating every connection with `credentials`.
+    pub fn with_credentials(mut self, credentials: auth::Credentials) -> BrokerLink {
+        self.credentials = Some(std::sync::Arc::new(credentials));
+        self
     }
 
     /// The longest one [`command`](Self::command) can take: the connect,
@@ -117,6 +128,14 @@ impl BrokerLink {
         stream
             .set_write_timeout(Some(self.answer_timeout))
             .map_err(io("set write timeout"))?;
+        if let Some(credentials) = &self.credentials {
+            crate::frame_stream::authenticate(&mut stream, credentials).map_err(|e| {
+                LinkError::BadAnswer {
+                    address: address.to_owned(),
+                    reason: e.to_string(),
+                }
+            })?;
+        }
         let mut frame = Vec::new();
         request.encode(COMMAND_REQUEST_ID, &mut frame);
         std::io::Write::write_all(&mut stream, &frame).map_err(io("send the command"))?;

@@ -1123,6 +1123,11 @@ impl ClusterService {
         request: ControlPortRequest,
     ) -> Result<Option<Response<'static>>, (ErrorCode, String)> {
         match request {
+            // A connection answers its own authentication.
+            ControlPortRequest::Auth(_) => Err((
+                ErrorCode::Internal,
+                "an authentication step reached the control plane's core".to_owned(),
+            )),
             ControlPortRequest::Admin(request) => self.try_admin(now_ms, token, request),
             ControlPortRequest::Membership(request) => self.try_membership(now_ms, token, request),
         }

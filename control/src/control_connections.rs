@@ -154,6 +154,8 @@ pub(crate) struct ControlConnections {
     receive_bytes: u64,
     /// Connections waiting for payload room, oldest first.
     waiting_for_room: VecDeque<Token>,
+    /// Users and the cluster secret; `None`: every connection is open.
+    auth: Option<Arc<auth::AuthFile>>,
 }
 
 /// One connection's state.
@@ -176,6 +178,8 @@ struct Connection {
     closing: bool,
     last_frame_at: Instant,
     frame_started_at: Option<Instant>,
+    /// Who the peer proved to be.
+    session: auth::Session,
 }
 
 /// What reading a connection came to.
@@ -194,6 +198,7 @@ impl ControlConnections {
         limits: ConnectionLimits,
         ask: Ask,
         figures: Arc<ControlFigures>,
+        auth: Option<Arc<auth::AuthFile>>,
     ) -> std::io::Result<(ControlConnections, ConnectionsHandle)> {
         listener.set_nonblocking(true)?;
         let mut listener = TcpListener::from_std(listener);
@@ -224,6 +229,7 @@ impl ControlConnections {
                 next_token: FIRST_CONNECTION,
                 receive_bytes: 0,
                 waiting_for_room: VecDeque::new(),
+                auth,
             },
             handle,
         ))
@@ -348,6 +354,7 @@ impl ControlConnections {
                 stream: Some(stream),
                 peer: peer.ip(),
                 decoder: FrameDecoder::new(),
+                session: auth::Session::new(self.auth.as_deref()),
                 admitted: 0,
                 out: Vec::new(),
                 written: 0,
@@ -479,14 +486,34 @@ impl ControlConnections {
                 Ok(request) => Ok(request),
             },
         };
+        let request = request.map_err(|(code, message)| Response::Error { code, message });
         if payload.capacity() <= KEPT_PAYLOAD_BYTES_MAX {
             connection.decoder.recycle(payload);
         }
         let admitted = std::mem::take(&mut connection.admitted);
         self.receive_bytes = self.receive_bytes.saturating_sub(admitted);
+        // Authentication is answered here, and a request the connection
+        // may not send is refused here: neither reaches the driver.
+        let request = request.and_then(|r| match r {
+            ControlPortRequest::Auth(wire::AuthRequest::Authenticate { mechanism, message }) => {
+                Err(authenticate(
+                    &mut connection.session,
+                    self.auth.as_deref(),
+                    &mechanism,
+                    &message,
+                ))
+            }
+            r => match connection
+                .session
+                .permit(auth::request_access::control_port_need(&r))
+            {
+                Ok(()) => Ok(r),
+                Err(denied) => Err(denied_answer(&denied)),
+            },
+        });
         match request {
-            Err((code, message)) => {
-                Response::Error { code, message }.encode(header.request_id, &mut connection.out);
+            Err(response) => {
+                response.encode(header.request_id, &mut connection.out);
             }
             Ok(request) => {
                 connection.asking = true;
@@ -630,6 +657,49 @@ impl ControlConnections {
 /// [`SMALL_PAYLOAD_BYTES_MAX`] leave [`SMALL_PAYLOADS_RESERVED_BYTES`] of
 /// the budget to small ones, so stalled large frames cannot hold back a
 /// broker's heartbeat.
+/// The answer to one authentication step.
+fn authenticate(
+    session: &mut auth::Session,
+    auth: Option<&auth::AuthFile>,
+    mechanism: &str,
+    message: &str,
+) -> Response<'static> {
+    match session.authenticate(
+        auth,
+        mechanism,
+        message.as_bytes(),
+        auth::session::server_nonce,
+    ) {
+        Ok(step) => {
+            let (done, message) = match step {
+                auth::Step::Challenge(m) => (false, m),
+                auth::Step::Done(m) => (true, m),
+            };
+            Response::Authenticated {
+                done,
+                message: String::from_utf8_lossy(&message).into_owned(),
+            }
+        }
+        Err(denied) => {
+            log::info!("control connection: authentication refused: {denied}");
+            denied_answer(&denied)
+        }
+    }
+}
+
+/// The error answer to a refused request.
+fn denied_answer(denied: &auth::Denied) -> Response<'static> {
+    let code = if denied.is_authentication() {
+        ErrorCode::Unauthenticated
+    } else {
+        ErrorCode::Forbidden
+    };
+    Response::Error {
+        code,
+        message: denied.to_string(),
+    }
+}
+
 fn fits(held: u64, max: u64, needed: u32) -> bool {
     let needed = u64::from(needed);
     let limit = if needed > SMALL_PAYLOAD_BYTES_MAX {

@@ -134,6 +134,12 @@ pub struct ControlServerConfig {
     /// etcd); `None`: alone, state in the filer. The filer must then be one
     /// every instance shares (`filer` set).
     pub election: Option<Arc<dyn Election>>,
+    /// Users, their permissions and the cluster secret (`--auth FILE`):
+    /// with it, every connection authenticates first; only the cluster's
+    /// processes (with the secret) may register, report or leave as
+    /// brokers, and commands to brokers authenticate with the secret.
+    /// `None`: anyone who reaches the port may do anything.
+    pub auth: Option<Arc<auth::AuthFile>>,
 }
 
 /// The filer a cluster shares, and the URL brokers are handed to reach it.
@@ -164,6 +170,7 @@ impl Default for ControlServerConfig {
             idle_timeout_ms: IDLE_TIMEOUT_MS,
             frame_timeout_ms: FRAME_TIMEOUT_MS,
             election: None,
+            auth: None,
         }
     }
 }
@@ -278,6 +285,14 @@ impl ControlServer {
                  bytes"
             )));
         }
+        let cluster_secret = config.auth.as_ref().map(|a| a.cluster_secret());
+        if cluster_secret == Some(None) {
+            return Err(ControlServerError::Config(
+                "the auth file needs a cluster_secret on a control plane: brokers prove \
+                 themselves with it, and it with them"
+                    .to_owned(),
+            ));
+        }
         let io = |what: &'static str, path: String| {
             move |source| ControlServerError::Io { what, path, source }
         };
@@ -304,7 +319,13 @@ impl ControlServer {
                 "an elected control plane needs a filer every instance shares".to_owned(),
             ));
         }
-        let link = config.link;
+        let link = match cluster_secret.flatten() {
+            Some(secret) => config
+                .link
+                .clone()
+                .with_credentials(auth::Credentials::cluster(secret)),
+            None => config.link.clone(),
+        };
         let command_time_max_ms =
             u64::try_from(link.command_time_max().as_millis()).unwrap_or(u64::MAX);
         let cluster_config = ClusterConfig {
@@ -379,7 +400,7 @@ impl ControlServer {
                 .is_ok()
         });
         let (serving, connections) =
-            ControlConnections::new(listener, limits, ask, figures.clone())
+            ControlConnections::new(listener, limits, ask, figures.clone(), config.auth.clone())
                 .map_err(io("serve connections on", address.to_string()))?;
         let connections_thread = std::thread::Builder::new()
             .name("kelp-control-conns".to_owned())
@@ -680,7 +701,7 @@ impl Driver {
             let handed = hand_to_sender(
                 &mut self.senders,
                 command,
-                self.link,
+                self.link.clone(),
                 self.generation,
                 &self.results,
             );

@@ -113,6 +113,53 @@ pub fn write_frame(
     writer.flush()
 }
 
+/// Why a blocking connection could not authenticate.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthenticateError {
+    #[error("authenticating: {0}")]
+    Io(std::io::Error),
+    #[error("authenticating: {0}")]
+    Read(FrameReadError),
+    #[error("authenticating: the answer does not decode: {0}")]
+    Decode(DecodeError),
+    #[error(transparent)]
+    Refused(auth::HandshakeError),
+}
+
+/// The request id of authentication steps on a blocking link (the link
+/// sends nothing else until they are answered).
+const AUTHENTICATE_REQUEST_ID: u32 = 1;
+
+/// Authenticate a blocking connection with `credentials` before anything
+/// else is sent on it: two round trips.
+pub fn authenticate(
+    stream: &mut (impl Read + Write),
+    credentials: &auth::Credentials,
+) -> Result<(), AuthenticateError> {
+    let (mut handshake, mut request) = auth::Handshake::start_fresh(credentials);
+    let mut frame = Vec::new();
+    let mut payload = Vec::new();
+    loop {
+        frame.clear();
+        request.encode(AUTHENTICATE_REQUEST_ID, &mut frame);
+        stream.write_all(&frame).map_err(AuthenticateError::Io)?;
+        let header = read_frame(stream, &mut payload)
+            .map_err(AuthenticateError::Read)?
+            .ok_or(AuthenticateError::Read(FrameReadError::Truncated {
+                what: "authentication answer",
+            }))?;
+        let response = wire::Response::decode(header.frame_type, &payload)
+            .map_err(AuthenticateError::Decode)?;
+        match handshake
+            .answer(&response)
+            .map_err(AuthenticateError::Refused)?
+        {
+            Some(next) => request = next,
+            None => return Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

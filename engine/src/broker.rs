@@ -127,6 +127,30 @@ impl Broker {
         wrap: impl FnOnce(Arc<dyn Filer>) -> Arc<dyn Filer>,
     ) -> Result<Broker, EngineError> {
         config.validate()?;
+        if let Some(auth) = config.auth.clone() {
+            if config.kafka_listen.is_some() {
+                return Err(EngineError::Start(
+                    "--auth and --kafka together are not served yet: the Kafka gateway has no \
+                     SASL, so its port would take anyone"
+                        .to_owned(),
+                ));
+            }
+            if auth.cluster_secret().is_none() {
+                if config.control.is_some() {
+                    return Err(EngineError::Start(
+                        "the auth file needs a cluster_secret to join a cluster: brokers and \
+                         the control plane prove themselves to each other with it"
+                            .to_owned(),
+                    ));
+                }
+                // Alone: the broker and the control plane inside it prove
+                // themselves to each other with a secret of this run.
+                let with = auth::auth_file::random_secret()
+                    .and_then(|secret| auth.with_cluster_secret(&secret))
+                    .map_err(EngineError::Start)?;
+                config.auth = Some(Arc::new(with));
+            }
+        }
         let shard_count = config.shard_count();
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io("create data dir", &config.data_dir, e))?;

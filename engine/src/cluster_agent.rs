@@ -119,6 +119,9 @@ pub(crate) struct ControlLink {
     address: String,
     stream: Option<TcpStream>,
     next_request_id: u32,
+    /// The cluster's credentials, when brokers run with an auth file:
+    /// every connection (and probe) authenticates with them first.
+    credentials: Option<Arc<auth::Credentials>>,
 }
 
 /// The addresses of `--control A,B,C`: 1 to [`CONTROL_ADDRESSES_MAX`],
@@ -189,6 +192,15 @@ pub enum ControlLinkError {
         /// The error.
         source: control::frame_stream::FrameReadError,
     },
+    /// The instance refused the cluster's credentials (or the
+    /// authentication failed on the way).
+    #[error("control plane {address}: {source}")]
+    Authenticate {
+        /// The address.
+        address: String,
+        /// What failed.
+        source: control::frame_stream::AuthenticateError,
+    },
     /// The instance closed the connection without answering.
     #[error("control plane {address}: closed the connection without answering")]
     Closed {
@@ -258,6 +270,9 @@ pub enum ProbeError {
     /// Setting the probe's timeouts failed.
     #[error("configure a probe: {0}")]
     Configure(#[source] std::io::Error),
+    /// The probe could not authenticate.
+    #[error("a probe could not authenticate: {0}")]
+    Authenticate(#[source] control::frame_stream::AuthenticateError),
     /// Writing the probe failed.
     #[error("a probe could not be sent: {0}")]
     Send(#[source] std::io::Error),
@@ -289,7 +304,14 @@ impl ControlLink {
             address,
             stream: None,
             next_request_id: 1,
+            credentials: None,
         }
+    }
+
+    /// This link, authenticating every connection with `credentials`.
+    pub(crate) fn with_credentials(mut self, credentials: Option<Arc<auth::Credentials>>) -> Self {
+        self.credentials = credentials;
+        self
     }
 
     /// A link of its own to the same control plane, starting where this
@@ -301,6 +323,7 @@ impl ControlLink {
             address: self.address.clone(),
             stream: None,
             next_request_id: 1,
+            credentials: self.credentials.clone(),
         }
     }
 
@@ -350,6 +373,15 @@ impl ControlLink {
                     .and_then(|()| stream.set_write_timeout(Some(ANSWER_TIMEOUT)))
                     .and_then(|()| stream.set_nodelay(true))
                     .map_err(|source| ControlLinkError::Configure { source })?;
+                let mut stream = stream;
+                if let Some(credentials) = &self.credentials {
+                    control::frame_stream::authenticate(&mut stream, credentials).map_err(
+                        |source| ControlLinkError::Authenticate {
+                            address: address.clone(),
+                            source,
+                        },
+                    )?;
+                }
                 stream
             }
         };
@@ -443,6 +475,7 @@ impl ControlLink {
         let address = self.address.clone();
         // With one instance there is nowhere else to go: wait for it.
         let probe_after = (self.addresses.len() > 1).then_some(PROBE_AFTER);
+        let credentials = self.credentials.clone();
         let stream = self.connect().map_err(CallFailed::retry)?;
         stream.write_all(frame).map_err(|source| {
             CallFailed::retry(ControlLinkError::Io {
@@ -450,10 +483,12 @@ impl ControlLink {
                 source,
             })
         })?;
-        wait_for_answer(stream, &address, probe_after).map_err(|error| CallFailed {
-            error,
-            move_on: true,
-        })?;
+        wait_for_answer(stream, &address, probe_after, credentials.as_deref()).map_err(
+            |error| CallFailed {
+                error,
+                move_on: true,
+            },
+        )?;
         let mut payload = Vec::new();
         let header = read_frame(stream, &mut payload)
             .map_err(|source| {
@@ -507,6 +542,7 @@ fn wait_for_answer(
     stream: &mut TcpStream,
     address: &str,
     probe_after: Option<Duration>,
+    credentials: Option<&auth::Credentials>,
 ) -> Result<(), ControlLinkError> {
     let Some(probe_after) = probe_after else {
         return Ok(());
@@ -533,7 +569,7 @@ fn wait_for_answer(
                         timeout: ANSWER_TIMEOUT,
                     });
                 }
-                if let Err(source) = probe(address) {
+                if let Err(source) = probe(address, credentials) {
                     break Err(ControlLinkError::Probe {
                         address: address.to_owned(),
                         source,
@@ -549,7 +585,7 @@ fn wait_for_answer(
 
 /// Whether the control-plane instance at `address` answers a list of
 /// topics within [`PROBE_TIMEOUT`] as leader.
-fn probe(address: &str) -> Result<(), ProbeError> {
+fn probe(address: &str, credentials: Option<&auth::Credentials>) -> Result<(), ProbeError> {
     let addr = address
         .to_socket_addrs()
         .map_err(ProbeError::Resolve)?
@@ -561,6 +597,10 @@ fn probe(address: &str) -> Result<(), ProbeError> {
         .set_read_timeout(Some(PROBE_TIMEOUT))
         .and_then(|()| stream.set_write_timeout(Some(PROBE_TIMEOUT)))
         .map_err(ProbeError::Configure)?;
+    if let Some(credentials) = credentials {
+        control::frame_stream::authenticate(&mut stream, credentials)
+            .map_err(ProbeError::Authenticate)?;
+    }
     let mut frame = Vec::new();
     AdminRequest::ListTopics.encode(1, &mut frame);
     stream.write_all(&frame).map_err(ProbeError::Send)?;
@@ -617,6 +657,13 @@ pub(crate) fn join(
 }
 
 /// [`join`] as broker `known` (or as whatever id the control plane gives).
+/// What this broker authenticates to the rest of its cluster with: the
+/// auth file's cluster secret (none without an auth file).
+pub(crate) fn cluster_credentials(config: &BrokerConfig) -> Option<Arc<auth::Credentials>> {
+    let secret = config.auth.as_ref()?.cluster_secret()?;
+    Some(Arc::new(auth::Credentials::cluster(secret)))
+}
+
 fn join_as(
     config: &BrokerConfig,
     control: &str,
@@ -625,11 +672,15 @@ fn join_as(
 ) -> Result<Joined, EngineError> {
     let id_path = config.data_dir.join(BROKER_ID_FILE);
     let addresses = parse_control_addresses(control)?;
-    let mut link = ControlLink::new(addresses);
+    let mut link = ControlLink::new(addresses).with_credentials(cluster_credentials(config));
     let deadline = Instant::now() + JOIN_PATIENCE;
     let (id, filer) = loop {
         match register(&mut link, config, known, shards) {
             Ok(joined) => break joined,
+            // Refused credentials do not come right by waiting.
+            Err(e @ RegisterError::Link(ControlLinkError::Authenticate { .. })) => {
+                return Err(ConfigError::Join { source: e }.into())
+            }
             Err(e) if !link.is_connected() && Instant::now() < deadline => {
                 log::warn!("{e}; retrying");
                 std::thread::sleep(Duration::from_millis(250));
@@ -683,6 +734,7 @@ impl LocalControl {
             link: control::broker_link::BrokerLink::default(),
             connections_max: LONE_CONTROL_CONNECTIONS_MAX,
             election: None,
+            auth: config.auth.clone(),
             ..ControlServerConfig::default()
         })
         .map_err(|e| EngineError::Start(format!("start the control plane: {e}")))?;

@@ -155,6 +155,12 @@ pub struct BrokerConfig {
     pub capacity_records_per_s_per_shard: u64,
     /// How often a broker in a cluster reports its segments' load.
     pub load_report_ms: u64,
+    /// Users, their permissions and the cluster secret (`--auth FILE`):
+    /// with it, every connection to the broker's ports authenticates
+    /// before anything else, and the broker authenticates to the rest of
+    /// its cluster with the secret. `None` (the default): every client
+    /// may do anything, as on a machine of one's own.
+    pub auth: Option<std::sync::Arc<auth::AuthFile>>,
 }
 
 impl Default for BrokerConfig {
@@ -199,6 +205,7 @@ impl Default for BrokerConfig {
             capacity_bytes_per_s_per_shard: 500 << 20,
             capacity_records_per_s_per_shard: 1_000_000,
             load_report_ms: 1000,
+            auth: None,
         }
     }
 }

@@ -181,6 +181,7 @@ where
     // Frames are cut by wire's decoder, which also keeps the payload
     // memory between frames.
     let mut decoder = FrameDecoder::new();
+    let mut session = crate::access::new_session(&shard);
     // Set once the goodbye is queued: until then the shard's stop ends a
     // wait for the next frame, after it this deadline does.
     let mut goodbye_until: Option<Instant> = None;
@@ -365,6 +366,7 @@ where
             &header,
             &frame.payload,
             Origin::Network(Transport::Tcp),
+            &mut session,
         )
         .await
         {

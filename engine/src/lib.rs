@@ -11,6 +11,7 @@
 //! Nothing here locks across cores: shards share no mutable state, and
 //! talk to the control plane and the Kafka gateway through bounded channels.
 
+mod access;
 pub mod admin_http;
 mod background_priority;
 mod broker;

@@ -320,6 +320,9 @@ pub(crate) struct Following {
     pub(crate) buffer_bytes: usize,
     /// Where a seal from the copy stores its chunks and marker.
     pub(crate) store: Rc<ShardFiler>,
+    /// The cluster's credentials, on brokers with an auth file: each
+    /// connection to the owner authenticates with them first.
+    pub(crate) credentials: Option<Arc<auth::Credentials>>,
 }
 
 /// A running follower task: [`Follower::stop`] ends it (it removes its
@@ -438,6 +441,9 @@ async fn run(following: Following, orders: &Orders, metrics: Arc<ShardMetrics>) 
                 .await
                 .map_err(|e| format!("cannot reach its owner at {owner}: {e}"))?;
             let _ = stream.set_nodelay(true);
+            if let Some(credentials) = &following.credentials {
+                authenticate(&mut stream, credentials).await?;
+            }
             copy(&mut stream, &following, &mut log, orders, &metrics).await
         };
         // Told to stop or seal, or that the owner moved: the fetch in
@@ -666,6 +672,32 @@ async fn copy(
             // ask again.
             Response::Error { .. } => glommio::timer::sleep(RETRY_PAUSE).await,
             other => return Err(format!("its owner answered a fetch with {other:?}")),
+        }
+    }
+}
+
+/// Authenticate a connection to the owner as the cluster.
+async fn authenticate(
+    stream: &mut TcpStream,
+    credentials: &auth::Credentials,
+) -> Result<(), String> {
+    let (mut handshake, mut request) = auth::Handshake::start_fresh(credentials);
+    let mut frame = Vec::new();
+    let mut payload = Vec::new();
+    loop {
+        frame.clear();
+        request.encode(0, &mut frame);
+        stream
+            .write_all(&frame)
+            .await
+            .map_err(|e| format!("authenticating: {e}"))?;
+        let header = read_answer(stream, &mut payload).await?;
+        let response = Response::decode(header.frame_type, &payload)
+            .map_err(|e| format!("authenticating: its owner's answer: {e}"))?;
+        match handshake.answer(&response) {
+            Ok(Some(next)) => request = next,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(format!("authenticating to its owner: {e}")),
         }
     }
 }

@@ -18,10 +18,11 @@ use wire::message::{
     BrokerShards, Fetched, Successors, FETCHED_FRAME_PREFIX_BYTES, FETCHED_PREFIX_BYTES,
 };
 use wire::{
-    key_hash, AckMode, AdminRequest, BrokerPortRequest, DataRequest, ErrorCode, FetchFrom,
-    FetchRequest, LayoutCommand, Response,
+    key_hash, AckMode, AdminRequest, AuthRequest, BrokerPortRequest, DataRequest, ErrorCode,
+    FetchFrom, FetchRequest, LayoutCommand, Response,
 };
 
+use crate::access;
 use crate::control_plane::{ControlRequest, ShardCommand};
 use crate::error::EngineError;
 use crate::file_range::FileRanges;
@@ -159,6 +160,7 @@ pub(crate) async fn handle_frame(
     header: &FrameHeader,
     payload: &[u8],
     origin: Origin,
+    session: &mut auth::Session,
 ) -> Reply {
     let id = header.request_id;
     if !header.frame_type.is_request() {
@@ -172,7 +174,14 @@ pub(crate) async fn handle_frame(
         Ok(v) => (v.request, v.batch),
         Err(e) => return Reply::Now(error_frame(id, &ServeError::from(&e))),
     };
+    if let BrokerPortRequest::Auth(AuthRequest::Authenticate { mechanism, message }) = &request {
+        return Reply::Now(access::authenticate(shard, id, session, mechanism, message));
+    }
+    if let Err(denied) = session.permit(auth::request_access::broker_port_need(&request)) {
+        return Reply::Now(access::denied_frame(id, &denied));
+    }
     match request {
+        BrokerPortRequest::Auth(_) => Reply::Now(error_frame(id, &ServeError::internal())),
         BrokerPortRequest::Data(request) => handle_data(shard, id, request, batch, origin).await,
         BrokerPortRequest::Admin(request) => handle_admin(shard, id, header, payload, request),
         BrokerPortRequest::Command(command) => handle_command(shard, id, command),

@@ -501,6 +501,7 @@ impl Shard {
                 dir,
                 buffer_bytes: usize::try_from(self.config.buffer_bytes).unwrap_or(usize::MAX),
                 store: self.store.clone(),
+                credentials: crate::cluster_agent::cluster_credentials(&self.config),
             };
             followed.insert(key, crate::replica::start(following, self.metrics.clone()));
         }

@@ -65,6 +65,19 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Credentials for the auth file (`--auth`).
+    Auth {
+        #[command(subcommand)]
+        command: AuthCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Read a password from stdin (its first line) and print the
+    /// `scram_sha_256` and `scram_sha_512` lines of an auth file's user,
+    /// salted afresh, so the file need not hold the password.
+    Hash,
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,6 +144,12 @@ pub struct ControlArgs {
     /// (docs/operations.md).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
+    /// Users, their permissions and the cluster secret (TOML,
+    /// docs/operations.md): every connection must then authenticate
+    /// (KELP_USER and KELP_PASSWORD on the CLI). Without it, anyone who
+    /// reaches the ports may do anything.
+    #[arg(long, value_name = "FILE")]
+    pub auth: Option<PathBuf>,
     #[command(flatten)]
     pub filer: FilerArgs,
     /// Run as one of several instances for high availability: etcd's
@@ -321,6 +340,12 @@ pub struct ServeArgs {
     /// (docs/operations.md).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
+    /// Users, their permissions and the cluster secret (TOML,
+    /// docs/operations.md): every connection must then authenticate
+    /// (KELP_USER and KELP_PASSWORD on the CLI). Without it, anyone who
+    /// reaches the ports may do anything.
+    #[arg(long, value_name = "FILE")]
+    pub auth: Option<PathBuf>,
     /// An uploaded payload that no record refers to is deleted once it is
     /// this old (docs/payloads.md).
     #[arg(long, default_value_t = 3_600_000)]
@@ -411,6 +436,13 @@ pub struct BrokerArgs {
     /// for the filer: raise this to ride out a long storage outage).
     #[arg(long, value_name = "MS", default_value_t = client::REQUEST_TIMEOUT_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
+    /// The user to authenticate as, on a broker started with --auth.
+    #[arg(long, env = "KELP_USER", requires = "password")]
+    pub user: Option<String>,
+    /// The user's password (prefer the environment variable: a flag shows
+    /// in the process list).
+    #[arg(long, env = "KELP_PASSWORD", hide_env_values = true, requires = "user")]
+    pub password: Option<String>,
 }
 
 /// Where payloads passed by reference are: `pub` and `sub` take it.

@@ -19,7 +19,27 @@ use crate::text::{escape_into, split_line};
 /// few syscalls.
 const IO_BUFFER_BYTES: usize = 1 << 20;
 
+/// The auth file at `path`, read and checked.
+fn load_auth(path: Option<&std::path::Path>) -> anyhow::Result<Option<Arc<auth::AuthFile>>> {
+    match path {
+        None => Ok(None),
+        Some(path) => {
+            let file = auth::AuthFile::load(path)?;
+            log::info!(
+                "authentication on: {} users from {}",
+                file.user_names().count(),
+                path.display()
+            );
+            Ok(Some(Arc::new(file)))
+        }
+    }
+}
+
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let auth = load_auth(args.auth.as_deref())?;
+    if auth.is_none() {
+        log::warn!("no --auth file: any client that reaches the broker's ports may do anything");
+    }
     let config = engine::BrokerConfig {
         data_dir: args.data_dir,
         listen: args.listen,
@@ -52,10 +72,31 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         filer_uploads: args.filer_uploads,
         filer_reads: args.filer_reads,
         chunk_cache_bytes: args.chunk_cache_bytes,
+        auth,
         // Every other limit keeps the engine's default.
         ..engine::BrokerConfig::default()
     };
     engine::run(config).context("broker stopped with an error")
+}
+
+/// `kelp auth hash`: a password's credentials, from stdin.
+pub fn auth_hash() -> anyhow::Result<()> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("reading the password from stdin")?;
+    let password = line.trim_end_matches(['\n', '\r']);
+    anyhow::ensure!(!password.is_empty(), "no password on stdin");
+    let mut out = std::io::stdout().lock();
+    for (key, hash) in [
+        ("scram_sha_256", auth::ScramHash::Sha256),
+        ("scram_sha_512", auth::ScramHash::Sha512),
+    ] {
+        let credential =
+            auth::scram::ScramCredential::fresh(hash, password).map_err(|e| anyhow::anyhow!(e))?;
+        writeln!(out, "{key} = \"{credential}\"")?;
+    }
+    Ok(())
 }
 
 /// Run the control plane until SIGINT or SIGTERM.
@@ -104,6 +145,7 @@ pub fn control(args: ControlArgs) -> anyhow::Result<()> {
         receive_bytes_max: args.receive_bytes_max,
         idle_timeout_ms: args.idle_timeout_ms,
         frame_timeout_ms: args.frame_timeout_ms,
+        auth: load_auth(args.auth.as_deref())?,
         ..control::ControlServerConfig::default()
     };
     let server = control::ControlServer::start(config).context("starting the control plane")?;
@@ -160,6 +202,10 @@ async fn connect_with(
         request_timeout_ms: broker.request_timeout_ms,
         payload_dir: payload.and_then(|p| p.payload_dir.clone()),
         payload_filer: payload.and_then(|p| p.payload_filer.clone()),
+        credentials: match (&broker.user, &broker.password) {
+            (Some(user), Some(password)) => Some(client::Credentials::new(user, password)),
+            _ => None,
+        },
         ..ClientOptions::default()
     };
     // The error already says "cannot reach broker at ADDR" when it cannot.

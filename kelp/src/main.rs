@@ -59,6 +59,9 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Default { of },
         } => config_file::print_default(of.name()),
+        Command::Auth {
+            command: cli::AuthCommand::Hash,
+        } => commands::auth_hash(),
         Command::Topic { command } => run_async(commands::topic(command)),
         Command::Cluster { output, broker } => run_async(commands::cluster(output, broker)),
         Command::Pub(args) => run_async(commands::publish(args)),

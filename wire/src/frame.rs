@@ -62,6 +62,7 @@ pub enum FrameType {
     ApplyLayoutRequest = 0x33,
     DropTopicRequest = 0x34,
     RefuseWritesRequest = 0x35,
+    AuthenticateRequest = 0x0C,
     ShardsResponse = 0x81,
     TopicResponse = 0x82,
     DoneResponse = 0x83,
@@ -72,12 +73,13 @@ pub enum FrameType {
     PayloadReadResponse = 0xA2,
     BrokersResponse = 0x85,
     RegisteredResponse = 0xB0,
+    AuthenticateResponse = 0x86,
     ErrorResponse = 0xFF,
 }
 
 impl FrameType {
     /// Every frame type, for exhaustive tests.
-    pub const ALL: [FrameType; 34] = [
+    pub const ALL: [FrameType; 36] = [
         FrameType::ShardsRequest,
         FrameType::CreateTopicRequest,
         FrameType::DeleteTopicRequest,
@@ -101,6 +103,7 @@ impl FrameType {
         FrameType::ApplyLayoutRequest,
         FrameType::DropTopicRequest,
         FrameType::RefuseWritesRequest,
+        FrameType::AuthenticateRequest,
         FrameType::ShardsResponse,
         FrameType::TopicResponse,
         FrameType::DoneResponse,
@@ -111,6 +114,7 @@ impl FrameType {
         FrameType::PayloadReadResponse,
         FrameType::BrokersResponse,
         FrameType::RegisteredResponse,
+        FrameType::AuthenticateResponse,
         FrameType::ErrorResponse,
     ];
 

@@ -27,7 +27,7 @@ pub use frame::{FrameHeader, FrameType};
 pub use frame_decoder::{Frame, FrameDecoder};
 pub use key_hash::key_hash;
 pub use message::{
-    AckMode, AdminRequest, BrokerPortRequest, ControlPortRequest, DataRequest, ErrorCode,
-    FetchChecks, FetchFrom, FetchRequest, LayoutCommand, MembershipRequest, Response,
+    AckMode, AdminRequest, AuthRequest, BrokerPortRequest, ControlPortRequest, DataRequest,
+    ErrorCode, FetchChecks, FetchFrom, FetchRequest, LayoutCommand, MembershipRequest, Response,
 };
 pub use payload_ref::{PayloadId, PayloadRef};

@@ -193,6 +193,7 @@ impl Requests {
 /// The connection's handler task: verify, handle and answer each frame in
 /// order, until the connection closes or breaks its framing.
 pub(super) async fn handle_requests(shard: Rc<Shard>, requests: Rc<Requests>) {
+    let mut session = crate::access::new_session(&shard);
     while let Some(item) = requests.next().await {
         match item {
             Inbound::Frame {
@@ -200,8 +201,14 @@ pub(super) async fn handle_requests(shard: Rc<Shard>, requests: Rc<Requests>) {
                 payload,
                 permit,
             } => {
-                let reply =
-                    handle_frame(&shard, &header, &payload, Origin::Network(Transport::Quic)).await;
+                let reply = handle_frame(
+                    &shard,
+                    &header,
+                    &payload,
+                    Origin::Network(Transport::Quic),
+                    &mut session,
+                )
+                .await;
                 // Handled: the payload's bytes are in a buffer or answered.
                 drop((payload, permit));
                 match reply {

@@ -112,6 +112,9 @@ pub struct Broker {
     pub host: &'static str,
     pub port: u16,
     pub data_dir: PathBuf,
+    /// Variables every `kelp` command this broker's helpers run gets (a
+    /// broker with `--auth`: the user and password).
+    pub cli_env: Vec<(String, String)>,
 }
 
 impl Broker {
@@ -188,6 +191,39 @@ impl Broker {
         Broker::spawn("127.0.0.1", data_dir, port, extra, env, Stdio::from(file))
     }
 
+    /// A broker started with `--auth auth_file`, whose helpers' commands
+    /// authenticate as `user` with `password`.
+    pub fn start_with_auth(
+        data_dir: &Path,
+        port: u16,
+        extra: &[&str],
+        auth_file: &Path,
+        (user, password): (&str, &str),
+    ) -> Broker {
+        let auth = auth_file.to_str().expect("a UTF-8 path");
+        let extra = [extra, &["--auth", auth]].concat();
+        let child = spawn_kelp(
+            &["serve", "--shards", "2"],
+            &extra,
+            &[],
+            &format!("127.0.0.1:{port}"),
+            data_dir,
+            Stdio::inherit(),
+        );
+        let mut broker = Broker {
+            child,
+            host: "127.0.0.1",
+            port,
+            data_dir: data_dir.to_path_buf(),
+            cli_env: vec![
+                ("KELP_USER".to_owned(), user.to_owned()),
+                ("KELP_PASSWORD".to_owned(), password.to_owned()),
+            ],
+        };
+        broker.wait_ready();
+        broker
+    }
+
     fn spawn(
         host: &'static str,
         data_dir: &Path,
@@ -209,6 +245,7 @@ impl Broker {
             host,
             port,
             data_dir: data_dir.to_path_buf(),
+            cli_env: Vec::new(),
         };
         broker.wait_ready();
         broker
@@ -263,6 +300,7 @@ impl Broker {
             .args(args)
             .arg("--broker")
             .arg(self.broker_arg())
+            .envs(self.cli_env.iter().map(|(k, v)| (k, v)))
             .output()
             .expect("run kelp")
     }
@@ -290,6 +328,7 @@ impl Broker {
             .args(args)
             .arg("--broker")
             .arg(self.broker_arg())
+            .envs(self.cli_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -70,6 +70,13 @@ pub enum ErrorCode {
     /// An idempotent producer's batch carries an epoch older than one the
     /// segment has already stored for its producer id. Not stored.
     ProducerFenced,
+    /// The server requires authentication and the connection has not
+    /// authenticated, or authentication failed: the message says which.
+    /// After a failure the connection is refused everything.
+    Unauthenticated,
+    /// The authenticated principal may not do this (the message names
+    /// the principal, the operation and the topic).
+    Forbidden,
     Other(u16),
 }
 
@@ -100,6 +107,8 @@ impl ErrorCode {
             ErrorCode::OffsetOutOfRange => 22,
             ErrorCode::OutOfOrderSequence => 23,
             ErrorCode::ProducerFenced => 24,
+            ErrorCode::Unauthenticated => 25,
+            ErrorCode::Forbidden => 26,
             ErrorCode::Other(v) => v,
         }
     }
@@ -130,6 +139,8 @@ impl ErrorCode {
             22 => ErrorCode::OffsetOutOfRange,
             23 => ErrorCode::OutOfOrderSequence,
             24 => ErrorCode::ProducerFenced,
+            25 => ErrorCode::Unauthenticated,
+            26 => ErrorCode::Forbidden,
             v => ErrorCode::Other(v),
         }
     }

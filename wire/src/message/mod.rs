@@ -4,6 +4,8 @@
 //! UTF-8 bytes, lists a u32 count then the items. `docs/wire-format.md`
 //! gives every field.
 //!
+//! - [`auth`]: a connection's authentication, before anything else on a
+//!   server with an auth file;
 //! - [`data`]: client↔broker data (shards, produce, fetch, payloads, a
 //!   broker's held layout);
 //! - [`admin`]: topics and their segments, policies, the brokers' list;
@@ -60,6 +62,7 @@ macro_rules! frame_types {
 }
 
 pub mod admin;
+pub mod auth;
 pub mod common;
 pub mod control;
 pub mod data;
@@ -69,6 +72,7 @@ pub mod response;
 pub mod samples;
 
 pub use admin::{AdminRequest, BrokerStatus};
+pub use auth::AuthRequest;
 pub use common::{
     frame_header_for_parts, ErrorCode, FollowerInfo, SegmentInfo, ShardAddress, Successors,
     TopicInfo,
@@ -195,6 +199,11 @@ mod tests {
             },
         );
         round_trip_and_cut(
+            &samples::auth_requests(),
+            AuthRequest::encode,
+            |sample, t, p| AuthRequest::decode(t, p).map(|d| never_cut(sample, d)),
+        );
+        round_trip_and_cut(
             &samples::admin_requests(),
             AdminRequest::encode,
             |sample, t, p| AdminRequest::decode(t, p).map(|d| never_cut(sample, d)),
@@ -246,6 +255,7 @@ mod tests {
     fn every_request_type_has_one_protocol() {
         for t in FrameType::ALL {
             let owners = [
+                AuthRequest::owns(t),
                 DataRequest::owns(t),
                 AdminRequest::owns(t),
                 MembershipRequest::owns(t),

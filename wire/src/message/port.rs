@@ -5,8 +5,8 @@
 //!
 //! | port | takes |
 //! | --- | --- |
-//! | a broker's (TCP, QUIC) | data ([`DataRequest`]), admin ([`AdminRequest`]), the control plane's commands ([`LayoutCommand`]) |
-//! | the control plane's | admin ([`AdminRequest`]), the brokers' membership and load ([`MembershipRequest`]) |
+//! | a broker's (TCP, QUIC) | authentication ([`AuthRequest`]), data ([`DataRequest`]), admin ([`AdminRequest`]), the control plane's commands ([`LayoutCommand`]) |
+//! | the control plane's | authentication ([`AuthRequest`]), admin ([`AdminRequest`]), the brokers' membership and load ([`MembershipRequest`]) |
 //!
 //! Both ports answer with [`Response`](super::Response) frames.
 
@@ -15,12 +15,14 @@ use crate::error::DecodeError;
 use crate::frame::{FrameHeader, FrameType};
 
 use super::admin::AdminRequest;
+use super::auth::AuthRequest;
 use super::control::{LayoutCommand, MembershipRequest};
 use super::data::DataRequest;
 
 /// A request a broker port takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BrokerPortRequest<'a> {
+    Auth(AuthRequest),
     Data(DataRequest<'a>),
     Admin(AdminRequest),
     Command(LayoutCommand<'a>),
@@ -30,6 +32,7 @@ pub enum BrokerPortRequest<'a> {
 /// request can cross to another thread as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlPortRequest {
+    Auth(AuthRequest),
     Admin(AdminRequest),
     Membership(MembershipRequest),
 }
@@ -47,13 +50,15 @@ pub struct VerifiedRequest<'a> {
 impl<'a> BrokerPortRequest<'a> {
     /// Whether a broker port takes requests of `frame_type`.
     pub fn owns(frame_type: FrameType) -> bool {
-        DataRequest::owns(frame_type)
+        AuthRequest::owns(frame_type)
+            || DataRequest::owns(frame_type)
             || AdminRequest::owns(frame_type)
             || LayoutCommand::owns(frame_type)
     }
 
     pub fn frame_type(&self) -> FrameType {
         match self {
+            BrokerPortRequest::Auth(r) => r.frame_type(),
             BrokerPortRequest::Data(r) => r.frame_type(),
             BrokerPortRequest::Admin(r) => r.frame_type(),
             BrokerPortRequest::Command(r) => r.frame_type(),
@@ -63,6 +68,7 @@ impl<'a> BrokerPortRequest<'a> {
     /// Append the whole frame (header and payload) to `out`.
     pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
         match self {
+            BrokerPortRequest::Auth(r) => r.encode(request_id, out),
             BrokerPortRequest::Data(r) => r.encode(request_id, out),
             BrokerPortRequest::Admin(r) => r.encode(request_id, out),
             BrokerPortRequest::Command(r) => r.encode(request_id, out),
@@ -76,7 +82,9 @@ impl<'a> BrokerPortRequest<'a> {
         frame_type: FrameType,
         payload: &'a [u8],
     ) -> Result<BrokerPortRequest<'a>, DecodeError> {
-        if DataRequest::owns(frame_type) {
+        if AuthRequest::owns(frame_type) {
+            AuthRequest::decode(frame_type, payload).map(BrokerPortRequest::Auth)
+        } else if DataRequest::owns(frame_type) {
             DataRequest::decode(frame_type, payload).map(BrokerPortRequest::Data)
         } else if AdminRequest::owns(frame_type) {
             AdminRequest::decode(frame_type, payload).map(BrokerPortRequest::Admin)
@@ -132,11 +140,14 @@ impl<'a> BrokerPortRequest<'a> {
 impl ControlPortRequest {
     /// Whether the control port takes requests of `frame_type`.
     pub fn owns(frame_type: FrameType) -> bool {
-        AdminRequest::owns(frame_type) || MembershipRequest::owns(frame_type)
+        AuthRequest::owns(frame_type)
+            || AdminRequest::owns(frame_type)
+            || MembershipRequest::owns(frame_type)
     }
 
     pub fn frame_type(&self) -> FrameType {
         match self {
+            ControlPortRequest::Auth(r) => r.frame_type(),
             ControlPortRequest::Admin(r) => r.frame_type(),
             ControlPortRequest::Membership(r) => r.frame_type(),
         }
@@ -145,6 +156,7 @@ impl ControlPortRequest {
     /// Append the whole frame (header and payload) to `out`.
     pub fn encode(&self, request_id: u32, out: &mut Vec<u8>) {
         match self {
+            ControlPortRequest::Auth(r) => r.encode(request_id, out),
             ControlPortRequest::Admin(r) => r.encode(request_id, out),
             ControlPortRequest::Membership(r) => r.encode(request_id, out),
         }
@@ -157,7 +169,9 @@ impl ControlPortRequest {
         frame_type: FrameType,
         payload: &[u8],
     ) -> Result<ControlPortRequest, DecodeError> {
-        if AdminRequest::owns(frame_type) {
+        if AuthRequest::owns(frame_type) {
+            AuthRequest::decode(frame_type, payload).map(ControlPortRequest::Auth)
+        } else if AdminRequest::owns(frame_type) {
             AdminRequest::decode(frame_type, payload).map(ControlPortRequest::Admin)
         } else if MembershipRequest::owns(frame_type) {
             MembershipRequest::decode(frame_type, payload).map(ControlPortRequest::Membership)
@@ -182,6 +196,18 @@ impl From<AdminRequest> for BrokerPortRequest<'_> {
 impl<'a> From<LayoutCommand<'a>> for BrokerPortRequest<'a> {
     fn from(r: LayoutCommand<'a>) -> Self {
         BrokerPortRequest::Command(r)
+    }
+}
+
+impl From<AuthRequest> for BrokerPortRequest<'_> {
+    fn from(r: AuthRequest) -> Self {
+        BrokerPortRequest::Auth(r)
+    }
+}
+
+impl From<AuthRequest> for ControlPortRequest {
+    fn from(r: AuthRequest) -> Self {
+        ControlPortRequest::Auth(r)
     }
 }
 
@@ -302,9 +328,14 @@ mod tests {
             let (h, payload) = decode_frame(&frame);
             let t = h.frame_type;
             let (broker, control) = (BrokerPortRequest::owns(t), ControlPortRequest::owns(t));
-            // Some port takes every request; both take the admin ones only.
+            // Some port takes every request; both take the admin and
+            // authentication ones only.
             assert!(broker || control, "{t:?}");
-            assert_eq!(broker && control, AdminRequest::owns(t), "{t:?}");
+            assert_eq!(
+                broker && control,
+                AdminRequest::owns(t) || AuthRequest::owns(t),
+                "{t:?}"
+            );
             let decoded = BrokerPortRequest::decode(t, payload).map(|r| r.frame_type());
             assert_port_judged(decoded, broker, t);
             let decoded = ControlPortRequest::decode(t, payload).map(|r| r.frame_type());

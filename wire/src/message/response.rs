@@ -63,6 +63,13 @@ pub enum Response<'a> {
         id: u32,
         filer: String,
     },
+    /// One step of authentication taken: `message` is the server's SCRAM
+    /// message; `done` once it is the final one (the connection is then
+    /// authenticated, if the client accepts the server's proof).
+    Authenticated {
+        done: bool,
+        message: String,
+    },
 }
 
 /// A response whose frame checksum was verified, from
@@ -146,6 +153,7 @@ frame_types!(Response<'a> as "response" {
     Sealed => ErrorResponse,
     Brokers => BrokersResponse,
     Registered => RegisteredResponse,
+    Authenticated => AuthenticateResponse,
 });
 
 impl<'a> Response<'a> {
@@ -176,6 +184,10 @@ impl<'a> Response<'a> {
             Response::Registered { id, filer } => {
                 w.u32(*id);
                 w.string(filer);
+            }
+            Response::Authenticated { done, message } => {
+                w.u8(u8::from(*done));
+                w.string(message);
             }
             Response::Done => {}
             Response::TopicList { topics } => {
@@ -300,6 +312,10 @@ impl<'a> Response<'a> {
                 }
                 Response::Topic(TopicInfo { name, segments })
             }
+            FrameType::AuthenticateResponse => Response::Authenticated {
+                done: r.u8()? != 0,
+                message: r.string()?,
+            },
             FrameType::DoneResponse => Response::Done,
             FrameType::TopicListResponse => {
                 let n = r.count(2)?;

@@ -6,11 +6,25 @@
 use crate::payload_ref::{PayloadId, PayloadRef};
 
 use super::{
-    AckMode, AdminRequest, BrokerShards, BrokerStatus, DataRequest, ErrorCode, FetchChecks,
-    FetchFrom, FetchRequest, Fetched, FollowerId, FollowerInfo, FollowerLag, LayoutCommand,
-    MembershipRequest, Response, SegmentInfo, SegmentLoadReport, ShardAddress, Successors,
-    TopicInfo,
+    AckMode, AdminRequest, AuthRequest, BrokerShards, BrokerStatus, DataRequest, ErrorCode,
+    FetchChecks, FetchFrom, FetchRequest, Fetched, FollowerId, FollowerInfo, FollowerLag,
+    LayoutCommand, MembershipRequest, Response, SegmentInfo, SegmentLoadReport, ShardAddress,
+    Successors, TopicInfo,
 };
+
+/// Authentication steps, client to either port.
+pub fn auth_requests() -> Vec<AuthRequest> {
+    vec![
+        AuthRequest::Authenticate {
+            mechanism: "SCRAM-SHA-256".into(),
+            message: "n,,n=user,r=rOprNGfwEbeRWgbNEkqO".into(),
+        },
+        AuthRequest::Authenticate {
+            mechanism: "SCRAM-SHA-512".into(),
+            message: "c=biws,r=abc,p=AAAA".into(),
+        },
+    ]
+}
 
 /// Data requests, client to broker.
 pub fn data_requests() -> Vec<DataRequest<'static>> {
@@ -274,6 +288,14 @@ pub fn responses() -> Vec<Response<'static>> {
             id: 9,
             filer: "/var/lib/kelp/filer".into(),
         },
+        Response::Authenticated {
+            done: false,
+            message: "r=abcdef,s=c2FsdA==,i=4096".into(),
+        },
+        Response::Authenticated {
+            done: true,
+            message: "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=".into(),
+        },
         Response::Done,
         Response::TopicList {
             topics: vec!["a/b".into(), "c/d".into()],
@@ -340,6 +362,7 @@ pub fn responses() -> Vec<Response<'static>> {
 /// with request id `i`.
 pub fn request_frames() -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
+    encode_all(&mut frames, &auth_requests(), AuthRequest::encode);
     encode_all(&mut frames, &data_requests(), DataRequest::encode);
     encode_all(&mut frames, &admin_requests(), AdminRequest::encode);
     encode_all(

@@ -1,0 +1,75 @@
+//! Who a connection is, on a broker port: the authentication step
+//! answered, and every other request judged by what it needs
+//! (`auth::request_access`) before it is handled. A broker without an
+//! auth file lets every connection do anything.
+
+use auth::{Denied, Session, Step};
+use wire::{ErrorCode, Response};
+
+use crate::request::response_frame;
+use crate::shard::Shard;
+
+/// A connection's standing, fresh.
+pub(crate) fn new_session(shard: &Shard) -> Session {
+    Session::new(shard.config.auth.as_deref())
+}
+
+/// Answer one authentication step.
+pub(crate) fn authenticate(
+    shard: &Shard,
+    id: u32,
+    session: &mut Session,
+    mechanism: &str,
+    message: &str,
+) -> Vec<u8> {
+    let auth = shard.config.auth.as_deref();
+    match session.authenticate(
+        auth,
+        mechanism,
+        message.as_bytes(),
+        auth::session::server_nonce,
+    ) {
+        Ok(step) => {
+            let (done, message) = match step {
+                Step::Challenge(m) => (false, m),
+                Step::Done(m) => (true, m),
+            };
+            if done {
+                if let Some(p) = session.principal() {
+                    log::debug!(
+                        "shard {}: a connection authenticated as {:?}",
+                        shard.index,
+                        p.name
+                    );
+                }
+            }
+            response_frame(
+                id,
+                &Response::Authenticated {
+                    done,
+                    message: String::from_utf8_lossy(&message).into_owned(),
+                },
+            )
+        }
+        Err(denied) => {
+            log::info!("shard {}: authentication refused: {denied}", shard.index);
+            denied_frame(id, &denied)
+        }
+    }
+}
+
+/// The error answer to a refused request.
+pub(crate) fn denied_frame(id: u32, denied: &Denied) -> Vec<u8> {
+    let code = if denied.is_authentication() {
+        ErrorCode::Unauthenticated
+    } else {
+        ErrorCode::Forbidden
+    };
+    response_frame(
+        id,
+        &Response::Error {
+            code,
+            message: denied.to_string(),
+        },
+    )
+}
