@@ -50,9 +50,16 @@ pub struct ClientOptions {
     /// How long to wait for a connection (TCP connect or QUIC handshake).
     pub connect_timeout_ms: u64,
     /// CA certificate (DER or PEM) to verify the broker's QUIC certificate
-    /// with. Without it, any server certificate is accepted: kelp brokers
-    /// present self-signed certificates.
+    /// with (a broker's self-signed one is `<data-dir>/tls/cert.der`).
+    /// Without it a QUIC client does not connect, unless `tls_insecure`.
     pub tls_ca_file: Option<PathBuf>,
+    /// Accept any QUIC server certificate when no CA is given: the broker
+    /// is then not authenticated (a warning says so). Off by default.
+    pub tls_insecure: bool,
+    /// The name the broker's certificate must carry (default
+    /// [`KELP_SERVER_NAME`](crate::KELP_SERVER_NAME), `localhost`, which a
+    /// broker's self-signed certificate carries).
+    pub tls_server_name: Option<String>,
     /// The broker's filer directory (`<data dir>/filer`), if this client
     /// can reach it: payloads passed by reference are then written and
     /// read there directly, and the broker never carries their bytes.
@@ -76,6 +83,8 @@ impl Default for ClientOptions {
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             connect_timeout_ms: CONNECT_TIMEOUT_MS_DEFAULT,
             tls_ca_file: None,
+            tls_insecure: false,
+            tls_server_name: None,
             payload_dir: None,
             payload_filer: None,
             credentials: None,
@@ -147,7 +156,7 @@ impl Client {
     /// connections open on the broker until their idle timeout; over TCP
     /// the kernel tells the broker anyway.
     pub async fn close(&self) {
-        if let Dialer::Quic(endpoint) = &self.inner.dialer {
+        if let Dialer::Quic(endpoint, _) = &self.inner.dialer {
             endpoint.close(0u32.into(), b"client closed");
             let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
         }
@@ -197,7 +206,12 @@ impl Client {
         options: &ClientOptions,
     ) -> Result<Bootstrapped, ClientError> {
         let bootstrap = resolve(broker).await?;
-        let dialer = Dialer::new(transport, bootstrap, options.tls_ca_file.as_deref())?;
+        let trust = crate::transport::Trust {
+            ca_file: options.tls_ca_file.as_deref(),
+            insecure: options.tls_insecure,
+            server_name: options.tls_server_name.as_deref(),
+        };
+        let dialer = Dialer::new(transport, bootstrap, trust)?;
         let limits = limits(options);
         let connect_timeout = Duration::from_millis(options.connect_timeout_ms);
         let admin = Arc::new(

@@ -4,11 +4,13 @@
 //! QUIC on one bidirectional stream opened by the client (one ordered
 //! stream, so per-key order holds exactly as over TCP).
 //!
-//! Certificates: a kelp broker presents a self-signed certificate, so by
-//! default the client accepts any server certificate (the handshake still
-//! proves the server holds the certificate's key, but not who it is).
-//! Given a CA file (DER or PEM), the client verifies the broker's
-//! certificate against it for the name `localhost`.
+//! Certificates: the client verifies the broker's certificate against a CA
+//! file (DER or PEM; a lone broker's self-signed certificate,
+//! `<data-dir>/tls/cert.der`, is its own CA) for the server name
+//! `localhost` (or the one given), and refuses to dial over QUIC without
+//! one unless told to trust any certificate (`tls_insecure`, `--insecure`),
+//! which it then says loudly: the handshake still proves the server holds
+//! the certificate's key, but not who it is.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -45,7 +47,16 @@ pub enum Transport {
 /// What dials new connections for a client.
 pub(crate) enum Dialer {
     Tcp,
-    Quic(quinn::Endpoint),
+    /// The endpoint, and the name the broker's certificate must carry.
+    Quic(quinn::Endpoint, String),
+}
+
+/// How a QUIC client trusts the broker's certificate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Trust<'a> {
+    pub(crate) ca_file: Option<&'a Path>,
+    pub(crate) insecure: bool,
+    pub(crate) server_name: Option<&'a str>,
 }
 
 impl Dialer {
@@ -54,7 +65,7 @@ impl Dialer {
     pub(crate) fn new(
         transport: Transport,
         peer: SocketAddr,
-        tls_ca_file: Option<&Path>,
+        trust: Trust<'_>,
     ) -> Result<Dialer, ClientError> {
         match transport {
             Transport::Tcp => Ok(Dialer::Tcp),
@@ -66,8 +77,9 @@ impl Dialer {
                 };
                 let mut endpoint = quinn::Endpoint::client(bind)
                     .map_err(|e| ClientError::io("binding a UDP socket for QUIC", e))?;
-                endpoint.set_default_client_config(quic_client_config(tls_ca_file)?);
-                Ok(Dialer::Quic(endpoint))
+                endpoint.set_default_client_config(quic_client_config(trust)?);
+                let name = trust.server_name.unwrap_or(KELP_SERVER_NAME).to_owned();
+                Ok(Dialer::Quic(endpoint, name))
             }
         }
     }
@@ -76,7 +88,7 @@ impl Dialer {
     pub(crate) fn transport(&self) -> Transport {
         match self {
             Dialer::Tcp => Transport::Tcp,
-            Dialer::Quic(_) => Transport::Quic,
+            Dialer::Quic(..) => Transport::Quic,
         }
     }
 
@@ -116,9 +128,9 @@ impl Dialer {
                 }
                 Ok(Connection::start(name, r, w, limits, None, socket))
             }
-            Dialer::Quic(endpoint) => {
+            Dialer::Quic(endpoint, server_name) => {
                 let connecting = endpoint
-                    .connect(addr, KELP_SERVER_NAME)
+                    .connect(addr, server_name)
                     .map_err(|e| connect_error(e.to_string()))?;
                 let connection = tokio::time::timeout(connect_timeout, connecting)
                     .await
@@ -204,15 +216,22 @@ async fn authenticate(
 }
 
 /// The quinn client configuration: TLS 1.3 with ring, ALPN `kelp/1`, and
-/// either the CA in `tls_ca_file` or any server certificate.
-pub(crate) fn quic_client_config(
-    tls_ca_file: Option<&Path>,
-) -> Result<quinn::ClientConfig, ClientError> {
+/// the CA in the trust's file, or (told so) any server certificate; with
+/// neither it is refused.
+pub(crate) fn quic_client_config(trust: Trust<'_>) -> Result<quinn::ClientConfig, ClientError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| ClientError::Config(format!("TLS: {e}")))?;
-    let mut tls = match tls_ca_file {
+    let mut tls = match trust.ca_file {
+        None if !trust.insecure => {
+            return Err(ClientError::Config(
+                "QUIC verifies the broker's certificate: give its CA (--tls-ca FILE; a broker's \
+                 own certificate is <data-dir>/tls/cert.der) or trust any certificate with \
+                 --insecure"
+                    .to_owned(),
+            ))
+        }
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in load_certificates(path)? {
@@ -222,10 +241,16 @@ pub(crate) fn quic_client_config(
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }
-        None => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCertificate { provider }))
-            .with_no_client_auth(),
+        None => {
+            log::warn!(
+                "QUIC with --insecure: the broker's certificate is not verified, so anyone \
+                 on the path can pose as the broker"
+            );
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCertificate { provider }))
+                .with_no_client_auth()
+        }
     };
     tls.alpn_protocols = vec![KELP_ALPN.to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
@@ -316,20 +341,35 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    fn trust(ca_file: Option<&Path>, insecure: bool) -> Trust<'_> {
+        Trust {
+            ca_file,
+            insecure,
+            server_name: None,
+        }
+    }
+
     #[test]
-    fn quic_config_builds_without_and_with_a_bad_ca() {
-        assert!(quic_client_config(None).is_ok());
+    fn quic_config_needs_a_ca_or_insecure_and_refuses_a_bad_ca() {
+        assert!(quic_client_config(trust(None, true)).is_ok());
+        let Err(ClientError::Config(why)) = quic_client_config(trust(None, false)) else {
+            panic!("QUIC without a CA was configured")
+        };
+        assert!(
+            why.contains("--tls-ca") && why.contains("--insecure"),
+            "{why}"
+        );
         let dir = std::env::temp_dir().join(format!("kelp-client-ca-{}", std::process::id()));
         std::fs::write(
             &dir,
             b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
         )
         .unwrap();
-        let r = quic_client_config(Some(&dir));
+        let r = quic_client_config(trust(Some(&dir), false));
         let _ = std::fs::remove_file(&dir);
         assert!(matches!(r, Err(ClientError::Config(_))));
         assert!(matches!(
-            quic_client_config(Some(Path::new("/nonexistent/ca.pem"))),
+            quic_client_config(trust(Some(Path::new("/nonexistent/ca.pem")), false)),
             Err(ClientError::Config(_))
         ));
     }

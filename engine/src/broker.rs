@@ -195,8 +195,8 @@ impl Broker {
             }
         };
         config.broker_id = Some(joined.id);
-        let (cert, key) = crate::tls::load_or_create(&config.data_dir)?;
-        let shard_quic_config = Arc::new(crate::tls::server_config(cert, key)?);
+        let (chain, key) = crate::tls::load(&config.data_dir, config.tls_cert.as_ref())?;
+        let shard_quic_config = Arc::new(crate::tls::server_config(chain, key)?);
 
         let (control_tx, control_rx) = flume::bounded(CONTROL_REQUESTS_QUEUED_MAX);
         let (command_txs, mut command_rxs): (Vec<_>, Vec<_>) = (0..shard_count)

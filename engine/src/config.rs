@@ -161,6 +161,10 @@ pub struct BrokerConfig {
     /// its cluster with the secret. `None` (the default): every client
     /// may do anything, as on a machine of one's own.
     pub auth: Option<std::sync::Arc<auth::AuthFile>>,
+    /// The QUIC certificate chain and its private key (PEM files), instead
+    /// of the self-signed certificate the broker makes under
+    /// `<data_dir>/tls/`.
+    pub tls_cert: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for BrokerConfig {
@@ -206,6 +210,7 @@ impl Default for BrokerConfig {
             capacity_records_per_s_per_shard: 1_000_000,
             load_report_ms: 1000,
             auth: None,
+            tls_cert: None,
         }
     }
 }

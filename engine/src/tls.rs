@@ -1,6 +1,7 @@
-//! The broker's QUIC identity: a self-signed certificate made on first
-//! start and kept under `<data-dir>/tls/` (`cert.der`, `key.der`), so a
-//! client can pin it with `--tls-ca <data-dir>/tls/cert.der`.
+//! The broker's QUIC identity: the certificate chain and key given
+//! (`--tls-cert`, `--tls-key`, PEM), or else a self-signed certificate
+//! made on first start and kept under `<data-dir>/tls/` (`cert.der`,
+//! `key.der`), which a client pins with `--tls-ca <data-dir>/tls/cert.der`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +13,31 @@ use crate::quic_shard::window::{STREAM_WINDOW_BYTES, WINDOW_BYTES_MIN};
 
 /// ALPN protocol id of kelp's native protocol.
 pub const ALPN: &[u8] = b"kelp/1";
+
+/// The broker's certificate chain and key: from `given` (PEM files), or
+/// its own self-signed one.
+pub(crate) fn load(
+    data_dir: &Path,
+    given: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), EngineError> {
+    use rustls::pki_types::pem::PemObject;
+    let Some((cert_path, key_path)) = given else {
+        let (cert, key) = load_or_create(data_dir)?;
+        return Ok((vec![cert], key));
+    };
+    let chain = CertificateDer::pem_file_iter(cert_path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| EngineError::Tls(format!("{}: {e}", cert_path.display())))?;
+    if chain.is_empty() {
+        return Err(EngineError::Tls(format!(
+            "{}: no CERTIFICATE in it",
+            cert_path.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(key_path)
+        .map_err(|e| EngineError::Tls(format!("{}: {e}", key_path.display())))?;
+    Ok((chain, key))
+}
 
 /// Load the broker's certificate, making one if there is none.
 pub(crate) fn load_or_create(
@@ -86,7 +112,7 @@ pub fn client_tls_trusting(
 
 /// quinn-proto's server configuration for the broker's shards.
 pub(crate) fn server_config(
-    cert: CertificateDer<'static>,
+    chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<quinn_proto::ServerConfig, EngineError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -94,7 +120,7 @@ pub(crate) fn server_config(
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| EngineError::Tls(e.to_string()))?
         .with_no_client_auth()
-        .with_single_cert(vec![cert], key)
+        .with_single_cert(chain, key)
         .map_err(|e| EngineError::Tls(e.to_string()))?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)

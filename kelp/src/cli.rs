@@ -346,6 +346,13 @@ pub struct ServeArgs {
     /// reaches the ports may do anything.
     #[arg(long, value_name = "FILE")]
     pub auth: Option<PathBuf>,
+    /// The broker's QUIC certificate chain (PEM), instead of the
+    /// self-signed one it makes in <data-dir>/tls/; with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// An uploaded payload that no record refers to is deleted once it is
     /// this old (docs/payloads.md).
     #[arg(long, default_value_t = 3_600_000)]
@@ -427,11 +434,20 @@ pub struct BrokerArgs {
     /// Transport to the broker.
     #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
     pub transport: TransportArg,
-    /// CA certificate (DER or PEM) to verify the broker's QUIC certificate.
-    /// Without it any certificate is accepted, since brokers present
-    /// self-signed ones.
-    #[arg(long, value_name = "FILE")]
+    /// CA certificate (DER or PEM) to verify the broker's QUIC certificate
+    /// with; a broker's own self-signed one is <data-dir>/tls/cert.der.
+    /// QUIC needs it, or --insecure.
+    #[arg(long, env = "KELP_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// Over QUIC without --tls-ca, accept any broker certificate: the
+    /// broker is then not authenticated (anyone on the path can pose as
+    /// it).
+    #[arg(long)]
+    pub insecure: bool,
+    /// The name the broker's QUIC certificate must carry (default
+    /// localhost, which a broker's self-signed certificate carries).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
     /// How long a request may wait for its answer (a durable produce waits
     /// for the filer: raise this to ride out a long storage outage).
     #[arg(long, value_name = "MS", default_value_t = client::REQUEST_TIMEOUT_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]

@@ -73,6 +73,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         filer_reads: args.filer_reads,
         chunk_cache_bytes: args.chunk_cache_bytes,
         auth,
+        tls_cert: args.tls_cert.zip(args.tls_key),
         // Every other limit keeps the engine's default.
         ..engine::BrokerConfig::default()
     };
@@ -199,6 +200,8 @@ async fn connect_with(
 ) -> anyhow::Result<Client> {
     let options = ClientOptions {
         tls_ca_file: broker.tls_ca.clone(),
+        tls_insecure: broker.insecure,
+        tls_server_name: broker.tls_server_name.clone(),
         request_timeout_ms: broker.request_timeout_ms,
         payload_dir: payload.and_then(|p| p.payload_dir.clone()),
         payload_filer: payload.and_then(|p| p.payload_filer.clone()),

@@ -51,6 +51,7 @@ fn kelp_as(
         .args(args)
         .arg("--broker")
         .arg(broker.broker_arg())
+        .envs(broker.cli_env.iter().map(|(k, v)| (k, v)))
         .env_remove("KELP_USER")
         .env_remove("KELP_PASSWORD")
         .stdin(Stdio::piped())

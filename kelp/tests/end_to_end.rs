@@ -82,6 +82,7 @@ fn subscribe(
         .arg(count.to_string())
         .arg("--broker")
         .arg(broker.broker_arg())
+        .envs(broker.cli_env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -331,7 +331,7 @@ impl Simulation {
             rustls::pki_types::PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()),
         );
         let client_tls = crate::tls::client_tls_trusting(cert.clone()).unwrap();
-        let config = crate::tls::server_config(cert, key).unwrap();
+        let config = crate::tls::server_config(vec![cert], key).unwrap();
         Simulation {
             now,
             start: now,

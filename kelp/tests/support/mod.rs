@@ -112,8 +112,9 @@ pub struct Broker {
     pub host: &'static str,
     pub port: u16,
     pub data_dir: PathBuf,
-    /// Variables every `kelp` command this broker's helpers run gets (a
-    /// broker with `--auth`: the user and password).
+    /// Variables every `kelp` command this broker's helpers run gets: the
+    /// broker's own certificate as the QUIC CA (`KELP_TLS_CA`), and with
+    /// `--auth` the user and password.
     pub cli_env: Vec<(String, String)>,
 }
 
@@ -218,6 +219,7 @@ impl Broker {
             cli_env: vec![
                 ("KELP_USER".to_owned(), user.to_owned()),
                 ("KELP_PASSWORD".to_owned(), password.to_owned()),
+                own_certificate(data_dir),
             ],
         };
         broker.wait_ready();
@@ -245,7 +247,7 @@ impl Broker {
             host,
             port,
             data_dir: data_dir.to_path_buf(),
-            cli_env: Vec::new(),
+            cli_env: vec![own_certificate(data_dir)],
         };
         broker.wait_ready();
         broker
@@ -575,6 +577,13 @@ pub fn http_get(port: u16, method: &str, path: &str) -> (u16, String) {
 
 /// `kelp <command> <extra>` listening on `listen` with its data in
 /// `data_dir`, `env` added to its environment, its stderr to `stderr`.
+/// `KELP_TLS_CA` naming the self-signed certificate a broker with this
+/// data directory makes (a QUIC client verifies the broker with it).
+fn own_certificate(data_dir: &Path) -> (String, String) {
+    let path = data_dir.join("tls").join("cert.der");
+    ("KELP_TLS_CA".to_owned(), path.display().to_string())
+}
+
 fn spawn_kelp(
     command: &[&str],
     extra: &[&str],
