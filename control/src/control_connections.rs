@@ -501,6 +501,7 @@ impl ControlConnections {
                     self.auth.as_deref(),
                     &mechanism,
                     &message,
+                    &self.figures,
                 ))
             }
             r => match connection
@@ -508,7 +509,10 @@ impl ControlConnections {
                 .permit(auth::request_access::control_port_need(&r))
             {
                 Ok(()) => Ok(r),
-                Err(denied) => Err(denied_answer(&denied)),
+                Err(denied) => {
+                    self.figures.count_denied(&denied);
+                    Err(denied_answer(&denied))
+                }
             },
         });
         match request {
@@ -663,6 +667,7 @@ fn authenticate(
     auth: Option<&auth::AuthFile>,
     mechanism: &str,
     message: &str,
+    figures: &ControlFigures,
 ) -> Response<'static> {
     match session.authenticate(
         auth,
@@ -682,6 +687,7 @@ fn authenticate(
         }
         Err(denied) => {
             log::info!("control connection: authentication refused: {denied}");
+            figures.count_denied(&denied);
             denied_answer(&denied)
         }
     }

@@ -23,6 +23,9 @@ pub struct ControlFigures {
     receive_bytes: AtomicU64,
     refused_for_connections: AtomicU64,
     refused_for_address: AtomicU64,
+    denied_unauthenticated: AtomicU64,
+    denied_authentication_failed: AtomicU64,
+    denied_forbidden: AtomicU64,
     stalled_ms: AtomicU64,
 }
 
@@ -50,6 +53,11 @@ pub struct ControlFiguresSnapshot {
     /// Connections turned away: their address holds its share
     /// (`connections_per_ip_max`).
     pub refused_for_address: u64,
+    /// Requests refused for who sent them (`--auth`): the connection had
+    /// not logged in; a login step failed; the principal may not do it.
+    pub denied_unauthenticated: u64,
+    pub denied_authentication_failed: u64,
+    pub denied_forbidden: u64,
     /// Milliseconds the driver was stalled, in stretches over
     /// `DRIVER_STALL_MS` (not counted as brokers' silence).
     pub stalled_ms: u64,
@@ -142,6 +150,19 @@ impl ControlFigures {
         self.refused_for_address.fetch_add(1, Relaxed);
     }
 
+    /// A request was refused for who sent it.
+    pub(crate) fn count_denied(&self, denied: &auth::Denied) {
+        use auth::Denied as D;
+        let counter = match denied {
+            D::Unauthenticated | D::FailedBefore => &self.denied_unauthenticated,
+            D::Failed(_) | D::NotEnabled | D::Mechanism(_) | D::Again => {
+                &self.denied_authentication_failed
+            }
+            D::Forbidden { .. } | D::NotCluster { .. } => &self.denied_forbidden,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
     /// The driver was stalled for `ms`.
     pub(crate) fn count_stall(&self, ms: u64) {
         self.stalled_ms.fetch_add(ms, Relaxed);
@@ -167,6 +188,9 @@ impl ControlFigures {
             receive_bytes: self.receive_bytes.load(Relaxed),
             refused_for_connections: self.refused_for_connections.load(Relaxed),
             refused_for_address: self.refused_for_address.load(Relaxed),
+            denied_unauthenticated: self.denied_unauthenticated.load(Relaxed),
+            denied_authentication_failed: self.denied_authentication_failed.load(Relaxed),
+            denied_forbidden: self.denied_forbidden.load(Relaxed),
             stalled_ms: self.stalled_ms.load(Relaxed),
         }
     }

@@ -8,6 +8,7 @@ use wire::{ErrorCode, Response};
 
 use crate::request::response_frame;
 use crate::shard::Shard;
+use crate::shard_metrics::Denial;
 
 /// A connection's standing, fresh.
 pub(crate) fn new_session(shard: &Shard) -> Session {
@@ -53,13 +54,14 @@ pub(crate) fn authenticate(
         }
         Err(denied) => {
             log::info!("shard {}: authentication refused: {denied}", shard.index);
-            denied_frame(id, &denied)
+            denied_frame(shard, id, &denied)
         }
     }
 }
 
-/// The error answer to a refused request.
-pub(crate) fn denied_frame(id: u32, denied: &Denied) -> Vec<u8> {
+/// The error answer to a refused request, counted.
+pub(crate) fn denied_frame(shard: &Shard, id: u32, denied: &Denied) -> Vec<u8> {
+    shard.metrics.denied(Denial::of(denied)).add(1);
     let code = if denied.is_authentication() {
         ErrorCode::Unauthenticated
     } else {

@@ -11,7 +11,7 @@ use crate::control_plane::ShardCommand;
 use crate::metrics_page::{render, Family, Labels, Value};
 use crate::shard::SegmentLoadFigures;
 use crate::shard_metrics::{
-    ack_label, Connections, Latency, Refusal, ShardMetrics, Transport, ACK_MODES,
+    ack_label, Connections, Denial, Latency, Refusal, ShardMetrics, Transport, ACK_MODES,
 };
 
 /// How long a scrape waits for the shards' segment figures, all shards
@@ -204,6 +204,21 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
     }
     families.push(connections);
     families.push(refused);
+    let mut denied = Family::counter(
+        "kelp_requests_denied",
+        "Requests refused for who sent them (--auth), by shard and reason: unauthenticated (the \
+         connection had not logged in), authentication_failed (a login step failed), forbidden \
+         (the user may not do it).",
+    );
+    for (i, m) in shards.iter().enumerate() {
+        for why in Denial::ALL {
+            denied.sample(
+                vec![shard_label(i), ("reason", why.label().into())],
+                Value::Counter(m.denied(why).get()),
+            );
+        }
+    }
+    families.push(denied);
     let mut produce = Family::histogram(
         "kelp_produce_seconds",
         "From a produce request's arrival to its ack, by shard and ack mode (none: to its \

@@ -178,7 +178,7 @@ pub(crate) async fn handle_frame(
         return Reply::Now(access::authenticate(shard, id, session, mechanism, message));
     }
     if let Err(denied) = session.permit(auth::request_access::broker_port_need(&request)) {
-        return Reply::Now(access::denied_frame(id, &denied));
+        return Reply::Now(access::denied_frame(shard, id, &denied));
     }
     match request {
         BrokerPortRequest::Auth(_) => Reply::Now(error_frame(id, &ServeError::internal())),

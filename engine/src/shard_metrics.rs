@@ -245,6 +245,48 @@ pub(crate) struct ShardMetrics {
     /// Bytes appended to the shard's segments and not yet in the filer
     /// (active and sealed buffers), as of the shard's last tick.
     pub(crate) unflushed_bytes: Tally,
+    /// Requests refused by who sent them (`--auth`), by reason.
+    denied: [Tally; Denial::ALL.len()],
+}
+
+/// Why a request was refused for its sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Denial {
+    /// The connection had not authenticated.
+    Unauthenticated,
+    /// An authentication step failed.
+    AuthenticationFailed,
+    /// The principal may not do it.
+    Forbidden,
+}
+
+impl Denial {
+    pub(crate) const ALL: [Denial; 3] = [
+        Denial::Unauthenticated,
+        Denial::AuthenticationFailed,
+        Denial::Forbidden,
+    ];
+
+    /// Its `reason` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Denial::Unauthenticated => "unauthenticated",
+            Denial::AuthenticationFailed => "authentication_failed",
+            Denial::Forbidden => "forbidden",
+        }
+    }
+
+    /// The reason a refusal counts under.
+    pub(crate) fn of(denied: &auth::Denied) -> Denial {
+        use auth::Denied as D;
+        match denied {
+            D::Unauthenticated | D::FailedBefore => Denial::Unauthenticated,
+            D::Failed(_) | D::NotEnabled | D::Mechanism(_) | D::Again => {
+                Denial::AuthenticationFailed
+            }
+            D::Forbidden { .. } | D::NotCluster { .. } => Denial::Forbidden,
+        }
+    }
 }
 
 impl ShardMetrics {
@@ -254,6 +296,10 @@ impl ShardMetrics {
 
     pub(crate) fn produce(&self, ack: AckMode) -> &Latency {
         &self.produce[ack_index(ack)]
+    }
+
+    pub(crate) fn denied(&self, why: Denial) -> &Tally {
+        &self.denied[why as usize]
     }
 }
 

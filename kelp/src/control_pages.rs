@@ -59,6 +59,17 @@ impl AdminPages for ControlPages {
             vec![("reason", "address_limit".into())],
             Value::Counter(f.refused_for_address),
         );
+        let mut denied = Family::counter(
+            "kelp_control_requests_denied",
+            "Requests the control plane refused for who sent them (--auth), by reason.",
+        );
+        for (reason, n) in [
+            ("unauthenticated", f.denied_unauthenticated),
+            ("authentication_failed", f.denied_authentication_failed),
+            ("forbidden", f.denied_forbidden),
+        ] {
+            denied.sample(vec![("reason", reason.into())], Value::Counter(n));
+        }
         render(vec![
             one(
                 Family::gauge(
@@ -88,6 +99,7 @@ impl AdminPages for ControlPages {
                 Value::level(f.connections),
             ),
             refused,
+            denied,
             one(
                 Family::counter(
                     "kelp_control_stalled_ms",

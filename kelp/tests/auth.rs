@@ -92,10 +92,11 @@ fn refusal(frame: &test_support::Frame) -> (ErrorCode, String) {
 fn a_broker_with_auth_serves_each_user_what_it_grants_and_nothing_to_anyone_else() {
     let dir = tempfile::tempdir().unwrap();
     let file = auth_file(dir.path(), "");
+    let http = port();
     let broker = Broker::start_with_auth(
         &dir.path().join("data"),
         port(),
-        &["--unpinned"],
+        &["--unpinned", "--http", &format!("127.0.0.1:{http}")],
         &file,
         ("alice", "s3cret"),
     );
@@ -196,6 +197,24 @@ fn a_broker_with_auth_serves_each_user_what_it_grants_and_nothing_to_anyone_else
     assert_eq!(error_code(&frame), None, "orders/eu was dropped");
     let (ok, _, err) = kelp_as(&broker, alice, &["topic", "describe", "orders/eu"], b"");
     assert!(ok, "{err}");
+
+    // Every refusal was counted, by reason: three requests before any
+    // login (two CLI commands and the raw command), five failed logins,
+    // and at least the six forbidden operations above.
+    let denied = |reason: &str| {
+        let (status, body) = support::http_get(http, "GET", "/metrics");
+        assert_eq!(status, 200, "{body}");
+        body.lines()
+            .filter(|l| {
+                l.starts_with("kelp_requests_denied_total{")
+                    && l.contains(&format!("reason=\"{reason}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!(denied("unauthenticated"), 3);
+    assert_eq!(denied("authentication_failed"), 5);
+    assert!(denied("forbidden") >= 6, "{}", denied("forbidden"));
     broker.stop();
 }
 
@@ -294,10 +313,18 @@ fn a_cluster_with_auth_refuses_a_rogue_client_and_its_own_processes_prove_themse
         &format!("cluster_secret = \"{CLUSTER_SECRET}\""),
     );
     let auth = file.to_str().unwrap();
+    let control_http = port();
     let control = ControlPlane::start(
         &dir.path().join("control"),
         port(),
-        &["--auth", auth, "--broker-silence-ms", "3000"],
+        &[
+            "--auth",
+            auth,
+            "--broker-silence-ms",
+            "3000",
+            "--http",
+            &format!("127.0.0.1:{control_http}"),
+        ],
     );
     let http = [port(), port()];
     let start = |name: &str, http: u16| {
@@ -374,6 +401,19 @@ fn a_cluster_with_auth_refuses_a_rogue_client_and_its_own_processes_prove_themse
     );
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(brokers(&b1), 2, "the rogue changed the brokers' list");
+    let denied = |reason: &str| {
+        let (status, body) = support::http_get(control_http, "GET", "/metrics");
+        assert_eq!(status, 200, "{body}");
+        let line = format!("kelp_control_requests_denied_total{{reason=\"{reason}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .unwrap_or_else(|| panic!("no {line} in {body}"))
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(denied("unauthenticated"), 2);
+    assert_eq!(denied("forbidden"), 2);
+    assert_eq!(denied("authentication_failed"), 1);
 
     // A broker with another secret cannot join.
     let other = dir.path().join("other.toml");
