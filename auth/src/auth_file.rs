@@ -67,6 +67,7 @@ struct UserToml {
     scram_sha_256: Option<String>,
     scram_sha_512: Option<String>,
     role: Option<String>,
+    produce_bytes_per_s: Option<u64>,
     #[serde(default)]
     grant: Vec<GrantToml>,
 }
@@ -133,6 +134,7 @@ impl AuthFile {
             let principal = Arc::new(Principal {
                 name: CLUSTER_USER.to_owned(),
                 role: Role::Cluster,
+                produce_bytes_per_s: None,
             });
             users.insert(
                 CLUSTER_USER.to_owned(),
@@ -169,6 +171,7 @@ impl AuthFile {
                 principal: Arc::new(Principal {
                     name: CLUSTER_USER.to_owned(),
                     role: Role::Cluster,
+                    produce_bytes_per_s: None,
                 }),
                 credentials: credentials_of(secret, &SystemRandom::new())?,
             },
@@ -312,6 +315,10 @@ fn read_user(user: UserToml, random: &dyn SecureRandom) -> Result<User, String> 
     if credentials.is_empty() {
         return Err("needs `password`, `scram_sha_256` or `scram_sha_512`".to_owned());
     }
+    let produce_bytes_per_s = match user.produce_bytes_per_s {
+        Some(0) => return Err("produce_bytes_per_s must be at least 1".to_owned()),
+        other => other,
+    };
     let role = match user.role.as_deref() {
         Some("admin") => {
             if !user.grant.is_empty() {
@@ -344,7 +351,11 @@ fn read_user(user: UserToml, random: &dyn SecureRandom) -> Result<User, String> 
         Some(other) => return Err(format!("unknown role {other:?} (admin or user)")),
     };
     Ok(User {
-        principal: Arc::new(Principal { name, role }),
+        principal: Arc::new(Principal {
+            name,
+            role,
+            produce_bytes_per_s,
+        }),
         credentials,
     })
 }
@@ -409,6 +420,7 @@ mod tests {
         let text = format!(
             "cluster_secret = \"0123456789abcdef0123\"\n\
              [[user]]\nname = \"bob\"\nscram_sha_256 = \"{credential}\"\n\
+             produce_bytes_per_s = 1000\n\
              [[user.grant]]\ntopics = \"orders/*\"\nallow = [\"produce\", \"describe\"]\n"
         );
         let file = parse(&text).unwrap();
@@ -421,6 +433,7 @@ mod tests {
         let bob = file.principal("bob").unwrap();
         assert!(bob.may(Operation::Produce, "orders/eu"));
         assert!(!bob.may(Operation::Consume, "orders/eu"));
+        assert_eq!(bob.produce_bytes_per_s, Some(1000));
         assert_eq!(
             log_in(
                 &file,

@@ -138,6 +138,9 @@ pub enum Role {
 pub struct Principal {
     pub name: String,
     pub role: Role,
+    /// The most bytes a second its produce requests may bring to one
+    /// shard (records and payload uploads); `None`: no limit.
+    pub produce_bytes_per_s: Option<u64>,
 }
 
 impl Principal {
@@ -165,6 +168,7 @@ mod tests {
     fn grants_cover_their_patterns_and_operations_only() {
         let bob = Principal {
             name: "bob".into(),
+            produce_bytes_per_s: None,
             role: Role::User(vec![
                 Grant {
                     topics: TopicPattern::parse("orders/*"),
@@ -195,6 +199,7 @@ mod tests {
         }
         let admin = Principal {
             name: "alice".into(),
+            produce_bytes_per_s: None,
             role: Role::Admin,
         };
         assert!(admin.may(Operation::Delete, "x/y") && !admin.is_cluster());

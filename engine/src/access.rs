@@ -59,6 +59,30 @@ pub(crate) fn authenticate(
     }
 }
 
+/// Hold a produce of `bytes` back as long as its user's byte-rate quota
+/// needs (`produce_quota`); at once for a user without one.
+pub(crate) async fn hold_to_quota(shard: &Shard, session: &Session, bytes: usize) {
+    let Some(principal) = session.principal() else {
+        return;
+    };
+    let Some(rate) = principal.produce_bytes_per_s else {
+        return;
+    };
+    let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+    let wait = shard
+        .quotas
+        .charge(&principal.name, rate, bytes, std::time::Instant::now());
+    if wait.is_zero() {
+        return;
+    }
+    shard.metrics.throttled.add(1);
+    shard
+        .metrics
+        .throttled_ms
+        .add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+    glommio::timer::sleep(wait).await;
+}
+
 /// The error answer to a refused request, counted.
 pub(crate) fn denied_frame(shard: &Shard, id: u32, denied: &Denied) -> Vec<u8> {
     shard.metrics.denied(Denial::of(denied)).add(1);

@@ -317,6 +317,7 @@ impl Broker {
                         ),
                         followed: RefCell::new(HashMap::new()),
                         sealed_here: RefCell::new(std::collections::HashSet::new()),
+                        quotas: crate::produce_quota::Quotas::default(),
                         followings_started: Cell::new(0),
                     });
                     glommio::spawn_local(shard.clone().tick_forever()).detach();

@@ -244,6 +244,22 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
         ),
         per_shard(
             Family::counter(
+                "kelp_produce_throttled",
+                "Produce requests held back by their user's byte-rate quota (produce_bytes_per_s).",
+            ),
+            shards,
+            |m| Value::Counter(m.throttled.get()),
+        ),
+        per_shard(
+            Family::counter(
+                "kelp_produce_throttled_ms",
+                "Milliseconds produce requests were held back by their user's byte-rate quota.",
+            ),
+            shards,
+            |m| Value::Counter(m.throttled_ms.get()),
+        ),
+        per_shard(
+            Family::counter(
                 "kelp_produce_resends_found",
                 "Idempotent producers' resends answered with the offsets their batch already had, and not stored again.",
             ),

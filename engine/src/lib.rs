@@ -33,6 +33,7 @@ pub mod metrics_page;
 mod payload;
 mod payload_sweep;
 mod peer_limit;
+mod produce_quota;
 mod producer_id_block;
 mod quic_shard;
 mod receive_budget;

@@ -180,6 +180,11 @@ pub(crate) async fn handle_frame(
     if let Err(denied) = session.permit(auth::request_access::broker_port_need(&request)) {
         return Reply::Now(access::denied_frame(shard, id, &denied));
     }
+    if let BrokerPortRequest::Data(DataRequest::Produce { .. } | DataRequest::PayloadWrite { .. }) =
+        &request
+    {
+        access::hold_to_quota(shard, session, payload.len()).await;
+    }
     match request {
         BrokerPortRequest::Auth(_) => Reply::Now(error_frame(id, &ServeError::internal())),
         BrokerPortRequest::Data(request) => handle_data(shard, id, request, batch, origin).await,

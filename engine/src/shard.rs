@@ -135,6 +135,8 @@ pub(crate) struct Shard {
     /// that were sealed here (or are being, without a copy), by topic and
     /// segment: each is sealed once per run, not on every layout.
     pub(crate) sealed_here: RefCell<std::collections::HashSet<(String, u32)>>,
+    /// Each user's produce byte-rate bucket on this shard.
+    pub(crate) quotas: crate::produce_quota::Quotas,
 }
 
 /// The segment ids that have a directory under a topic's buffers

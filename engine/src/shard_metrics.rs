@@ -247,6 +247,10 @@ pub(crate) struct ShardMetrics {
     pub(crate) unflushed_bytes: Tally,
     /// Requests refused by who sent them (`--auth`), by reason.
     denied: [Tally; Denial::ALL.len()],
+    /// Produce requests held back by their user's byte-rate quota, and
+    /// the milliseconds they were held.
+    pub(crate) throttled: Tally,
+    pub(crate) throttled_ms: Tally,
 }
 
 /// Why a request was refused for its sender.

@@ -519,3 +519,61 @@ fn a_cluster_with_auth_refuses_a_rogue_client_and_its_own_processes_prove_themse
     b2.stop();
     control.stop();
 }
+
+#[test]
+fn a_users_produce_quota_holds_its_bytes_to_its_rate_and_no_one_elses() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = auth_file(
+        dir.path(),
+        "[[user]]\nname = \"slow\"\npassword = \"slow password\"\nrole = \"admin\"\n\
+         produce_bytes_per_s = 200000\n",
+    );
+    let http = port();
+    let broker = Broker::start_with_auth(
+        &dir.path().join("data"),
+        port(),
+        &["--unpinned", "--http", &format!("127.0.0.1:{http}")],
+        &file,
+        ("alice", "s3cret"),
+    );
+    let out = broker.cli(&["topic", "create", "q/t", "--segments", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let throttled = |family: &str| {
+        let (status, body) = support::http_get(http, "GET", "/metrics");
+        assert_eq!(status, 200, "{body}");
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{family}_total{{")))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>()
+    };
+    // 2 MB of records: at 200,000 bytes a second with one second's burst,
+    // the broker must hold them back about 9 s in all.
+    let value = "v".repeat(1_000);
+    let lines: String = (0..2_000).map(|i| format!("k{i}\t{value}\n")).collect();
+    let (ok, out, err) = kelp_as(
+        &broker,
+        Some(("slow", "slow password")),
+        &["pub", "q/t", "--batch-bytes", "65536"],
+        lines.as_bytes(),
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("acknowledged 2000 records"), "{out}");
+    let held_ms = throttled("kelp_produce_throttled_ms");
+    assert!(held_ms >= 6_000, "held back only {held_ms} ms");
+    let held = throttled("kelp_produce_throttled");
+    assert!(held > 0);
+    // The same bytes from a user without a quota are not held back.
+    let (ok, out, err) = kelp_as(
+        &broker,
+        Some(("alice", "s3cret")),
+        &["pub", "q/t", "--batch-bytes", "65536"],
+        lines.as_bytes(),
+    );
+    assert!(ok && out.contains("acknowledged 2000 records"), "{err}");
+    assert_eq!(throttled("kelp_produce_throttled"), held);
+    broker.stop();
+}
