@@ -347,7 +347,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub auth: Option<PathBuf>,
     /// The broker's QUIC certificate chain (PEM), instead of the
-    /// self-signed one it makes in <data-dir>/tls/; with --tls-key.
+    /// self-signed one it makes in the data dir's tls/; with --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of --tls-cert.
@@ -435,7 +435,7 @@ pub struct BrokerArgs {
     #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
     pub transport: TransportArg,
     /// CA certificate (DER or PEM) to verify the broker's QUIC certificate
-    /// with; a broker's own self-signed one is <data-dir>/tls/cert.der.
+    /// with; a broker's own self-signed one is DATA_DIR/tls/cert.der.
     /// QUIC needs it, or --insecure.
     #[arg(long, env = "KELP_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
