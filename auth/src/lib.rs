@@ -21,4 +21,4 @@ pub use handshake::{Credentials, Handshake, HandshakeError};
 pub use permission::{Operation, Principal, Role};
 pub use request_access::Need;
 pub use scram::{ScramClient, ScramCredential, ScramError, ScramHash};
-pub use session::{Denied, Session, Step};
+pub use session::{DenialReason, Denied, Session, Step};

@@ -4,10 +4,10 @@
 //! is sent.
 
 use wire::message::{AuthRequest, MembershipRequest};
-use wire::{AdminRequest, BrokerPortRequest, ControlPortRequest, DataRequest};
+use wire::{AdminRequest, BrokerPortRequest, ControlPortRequest, DataRequest, ErrorCode, Response};
 
 use crate::permission::Operation;
-use crate::session::{Denied, Session};
+use crate::session::{Denied, Session, Step};
 
 /// What a request needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,32 @@ pub fn control_port_need(request: &ControlPortRequest) -> Need<'_> {
             | MembershipRequest::LoadReport { .. }
             | MembershipRequest::LeaveBroker { .. },
         ) => Need::Cluster,
+    }
+}
+
+/// The answer to an authentication step that was taken.
+pub fn step_answer(step: Step) -> Response<'static> {
+    let (done, message) = match step {
+        Step::Challenge(m) => (false, m),
+        Step::Done(m) => (true, m),
+    };
+    Response::Authenticated {
+        done,
+        message: String::from_utf8_lossy(&message).into_owned(),
+    }
+}
+
+/// The answer to a request refused for who sent it: `Unauthenticated`
+/// for who the client is, `Forbidden` for what it may do.
+pub fn refusal(denied: &Denied) -> Response<'static> {
+    let code = if denied.is_authentication() {
+        ErrorCode::Unauthenticated
+    } else {
+        ErrorCode::Forbidden
+    };
+    Response::Error {
+        code,
+        message: denied.to_string(),
     }
 }
 

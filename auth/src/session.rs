@@ -69,6 +69,45 @@ impl Denied {
     pub fn is_authentication(&self) -> bool {
         !matches!(self, Denied::Forbidden { .. } | Denied::NotCluster { .. })
     }
+
+    /// The reason a refusal counts under in metrics.
+    pub fn reason(&self) -> DenialReason {
+        match self {
+            Denied::Unauthenticated | Denied::FailedBefore => DenialReason::Unauthenticated,
+            Denied::Failed(_) | Denied::NotEnabled | Denied::Mechanism(_) | Denied::Again => {
+                DenialReason::AuthenticationFailed
+            }
+            Denied::Forbidden { .. } | Denied::NotCluster { .. } => DenialReason::Forbidden,
+        }
+    }
+}
+
+/// Why a request was refused, as metrics count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenialReason {
+    /// The connection had not authenticated (or failed to).
+    Unauthenticated,
+    /// An authentication step failed.
+    AuthenticationFailed,
+    /// The principal may not do it.
+    Forbidden,
+}
+
+impl DenialReason {
+    pub const ALL: [DenialReason; 3] = [
+        DenialReason::Unauthenticated,
+        DenialReason::AuthenticationFailed,
+        DenialReason::Forbidden,
+    ];
+
+    /// Its `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            DenialReason::Unauthenticated => "unauthenticated",
+            DenialReason::AuthenticationFailed => "authentication_failed",
+            DenialReason::Forbidden => "forbidden",
+        }
+    }
 }
 
 /// A fresh server nonce.

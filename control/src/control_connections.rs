@@ -511,7 +511,7 @@ impl ControlConnections {
                 Ok(()) => Ok(r),
                 Err(denied) => {
                     self.figures.count_denied(&denied);
-                    Err(denied_answer(&denied))
+                    Err(auth::request_access::refusal(&denied))
                 }
             },
         });
@@ -669,41 +669,18 @@ fn authenticate(
     message: &str,
     figures: &ControlFigures,
 ) -> Response<'static> {
-    match session.authenticate(
+    let step = session.authenticate(
         auth,
         mechanism,
         message.as_bytes(),
         auth::session::server_nonce,
-    ) {
-        Ok(step) => {
-            let (done, message) = match step {
-                auth::Step::Challenge(m) => (false, m),
-                auth::Step::Done(m) => (true, m),
-            };
-            Response::Authenticated {
-                done,
-                message: String::from_utf8_lossy(&message).into_owned(),
-            }
-        }
-        Err(denied) => {
+    );
+    step.map(auth::request_access::step_answer)
+        .unwrap_or_else(|denied| {
             log::info!("control connection: authentication refused: {denied}");
             figures.count_denied(&denied);
-            denied_answer(&denied)
-        }
-    }
-}
-
-/// The error answer to a refused request.
-fn denied_answer(denied: &auth::Denied) -> Response<'static> {
-    let code = if denied.is_authentication() {
-        ErrorCode::Unauthenticated
-    } else {
-        ErrorCode::Forbidden
-    };
-    Response::Error {
-        code,
-        message: denied.to_string(),
-    }
+            auth::request_access::refusal(&denied)
+        })
 }
 
 fn fits(held: u64, max: u64, needed: u32) -> bool {

@@ -152,13 +152,10 @@ impl ControlFigures {
 
     /// A request was refused for who sent it.
     pub(crate) fn count_denied(&self, denied: &auth::Denied) {
-        use auth::Denied as D;
-        let counter = match denied {
-            D::Unauthenticated | D::FailedBefore => &self.denied_unauthenticated,
-            D::Failed(_) | D::NotEnabled | D::Mechanism(_) | D::Again => {
-                &self.denied_authentication_failed
-            }
-            D::Forbidden { .. } | D::NotCluster { .. } => &self.denied_forbidden,
+        let counter = match denied.reason() {
+            auth::DenialReason::Unauthenticated => &self.denied_unauthenticated,
+            auth::DenialReason::AuthenticationFailed => &self.denied_authentication_failed,
+            auth::DenialReason::Forbidden => &self.denied_forbidden,
         };
         counter.fetch_add(1, Relaxed);
     }

@@ -4,11 +4,9 @@
 //! auth file lets every connection do anything.
 
 use auth::{Denied, Session, Step};
-use wire::{ErrorCode, Response};
 
 use crate::request::response_frame;
 use crate::shard::Shard;
-use crate::shard_metrics::Denial;
 
 /// A connection's standing, fresh.
 pub(crate) fn new_session(shard: &Shard) -> Session {
@@ -24,33 +22,22 @@ pub(crate) fn authenticate(
     message: &str,
 ) -> Vec<u8> {
     let auth = shard.config.auth.as_deref();
-    match session.authenticate(
+    let step = session.authenticate(
         auth,
         mechanism,
         message.as_bytes(),
         auth::session::server_nonce,
-    ) {
+    );
+    match step {
         Ok(step) => {
-            let (done, message) = match step {
-                Step::Challenge(m) => (false, m),
-                Step::Done(m) => (true, m),
-            };
-            if done {
-                if let Some(p) = session.principal() {
-                    log::debug!(
-                        "shard {}: a connection authenticated as {:?}",
-                        shard.index,
-                        p.name
-                    );
-                }
+            if let (Step::Done(_), Some(p)) = (&step, session.principal()) {
+                log::debug!(
+                    "shard {}: a connection authenticated as {:?}",
+                    shard.index,
+                    p.name
+                );
             }
-            response_frame(
-                id,
-                &Response::Authenticated {
-                    done,
-                    message: String::from_utf8_lossy(&message).into_owned(),
-                },
-            )
+            response_frame(id, &auth::request_access::step_answer(step))
         }
         Err(denied) => {
             log::info!("shard {}: authentication refused: {denied}", shard.index);
@@ -85,17 +72,6 @@ pub(crate) async fn hold_to_quota(shard: &Shard, session: &Session, bytes: usize
 
 /// The error answer to a refused request, counted.
 pub(crate) fn denied_frame(shard: &Shard, id: u32, denied: &Denied) -> Vec<u8> {
-    shard.metrics.denied(Denial::of(denied)).add(1);
-    let code = if denied.is_authentication() {
-        ErrorCode::Unauthenticated
-    } else {
-        ErrorCode::Forbidden
-    };
-    response_frame(
-        id,
-        &Response::Error {
-            code,
-            message: denied.to_string(),
-        },
-    )
+    shard.metrics.denied(denied.reason()).add(1);
+    response_frame(id, &auth::request_access::refusal(denied))
 }

@@ -11,7 +11,7 @@ use crate::control_plane::ShardCommand;
 use crate::metrics_page::{render, Family, Labels, Value};
 use crate::shard::SegmentLoadFigures;
 use crate::shard_metrics::{
-    ack_label, Connections, Denial, Latency, Refusal, ShardMetrics, Transport, ACK_MODES,
+    ack_label, Connections, Latency, Refusal, ShardMetrics, Transport, ACK_MODES,
 };
 
 /// How long a scrape waits for the shards' segment figures, all shards
@@ -211,7 +211,7 @@ fn shard_families(shards: &[Arc<ShardMetrics>]) -> Vec<Family> {
          (the user may not do it).",
     );
     for (i, m) in shards.iter().enumerate() {
-        for why in Denial::ALL {
+        for why in auth::DenialReason::ALL {
             denied.sample(
                 vec![shard_label(i), ("reason", why.label().into())],
                 Value::Counter(m.denied(why).get()),

@@ -246,51 +246,11 @@ pub(crate) struct ShardMetrics {
     /// (active and sealed buffers), as of the shard's last tick.
     pub(crate) unflushed_bytes: Tally,
     /// Requests refused by who sent them (`--auth`), by reason.
-    denied: [Tally; Denial::ALL.len()],
+    denied: [Tally; auth::DenialReason::ALL.len()],
     /// Produce requests held back by their user's byte-rate quota, and
     /// the milliseconds they were held.
     pub(crate) throttled: Tally,
     pub(crate) throttled_ms: Tally,
-}
-
-/// Why a request was refused for its sender.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Denial {
-    /// The connection had not authenticated.
-    Unauthenticated,
-    /// An authentication step failed.
-    AuthenticationFailed,
-    /// The principal may not do it.
-    Forbidden,
-}
-
-impl Denial {
-    pub(crate) const ALL: [Denial; 3] = [
-        Denial::Unauthenticated,
-        Denial::AuthenticationFailed,
-        Denial::Forbidden,
-    ];
-
-    /// Its `reason` label.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Denial::Unauthenticated => "unauthenticated",
-            Denial::AuthenticationFailed => "authentication_failed",
-            Denial::Forbidden => "forbidden",
-        }
-    }
-
-    /// The reason a refusal counts under.
-    pub(crate) fn of(denied: &auth::Denied) -> Denial {
-        use auth::Denied as D;
-        match denied {
-            D::Unauthenticated | D::FailedBefore => Denial::Unauthenticated,
-            D::Failed(_) | D::NotEnabled | D::Mechanism(_) | D::Again => {
-                Denial::AuthenticationFailed
-            }
-            D::Forbidden { .. } | D::NotCluster { .. } => Denial::Forbidden,
-        }
-    }
 }
 
 impl ShardMetrics {
@@ -302,7 +262,7 @@ impl ShardMetrics {
         &self.produce[ack_index(ack)]
     }
 
-    pub(crate) fn denied(&self, why: Denial) -> &Tally {
+    pub(crate) fn denied(&self, why: auth::DenialReason) -> &Tally {
         &self.denied[why as usize]
     }
 }

@@ -38,6 +38,20 @@ fn auth_file(dir: &Path, extra: &str) -> PathBuf {
     path
 }
 
+/// A broker in `dir` with the auth file `file` and an admin HTTP port
+/// (returned), whose helpers log in as alice.
+fn broker_with_metrics(dir: &Path, file: &Path) -> (Broker, u16) {
+    let http = port();
+    let broker = Broker::start_with_auth(
+        &dir.join("data"),
+        port(),
+        &["--unpinned", "--http", &format!("127.0.0.1:{http}")],
+        file,
+        ("alice", "s3cret"),
+    );
+    (broker, http)
+}
+
 /// `kelp ARGS --broker ADDR` as `user` (none: no credentials), with
 /// `stdin`; its status, stdout and stderr.
 fn kelp_as(
@@ -92,14 +106,7 @@ fn refusal(frame: &test_support::Frame) -> (ErrorCode, String) {
 fn a_broker_with_auth_serves_each_user_what_it_grants_and_nothing_to_anyone_else() {
     let dir = tempfile::tempdir().unwrap();
     let file = auth_file(dir.path(), "");
-    let http = port();
-    let broker = Broker::start_with_auth(
-        &dir.path().join("data"),
-        port(),
-        &["--unpinned", "--http", &format!("127.0.0.1:{http}")],
-        &file,
-        ("alice", "s3cret"),
-    );
+    let (broker, http) = broker_with_metrics(dir.path(), &file);
     let alice = Some(("alice", "s3cret"));
     let bob = Some(("bob", "bobs password"));
     let carol = Some(("carol", "carols password"));
@@ -528,14 +535,7 @@ fn a_users_produce_quota_holds_its_bytes_to_its_rate_and_no_one_elses() {
         "[[user]]\nname = \"slow\"\npassword = \"slow password\"\nrole = \"admin\"\n\
          produce_bytes_per_s = 200000\n",
     );
-    let http = port();
-    let broker = Broker::start_with_auth(
-        &dir.path().join("data"),
-        port(),
-        &["--unpinned", "--http", &format!("127.0.0.1:{http}")],
-        &file,
-        ("alice", "s3cret"),
-    );
+    let (broker, http) = broker_with_metrics(dir.path(), &file);
     let out = broker.cli(&["topic", "create", "q/t", "--segments", "1"]);
     assert!(
         out.status.success(),
