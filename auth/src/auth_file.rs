@@ -240,19 +240,23 @@ impl AuthFile {
 
     /// Whether `user` may log in with a plain password (SASL PLAIN on the
     /// Kafka port): checked against the user's SCRAM credential, so no
-    /// password is kept.
+    /// password is kept. A name without a credential is checked against
+    /// its decoy, so it costs the same time as a wrong password.
     pub fn check_password(&self, user: &str, password: &str) -> Option<Arc<Principal>> {
-        let u = self.users.get(user)?;
-        let c = u.credentials.first()?;
-        let again = ScramCredential::from_password(c.hash, password, &c.salt, c.iterations).ok()?;
-        let same = again.stored_key.len() == c.stored_key.len()
-            && again
-                .stored_key
-                .iter()
-                .zip(&c.stored_key)
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        same.then(|| Arc::clone(&u.principal))
+        let hash = self
+            .users
+            .get(user)
+            .and_then(|u| u.credentials.first())
+            .map_or(ScramHash::Sha256, |c| c.hash);
+        let Lookup { credential, known } = self.lookup(hash, user);
+        let again =
+            ScramCredential::from_password(hash, password, &credential.salt, credential.iterations)
+                .ok()?;
+        let same = crate::scram::same_secret(&again.stored_key, &credential.stored_key);
+        if !(same && known) {
+            return None;
+        }
+        self.principal(user)
     }
 }
 

@@ -269,7 +269,7 @@ fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
 }
 
 /// Whether `a == b`, in time that depends only on their lengths.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

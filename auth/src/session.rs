@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::auth_file::AuthFile;
 use crate::permission::{Operation, Principal};
-use crate::scram::{nonce, ScramError, ScramHash, ScramServer};
+use crate::scram::{nonce, ScramError, ScramHash, ScramServer, MESSAGE_BYTES_MAX};
 
 /// Random bytes in a server nonce.
 pub const NONCE_RANDOM_BYTES: usize = 18;
@@ -172,6 +172,38 @@ impl Session {
         }
     }
 
+    /// Take a SASL PLAIN message (RFC 4616: `authzid NUL authcid NUL
+    /// passwd`), the whole exchange in one step. An authorization identity,
+    /// when given, must be the user's own: nobody acts for another. The
+    /// password is checked against the user's SCRAM credential
+    /// ([`AuthFile::check_password`]).
+    pub fn authenticate_plain(
+        &mut self,
+        auth: Option<&AuthFile>,
+        message: &[u8],
+    ) -> Result<Step, Denied> {
+        let Some(auth) = auth else {
+            return Err(Denied::NotEnabled);
+        };
+        match std::mem::replace(self, Session::Failed) {
+            Session::Open => Err(Denied::NotEnabled),
+            Session::Failed => Err(Denied::FailedBefore),
+            Session::Authenticated(p) => {
+                *self = Session::Authenticated(p);
+                Err(Denied::Again)
+            }
+            Session::Exchanging(_) => Err(Denied::Mechanism("PLAIN".to_owned())),
+            Session::Anonymous => {
+                let (user, password) = plain_message(message).map_err(Denied::Failed)?;
+                let principal = auth
+                    .check_password(user, password)
+                    .ok_or(Denied::Failed(ScramError::WrongCredentials))?;
+                *self = Session::Authenticated(principal);
+                Ok(Step::Done(Vec::new()))
+            }
+        }
+    }
+
     /// The authenticated principal, if any.
     pub fn principal(&self) -> Option<&Principal> {
         match self {
@@ -212,6 +244,31 @@ impl Session {
             _ => Ok(()),
         }
     }
+}
+
+/// The user and password of a SASL PLAIN message.
+fn plain_message(message: &[u8]) -> Result<(&str, &str), ScramError> {
+    if message.len() > MESSAGE_BYTES_MAX {
+        return Err(ScramError::Malformed("longer than MESSAGE_BYTES_MAX"));
+    }
+    let text = std::str::from_utf8(message).map_err(|_| ScramError::Malformed("not UTF-8"))?;
+    let mut parts = text.split('\0');
+    let (Some(authzid), Some(user), Some(password), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(ScramError::Malformed(
+            "a PLAIN message is authzid, user and password, NUL between",
+        ));
+    };
+    if user.is_empty() {
+        return Err(ScramError::Malformed("no user name"));
+    }
+    if !authzid.is_empty() && authzid != user {
+        return Err(ScramError::Malformed(
+            "the authorization identity is not the user's own",
+        ));
+    }
+    Ok((user, password))
 }
 
 #[cfg(test)]
@@ -294,6 +351,54 @@ mod tests {
         assert!(open.check_cluster().is_ok());
         assert_eq!(
             open.authenticate(None, "SCRAM-SHA-256", b"n,,n=a,r=b", server_nonce),
+            Err(Denied::NotEnabled)
+        );
+    }
+
+    #[test]
+    fn plain_takes_the_password_once_and_only_for_the_users_own_identity() {
+        let auth = file();
+        let mut bob = Session::new(Some(&auth));
+        assert_eq!(
+            bob.authenticate_plain(Some(&auth), b"\0bob\0pw"),
+            Ok(Step::Done(Vec::new()))
+        );
+        assert!(bob.check(Operation::Produce, "orders/x").is_ok());
+        assert_eq!(
+            bob.authenticate_plain(Some(&auth), b"\0bob\0pw"),
+            Err(Denied::Again)
+        );
+
+        let mut as_self = Session::new(Some(&auth));
+        assert!(as_self
+            .authenticate_plain(Some(&auth), b"bob\0bob\0pw")
+            .is_ok());
+
+        for (message, want) in [
+            (&b"\0bob\0wrong"[..], ScramError::WrongCredentials),
+            (b"\0nobody\0pw", ScramError::WrongCredentials),
+            (b"\0@cluster\0pw", ScramError::WrongCredentials),
+            (
+                b"alice\0bob\0pw",
+                ScramError::Malformed("the authorization identity is not the user's own"),
+            ),
+            (
+                b"bob\0pw",
+                ScramError::Malformed("a PLAIN message is authzid, user and password, NUL between"),
+            ),
+            (b"\0\0pw", ScramError::Malformed("no user name")),
+        ] {
+            let mut session = Session::new(Some(&auth));
+            assert_eq!(
+                session.authenticate_plain(Some(&auth), message),
+                Err(Denied::Failed(want)),
+                "{message:?}"
+            );
+            assert_eq!(session.check_authenticated(), Err(Denied::FailedBefore));
+        }
+        let mut open = Session::new(None);
+        assert_eq!(
+            open.authenticate_plain(None, b"\0bob\0pw"),
             Err(Denied::NotEnabled)
         );
     }

@@ -128,13 +128,6 @@ impl Broker {
     ) -> Result<Broker, EngineError> {
         config.validate()?;
         if let Some(auth) = config.auth.clone() {
-            if config.kafka_listen.is_some() {
-                return Err(EngineError::Start(
-                    "--auth and --kafka together are not served yet: the Kafka gateway has no \
-                     SASL, so its port would take anyone"
-                        .to_owned(),
-                ));
-            }
             if auth.cluster_secret().is_none() {
                 if config.control.is_some() {
                     return Err(EngineError::Start(
@@ -396,6 +389,7 @@ impl Broker {
                 timeouts: crate::connection::PeerTimeouts::of(&config),
                 connections_per_ip_max: config.connections_per_ip_max,
                 connections: kafka_connections,
+                auth: config.auth.clone(),
             })?),
             None => None,
         };

@@ -382,7 +382,27 @@ fn kafka_families(connections: &Connections) -> Vec<Family> {
             Value::Counter(connections.refused(why).get()),
         );
     }
-    vec![open, refused]
+    let mut denied = Family::counter(
+        "kelp_kafka_requests_denied",
+        "Kafka requests refused by authentication or authorization, by reason.",
+    );
+    for why in auth::DenialReason::ALL {
+        denied.sample(
+            vec![("reason", why.label().into())],
+            Value::Counter(connections.denied(why).get()),
+        );
+    }
+    let mut throttled = Family::counter(
+        "kelp_kafka_produce_throttled",
+        "Kafka produce requests held to their user's byte-rate quota.",
+    );
+    throttled.sample(Vec::new(), Value::Counter(connections.throttled.get()));
+    let mut throttled_ms = Family::counter(
+        "kelp_kafka_produce_throttled_ms",
+        "Milliseconds of throttle time the Kafka port gave produce requests.",
+    );
+    throttled_ms.sample(Vec::new(), Value::Counter(connections.throttled_ms.get()));
+    vec![open, refused, denied, throttled, throttled_ms]
 }
 
 fn segment_families(figures: &[(usize, Vec<SegmentLoadFigures>)]) -> Vec<Family> {

@@ -192,17 +192,27 @@ pub(crate) struct Traffic {
     pub(crate) connections: Connections,
 }
 
-/// Connections of one port: open now, and refused at their start.
+/// Connections of one port: open now, and refused at their start; on the
+/// Kafka port also its requests refused by authentication or
+/// authorization and its produce requests held to a quota (the native
+/// ports count those per shard, in [`ShardMetrics`]).
 #[derive(Debug, Default)]
 pub(crate) struct Connections {
     /// Open as of the owner's last count (a shard's tick or turn).
     pub(crate) open: Tally,
     refused: [Tally; Refusal::ALL.len()],
+    denied: [Tally; auth::DenialReason::ALL.len()],
+    pub(crate) throttled: Tally,
+    pub(crate) throttled_ms: Tally,
 }
 
 impl Connections {
     pub(crate) fn refused(&self, why: Refusal) -> &Tally {
         &self.refused[why as usize]
+    }
+
+    pub(crate) fn denied(&self, why: auth::DenialReason) -> &Tally {
+        &self.denied[why as usize]
     }
 }
 

@@ -9,7 +9,10 @@ commit, leave), read the committed offsets, and an admin session
 (admin_session.py / admin_session.js: metadata, describe configs, list
 offsets, list and describe groups, create and delete a topic, describe the
 cluster, elect leaders, list and alter partition reassignments, delete the
-group).
+group). Last, a SASL session against a second `kelp serve --kafka --auth`
+(one admin user): the client authenticates (confluent-kafka with
+SCRAM-SHA-256, kafka-python with SCRAM-SHA-512, kafkajs with PLAIN) and
+creates the topic.
 
 The proxy records every request frame a client sends and every response
 frame the gateway returns. Of those it keeps one exchange per (client, API,
@@ -81,11 +84,13 @@ API_NAMES = {
     14: "sync-group",
     15: "describe-groups",
     16: "list-groups",
+    17: "sasl-handshake",
     18: "api-versions",
     19: "create-topics",
     20: "delete-topics",
     22: "init-producer-id",
     32: "describe-configs",
+    36: "sasl-authenticate",
     42: "delete-groups",
     43: "elect-leaders",
     45: "alter-partition-reassignments",
@@ -94,6 +99,11 @@ API_NAMES = {
     60: "describe-cluster",
 }
 METADATA, FIND_COORDINATOR = 3, 10
+
+# The SASL session's user (an admin in its broker's auth file) and, per
+# client, the mechanism it authenticates with.
+SASL_USER, SASL_PASSWORD = "golden-user", "golden-password"
+SASL_MECHANISMS = {"confluent": "SCRAM-SHA-256", "kafka-python": "SCRAM-SHA-512", "kafkajs": "PLAIN"}
 
 # Per client: the codec of its idempotent producer (the produce vector kept
 # is from that session, so the test decompresses a real client's batch),
@@ -243,7 +253,7 @@ def free_port():
 class Kelp:
     """`kelp serve --kafka` on free loopback ports, with a fresh data dir."""
 
-    def __init__(self, binary, log_path):
+    def __init__(self, binary, log_path, extra=()):
         self.data_dir = tempfile.mkdtemp(prefix="kelp-capture-")
         self.port = free_port()
         self.kafka_port = free_port()
@@ -254,6 +264,7 @@ class Kelp:
                 "--data-dir", self.data_dir,
                 "--listen", f"{HOST}:{self.port}",
                 "--kafka", f"{HOST}:{self.kafka_port}",
+                *extra,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -337,12 +348,26 @@ def node_env():
     return env
 
 
-def run_session(name, argv, log):
+def sasl_session(client, bootstrap, python, node):
+    """The session run against a broker with an auth file: create the topic
+    after authenticating with the client's SASL mechanism."""
+    common = ["--bootstrap", bootstrap, "--topic", TOPIC, "--timeout-s", str(SESSION_TIMEOUT_S),
+              "--partitions", str(PARTITIONS), "--client-id", CLIENT_ID,
+              "--sasl-mechanism", SASL_MECHANISMS[client]]
+    if client == "kafkajs":
+        run = [node, NODE_CLIENT]
+    else:
+        run = [python, PYTHON_CLIENT]
+        common = ["--client", client] + common
+    return (f"sasl {SASL_MECHANISMS[client]} create-topic", run + ["create-topic"] + common)
+
+
+def run_session(name, argv, log, env=None):
     log.write(f"$ {' '.join(argv)}\n".encode())
     log.flush()
     started = time.monotonic()
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                          env=node_env(), timeout=SESSION_TIMEOUT_S + 30)
+                          env={**node_env(), **(env or {})}, timeout=SESSION_TIMEOUT_S + 30)
     if done.returncode != 0:
         raise SystemExit(f"session {name!r} exited with {done.returncode}; see {log.name}")
     return time.monotonic() - started
@@ -388,6 +413,27 @@ def capture_client(client, args, out_dir, work_dir):
     if proxy.errors:
         raise SystemExit(f"{client}: proxy errors: {proxy.errors}")
     frames = proxy.frames
+    # Then the SASL session, against a broker that requires it; its frames
+    # come after the others, so it adds only what they did not send.
+    auth_file = os.path.join(work_dir, f"{client}-auth.toml")
+    write(auth_file, (f'[[user]]\nname = "{SASL_USER}"\npassword = "{SASL_PASSWORD}"\n'
+                      'role = "admin"\n').encode())
+    kelp = Kelp(args.kelp, os.path.join(work_dir, f"{client}-kelp-sasl.log"), ["--auth", auth_file])
+    proxy = RecordingProxy(kelp.kafka_port)
+    proxy._next_seq = len(frames)
+    try:
+        with open(os.path.join(work_dir, f"{client}-sasl-session.log"), "wb") as log:
+            name, argv = sasl_session(client, f"{HOST}:{proxy.port}", args.python, args.node)
+            proxy.session = name
+            seconds = run_session(name, argv, log, {"KELP_USER": SASL_USER, "KELP_PASSWORD": SASL_PASSWORD})
+            proxy.wait_idle(30)
+            ran.append((name, seconds))
+    finally:
+        proxy.stop()
+        kelp.stop()
+    if proxy.errors:
+        raise SystemExit(f"{client}: proxy errors in the SASL session: {proxy.errors}")
+    frames = frames + proxy.frames
     if args.all_frames:
         write_all(frames, os.path.join(args.all_frames, client))
     chosen = select(frames)

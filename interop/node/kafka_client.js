@@ -167,7 +167,7 @@ function parseArgs (argv) {
     if (name === 'until_stdin_closes') { args.until_stdin_closes = true; continue }
     const v = argv[++i]
     if (v === undefined) throw new Error(`--${name}: missing value`)
-    args[name] = ['bootstrap', 'topic', 'codec', 'group', 'client_id', 'seen_file', 'client'].includes(name) ? v : Number(v)
+    args[name] = ['bootstrap', 'topic', 'codec', 'group', 'client_id', 'seen_file', 'client', 'sasl_mechanism'].includes(name) ? v : Number(v)
     if (typeof args[name] === 'number' && Number.isNaN(args[name])) throw new Error(`--${name}: not a number: ${v}`)
   }
   for (const need of ['bootstrap', 'topic', 'timeout_s']) {
@@ -187,10 +187,22 @@ function stdinClosed (watch) {
   return state
 }
 
+// `--sasl-mechanism PLAIN|SCRAM-SHA-256|SCRAM-SHA-512`: authenticate as
+// KELP_USER with KELP_PASSWORD.
+function saslFor (args) {
+  if (!args.sasl_mechanism) return undefined
+  return {
+    mechanism: args.sasl_mechanism.toLowerCase(),
+    username: process.env.KELP_USER || '',
+    password: process.env.KELP_PASSWORD || ''
+  }
+}
+
 function kafkaFor (args) {
   return new Kafka({
     clientId: args.client_id,
     brokers: [args.bootstrap],
+    sasl: saslFor(args),
     logLevel: logLevel.ERROR,
     // stdout carries this program's JSON only.
     logCreator: () => ({ namespace, level, log }) => {

@@ -155,6 +155,33 @@ class StdinClosed:
         return self.event.is_set()
 
 
+# ------------------------------------------------------------ security
+
+
+def confluent_security(args):
+    """librdkafka's settings for `--sasl-mechanism` (none: plaintext)."""
+    if not args.sasl_mechanism:
+        return {}
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": args.sasl_mechanism,
+        "sasl.username": args.user,
+        "sasl.password": args.password,
+    }
+
+
+def kp_security(args):
+    """kafka-python's settings for `--sasl-mechanism` (none: plaintext)."""
+    if not args.sasl_mechanism:
+        return {}
+    return {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": args.sasl_mechanism,
+        "sasl_plain_username": args.user,
+        "sasl_plain_password": args.password,
+    }
+
+
 # ------------------------------------------------------------ confluent
 
 
@@ -162,7 +189,7 @@ def confluent_create_topic(args):
     from confluent_kafka.admin import AdminClient, NewTopic
     from confluent_kafka import KafkaError
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    admin = AdminClient({"bootstrap.servers": args.bootstrap, **confluent_security(args)})
     futures = admin.create_topics(
         [NewTopic(args.topic, num_partitions=args.partitions, replication_factor=1)],
         request_timeout=30,
@@ -204,6 +231,7 @@ def confluent_produce(args, deadline, stop):
     producer = Producer(
         {
             "bootstrap.servers": args.bootstrap,
+            **confluent_security(args),
             "client.id": args.client_id,
             "compression.type": args.codec,
             **producer_acks(args.acks),
@@ -247,6 +275,7 @@ def confluent_consumer(args):
     return Consumer(
         {
             "bootstrap.servers": args.bootstrap,
+            **confluent_security(args),
             "client.id": args.client_id,
             "group.id": args.group,
             "auto.offset.reset": "earliest",
@@ -346,7 +375,9 @@ def kp_create_topic(args):
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap, client_id=args.client_id)
+    admin = KafkaAdminClient(
+        bootstrap_servers=args.bootstrap, client_id=args.client_id, **kp_security(args)
+    )
     try:
         admin.create_topics(
             [NewTopic(args.topic, num_partitions=args.partitions, replication_factor=1)],
@@ -357,7 +388,7 @@ def kp_create_topic(args):
     admin.close()
     from kafka import KafkaConsumer
 
-    probe = KafkaConsumer(bootstrap_servers=args.bootstrap)
+    probe = KafkaConsumer(bootstrap_servers=args.bootstrap, **kp_security(args))
     parts = probe.partitions_for_topic(args.topic) or set()
     probe.close()
     return len(parts)
@@ -368,6 +399,7 @@ def kp_produce(args, deadline, stop):
 
     producer = KafkaProducer(
         bootstrap_servers=args.bootstrap,
+        **kp_security(args),
         client_id=args.client_id,
         compression_type=None if args.codec == "none" else args.codec,
         acks="all" if args.acks == "all" else 1,
@@ -407,6 +439,7 @@ def kp_consumer(args, **extra):
 
     return KafkaConsumer(
         bootstrap_servers=args.bootstrap,
+        **kp_security(args),
         client_id=args.client_id,
         group_id=args.group,
         auto_offset_reset="earliest",
@@ -613,7 +646,11 @@ def main():
     p.add_argument("--seen-file", help="append each sequence number read (u64 LE)")
     p.add_argument("--until-stdin-closes", action="store_true")
     p.add_argument("--timeout-s", type=float, required=True)
+    p.add_argument("--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+                   help="authenticate with SASL (user and password from KELP_USER, KELP_PASSWORD)")
     args = p.parse_args()
+    args.user = os.environ.get("KELP_USER", "")
+    args.password = os.environ.get("KELP_PASSWORD", "")
     if not SEQ_BYTES <= args.value_bytes <= VALUE_BYTES_MAX:
         p.error(f"--value-bytes must be {SEQ_BYTES} to {VALUE_BYTES_MAX}")
     deadline = time.monotonic() + args.timeout_s

@@ -90,3 +90,15 @@ pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub const ELECTION_NOT_NEEDED: i16 = 84;
 /// A reassignment was cancelled where none is under way.
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+/// The principal may not do this to the topic.
+pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+/// The principal may not use the group.
+pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+/// The principal may not do this to the cluster.
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+/// The server does not enable the SASL mechanism the client asked for.
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+/// A SASL request out of its place in the exchange.
+pub const ILLEGAL_SASL_STATE: i16 = 34;
+/// SASL authentication failed (wrong user name or password).
+pub const SASL_AUTHENTICATION_FAILED: i16 = 58;

@@ -26,6 +26,8 @@ const PARTITIONS: i32 = 3;
 const GROUP: &str = "golden-group";
 const RECORD_HEADER: &str = "kelp-key";
 const KEYS: u64 = 3;
+/// The user of the SASL sessions.
+const SASL_USER: &str = "golden-user";
 /// The interop programs' record value size.
 const VALUE_BYTES: usize = 64;
 
@@ -39,6 +41,8 @@ struct Client {
     /// Its consumer's rebalance timeout (confluent-kafka and kafka-python:
     /// `max.poll.interval.ms`).
     rebalance_timeout_ms: i32,
+    /// The SASL mechanism of its SASL session.
+    sasl_mechanism: &'static str,
 }
 
 const CLIENTS: [Client; 3] = [
@@ -46,16 +50,19 @@ const CLIENTS: [Client; 3] = [
         dir: "confluent",
         codec: Compression::Zstd,
         rebalance_timeout_ms: 60_000,
+        sasl_mechanism: "SCRAM-SHA-256",
     },
     Client {
         dir: "kafka-python",
         codec: Compression::Lz4,
         rebalance_timeout_ms: 60_000,
+        sasl_mechanism: "SCRAM-SHA-512",
     },
     Client {
         dir: "kafkajs",
         codec: Compression::Gzip,
         rebalance_timeout_ms: 30_000,
+        sasl_mechanism: "PLAIN",
     },
 ];
 
@@ -84,6 +91,8 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("confluent", ApiKey::DescribeConfigs, 1),
     ("confluent", ApiKey::DeleteGroups, 2),
     ("confluent", ApiKey::ElectLeaders, 2),
+    ("confluent", ApiKey::SaslHandshake, 1),
+    ("confluent", ApiKey::SaslAuthenticate, 1),
     ("kafka-python", ApiKey::Produce, 9),
     ("kafka-python", ApiKey::Fetch, 12),
     ("kafka-python", ApiKey::ListOffsets, 7),
@@ -108,6 +117,8 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("kafka-python", ApiKey::ElectLeaders, 2),
     ("kafka-python", ApiKey::AlterPartitionReassignments, 0),
     ("kafka-python", ApiKey::ListPartitionReassignments, 0),
+    ("kafka-python", ApiKey::SaslHandshake, 1),
+    ("kafka-python", ApiKey::SaslAuthenticate, 2),
     ("kafkajs", ApiKey::Produce, 7),
     ("kafkajs", ApiKey::Fetch, 11),
     ("kafkajs", ApiKey::ListOffsets, 3),
@@ -127,6 +138,8 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("kafkajs", ApiKey::InitProducerId, 1),
     ("kafkajs", ApiKey::DescribeConfigs, 2),
     ("kafkajs", ApiKey::DeleteGroups, 1),
+    ("kafkajs", ApiKey::SaslHandshake, 1),
+    ("kafkajs", ApiKey::SaslAuthenticate, 1),
 ];
 
 /// One captured exchange: the request frame and the response frame (each
@@ -406,6 +419,20 @@ fn check_request(e: &Exchange, body: &RequestBody<'_>) {
         RequestBody::DeleteGroups(r) => {
             assert_eq!(r.groups_names, [GROUP], "{name}");
         }
+        RequestBody::SaslHandshake(r) => {
+            assert_eq!(r.mechanism, e.client.sasl_mechanism, "{name}");
+        }
+        RequestBody::SaslAuthenticate(r) => {
+            // The first message: PLAIN's whole credential (RFC 4616), or
+            // SCRAM's client-first (RFC 5802: no channel binding).
+            let text = String::from_utf8(r.auth_bytes.clone()).expect("UTF-8");
+            if e.client.sasl_mechanism == "PLAIN" {
+                assert_eq!(text, format!("\0{SASL_USER}\0golden-password"), "{name}");
+            } else {
+                let head = format!("n,,n={SASL_USER},r=");
+                assert!(text.starts_with(&head), "{name}: {text}");
+            }
+        }
         RequestBody::OffsetDelete(r) => {
             assert_eq!(r.group_id, GROUP, "{name}");
             assert_eq!(r.topics[0].name, TOPIC, "{name}");
@@ -504,6 +531,24 @@ fn gateway_responses_say_what_the_sessions_saw() {
 
 fn check_response(name: &str, body: &ResponseBody<'_>) {
     match body {
+        ResponseBody::SaslHandshake(r) => {
+            assert_eq!(r.error_code, 0, "{name}");
+            assert_eq!(
+                r.mechanisms,
+                ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+                "{name}"
+            );
+        }
+        ResponseBody::SaslAuthenticate(r) => {
+            assert_eq!((r.error_code, &r.error_message), (0, &None), "{name}");
+            // PLAIN is done in one step; SCRAM's server-first carries the
+            // nonce, salt and iterations.
+            let text = String::from_utf8(r.auth_bytes.clone()).expect("UTF-8");
+            assert!(
+                text.is_empty() || (text.starts_with("r=") && text.contains(",s=")),
+                "{name}: {text}"
+            );
+        }
         ResponseBody::Produce(r) => {
             assert_eq!(r.topics[0].name, TOPIC, "{name}");
             assert!(

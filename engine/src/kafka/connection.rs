@@ -16,14 +16,18 @@
 //! nothing else is affected.
 
 use super::gateway_error::{AnswerError, ConnectionEnd};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BufMut;
+use kafka::api::alter_partition_reassignments::AlterPartitionReassignmentsResponse;
 use kafka::api::api_versions::{ApiVersion, ApiVersionsResponse};
+use kafka::api::elect_leaders::ElectLeadersResponse;
+use kafka::api::list_partition_reassignments::ListPartitionReassignmentsResponse;
+use kafka::api::produce::ProduceRequest;
 use kafka::request::FRAME_PREFIX_BYTES;
 use kafka::{ApiKey, DecodeError, Request, RequestBody, ResponseBody, SUPPORTED_APIS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,6 +37,8 @@ use tokio::task::JoinHandle;
 
 use crate::connection::PeerTimeouts;
 
+use super::sasl::Sasl;
+use super::topic_access::Access;
 use super::{
     admin, fetch, groups, metadata, offsets, placement, produce, Gateway, REQUEST_FRAME_BYTES_MAX,
 };
@@ -40,6 +46,10 @@ use super::{
 /// Requests of one connection in flight at once (librdkafka's most for an
 /// idempotent producer).
 pub(crate) const PIPELINE_MAX: usize = 5;
+
+/// How long a failed authentication's answer is held back (Kafka's
+/// `connection.failed.authentication.delay.ms` default).
+const FAILED_AUTHENTICATION_DELAY: Duration = Duration::from_millis(100);
 
 /// Room for a Fetch answer's fields around its records (headers, names,
 /// per partition fields), reserved with the records' bytes.
@@ -111,12 +121,32 @@ impl InFlight {
     }
 }
 
+/// What one connection's requests share: who it is, and until when a
+/// quota mutes it.
+struct Peer {
+    address: SocketAddr,
+    sasl: RefCell<Sasl>,
+    /// Produce v6+ (KIP-219): a throttled request is answered at once
+    /// with its throttle time, and no more of the connection is read until
+    /// then.
+    muted_until: Cell<Option<Instant>>,
+}
+
 /// A running request: its answer's bytes (empty for a produce with acks
 /// 0), or why the connection must close.
 type Answer = JoinHandle<Result<Vec<u8>, AnswerError>>;
 
-pub(crate) async fn serve(gateway: Rc<Gateway>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+pub(crate) async fn serve(
+    gateway: Rc<Gateway>,
+    stream: tokio::net::TcpStream,
+    address: SocketAddr,
+) {
     let (read, write) = stream.into_split();
+    let peer = Rc::new(Peer {
+        address,
+        sasl: RefCell::new(Sasl::new(gateway.auth.as_deref())),
+        muted_until: Cell::new(None),
+    });
     let in_flight = Rc::new(InFlight::default());
     let (answers_tx, answers_rx) = tokio::sync::mpsc::channel::<Answer>(PIPELINE_MAX);
     let mut writer = tokio::task::spawn_local(write_answers(
@@ -124,10 +154,10 @@ pub(crate) async fn serve(gateway: Rc<Gateway>, stream: tokio::net::TcpStream, p
         write,
         answers_rx,
         in_flight.clone(),
-        peer,
+        address,
     ));
     tokio::select! {
-        () = read_requests(&gateway, read, answers_tx, &in_flight, peer) => {
+        () = read_requests(&gateway, read, answers_tx, &in_flight, &peer) => {
             // Every request read is answered before the connection closes.
             let _ = (&mut writer).await;
         }
@@ -140,17 +170,28 @@ async fn read_requests(
     mut stream: OwnedReadHalf,
     answers: tokio::sync::mpsc::Sender<Answer>,
     in_flight: &InFlight,
-    peer: SocketAddr,
+    peer: &Rc<Peer>,
 ) {
     let mut prefix = [0u8; FRAME_PREFIX_BYTES];
     let timeouts = gateway.timeouts;
     let mut last_frame_at = Instant::now();
     loop {
+        if let Some(until) = peer.muted_until.take() {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(until)).await;
+            last_frame_at = Instant::now();
+        }
+        if matches!(peer.sasl.borrow().session, auth::Session::Failed) {
+            log::debug!(
+                "Kafka {}: closing connection: its authentication failed",
+                peer.address
+            );
+            return;
+        }
         let started_at =
             match read_prefix(&mut stream, &mut prefix, timeouts, last_frame_at, in_flight).await {
                 Ok(started_at) => started_at,
                 Err(why) => {
-                    log::debug!("Kafka {peer}: closing connection: {why}");
+                    log::debug!("Kafka {}: closing connection: {why}", peer.address);
                     return;
                 }
             };
@@ -158,7 +199,7 @@ async fn read_requests(
             Ok(Some(n)) => n,
             Ok(None) => return,
             Err(e) => {
-                log::warn!("Kafka {peer}: closing connection: {e}");
+                log::warn!("Kafka {}: closing connection: {e}", peer.address);
                 return;
             }
         };
@@ -186,18 +227,22 @@ async fn read_requests(
             .await;
             match read {
                 Ok(Ok(0)) => {
-                    log::debug!("Kafka {peer}: read request: the connection closed");
+                    log::debug!(
+                        "Kafka {}: read request: the connection closed",
+                        peer.address
+                    );
                     return;
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
-                    log::debug!("Kafka {peer}: read request: {e}");
+                    log::debug!("Kafka {}: read request: {e}", peer.address);
                     return;
                 }
                 Err(_) => {
                     log::info!(
-                        "Kafka {peer}: closing connection: a {size}-byte request not received \
+                        "Kafka {}: closing connection: a {size}-byte request not received \
                          within {} ms",
+                        peer.address,
                         timeouts.frame.as_millis()
                     );
                     return;
@@ -206,7 +251,7 @@ async fn read_requests(
         }
         last_frame_at = Instant::now();
         in_flight.enter(Claim::of(&frame)).await;
-        let answer = tokio::task::spawn_local(answer(gateway.clone(), frame, room, peer));
+        let answer = tokio::task::spawn_local(answer(gateway.clone(), frame, room, peer.clone()));
         if answers.send(answer).await.is_err() {
             return;
         }
@@ -287,20 +332,21 @@ async fn answer(
     gateway: Rc<Gateway>,
     frame: Vec<u8>,
     _room: OwnedSemaphorePermit,
-    peer: SocketAddr,
+    peer: Rc<Peer>,
 ) -> Result<Vec<u8>, AnswerError> {
     let mut out = gateway.frames.take_owned(Vec::new);
     let handled = match Request::decode_lenient(&frame) {
         Ok((request, trailing)) => {
             if trailing > 0 {
                 log::debug!(
-                    "{peer}: {:?} v{} request: {trailing} bytes past its end, ignored (as Kafka \
+                    "{}: {:?} v{} request: {trailing} bytes past its end, ignored (as Kafka \
                      does)",
+                    peer.address,
                     request.body.api_key(),
                     request.header.api_version
                 );
             }
-            handle(&gateway, request, &mut out, peer).await
+            handle(&gateway, request, &mut out, &peer).await
         }
         Err(DecodeError::UnsupportedVersion {
             api_key: ApiKey::ApiVersions,
@@ -317,6 +363,52 @@ async fn answer(
     gateway.frames.give_back(frame);
     handled.map(|()| out)
 }
+
+/// Charge a produce request's record bytes to its user's byte-rate quota
+/// (`produce_bytes_per_s`): the throttle time to answer with. Produce v6+
+/// is answered at once and the connection muted for that long (KIP-219:
+/// the client waits too); an older version's answer is held back as long.
+async fn hold_to_quota(
+    gateway: &Gateway,
+    access: &Access,
+    request: &ProduceRequest<'_>,
+    version: i16,
+    peer: &Peer,
+) -> Duration {
+    let Access::Principal(principal) = access else {
+        return Duration::ZERO;
+    };
+    let Some(rate) = principal.produce_bytes_per_s else {
+        return Duration::ZERO;
+    };
+    let bytes: usize = request
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.records.map_or(0, <[u8]>::len))
+        .sum();
+    let now = Instant::now();
+    let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+    let wait = gateway.quotas.charge(&principal.name, rate, bytes, now);
+    if wait.is_zero() {
+        return wait;
+    }
+    gateway.connections.throttled.add(1);
+    gateway
+        .connections
+        .throttled_ms
+        .add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+    if version >= PRODUCE_CLIENT_THROTTLES_VERSION {
+        peer.muted_until.set(Some(now + wait));
+    } else {
+        tokio::time::sleep(wait).await;
+    }
+    wait
+}
+
+/// The first Produce version whose clients wait out the throttle time
+/// themselves (KIP-219).
+const PRODUCE_CLIENT_THROTTLES_VERSION: i16 = 6;
 
 /// The ApiVersions answer: every API and version range the gateway speaks.
 pub(crate) fn api_versions(error_code: i16) -> ApiVersionsResponse {
@@ -339,32 +431,63 @@ async fn handle(
     gateway: &Rc<Gateway>,
     request: Request<'_>,
     out: &mut Vec<u8>,
-    peer: SocketAddr,
+    peer: &Peer,
 ) -> Result<(), AnswerError> {
     let version = request.header.api_version;
     let correlation_id = request.header.correlation_id;
+    if let Err(denied) = peer.sasl.borrow().admits(request.body.api_key()) {
+        gateway.connections.denied(denied.reason()).add(1);
+        return Err(AnswerError::Unauthenticated {
+            api_key: request.body.api_key(),
+            denied,
+        });
+    }
+    let access = Access::of(&peer.sasl.borrow().session);
     let body = match request.body {
         RequestBody::ApiVersions(_) => {
             ResponseBody::ApiVersions(api_versions(kafka::error_code::NONE))
         }
-        RequestBody::Metadata(r) => {
-            ResponseBody::Metadata(metadata::metadata(gateway, r, version).await)
+        RequestBody::SaslHandshake(r) => {
+            ResponseBody::SaslHandshake(peer.sasl.borrow_mut().handshake(gateway, &r))
         }
-        RequestBody::Produce(r) => {
+        RequestBody::SaslAuthenticate(r) => {
+            let response = peer.sasl.borrow_mut().authenticate(gateway, &r);
+            if response.error_code != kafka::error_code::NONE {
+                // As Kafka's connection.failed.authentication.delay.ms: a
+                // client guessing passwords gets its answers slowly.
+                tokio::time::sleep(FAILED_AUTHENTICATION_DELAY).await;
+            }
+            ResponseBody::SaslAuthenticate(response)
+        }
+        RequestBody::Metadata(mut r) => {
+            let denied = access.metadata(gateway, &mut r);
+            let mut response = metadata::metadata(gateway, r, version).await;
+            access.metadata_answer(&mut response);
+            response.topics.extend(denied);
+            ResponseBody::Metadata(response)
+        }
+        RequestBody::Produce(mut r) => {
             let acks = r.acks;
-            let response = produce::produce(gateway, r).await;
+            let denied = access.produce(gateway, &mut r);
+            let throttle = hold_to_quota(gateway, &access, &r, version, peer).await;
+            let mut response = produce::produce(gateway, r).await;
             if acks == 0 {
                 return Ok(());
             }
+            response.topics.extend(denied);
+            response.throttle_time_ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
             ResponseBody::Produce(response)
         }
-        RequestBody::Fetch(r) => {
+        RequestBody::Fetch(mut r) => {
+            let denied = access.fetch(gateway, &mut r);
             // The records borrow the converted batches, which live here.
             let fetched = fetch::fetch(gateway, &r).await;
             // Room for the records and the fields around them, so the
             // answer is not grown (copied) on the way.
             out.reserve(fetched.bytes() + FETCH_ANSWER_OVERHEAD_BYTES);
-            let body = ResponseBody::Fetch(fetched.response());
+            let mut response = fetched.response();
+            response.topics.extend(denied);
+            let body = ResponseBody::Fetch(response);
             return Ok(kafka::encode_response_frame(
                 out,
                 correlation_id,
@@ -372,17 +495,29 @@ async fn handle(
                 &body,
             )?);
         }
-        RequestBody::ListOffsets(r) => {
-            ResponseBody::ListOffsets(offsets::list_offsets(gateway, r).await)
+        RequestBody::ListOffsets(mut r) => {
+            let denied = access.list_offsets(gateway, &mut r);
+            let mut response = offsets::list_offsets(gateway, r).await;
+            response.topics.extend(denied);
+            ResponseBody::ListOffsets(response)
         }
-        RequestBody::CreateTopics(r) => {
-            ResponseBody::CreateTopics(admin::create_topics(gateway, r).await)
+        RequestBody::CreateTopics(mut r) => {
+            let denied = access.create_topics(gateway, &mut r);
+            let mut response = admin::create_topics(gateway, r).await;
+            response.topics.extend(denied);
+            ResponseBody::CreateTopics(response)
         }
-        RequestBody::DeleteTopics(r) => {
-            ResponseBody::DeleteTopics(admin::delete_topics(gateway, r).await)
+        RequestBody::DeleteTopics(mut r) => {
+            let denied = access.delete_topics(gateway, &mut r);
+            let mut response = admin::delete_topics(gateway, r).await;
+            response.responses.extend(denied);
+            ResponseBody::DeleteTopics(response)
         }
-        RequestBody::DescribeConfigs(r) => {
-            ResponseBody::DescribeConfigs(admin::describe_configs(gateway, r).await)
+        RequestBody::DescribeConfigs(mut r) => {
+            let denied = access.describe_configs(gateway, &mut r);
+            let mut response = admin::describe_configs(gateway, r).await;
+            response.results.extend(denied);
+            ResponseBody::DescribeConfigs(response)
         }
         RequestBody::InitProducerId(r) => {
             ResponseBody::InitProducerId(admin::init_producer_id(gateway, r).await)
@@ -390,17 +525,23 @@ async fn handle(
         RequestBody::FindCoordinator(r) => {
             ResponseBody::FindCoordinator(groups::find_coordinator(gateway, r, version))
         }
-        RequestBody::JoinGroup(r) => {
-            ResponseBody::JoinGroup(groups::join(gateway, r, &request.header, version, peer).await)
-        }
+        RequestBody::JoinGroup(r) => ResponseBody::JoinGroup(
+            groups::join(gateway, r, &request.header, version, peer.address).await,
+        ),
         RequestBody::SyncGroup(r) => ResponseBody::SyncGroup(groups::sync(gateway, r).await),
         RequestBody::Heartbeat(r) => ResponseBody::Heartbeat(groups::heartbeat(gateway, r)),
         RequestBody::LeaveGroup(r) => ResponseBody::LeaveGroup(groups::leave(gateway, r, version)),
-        RequestBody::OffsetCommit(r) => {
-            ResponseBody::OffsetCommit(groups::commit_offsets(gateway, r).await)
+        RequestBody::OffsetCommit(mut r) => {
+            let denied = access.offset_commit(gateway, &mut r);
+            let mut response = groups::commit_offsets(gateway, r).await;
+            response.topics.extend(denied);
+            ResponseBody::OffsetCommit(response)
         }
         RequestBody::OffsetFetch(r) => {
-            ResponseBody::OffsetFetch(groups::fetch_offsets(gateway, r, version))
+            let asked = r.clone();
+            let mut response = groups::fetch_offsets(gateway, r, version);
+            access.offset_fetch(gateway, &asked, &mut response);
+            ResponseBody::OffsetFetch(response)
         }
         RequestBody::DescribeGroups(r) => {
             ResponseBody::DescribeGroups(groups::describe(gateway, r))
@@ -409,20 +550,49 @@ async fn handle(
         RequestBody::DeleteGroups(r) => {
             ResponseBody::DeleteGroups(groups::delete(gateway, r).await)
         }
-        RequestBody::OffsetDelete(r) => {
-            ResponseBody::OffsetDelete(groups::delete_offsets(gateway, r).await)
+        RequestBody::OffsetDelete(mut r) => {
+            let denied = access.offset_delete(gateway, &mut r);
+            let mut response = groups::delete_offsets(gateway, r).await;
+            response.topics.extend(denied);
+            ResponseBody::OffsetDelete(response)
         }
         RequestBody::DescribeCluster(r) => {
             ResponseBody::DescribeCluster(metadata::describe_cluster(gateway, r))
         }
         RequestBody::ElectLeaders(r) => {
-            ResponseBody::ElectLeaders(placement::elect_leaders(gateway, r).await)
+            let names = r
+                .topic_partitions
+                .as_ref()
+                .map(|t| t.iter().map(|t| t.topic.as_str()));
+            ResponseBody::ElectLeaders(match access.placement(gateway, names) {
+                Ok(()) => placement::elect_leaders(gateway, r).await,
+                Err(error_code) => ElectLeadersResponse {
+                    error_code,
+                    ..ElectLeadersResponse::default()
+                },
+            })
         }
-        RequestBody::AlterPartitionReassignments(r) => ResponseBody::AlterPartitionReassignments(
-            placement::alter_reassignments(gateway, r).await,
-        ),
+        RequestBody::AlterPartitionReassignments(r) => {
+            let names = Some(r.topics.iter().map(|t| t.name.as_str()));
+            ResponseBody::AlterPartitionReassignments(match access.placement(gateway, names) {
+                Ok(()) => placement::alter_reassignments(gateway, r).await,
+                Err(error_code) => AlterPartitionReassignmentsResponse {
+                    error_code,
+                    error_message: Some("not allowed to move these topics".to_owned()),
+                    ..AlterPartitionReassignmentsResponse::default()
+                },
+            })
+        }
         RequestBody::ListPartitionReassignments(r) => {
-            ResponseBody::ListPartitionReassignments(placement::list_reassignments(r))
+            let names = r.topics.as_ref().map(|t| t.iter().map(|t| t.name.as_str()));
+            ResponseBody::ListPartitionReassignments(match access.placement(gateway, names) {
+                Ok(()) => placement::list_reassignments(r),
+                Err(error_code) => ListPartitionReassignmentsResponse {
+                    error_code,
+                    error_message: Some("not allowed to see these topics' moves".to_owned()),
+                    ..ListPartitionReassignmentsResponse::default()
+                },
+            })
         }
     };
     Ok(kafka::encode_response_frame(

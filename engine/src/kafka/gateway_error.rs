@@ -27,6 +27,13 @@ pub(crate) enum AnswerError {
     /// The answer could not be encoded at the request's version.
     #[error("encoding the answer: {0}")]
     Encode(#[from] kafka::EncodeError),
+    /// A request other than ApiVersions or SASL before the connection
+    /// authenticated, or after its authentication failed.
+    #[error("a {api_key:?} request refused: {denied}")]
+    Unauthenticated {
+        api_key: kafka::ApiKey,
+        denied: auth::Denied,
+    },
 }
 
 /// Why the gateway could not store an object in the filer.

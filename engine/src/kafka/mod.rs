@@ -26,7 +26,9 @@ mod pool;
 mod produce;
 mod producer_ids;
 mod producer_state;
+mod sasl;
 mod shards;
+mod topic_access;
 pub(crate) mod topics;
 
 use std::net::SocketAddr;
@@ -125,6 +127,8 @@ pub(crate) struct GatewayParts {
     pub(crate) connections_per_ip_max: usize,
     /// Where the port's connection counts go (the metrics page).
     pub(crate) connections: Arc<crate::shard_metrics::Connections>,
+    /// Users, credentials and grants (`--auth`); `None` serves anyone.
+    pub(crate) auth: Option<Arc<auth::AuthFile>>,
 }
 
 /// The state every connection of the gateway thread shares (single
@@ -154,6 +158,10 @@ pub(crate) struct Gateway {
     pub(crate) frames: pool::Pool<Vec<u8>>,
     /// Produce's batch builders, reused.
     pub(crate) builders: pool::Pool<wire::batch::BatchBuilder>,
+    /// Users, credentials and grants (`--auth`); `None` serves anyone.
+    pub(crate) auth: Option<Arc<auth::AuthFile>>,
+    /// Produce byte-rate quotas, by user (this thread's own buckets).
+    pub(crate) quotas: crate::produce_quota::Quotas,
 }
 
 /// The running gateway thread.
@@ -234,6 +242,8 @@ impl KafkaGateway {
                         )),
                         frames: pool::Pool::default(),
                         builders: pool::Pool::default(),
+                        auth: parts.auth,
+                        quotas: crate::produce_quota::Quotas::default(),
                     });
                     let _ = ready_tx.send(Ok(()));
                     tokio::task::spawn_local(groups::tick_forever(gateway.clone()));

@@ -24,6 +24,8 @@ use kelp_kafka::api::offset_commit::*;
 use kelp_kafka::api::offset_delete::*;
 use kelp_kafka::api::offset_fetch::*;
 use kelp_kafka::api::produce::*;
+use kelp_kafka::api::sasl_authenticate::*;
+use kelp_kafka::api::sasl_handshake::*;
 use kelp_kafka::api::sync_group::*;
 use kelp_kafka::{RequestBody, ResponseBody, Uuid};
 
@@ -179,6 +181,9 @@ pub fn requests(records: &[u8]) -> Vec<RequestBody<'_>> {
         RequestBody::ListGroups(ListGroupsRequest {
             states_filter: vec![s("Stable")],
         }),
+        RequestBody::SaslHandshake(SaslHandshakeRequest {
+            mechanism: s("SCRAM-SHA-256"),
+        }),
         RequestBody::ApiVersions(ApiVersionsRequest {
             client_software_name: s("kelp"),
             client_software_version: s("1.0"),
@@ -221,6 +226,9 @@ pub fn requests(records: &[u8]) -> Vec<RequestBody<'_>> {
             }],
             include_synonyms: true,
             include_documentation: true,
+        }),
+        RequestBody::SaslAuthenticate(SaslAuthenticateRequest {
+            auth_bytes: b"n,,n=alice,r=nonce".to_vec(),
         }),
         RequestBody::DeleteGroups(DeleteGroupsRequest {
             groups_names: vec![s("g"), s("h")],
@@ -451,6 +459,10 @@ pub fn responses(records: &[u8]) -> Vec<ResponseBody<'_>> {
                 group_state: s("Stable"),
             }],
         }),
+        ResponseBody::SaslHandshake(SaslHandshakeResponse {
+            error_code: 0,
+            mechanisms: vec![s("PLAIN"), s("SCRAM-SHA-256")],
+        }),
         ResponseBody::ApiVersions(ApiVersionsResponse::supported(0)),
         ResponseBody::CreateTopics(CreateTopicsResponse {
             throttle_time_ms: 10,
@@ -509,6 +521,12 @@ pub fn responses(records: &[u8]) -> Vec<ResponseBody<'_>> {
                     documentation: Some(s("how long")),
                 }],
             }],
+        }),
+        ResponseBody::SaslAuthenticate(SaslAuthenticateResponse {
+            error_code: 58,
+            error_message: Some(s("wrong user name or password")),
+            auth_bytes: b"r=nonce,s=salt,i=4096".to_vec(),
+            session_lifetime_ms: 3_600_000,
         }),
         ResponseBody::DeleteGroups(DeleteGroupsResponse {
             throttle_time_ms: 10,
