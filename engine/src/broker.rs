@@ -189,6 +189,14 @@ impl Broker {
         };
         config.broker_id = Some(joined.id);
         let (chain, key) = crate::tls::load(&config.data_dir, config.tls_cert.as_ref())?;
+        let kafka_tls = if config.kafka_tls {
+            Some(crate::tls::kafka_server_config(
+                chain.clone(),
+                key.clone_key(),
+            )?)
+        } else {
+            None
+        };
         let shard_quic_config = Arc::new(crate::tls::server_config(chain, key)?);
 
         let (control_tx, control_rx) = flume::bounded(CONTROL_REQUESTS_QUEUED_MAX);
@@ -390,6 +398,7 @@ impl Broker {
                 connections_per_ip_max: config.connections_per_ip_max,
                 connections: kafka_connections,
                 auth: config.auth.clone(),
+                tls: kafka_tls,
             })?),
             None => None,
         };

@@ -119,6 +119,9 @@ pub struct BrokerConfig {
     /// FindCoordinator): `None` (the default) is the listen address, with
     /// 127.0.0.1 for an unspecified one (0.0.0.0 or ::).
     pub kafka_advertised: Option<AdvertisedAddress>,
+    /// Whether the Kafka port speaks TLS (Kafka's `SSL` listener, or
+    /// `SASL_SSL` with `auth`), with the broker's certificate.
+    pub kafka_tls: bool,
     /// The Kafka broker configs the gateway honours (and DescribeConfigs
     /// shows).
     pub kafka: KafkaSettings,
@@ -196,6 +199,7 @@ impl Default for BrokerConfig {
             http_listen: None,
             kafka_listen: None,
             kafka_advertised: None,
+            kafka_tls: false,
             kafka: KafkaSettings::default(),
             filer: None,
             s3: filer_s3::S3Settings::default(),
@@ -297,6 +301,9 @@ impl BrokerConfig {
         if self.kafka_advertised.is_some() && self.kafka_listen.is_none() {
             return Err(ConfigError::AdvertisedWithoutKafka);
         }
+        if self.kafka_tls && self.kafka_listen.is_none() {
+            return Err(ConfigError::KafkaTlsWithoutKafka);
+        }
         self.kafka.validate()?;
         let lane = 1..=crate::filer_lane::LANE_THREADS_MAX;
         if !lane.contains(&self.filer_uploads) || !lane.contains(&self.filer_reads) {
@@ -375,6 +382,9 @@ pub enum ConfigError {
     /// A Kafka advertised address without a Kafka listener.
     #[error("--kafka-advertise needs --kafka (the Kafka gateway is off)")]
     AdvertisedWithoutKafka,
+    /// TLS on a Kafka port there is not.
+    #[error("--kafka-tls needs --kafka (the Kafka gateway is off)")]
+    KafkaTlsWithoutKafka,
     /// A shard count outside `1..=max`.
     #[error("--shards must be 1..={max}, got {shards}")]
     ShardCount {

@@ -110,6 +110,23 @@ pub fn client_tls_trusting(
     Ok(tls)
 }
 
+/// The Kafka port's TLS (`--kafka-tls`): TLS 1.2 or 1.3 with ring, the
+/// broker's certificate, no client certificate, no ALPN (Kafka clients
+/// send none).
+pub(crate) fn kafka_server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>, EngineError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| EngineError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| EngineError::Tls(e.to_string()))?;
+    Ok(Arc::new(tls))
+}
+
 /// quinn-proto's server configuration for the broker's shards.
 pub(crate) fn server_config(
     chain: Vec<CertificateDer<'static>>,

@@ -8,8 +8,10 @@ client saw; the test asserts on it. Every wait is bounded by --timeout-s.
             errors by name (and, with --stats, librdkafka's largest
             throttle time seen)
   metadata  ask for --topic's metadata; the error, or the partitions
-  raw       without SASL: ApiVersions, then Metadata v1, on one socket;
-            what came back for each (kafka-python's codec, plain socket)
+  raw       without SASL or TLS: ApiVersions, then Metadata v1, on one
+            socket; what came back for each
+
+With --tls-ca the clients speak TLS (SSL, or SASL_SSL with SASL).
 
 User and password come from KELP_USER and KELP_PASSWORD.
 """
@@ -19,6 +21,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -28,11 +31,30 @@ def out(obj):
     print(json.dumps(obj, sort_keys=True), flush=True)
 
 
+def security_protocol(args):
+    return ("SASL_" if args.sasl_mechanism else "") + ("SSL" if args.tls_ca else "PLAINTEXT")
+
+
+def pem_ca(path):
+    """The CA file as PEM (a broker's own certificate is DER): the path of
+    a PEM copy beside it, or the file itself when it is PEM."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.startswith(b"-----BEGIN"):
+        return path
+    pem = path + ".pem"
+    with open(pem, "w") as f:
+        f.write(ssl.DER_cert_to_PEM_cert(data))
+    return pem
+
+
 def confluent_config(args):
-    config = {"bootstrap.servers": args.bootstrap, "client.id": "kelp-auth-check"}
+    config = {"bootstrap.servers": args.bootstrap, "client.id": "kelp-auth-check",
+              "security.protocol": security_protocol(args)}
+    if args.tls_ca:
+        config["ssl.ca.location"] = pem_ca(args.tls_ca)
     if args.sasl_mechanism:
         config.update({
-            "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": args.sasl_mechanism,
             "sasl.username": os.environ.get("KELP_USER", ""),
             "sasl.password": os.environ.get("KELP_PASSWORD", ""),
@@ -41,10 +63,12 @@ def confluent_config(args):
 
 
 def kp_config(args):
-    config = {"bootstrap_servers": args.bootstrap, "client_id": "kelp-auth-check"}
+    config = {"bootstrap_servers": args.bootstrap, "client_id": "kelp-auth-check",
+              "security_protocol": security_protocol(args)}
+    if args.tls_ca:
+        config["ssl_cafile"] = pem_ca(args.tls_ca)
     if args.sasl_mechanism:
         config.update({
-            "security_protocol": "SASL_PLAINTEXT",
             "sasl_mechanism": args.sasl_mechanism,
             "sasl_plain_username": os.environ.get("KELP_USER", ""),
             "sasl_plain_password": os.environ.get("KELP_PASSWORD", ""),
@@ -209,8 +233,15 @@ def raw(args):
     result = {}
     # ApiVersions v0: an empty body.
     sock.sendall(frame(18, 0, 1, b""))
-    answer = read_frame(sock)
+    try:
+        answer = read_frame(sock)
+    except (ConnectionResetError, socket.timeout):
+        answer = None
     result["api_versions_error"] = None if answer is None else struct.unpack_from(">h", answer, 4)[0]
+    if answer is None:
+        result["metadata"] = "not sent"
+        out(result)
+        return
     # Metadata v1 for topic "orders": an array of one string.
     sock.sendall(frame(3, 1, 2, struct.pack(">ih", 1, 6) + b"orders"))
     try:
@@ -231,6 +262,7 @@ def main():
     p.add_argument("--value-bytes", type=int, default=100)
     p.add_argument("--stats", action="store_true", help="report librdkafka's throttle times")
     p.add_argument("--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    p.add_argument("--tls-ca", help="speak TLS, trusting this CA (DER or PEM)")
     p.add_argument("--timeout-s", type=float, required=True)
     args = p.parse_args()
     if args.command == "raw":

@@ -319,6 +319,11 @@ pub struct ServeArgs {
     /// address, 127.0.0.1 for 0.0.0.0.
     #[arg(long, value_name = "HOST:PORT", requires = "kafka")]
     pub kafka_advertise: Option<engine::AdvertisedAddress>,
+    /// Serve the Kafka port over TLS (Kafka's SSL listener; SASL_SSL with
+    /// --auth), with the broker's certificate: --tls-cert and --tls-key,
+    /// else its own self-signed one (DATA_DIR/tls/cert.der).
+    #[arg(long, requires = "kafka")]
+    pub kafka_tls: bool,
     /// Kafka's num.partitions: partitions of a topic a Kafka client
     /// creates without a count, or that Metadata creates on first use.
     #[arg(long, default_value_t = 1, value_name = "N")]

@@ -6,7 +6,10 @@
 //! SCRAM-SHA-256, SCRAM-SHA-512); a wrong password, no SASL at all, and a
 //! principal without the permission each get the clear error and nothing
 //! else; a user over their byte-rate quota is told to wait
-//! (`throttle_time_ms`). The metrics page counts what was refused.
+//! (`throttle_time_ms`). The metrics page counts what was refused. With
+//! `--kafka-tls` the port is Kafka's SSL (or SASL_SSL) listener: clients
+//! that trust the broker's certificate are served, a client with another
+//! CA and one that does not speak TLS get nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -51,18 +54,26 @@ struct Gateway {
 
 impl Gateway {
     fn start(dir: &Path) -> Gateway {
+        Gateway::start_with(dir, &[])
+    }
+
+    /// A broker with the auth file above and the Kafka port, and `extra`.
+    fn start_with(dir: &Path, extra: &[&str]) -> Gateway {
         let kafka = port();
         let http = port();
+        let listen = [
+            "--unpinned".to_owned(),
+            "--kafka".to_owned(),
+            format!("127.0.0.1:{kafka}"),
+            "--http".to_owned(),
+            format!("127.0.0.1:{http}"),
+        ];
+        let mut args: Vec<&str> = listen.iter().map(String::as_str).collect();
+        args.extend_from_slice(extra);
         let broker = Broker::start_with_auth(
             &dir.join("data"),
             port(),
-            &[
-                "--unpinned",
-                "--kafka",
-                &format!("127.0.0.1:{kafka}"),
-                "--http",
-                &format!("127.0.0.1:{http}"),
-            ],
+            &args,
             &auth_file(dir),
             ("alice", "s3cret"),
         );
@@ -412,4 +423,95 @@ fn args_for(gateway: &Gateway, client: &str, topic: &str, count: u64) -> Vec<Str
         "10".into(),
     ]);
     args
+}
+
+#[test]
+fn a_kafka_tls_port_serves_clients_that_trust_its_certificate_and_no_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = Gateway::start_with(dir.path(), &["--kafka-tls"]);
+    let own = dir.path().join("data/tls/cert.der");
+    let own = own.to_str().unwrap();
+    // Another broker's self-signed certificate: no CA of this one's.
+    let other = Broker::start_with(&dir.path().join("other"), port(), &["--unpinned"]);
+    let others = dir.path().join("other/tls/cert.der");
+    let others = others.to_str().unwrap();
+    let alice = Some(("alice", "s3cret"));
+
+    // SASL_SSL: both clients, every record acked.
+    for client in CLIENTS {
+        let mut args = check(&gateway, "produce", client, "SCRAM-SHA-512", "orders");
+        args.extend([
+            "--count".into(),
+            RECORDS.to_string(),
+            "--tls-ca".into(),
+            own.into(),
+        ]);
+        let out = run_check(&args, alice);
+        assert_eq!(out["acked"], RECORDS, "{client}: {out}");
+    }
+    let stored = gateway
+        .broker
+        .sub_earliest("kafka/orders", (RECORDS * 2) as usize, "%o\\n");
+    assert_eq!(stored.lines().count() as u64, RECORDS * 2);
+
+    // The wrong CA: the client refuses the broker, nothing is stored.
+    let mut args = check(&gateway, "produce", "confluent", "SCRAM-SHA-512", "orders");
+    args.extend([
+        "--count".into(),
+        "1".into(),
+        "--timeout-s".into(),
+        "5".into(),
+    ]);
+    args.extend(["--tls-ca".into(), others.into()]);
+    let out = run_check(&args, alice);
+    assert_eq!(out["acked"], 0, "{out}");
+    let said = out["client_errors"].as_array().unwrap();
+    assert!(said.contains(&Value::from("_SSL")), "{out}");
+
+    // A client without TLS is not answered at all.
+    let raw = run_check(
+        &[
+            "raw".into(),
+            "--bootstrap".into(),
+            gateway.bootstrap(),
+            "--timeout-s".into(),
+            "10".into(),
+        ],
+        None,
+    );
+    assert_eq!(raw["api_versions_error"], Value::Null, "{raw}");
+
+    // Without --auth the port is Kafka's SSL listener.
+    drop(other);
+    let kafka = port();
+    let listen = format!("127.0.0.1:{kafka}");
+    let open = Broker::start_with(
+        &dir.path().join("open"),
+        port(),
+        &["--unpinned", "--kafka", &listen, "--kafka-tls"],
+    );
+    let ca = dir.path().join("open/tls/cert.der");
+    for client in CLIENTS {
+        let out = python(
+            "kafka_auth_check.py",
+            &[
+                "produce",
+                "--client",
+                client,
+                "--bootstrap",
+                &listen,
+                "--topic",
+                "events",
+                "--count",
+                "50",
+                "--tls-ca",
+                ca.to_str().unwrap(),
+                "--timeout-s",
+                "60",
+            ],
+            None,
+        );
+        assert_eq!(out["acked"], 50, "{client}: {out}");
+    }
+    drop(open);
 }

@@ -200,7 +200,13 @@ fn topic_configs() -> Vec<Config> {
 fn broker_configs(gateway: &Gateway) -> Vec<Config> {
     let settings = &gateway.settings;
     let defaults = crate::config::KafkaSettings::default();
-    let listener = format!("PLAINTEXT://{}", gateway.advertised);
+    let protocol = match (gateway.auth.is_some(), gateway.tls.is_some()) {
+        (false, false) => "PLAINTEXT",
+        (false, true) => "SSL",
+        (true, false) => "SASL_PLAINTEXT",
+        (true, true) => "SASL_SSL",
+    };
+    let listener = format!("{protocol}://{}", gateway.advertised);
     let max_message = wire::limits::BATCH_BYTES_MAX.to_string();
     vec![
         Config {

@@ -30,8 +30,7 @@ use kafka::api::list_partition_reassignments::ListPartitionReassignmentsResponse
 use kafka::api::produce::ProduceRequest;
 use kafka::request::FRAME_PREFIX_BYTES;
 use kafka::{ApiKey, DecodeError, Request, RequestBody, ResponseBody, SUPPORTED_APIS};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 
@@ -141,12 +140,37 @@ pub(crate) async fn serve(
     stream: tokio::net::TcpStream,
     address: SocketAddr,
 ) {
-    let (read, write) = stream.into_split();
     let peer = Rc::new(Peer {
         address,
         sasl: RefCell::new(Sasl::new(gateway.auth.as_deref())),
         muted_until: Cell::new(None),
     });
+    let Some(acceptor) = gateway.tls.clone() else {
+        let (read, write) = stream.into_split();
+        return serve_halves(gateway, read, write, peer).await;
+    };
+    // The handshake is bounded as a request's frame is.
+    let handshake = gateway.timeouts.frame;
+    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => {
+            let (read, write) = tokio::io::split(tls);
+            serve_halves(gateway, read, write, peer).await;
+        }
+        Ok(Err(e)) => log::info!("Kafka {address}: TLS handshake failed: {e}"),
+        Err(_) => log::info!(
+            "Kafka {address}: TLS handshake not done within {} ms",
+            handshake.as_millis()
+        ),
+    }
+}
+
+/// Serve a connection's requests, read from `read`, answered on `write`.
+async fn serve_halves<R, W>(gateway: Rc<Gateway>, read: R, write: W, peer: Rc<Peer>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + 'static,
+{
+    let address = peer.address;
     let in_flight = Rc::new(InFlight::default());
     let (answers_tx, answers_rx) = tokio::sync::mpsc::channel::<Answer>(PIPELINE_MAX);
     let mut writer = tokio::task::spawn_local(write_answers(
@@ -165,9 +189,9 @@ pub(crate) async fn serve(
     }
 }
 
-async fn read_requests(
+async fn read_requests<R: AsyncRead + Unpin>(
     gateway: &Rc<Gateway>,
-    mut stream: OwnedReadHalf,
+    mut stream: R,
     answers: tokio::sync::mpsc::Sender<Answer>,
     in_flight: &InFlight,
     peer: &Rc<Peer>,
@@ -263,8 +287,8 @@ async fn read_requests(
 /// connection's timeouts: idle with nothing owed, or a prefix begun and
 /// not finished in time, is the end of the connection. Returns when the
 /// prefix's first byte came.
-async fn read_prefix(
-    stream: &mut OwnedReadHalf,
+async fn read_prefix<R: AsyncRead + Unpin>(
+    stream: &mut R,
     prefix: &mut [u8; FRAME_PREFIX_BYTES],
     timeouts: PeerTimeouts,
     mut last_frame_at: Instant,
@@ -296,9 +320,9 @@ async fn read_prefix(
     Ok(started_at.unwrap_or_else(Instant::now))
 }
 
-async fn write_answers(
+async fn write_answers<W: AsyncWrite + Unpin>(
     gateway: Rc<Gateway>,
-    mut stream: OwnedWriteHalf,
+    mut stream: W,
     mut answers: tokio::sync::mpsc::Receiver<Answer>,
     in_flight: Rc<InFlight>,
     peer: SocketAddr,
@@ -318,7 +342,13 @@ async fn write_answers(
             }
         };
         if !out.is_empty() {
-            if let Err(e) = stream.write_all(&out).await {
+            // TLS holds what it encrypts until flushed; plain TCP
+            // flushes nothing.
+            let written = match stream.write_all(&out).await {
+                Ok(()) => stream.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
                 log::debug!("Kafka {peer}: write: {e}");
                 return;
             }

@@ -129,6 +129,8 @@ pub(crate) struct GatewayParts {
     pub(crate) connections: Arc<crate::shard_metrics::Connections>,
     /// Users, credentials and grants (`--auth`); `None` serves anyone.
     pub(crate) auth: Option<Arc<auth::AuthFile>>,
+    /// TLS on the port (`--kafka-tls`); `None`: plaintext.
+    pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// The state every connection of the gateway thread shares (single
@@ -162,6 +164,8 @@ pub(crate) struct Gateway {
     pub(crate) auth: Option<Arc<auth::AuthFile>>,
     /// Produce byte-rate quotas, by user (this thread's own buckets).
     pub(crate) quotas: crate::produce_quota::Quotas,
+    /// TLS on the port (`--kafka-tls`); `None`: plaintext.
+    pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// The running gateway thread.
@@ -244,6 +248,7 @@ impl KafkaGateway {
                         builders: pool::Pool::default(),
                         auth: parts.auth,
                         quotas: crate::produce_quota::Quotas::default(),
+                        tls: parts.tls.map(tokio_rustls::TlsAcceptor::from),
                     });
                     let _ = ready_tx.send(Ok(()));
                     tokio::task::spawn_local(groups::tick_forever(gateway.clone()));
