@@ -7,13 +7,15 @@
 //! - [`handshake`]: a client's side of authenticating a connection;
 //! - [`permission`]: principals, roles, operations on topic patterns;
 //! - [`session`]: one connection's standing with a server;
-//! - [`request_access`]: what each request of kelp's protocol needs.
+//! - [`request_access`]: what each request of kelp's protocol needs;
+//! - [`server_certificate`]: a broker's certificate taken without a CA.
 
 pub mod auth_file;
 pub mod handshake;
 pub mod permission;
 pub mod request_access;
 pub mod scram;
+pub mod server_certificate;
 pub mod session;
 
 pub use auth_file::{AuthFile, AuthFileError, CLUSTER_USER};

@@ -275,7 +275,7 @@ impl Client {
         let mut shards = Vec::with_capacity(listed.len());
         for shard in &listed {
             let advertised = match transport {
-                Transport::Tcp => &shard.tcp,
+                Transport::Tcp | Transport::Tls => &shard.tcp,
                 Transport::Quic => &shard.quic,
             };
             let mut addr = resolve(advertised).await?;
@@ -646,7 +646,7 @@ impl Client {
             return Ok(Target::Shard(segment.shard));
         };
         let advertised = match self.inner.dialer.transport() {
-            Transport::Tcp => &address.tcp,
+            Transport::Tcp | Transport::Tls => &address.tcp,
             Transport::Quic => &address.quic,
         };
         let addr = self.reachable(advertised).await?;

@@ -17,11 +17,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::connection::{Connection, ConnectionLimits};
 use crate::error::ClientError;
@@ -42,11 +39,16 @@ pub enum Transport {
     Tcp,
     /// QUIC (UDP) with TLS 1.3, one bidirectional stream per connection.
     Quic,
+    /// TCP with TLS 1.3, to a broker whose TCP port speaks it
+    /// (`kelp serve --tcp-tls`); the broker is verified as over QUIC.
+    Tls,
 }
 
 /// What dials new connections for a client.
 pub(crate) enum Dialer {
     Tcp,
+    /// TLS over TCP, and the name the broker's certificate must carry.
+    Tls(tokio_rustls::TlsConnector, ServerName<'static>),
     /// The endpoint, and the name the broker's certificate must carry.
     Quic(quinn::Endpoint, String),
 }
@@ -69,6 +71,13 @@ impl Dialer {
     ) -> Result<Dialer, ClientError> {
         match transport {
             Transport::Tcp => Ok(Dialer::Tcp),
+            Transport::Tls => {
+                let name = trust.server_name.unwrap_or(KELP_SERVER_NAME).to_owned();
+                let name = ServerName::try_from(name)
+                    .map_err(|e| ClientError::Config(format!("TLS server name: {e}")))?;
+                let config = Arc::new(client_tls(trust)?);
+                Ok(Dialer::Tls(tokio_rustls::TlsConnector::from(config), name))
+            }
             Transport::Quic => {
                 let bind: SocketAddr = if peer.is_ipv4() {
                     (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
@@ -88,6 +97,7 @@ impl Dialer {
     pub(crate) fn transport(&self) -> Transport {
         match self {
             Dialer::Tcp => Transport::Tcp,
+            Dialer::Tls(..) => Transport::Tls,
             Dialer::Quic(..) => Transport::Quic,
         }
     }
@@ -127,6 +137,28 @@ impl Dialer {
                     authenticate(&mut r, &mut w, credentials, connect_timeout).await?;
                 }
                 Ok(Connection::start(name, r, w, limits, None, socket))
+            }
+            Dialer::Tls(connector, server_name) => {
+                let handshake = async {
+                    let stream = tokio::net::TcpStream::connect(addr)
+                        .await
+                        .map_err(|e| connect_error(e.to_string()))?;
+                    stream
+                        .set_nodelay(true)
+                        .map_err(|e| ClientError::io("setting TCP_NODELAY", e))?;
+                    connector
+                        .connect(server_name.clone(), stream)
+                        .await
+                        .map_err(|e| connect_error(format!("TLS: {e}")))
+                };
+                let stream = tokio::time::timeout(connect_timeout, handshake)
+                    .await
+                    .map_err(|_| timed_out())??;
+                let (mut r, mut w) = tokio::io::split(stream);
+                if let Some(credentials) = credentials {
+                    authenticate(&mut r, &mut w, credentials, connect_timeout).await?;
+                }
+                Ok(Connection::start(name, r, w, limits, None, None))
             }
             Dialer::Quic(endpoint, server_name) => {
                 let connecting = endpoint
@@ -215,10 +247,22 @@ async fn authenticate(
     }
 }
 
-/// The quinn client configuration: TLS 1.3 with ring, ALPN `kelp/1`, and
-/// the CA in the trust's file, or (told so) any server certificate; with
-/// neither it is refused.
+/// The quinn client configuration: [`client_tls`], and keep-alives.
 pub(crate) fn quic_client_config(trust: Trust<'_>) -> Result<quinn::ClientConfig, ClientError> {
+    let tls = client_tls(trust)?;
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .map_err(|e| ClientError::Config(format!("QUIC TLS: {e}")))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(quic));
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(Duration::from_millis(QUIC_KEEP_ALIVE_MS)));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
+}
+
+/// A client's TLS to a broker, over QUIC or TCP: TLS 1.3 with ring, ALPN
+/// `kelp/1`, and the CA in the trust's file, or (told so) any server
+/// certificate; with neither it is refused.
+fn client_tls(trust: Trust<'_>) -> Result<rustls::ClientConfig, ClientError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -226,7 +270,7 @@ pub(crate) fn quic_client_config(trust: Trust<'_>) -> Result<quinn::ClientConfig
     let mut tls = match trust.ca_file {
         None if !trust.insecure => {
             return Err(ClientError::Config(
-                "QUIC verifies the broker's certificate: give its CA (--tls-ca FILE; a broker's \
+                "TLS (QUIC, --transport tls) verifies the broker's certificate: give its CA (--tls-ca FILE; a broker's \
                  own certificate is <data-dir>/tls/cert.der) or trust any certificate with \
                  --insecure"
                     .to_owned(),
@@ -243,23 +287,19 @@ pub(crate) fn quic_client_config(trust: Trust<'_>) -> Result<quinn::ClientConfig
         }
         None => {
             log::warn!(
-                "QUIC with --insecure: the broker's certificate is not verified, so anyone \
+                "TLS with --insecure: the broker's certificate is not verified, so anyone \
                  on the path can pose as the broker"
             );
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCertificate { provider }))
+                .with_custom_certificate_verifier(Arc::new(
+                    auth::server_certificate::ServerCertificateCheck::any(provider),
+                ))
                 .with_no_client_auth()
         }
     };
     tls.alpn_protocols = vec![KELP_ALPN.to_vec()];
-    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
-        .map_err(|e| ClientError::Config(format!("QUIC TLS: {e}")))?;
-    let mut config = quinn::ClientConfig::new(Arc::new(quic));
-    let mut transport = quinn::TransportConfig::default();
-    transport.keep_alive_interval(Some(Duration::from_millis(QUIC_KEEP_ALIVE_MS)));
-    config.transport_config(Arc::new(transport));
-    Ok(config)
+    Ok(tls)
 }
 
 /// Certificates from a PEM file (every CERTIFICATE block) or a DER file.
@@ -279,60 +319,6 @@ fn load_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, Client
         Ok(certs)
     } else {
         Ok(vec![CertificateDer::from(bytes)])
-    }
-}
-
-/// Accepts any server certificate but still checks the handshake
-/// signatures, so the server must hold the certificate's private key.
-#[derive(Debug)]
-struct AcceptAnyServerCertificate {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for AcceptAnyServerCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
     }
 }
 

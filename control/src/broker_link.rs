@@ -73,7 +73,12 @@ pub struct BrokerLink {
     /// What the control plane authenticates to brokers with (the
     /// cluster's credentials), on brokers started with an auth file.
     credentials: Option<std::sync::Arc<auth::Credentials>>,
+    /// TLS to brokers whose TCP ports speak it (`--tcp-tls`).
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
+
+/// The name a TLS link asks for (its configuration decides what it trusts).
+const TLS_SERVER_NAME: &str = "localhost";
 
 impl Default for BrokerLink {
     fn default() -> BrokerLink {
@@ -81,6 +86,7 @@ impl Default for BrokerLink {
             connect_timeout: Duration::from_millis(BROKER_CONNECT_TIMEOUT_MS),
             answer_timeout: Duration::from_millis(BROKER_ANSWER_TIMEOUT_MS),
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -93,12 +99,19 @@ impl BrokerLink {
             connect_timeout: connect_timeout.max(floor),
             answer_timeout: answer_timeout.max(floor),
             credentials: None,
+            tls: None,
         }
     }
 
     /// This link, authenticating every connection with `credentials`.
     pub fn with_credentials(mut self, credentials: auth::Credentials) -> BrokerLink {
         self.credentials = Some(std::sync::Arc::new(credentials));
+        self
+    }
+
+    /// This link, speaking TLS with `config` on every connection.
+    pub fn with_tls(mut self, config: std::sync::Arc<rustls::ClientConfig>) -> BrokerLink {
+        self.tls = Some(config);
         self
     }
 
@@ -128,8 +141,45 @@ impl BrokerLink {
         stream
             .set_write_timeout(Some(self.answer_timeout))
             .map_err(io("set write timeout"))?;
+        match &self.tls {
+            None => self.exchange(address, &mut stream, request),
+            Some(config) => {
+                let name =
+                    rustls::pki_types::ServerName::try_from(TLS_SERVER_NAME).map_err(|e| {
+                        LinkError::BadAnswer {
+                            address: address.to_owned(),
+                            reason: format!("TLS server name: {e}"),
+                        }
+                    })?;
+                let session = rustls::ClientConnection::new(config.clone(), name).map_err(|e| {
+                    LinkError::BadAnswer {
+                        address: address.to_owned(),
+                        reason: format!("TLS: {e}"),
+                    }
+                })?;
+                let mut tls = rustls::StreamOwned::new(session, stream);
+                self.exchange(address, &mut tls, request)
+            }
+        }
+    }
+
+    /// Authenticate (with credentials), send the command and read its
+    /// answer, over `stream`.
+    fn exchange(
+        &self,
+        address: &str,
+        stream: &mut (impl std::io::Read + std::io::Write),
+        request: &LayoutCommand<'_>,
+    ) -> Result<(), LinkError> {
+        let io = |what: &'static str| {
+            move |source| LinkError::Io {
+                address: address.to_owned(),
+                what,
+                source,
+            }
+        };
         if let Some(credentials) = &self.credentials {
-            crate::frame_stream::authenticate(&mut stream, credentials).map_err(|e| {
+            crate::frame_stream::authenticate(stream, credentials).map_err(|e| {
                 LinkError::BadAnswer {
                     address: address.to_owned(),
                     reason: e.to_string(),
@@ -138,14 +188,15 @@ impl BrokerLink {
         }
         let mut frame = Vec::new();
         request.encode(COMMAND_REQUEST_ID, &mut frame);
-        std::io::Write::write_all(&mut stream, &frame).map_err(io("send the command"))?;
+        std::io::Write::write_all(stream, &frame).map_err(io("send the command"))?;
+        std::io::Write::flush(stream).map_err(io("send the command"))?;
 
         let bad = |reason: String| LinkError::BadAnswer {
             address: address.to_owned(),
             reason,
         };
         let mut payload = Vec::new();
-        let header = match read_frame(&mut stream, &mut payload) {
+        let header = match read_frame(stream, &mut payload) {
             Ok(Some(header)) => header,
             Ok(None) => return Err(bad("closed the connection without answering".to_owned())),
             Err(FrameReadError::Io { what, source }) => {

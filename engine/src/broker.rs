@@ -197,6 +197,14 @@ impl Broker {
         } else {
             None
         };
+        let tcp_tls = if config.tcp_tls {
+            Some(crate::tls::tcp_server_config(
+                chain.clone(),
+                key.clone_key(),
+            )?)
+        } else {
+            None
+        };
         let shard_quic_config = Arc::new(crate::tls::server_config(chain, key)?);
 
         let (control_tx, control_rx) = flume::bounded(CONTROL_REQUESTS_QUEUED_MAX);
@@ -249,6 +257,7 @@ impl Broker {
             let addresses = addresses.clone();
             let ready = ready_tx.clone();
             let server_crypto = shard_quic_config.clone();
+            let tcp_tls = tcp_tls.clone();
             let shard_metrics = metrics[index].clone();
             let handle = LocalExecutorBuilder::new(placement)
                 .name(&format!("kelp-shard-{index}"))
@@ -328,6 +337,7 @@ impl Broker {
                         shard.clone(),
                         listener,
                         listener_fd,
+                        tcp_tls.map(futures_rustls::TlsAcceptor::from),
                     ));
                     // The driver says goodbye on its connections when the
                     // shard stops, and ends once they are gone.

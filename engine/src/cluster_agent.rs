@@ -721,6 +721,15 @@ impl LocalControl {
     ) -> Result<(LocalControl, Joined), EngineError> {
         let id = read_broker_id(&config.data_dir.join(BROKER_ID_FILE))?.unwrap_or(LONE_BROKER_ID);
         adopt_unowned(&filer::RetriedReads::new(filer.clone()), BrokerId(id))?;
+        let mut link = control::broker_link::BrokerLink::default();
+        if config.tcp_tls {
+            // The broker's TCP ports speak TLS: its control plane takes
+            // exactly the broker's own certificate.
+            let (chain, _) = crate::tls::load(&config.data_dir, config.tls_cert.as_ref())?;
+            if let Some(own) = chain.into_iter().next() {
+                link = link.with_tls(crate::tls::client_tls_pinned(own)?);
+            }
+        }
         let server = ControlServer::start(ControlServerConfig {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: config.data_dir.clone(),
@@ -731,7 +740,7 @@ impl LocalControl {
             broker_silence_ms: LONE_BROKER_SILENCE_MS,
             tick_ms: LONE_CONTROL_TICK_MS,
             rebalance: None,
-            link: control::broker_link::BrokerLink::default(),
+            link,
             connections_max: LONE_CONTROL_CONNECTIONS_MAX,
             election: None,
             auth: config.auth.clone(),

@@ -122,6 +122,9 @@ pub struct BrokerConfig {
     /// Whether the Kafka port speaks TLS (Kafka's `SSL` listener, or
     /// `SASL_SSL` with `auth`), with the broker's certificate.
     pub kafka_tls: bool,
+    /// Whether the native TCP port speaks TLS (1.3, ALPN `kelp/1`, the
+    /// broker's certificate, as QUIC does).
+    pub tcp_tls: bool,
     /// The Kafka broker configs the gateway honours (and DescribeConfigs
     /// shows).
     pub kafka: KafkaSettings,
@@ -200,6 +203,7 @@ impl Default for BrokerConfig {
             kafka_listen: None,
             kafka_advertised: None,
             kafka_tls: false,
+            tcp_tls: false,
             kafka: KafkaSettings::default(),
             filer: None,
             s3: filer_s3::S3Settings::default(),
@@ -304,6 +308,9 @@ impl BrokerConfig {
         if self.kafka_tls && self.kafka_listen.is_none() {
             return Err(ConfigError::KafkaTlsWithoutKafka);
         }
+        if self.tcp_tls && self.control.is_some() {
+            return Err(ConfigError::TcpTlsInCluster);
+        }
         self.kafka.validate()?;
         let lane = 1..=crate::filer_lane::LANE_THREADS_MAX;
         if !lane.contains(&self.filer_uploads) || !lane.contains(&self.filer_reads) {
@@ -385,6 +392,12 @@ pub enum ConfigError {
     /// TLS on a Kafka port there is not.
     #[error("--kafka-tls needs --kafka (the Kafka gateway is off)")]
     KafkaTlsWithoutKafka,
+    /// TLS on the TCP port of a cluster's broker.
+    #[error(
+        "--tcp-tls is for a lone broker: a cluster's brokers and control plane reach each \
+         other's TCP ports without TLS (use QUIC, which is always TLS)"
+    )]
+    TcpTlsInCluster,
     /// A shard count outside `1..=max`.
     #[error("--shards must be 1..={max}, got {shards}")]
     ShardCount {

@@ -12,8 +12,13 @@ use tracing::Instrument;
 use crate::connection::{admit, busy_frame, serve};
 use crate::shard::Shard;
 
-/// Accept connections forever.
-pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: RawFd) {
+/// Accept connections forever; with `tls` (`--tcp-tls`), each speaks TLS.
+pub(crate) async fn accept_loop(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    fd: RawFd,
+    tls: Option<futures_rustls::TlsAcceptor>,
+) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.stopped().await;
@@ -59,7 +64,17 @@ pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: Raw
                     shard = shard.index,
                     peer = %peer
                 );
-                glommio::spawn_local(serve(slot, stream, socket, peer).instrument(span)).detach();
+                match &tls {
+                    None => {
+                        glommio::spawn_local(serve(slot, stream, socket, peer).instrument(span))
+                            .detach();
+                    }
+                    Some(tls) => {
+                        let limit = crate::connection::PeerTimeouts::of(&shard.config).frame;
+                        let served = serve_tls(tls.clone(), limit, slot, stream, peer);
+                        glommio::spawn_local(served.instrument(span)).detach();
+                    }
+                }
             }
             Err(e) => {
                 // Out of descriptors and the like: wait instead of spinning.
@@ -67,6 +82,31 @@ pub(crate) async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, fd: Raw
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// Serve a TLS connection once its handshake is done (within the
+/// connection's frame timeout). Answers go through TLS, never by
+/// `sendfile`.
+async fn serve_tls(
+    tls: futures_rustls::TlsAcceptor,
+    limit: Duration,
+    slot: crate::connection::ConnectionSlot,
+    stream: glommio::net::TcpStream,
+    peer: String,
+) {
+    let handshake = futures_lite::future::or(async { Some(tls.accept(stream).await) }, async {
+        glommio::timer::sleep(limit).await;
+        None
+    })
+    .await;
+    match handshake {
+        Some(Ok(stream)) => serve(slot, stream, None, peer).await,
+        Some(Err(e)) => log::info!("{peer}: TLS handshake failed: {e}"),
+        None => log::info!(
+            "{peer}: TLS handshake not done within {} ms",
+            limit.as_millis()
+        ),
     }
 }
 

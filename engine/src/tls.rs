@@ -127,6 +127,44 @@ pub(crate) fn kafka_server_config(
     Ok(Arc::new(tls))
 }
 
+/// The TCP port's TLS (`--tcp-tls`): what QUIC offers (TLS 1.3 with
+/// ring, ALPN [`ALPN`], no client certificate) over TCP.
+pub(crate) fn tcp_server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>, EngineError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| EngineError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| EngineError::Tls(e.to_string()))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(tls))
+}
+
+/// What a lone broker's own control plane dials the broker's TLS TCP
+/// ports with: TLS 1.3, ALPN [`ALPN`], and only `certificate` (the
+/// broker's own) accepted, whatever names it carries.
+pub(crate) fn client_tls_pinned(
+    certificate: CertificateDer<'static>,
+) -> Result<Arc<rustls::ClientConfig>, EngineError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let check = auth::server_certificate::ServerCertificateCheck::pinned(
+        Arc::clone(&provider),
+        certificate,
+    );
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| EngineError::Tls(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(check))
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(tls))
+}
+
 /// quinn-proto's server configuration for the broker's shards.
 pub(crate) fn server_config(
     chain: Vec<CertificateDer<'static>>,

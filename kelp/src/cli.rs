@@ -324,6 +324,10 @@ pub struct ServeArgs {
     /// else its own self-signed one (DATA_DIR/tls/cert.der).
     #[arg(long, requires = "kafka")]
     pub kafka_tls: bool,
+    /// Serve the native TCP ports over TLS 1.3 (clients: --transport tls),
+    /// with the broker's certificate as QUIC; a lone broker only.
+    #[arg(long)]
+    pub tcp_tls: bool,
     /// Kafka's num.partitions: partitions of a topic a Kafka client
     /// creates without a count, or that Metadata creates on first use.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -436,20 +440,21 @@ pub struct BrokerArgs {
     /// and admin requests fall back to the others.
     #[arg(long, env = "KELP_BROKER", default_value = "127.0.0.1:7420", value_parser = parse_broker_list)]
     pub broker: String,
-    /// Transport to the broker.
-    #[arg(long, value_enum, default_value_t = TransportArg::Tcp)]
+    /// Transport to the broker: tcp, quic, or tls (TCP with TLS, to a
+    /// broker started with --tcp-tls).
+    #[arg(long, env = "KELP_TRANSPORT", value_enum, default_value_t = TransportArg::Tcp)]
     pub transport: TransportArg,
-    /// CA certificate (DER or PEM) to verify the broker's QUIC certificate
-    /// with; a broker's own self-signed one is DATA_DIR/tls/cert.der.
-    /// QUIC needs it, or --insecure.
+    /// CA certificate (DER or PEM) to verify the broker's certificate with
+    /// (QUIC and tls); a broker's own self-signed one is
+    /// DATA_DIR/tls/cert.der. QUIC and tls need it, or --insecure.
     #[arg(long, env = "KELP_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
-    /// Over QUIC without --tls-ca, accept any broker certificate: the
+    /// Over QUIC or tls without --tls-ca, accept any broker certificate: the
     /// broker is then not authenticated (anyone on the path can pose as
     /// it).
     #[arg(long)]
     pub insecure: bool,
-    /// The name the broker's QUIC certificate must carry (default
+    /// The name the broker's certificate must carry (default
     /// localhost, which a broker's self-signed certificate carries).
     #[arg(long, value_name = "NAME")]
     pub tls_server_name: Option<String>,
@@ -502,6 +507,8 @@ pub enum OutputFormat {
 pub enum TransportArg {
     Tcp,
     Quic,
+    /// TCP with TLS, to a broker started with --tcp-tls.
+    Tls,
 }
 
 impl From<TransportArg> for Transport {
@@ -509,6 +516,7 @@ impl From<TransportArg> for Transport {
         match t {
             TransportArg::Tcp => Transport::Tcp,
             TransportArg::Quic => Transport::Quic,
+            TransportArg::Tls => Transport::Tls,
         }
     }
 }

@@ -54,6 +54,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         kafka_listen: args.kafka,
         kafka_advertised: args.kafka_advertise.clone(),
         kafka_tls: args.kafka_tls,
+        tcp_tls: args.tcp_tls,
         kafka: engine::KafkaSettings {
             num_partitions: args.kafka_num_partitions,
             group_min_session_timeout_ms: args.kafka_group_min_session_timeout_ms,

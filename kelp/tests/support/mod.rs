@@ -249,6 +249,11 @@ impl Broker {
             data_dir: data_dir.to_path_buf(),
             cli_env: vec![own_certificate(data_dir)],
         };
+        if extra.contains(&"--tcp-tls") {
+            broker
+                .cli_env
+                .push(("KELP_TRANSPORT".to_owned(), "tls".to_owned()));
+        }
         broker.wait_ready();
         broker
     }
