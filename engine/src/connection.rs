@@ -545,9 +545,11 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             result = result.and(writer.write_all(&coalesced).await);
             coalesced.clear();
         }
-        // TLS holds what it encrypted until flushed; a plain socket
-        // flushes nothing.
-        result = result.and(writer.flush().await);
+        // A stream without its socket (TLS) holds what it encrypted until
+        // flushed; the plain socket's writes are already sent.
+        if socket.is_none() {
+            result = result.and(writer.flush().await);
+        }
         outbox.release(n);
         if let Err(e) = result {
             log::debug!("write: {e}");
