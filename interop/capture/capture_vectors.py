@@ -12,7 +12,8 @@ cluster, elect leaders, list and alter partition reassignments, delete the
 group). Last, a SASL session against a second `kelp serve --kafka --auth`
 (one admin user): the client authenticates (confluent-kafka with
 SCRAM-SHA-256, kafka-python with SCRAM-SHA-512, kafkajs with PLAIN) and
-creates the topic.
+creates the topic; the Python clients then describe the ACLs
+(interop/python/kafka_auth_check.py).
 
 The proxy records every request frame a client sends and every response
 frame the gateway returns. Of those it keeps one exchange per (client, API,
@@ -54,6 +55,7 @@ PYTHON_CLIENT = os.path.join(REPO, "interop", "python", "kafka_client.py")
 NODE_CLIENT = os.path.join(REPO, "interop", "node", "kafka_client.js")
 PYTHON_ADMIN = os.path.join(REPO, "interop", "capture", "admin_session.py")
 NODE_ADMIN = os.path.join(REPO, "interop", "capture", "admin_session.js")
+PYTHON_AUTH_CHECK = os.path.join(REPO, "interop", "python", "kafka_auth_check.py")
 
 HOST = "127.0.0.1"
 TOPIC = "golden"
@@ -89,6 +91,7 @@ API_NAMES = {
     19: "create-topics",
     20: "delete-topics",
     22: "init-producer-id",
+    29: "describe-acls",
     32: "describe-configs",
     36: "sasl-authenticate",
     42: "delete-groups",
@@ -348,9 +351,10 @@ def node_env():
     return env
 
 
-def sasl_session(client, bootstrap, python, node):
-    """The session run against a broker with an auth file: create the topic
-    after authenticating with the client's SASL mechanism."""
+def sasl_sessions(client, bootstrap, python, node):
+    """The sessions run against a broker with an auth file, each after
+    authenticating with the client's SASL mechanism: create the topic, and
+    (Python clients) describe the ACLs."""
     common = ["--bootstrap", bootstrap, "--topic", TOPIC, "--timeout-s", str(SESSION_TIMEOUT_S),
               "--partitions", str(PARTITIONS), "--client-id", CLIENT_ID,
               "--sasl-mechanism", SASL_MECHANISMS[client]]
@@ -359,7 +363,12 @@ def sasl_session(client, bootstrap, python, node):
     else:
         run = [python, PYTHON_CLIENT]
         common = ["--client", client] + common
-    return (f"sasl {SASL_MECHANISMS[client]} create-topic", run + ["create-topic"] + common)
+    out = [(f"sasl {SASL_MECHANISMS[client]} create-topic", run + ["create-topic"] + common)]
+    if client != "kafkajs":
+        out.append((f"sasl {SASL_MECHANISMS[client]} describe-acls",
+                    [python, PYTHON_AUTH_CHECK, "acls", "--client", client, "--bootstrap", bootstrap,
+                     "--sasl-mechanism", SASL_MECHANISMS[client], "--timeout-s", str(SESSION_TIMEOUT_S)]))
+    return out
 
 
 def run_session(name, argv, log, env=None):
@@ -423,11 +432,12 @@ def capture_client(client, args, out_dir, work_dir):
     proxy._next_seq = len(frames)
     try:
         with open(os.path.join(work_dir, f"{client}-sasl-session.log"), "wb") as log:
-            name, argv = sasl_session(client, f"{HOST}:{proxy.port}", args.python, args.node)
-            proxy.session = name
-            seconds = run_session(name, argv, log, {"KELP_USER": SASL_USER, "KELP_PASSWORD": SASL_PASSWORD})
-            proxy.wait_idle(30)
-            ran.append((name, seconds))
+            for name, argv in sasl_sessions(client, f"{HOST}:{proxy.port}", args.python, args.node):
+                proxy.session = name
+                seconds = run_session(name, argv, log,
+                                      {"KELP_USER": SASL_USER, "KELP_PASSWORD": SASL_PASSWORD})
+                proxy.wait_idle(30)
+                ran.append((name, seconds))
     finally:
         proxy.stop()
         kelp.stop()

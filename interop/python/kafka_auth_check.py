@@ -8,6 +8,9 @@ client saw; the test asserts on it. Every wait is bounded by --timeout-s.
             errors by name (and, with --stats, librdkafka's largest
             throttle time seen)
   metadata  ask for --topic's metadata; the error, or the partitions
+  acls      describe every ACL binding (DescribeAcls); the error, or the
+            bindings as [type, name, pattern, principal, host, operation,
+            permission]
   raw       without SASL or TLS: ApiVersions, then Metadata v1, on one
             socket; what came back for each
 
@@ -203,6 +206,47 @@ def kp_metadata(args):
     out({"error": None, "partitions": len(parts or ()), "log": said.lines[:3]})
 
 
+def confluent_acls(args):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                       ResourcePatternType, ResourceType)
+
+    admin = AdminClient(confluent_config(args))
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                  AclOperation.ANY, AclPermissionType.ANY)
+    try:
+        found = admin.describe_acls(everything, request_timeout=args.timeout_s).result(args.timeout_s)
+    except KafkaException as err:
+        out({"error": err.args[0].name()})
+        return
+    out({"error": None, "acls": sorted(
+        [b.restype.name, b.name, b.resource_pattern_type.name, b.principal, b.host, b.operation.name,
+         b.permission_type.name] for b in found)})
+
+
+def kp_acls(args):
+    from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                             KafkaAdminClient, ResourcePatternFilter, ResourceType)
+    from kafka.errors import KafkaError
+
+    admin = KafkaAdminClient(request_timeout_ms=int(args.timeout_s * 1000), **kp_config(args))
+    everything = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY,
+                           permission_type=ACLPermissionType.ANY,
+                           resource_pattern=ResourcePatternFilter(ResourceType.ANY, None,
+                                                                  ACLResourcePatternType.ANY))
+    try:
+        found, error = admin.describe_acls(everything)
+    except KafkaError as err:
+        out({"error": type(err).__name__})
+        return
+    finally:
+        admin.close()
+    out({"error": None, "acls": sorted(
+        [a.resource_pattern.resource_type.name, a.resource_pattern.resource_name,
+         a.resource_pattern.pattern_type.name, a.principal, a.host, a.operation.name,
+         a.permission_type.name] for a in found)})
+
+
 def frame(api_key, version, correlation_id, body):
     client_id = b"kelp-auth-check"
     header = struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
@@ -254,7 +298,7 @@ def raw(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["produce", "metadata", "raw"])
+    p.add_argument("command", choices=["produce", "metadata", "acls", "raw"])
     p.add_argument("--client", choices=["confluent", "kafka-python"], default="confluent")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", default="orders")
@@ -267,6 +311,8 @@ def main():
     args = p.parse_args()
     if args.command == "raw":
         raw(args)
+    elif args.command == "acls":
+        (confluent_acls if args.client == "confluent" else kp_acls)(args)
     elif args.command == "produce":
         (confluent_produce if args.client == "confluent" else kp_produce)(args)
     else:

@@ -92,8 +92,6 @@ pub const ELECTION_NOT_NEEDED: i16 = 84;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 /// The principal may not do this to the topic.
 pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
-/// The principal may not use the group.
-pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
 /// The principal may not do this to the cluster.
 pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 /// The server does not enable the SASL mechanism the client asked for.
@@ -102,3 +100,5 @@ pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 pub const ILLEGAL_SASL_STATE: i16 = 34;
 /// SASL authentication failed (wrong user name or password).
 pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+/// No authorizer is configured (the gateway runs without `--auth`).
+pub const SECURITY_DISABLED: i16 = 54;

@@ -93,6 +93,7 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("confluent", ApiKey::ElectLeaders, 2),
     ("confluent", ApiKey::SaslHandshake, 1),
     ("confluent", ApiKey::SaslAuthenticate, 1),
+    ("confluent", ApiKey::DescribeAcls, 2),
     ("kafka-python", ApiKey::Produce, 9),
     ("kafka-python", ApiKey::Fetch, 12),
     ("kafka-python", ApiKey::ListOffsets, 7),
@@ -119,6 +120,7 @@ const CAPTURED: &[(&str, ApiKey, i16)] = &[
     ("kafka-python", ApiKey::ListPartitionReassignments, 0),
     ("kafka-python", ApiKey::SaslHandshake, 1),
     ("kafka-python", ApiKey::SaslAuthenticate, 2),
+    ("kafka-python", ApiKey::DescribeAcls, 3),
     ("kafkajs", ApiKey::Produce, 7),
     ("kafkajs", ApiKey::Fetch, 11),
     ("kafkajs", ApiKey::ListOffsets, 3),
@@ -422,6 +424,21 @@ fn check_request(e: &Exchange, body: &RequestBody<'_>) {
         RequestBody::SaslHandshake(r) => {
             assert_eq!(r.mechanism, e.client.sasl_mechanism, "{name}");
         }
+        RequestBody::DescribeAcls(r) => {
+            // Every binding: any resource, pattern, operation, permission.
+            assert_eq!(
+                (
+                    r.resource_type_filter,
+                    r.pattern_type_filter,
+                    r.operation,
+                    r.permission_type
+                ),
+                (1, 1, 1, 1),
+                "{name}"
+            );
+            assert_eq!(r.resource_name_filter, None, "{name}");
+            assert_eq!(r.principal_filter, None, "{name}");
+        }
         RequestBody::SaslAuthenticate(r) => {
             // The first message: PLAIN's whole credential (RFC 4616), or
             // SCRAM's client-first (RFC 5802: no channel binding).
@@ -531,6 +548,37 @@ fn gateway_responses_say_what_the_sessions_saw() {
 
 fn check_response(name: &str, body: &ResponseBody<'_>) {
     match body {
+        ResponseBody::DescribeAcls(r) => {
+            // The capture's one user, an admin: ALL on every topic and on
+            // the cluster, READ on every group.
+            assert_eq!((r.error_code, &r.error_message), (0, &None), "{name}");
+            let mut seen: Vec<(i8, &str, i8, &str, i8)> = r
+                .resources
+                .iter()
+                .flat_map(|res| {
+                    res.acls.iter().map(move |a| {
+                        (
+                            res.resource_type,
+                            res.resource_name.as_str(),
+                            a.operation,
+                            a.principal.as_str(),
+                            a.permission_type,
+                        )
+                    })
+                })
+                .collect();
+            seen.sort_unstable();
+            let user = format!("User:{SASL_USER}");
+            assert_eq!(
+                seen,
+                [
+                    (2, "*", 2, user.as_str(), 3),
+                    (3, "*", 3, user.as_str(), 3),
+                    (4, "kafka-cluster", 2, user.as_str(), 3)
+                ],
+                "{name}"
+            );
+        }
         ResponseBody::SaslHandshake(r) => {
             assert_eq!(r.error_code, 0, "{name}");
             assert_eq!(

@@ -333,6 +333,46 @@ fn kafka_principals_get_what_their_grants_allow_and_are_throttled_to_their_quota
         "forbidden requests are counted"
     );
 
+    // The grants, read back as Kafka ACLs: by an admin, with both
+    // clients; not by bob.
+    let bob_acls = [
+        [
+            "TOPIC", "orders", "PREFIXED", "User:bob", "*", "DESCRIBE", "ALLOW",
+        ],
+        [
+            "TOPIC", "orders", "PREFIXED", "User:bob", "*", "WRITE", "ALLOW",
+        ],
+        ["GROUP", "*", "LITERAL", "User:bob", "*", "READ", "ALLOW"],
+    ];
+    let carol_reads = [
+        "TOPIC",
+        "orders",
+        "PREFIXED",
+        "User:carol",
+        "*",
+        "READ",
+        "ALLOW",
+    ];
+    for client in CLIENTS {
+        let args = check(&gateway, "acls", client, "SCRAM-SHA-256", "orders");
+        let out = run_check(&args, alice);
+        assert_eq!(out["error"], Value::Null, "{client}: {out}");
+        let acls = out["acls"].as_array().unwrap();
+        for want in bob_acls.iter().chain([&carol_reads]) {
+            assert!(
+                acls.contains(&serde_json::json!(want)),
+                "{client}: {want:?} not in {out}"
+            );
+        }
+        assert!(
+            !acls.iter().any(|a| a[3] == "User:@cluster"),
+            "{client}: the cluster's principal is shown: {out}"
+        );
+    }
+    let args = check(&gateway, "acls", "kafka-python", "PLAIN", "orders");
+    let out = run_check(&args, bob);
+    assert_eq!(out["error"], "ClusterAuthorizationFailedError", "{out}");
+
     // bob produces to orders within his grants, over his quota: every
     // record is stored and librdkafka is told a throttle time.
     let out = python(

@@ -39,7 +39,8 @@ use crate::connection::PeerTimeouts;
 use super::sasl::Sasl;
 use super::topic_access::Access;
 use super::{
-    admin, fetch, groups, metadata, offsets, placement, produce, Gateway, REQUEST_FRAME_BYTES_MAX,
+    acls, admin, fetch, groups, metadata, offsets, placement, produce, Gateway,
+    REQUEST_FRAME_BYTES_MAX,
 };
 
 /// Requests of one connection in flight at once (librdkafka's most for an
@@ -476,6 +477,9 @@ async fn handle(
     let body = match request.body {
         RequestBody::ApiVersions(_) => {
             ResponseBody::ApiVersions(api_versions(kafka::error_code::NONE))
+        }
+        RequestBody::DescribeAcls(r) => {
+            ResponseBody::DescribeAcls(acls::describe(gateway.auth.as_deref(), &access, &r))
         }
         RequestBody::SaslHandshake(r) => {
             ResponseBody::SaslHandshake(peer.sasl.borrow_mut().handshake(gateway, &r))

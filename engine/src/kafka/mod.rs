@@ -13,6 +13,7 @@
 //! the topic's `i`-th segment by id; Kafka offsets are segment offsets.
 //! `docs/kafka.md` describes the mapping and the differences from Kafka.
 
+mod acls;
 mod admin;
 mod connection;
 mod fetch;

@@ -77,6 +77,15 @@ impl Access {
         }
     }
 
+    /// Whether the principal is an admin (or the cluster itself).
+    pub(crate) fn is_admin(&self) -> bool {
+        match self {
+            Access::Everything => true,
+            Access::Principal(p) => matches!(p.role, auth::Role::Admin | auth::Role::Cluster),
+            Access::Nothing => false,
+        }
+    }
+
     /// Whether the principal may do `op` to every topic there is.
     fn may_everywhere(&self, op: Operation) -> bool {
         match self {

@@ -6,6 +6,7 @@ use kelp_kafka::api::api_versions::*;
 use kelp_kafka::api::create_topics::*;
 use kelp_kafka::api::delete_groups::*;
 use kelp_kafka::api::delete_topics::*;
+use kelp_kafka::api::describe_acls::*;
 use kelp_kafka::api::describe_cluster::*;
 use kelp_kafka::api::describe_configs::*;
 use kelp_kafka::api::describe_groups::*;
@@ -217,6 +218,15 @@ pub fn requests(records: &[u8]) -> Vec<RequestBody<'_>> {
             transaction_timeout_ms: 60_000,
             producer_id: 12,
             producer_epoch: 3,
+        }),
+        RequestBody::DescribeAcls(DescribeAclsRequest {
+            resource_type_filter: 2,
+            resource_name_filter: Some(s("orders")),
+            pattern_type_filter: 2,
+            principal_filter: Some(s("User:bob")),
+            host_filter: None,
+            operation: 4,
+            permission_type: 3,
         }),
         RequestBody::DescribeConfigs(DescribeConfigsRequest {
             resources: vec![DescribeConfigsResource {
@@ -497,6 +507,22 @@ pub fn responses(records: &[u8]) -> Vec<ResponseBody<'_>> {
             error_code: 0,
             producer_id: 12,
             producer_epoch: 3,
+        }),
+        ResponseBody::DescribeAcls(DescribeAclsResponse {
+            throttle_time_ms: 0,
+            error_code: 0,
+            error_message: None,
+            resources: vec![DescribeAclsResource {
+                resource_type: 2,
+                resource_name: s("orders"),
+                pattern_type: 4,
+                acls: vec![AclDescription {
+                    principal: s("User:bob"),
+                    host: s("*"),
+                    operation: 4,
+                    permission_type: 3,
+                }],
+            }],
         }),
         ResponseBody::DescribeConfigs(DescribeConfigsResponse {
             throttle_time_ms: 10,
