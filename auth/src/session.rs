@@ -138,16 +138,8 @@ impl Session {
         message: &[u8],
         server_nonce: impl FnOnce() -> String,
     ) -> Result<Step, Denied> {
-        let Some(auth) = auth else {
-            return Err(Denied::NotEnabled);
-        };
-        match std::mem::replace(self, Session::Failed) {
-            Session::Open => Err(Denied::NotEnabled),
-            Session::Failed => Err(Denied::FailedBefore),
-            Session::Authenticated(p) => {
-                *self = Session::Authenticated(p);
-                Err(Denied::Again)
-            }
+        let (auth, taken) = self.take_for_a_step(auth)?;
+        match taken {
             Session::Anonymous => {
                 let hash = ScramHash::from_mechanism(mechanism)
                     .ok_or_else(|| Denied::Mechanism(mechanism.to_owned()))?;
@@ -169,6 +161,32 @@ impl Session {
                 *self = Session::Authenticated(principal);
                 Ok(Step::Done(success.server_final))
             }
+            _ => Err(Denied::Again),
+        }
+    }
+
+    /// The standing an authentication step starts from, taken out (the
+    /// session is left failed until the step puts back what follows), with
+    /// the file it checks against; a session that takes no step is
+    /// refused here and left as it was.
+    fn take_for_a_step<'a>(
+        &mut self,
+        auth: Option<&'a AuthFile>,
+    ) -> Result<(&'a AuthFile, Session), Denied> {
+        let Some(auth) = auth else {
+            return Err(Denied::NotEnabled);
+        };
+        match std::mem::replace(self, Session::Failed) {
+            Session::Open => {
+                *self = Session::Open;
+                Err(Denied::NotEnabled)
+            }
+            Session::Failed => Err(Denied::FailedBefore),
+            Session::Authenticated(p) => {
+                *self = Session::Authenticated(p);
+                Err(Denied::Again)
+            }
+            taken => Ok((auth, taken)),
         }
     }
 
@@ -182,16 +200,8 @@ impl Session {
         auth: Option<&AuthFile>,
         message: &[u8],
     ) -> Result<Step, Denied> {
-        let Some(auth) = auth else {
-            return Err(Denied::NotEnabled);
-        };
-        match std::mem::replace(self, Session::Failed) {
-            Session::Open => Err(Denied::NotEnabled),
-            Session::Failed => Err(Denied::FailedBefore),
-            Session::Authenticated(p) => {
-                *self = Session::Authenticated(p);
-                Err(Denied::Again)
-            }
+        let (auth, taken) = self.take_for_a_step(auth)?;
+        match taken {
             Session::Exchanging(_) => Err(Denied::Mechanism("PLAIN".to_owned())),
             Session::Anonymous => {
                 let (user, password) = plain_message(message).map_err(Denied::Failed)?;
@@ -201,6 +211,7 @@ impl Session {
                 *self = Session::Authenticated(principal);
                 Ok(Step::Done(Vec::new()))
             }
+            _ => Err(Denied::Again),
         }
     }
 

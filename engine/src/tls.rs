@@ -127,12 +127,20 @@ pub(crate) fn kafka_server_config(
     Ok(Arc::new(tls))
 }
 
-/// The TCP port's TLS (`--tcp-tls`): what QUIC offers (TLS 1.3 with
-/// ring, ALPN [`ALPN`], no client certificate) over TCP.
+/// The TCP port's TLS (`--tcp-tls`): what QUIC offers over TCP.
 pub(crate) fn tcp_server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<Arc<rustls::ServerConfig>, EngineError> {
+    Ok(Arc::new(native_server_tls(chain, key)?))
+}
+
+/// kelp's own protocol's server TLS, on QUIC and TCP: TLS 1.3 with ring,
+/// ALPN [`ALPN`], no client certificate.
+fn native_server_tls(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<rustls::ServerConfig, EngineError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -141,7 +149,7 @@ pub(crate) fn tcp_server_config(
         .with_single_cert(chain, key)
         .map_err(|e| EngineError::Tls(e.to_string()))?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
-    Ok(Arc::new(tls))
+    Ok(tls)
 }
 
 /// What a lone broker's own control plane dials the broker's TLS TCP
@@ -170,14 +178,7 @@ pub(crate) fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<quinn_proto::ServerConfig, EngineError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| EngineError::Tls(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| EngineError::Tls(e.to_string()))?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let tls = native_server_tls(chain, key)?;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| EngineError::Tls(e.to_string()))?;
     let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));

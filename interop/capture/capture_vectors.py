@@ -405,45 +405,43 @@ def select(frames):
     return out
 
 
-def capture_client(client, args, out_dir, work_dir):
-    kelp = Kelp(args.kelp, os.path.join(work_dir, f"{client}-kelp.log"))
+def record(args, kelp_log, kelp_args, session_list, log_path, env, first_seq, ran):
+    """Start a kelp with `kelp_args`, run `session_list(bootstrap)` through a
+    recording proxy in front of its gateway, stop both; the frames recorded,
+    numbered from `first_seq`. Each session's (name, seconds) goes to `ran`."""
+    kelp = Kelp(args.kelp, kelp_log, kelp_args)
     proxy = RecordingProxy(kelp.kafka_port)
-    ran = []
+    proxy._next_seq = first_seq
     try:
-        with open(os.path.join(work_dir, f"{client}-sessions.log"), "wb") as log:
-            for name, argv in sessions(client, f"{HOST}:{proxy.port}", args.python, args.node):
+        with open(log_path, "wb") as log:
+            for name, argv in session_list(f"{HOST}:{proxy.port}"):
                 proxy.session = name
-                seconds = run_session(name, argv, log)
+                seconds = run_session(name, argv, log, env)
                 proxy.wait_idle(30)
                 ran.append((name, seconds))
     finally:
         proxy.stop()
         kelp.stop()
     if proxy.errors:
-        raise SystemExit(f"{client}: proxy errors: {proxy.errors}")
-    frames = proxy.frames
-    # Then the SASL session, against a broker that requires it; its frames
-    # come after the others, so it adds only what they did not send.
+        raise SystemExit(f"{kelp_log}: proxy errors: {proxy.errors}")
+    return proxy.frames
+
+
+def capture_client(client, args, out_dir, work_dir):
+    ran = []
+    frames = record(args, os.path.join(work_dir, f"{client}-kelp.log"), [],
+                    lambda bootstrap: sessions(client, bootstrap, args.python, args.node),
+                    os.path.join(work_dir, f"{client}-sessions.log"), None, 0, ran)
+    # Then the SASL sessions, against a broker that requires it; their
+    # frames come after the others, so they add only what those did not send.
     auth_file = os.path.join(work_dir, f"{client}-auth.toml")
     write(auth_file, (f'[[user]]\nname = "{SASL_USER}"\npassword = "{SASL_PASSWORD}"\n'
                       'role = "admin"\n').encode())
-    kelp = Kelp(args.kelp, os.path.join(work_dir, f"{client}-kelp-sasl.log"), ["--auth", auth_file])
-    proxy = RecordingProxy(kelp.kafka_port)
-    proxy._next_seq = len(frames)
-    try:
-        with open(os.path.join(work_dir, f"{client}-sasl-session.log"), "wb") as log:
-            for name, argv in sasl_sessions(client, f"{HOST}:{proxy.port}", args.python, args.node):
-                proxy.session = name
-                seconds = run_session(name, argv, log,
-                                      {"KELP_USER": SASL_USER, "KELP_PASSWORD": SASL_PASSWORD})
-                proxy.wait_idle(30)
-                ran.append((name, seconds))
-    finally:
-        proxy.stop()
-        kelp.stop()
-    if proxy.errors:
-        raise SystemExit(f"{client}: proxy errors in the SASL session: {proxy.errors}")
-    frames = frames + proxy.frames
+    frames = frames + record(
+        args, os.path.join(work_dir, f"{client}-kelp-sasl.log"), ["--auth", auth_file],
+        lambda bootstrap: sasl_sessions(client, bootstrap, args.python, args.node),
+        os.path.join(work_dir, f"{client}-sasl-session.log"),
+        {"KELP_USER": SASL_USER, "KELP_PASSWORD": SASL_PASSWORD}, len(frames), ran)
     if args.all_frames:
         write_all(frames, os.path.join(args.all_frames, client))
     chosen = select(frames)

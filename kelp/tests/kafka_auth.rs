@@ -166,6 +166,16 @@ fn check(
     .collect()
 }
 
+/// ApiVersions then Metadata on one socket, without SASL or TLS: what came
+/// back (`kafka_auth_check.py raw`).
+fn raw_exchange(gateway: &Gateway) -> Value {
+    let args = ["raw".into(), "--bootstrap".into(), gateway.bootstrap()];
+    run_check(
+        &[&args[..], &["--timeout-s".into(), "10".into()]].concat(),
+        None,
+    )
+}
+
 fn run_check(args: &[String], user: Option<(&str, &str)>) -> Value {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     python("kafka_auth_check.py", &args, user)
@@ -179,16 +189,7 @@ fn kafka_clients_authenticate_with_every_mechanism_and_wrong_ones_get_a_clear_er
 
     // Without SASL: ApiVersions is answered (a client learns what to
     // speak), anything else closes the connection.
-    let raw = run_check(
-        &[
-            "raw".into(),
-            "--bootstrap".into(),
-            gateway.bootstrap(),
-            "--timeout-s".into(),
-            "10".into(),
-        ],
-        None,
-    );
+    let raw = raw_exchange(&gateway);
     assert_eq!(raw["api_versions_error"], 0, "{raw}");
     assert_eq!(raw["metadata"], "closed", "{raw}");
     assert_eq!(
@@ -509,16 +510,7 @@ fn a_kafka_tls_port_serves_clients_that_trust_its_certificate_and_no_others() {
     assert!(said.contains(&Value::from("_SSL")), "{out}");
 
     // A client without TLS is not answered at all.
-    let raw = run_check(
-        &[
-            "raw".into(),
-            "--bootstrap".into(),
-            gateway.bootstrap(),
-            "--timeout-s".into(),
-            "10".into(),
-        ],
-        None,
-    );
+    let raw = raw_exchange(&gateway);
     assert_eq!(raw["api_versions_error"], Value::Null, "{raw}");
 
     // Without --auth the port is Kafka's SSL listener.
